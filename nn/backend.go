@@ -1,0 +1,119 @@
+package nn
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+)
+
+// Backend computes matrix products. Every GEMM in ppnode goes through one.
+// Implementations must be safe for concurrent use.
+type Backend interface {
+	// Name identifies the implementation, for example "openblas" or "gonum".
+	Name() string
+	// Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major float32
+	// matrices, op(A) m×k, op(B) k×n, C m×n.
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	// Deterministic reports whether the same inputs give the same bits on
+	// every run and every machine of the same architecture.
+	Deterministic() bool
+	// Threads is the number of threads the backend and the layers' own loops
+	// may use.
+	Threads() int
+}
+
+// backendFactory makes a backend that uses the given number of threads.
+type backendFactory func(threads int) (Backend, error)
+
+var (
+	factoriesMu sync.Mutex // guards factories
+	factories   = map[string]backendFactory{"gonum": newGonum}
+)
+
+// registerBackend is called from init by optional, build-tag selected
+// backends (OpenBLAS).
+func registerBackend(name string, f backendFactory) {
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	factories[name] = f
+}
+
+// Backends lists the backends compiled into this binary, best first.
+func Backends() []string {
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	names := make([]string, 0, len(factories))
+	for n := range factories {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return rank(names[i]) < rank(names[j]) })
+	return names
+}
+
+func rank(name string) int {
+	if name == "gonum" {
+		return 1
+	}
+	return 0
+}
+
+// NewBackend returns the named backend ("" picks the best compiled in; with
+// deterministic set it picks the pure-Go kernel, which is the only one whose
+// bits do not depend on the CPU model). threads <= 0 means all CPUs.
+func NewBackend(name string, threads int, deterministic bool) (Backend, error) {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	if name == "" {
+		name = Backends()[0]
+		if deterministic {
+			name = "gonum"
+		}
+	}
+	factoriesMu.Lock()
+	f, ok := factories[name]
+	factoriesMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("nn: backend %q is not compiled in (have %v)", name, Backends())
+	}
+	b, err := f(threads)
+	if err != nil {
+		return nil, err
+	}
+	if deterministic && !b.Deterministic() {
+		return nil, fmt.Errorf("nn: backend %q is not deterministic; use gonum", name)
+	}
+	return b, nil
+}
+
+// gonumBackend is the pure-Go GEMM. gonum splits C into fixed 64×64 blocks and
+// reduces each block along k in a fixed order, so its bits depend on the
+// shapes only, never on the thread count or the CPU model.
+type gonumBackend struct {
+	impl    gonum.Implementation
+	threads int
+}
+
+func newGonum(threads int) (Backend, error) { return &gonumBackend{threads: threads}, nil }
+
+func (g *gonumBackend) Name() string        { return "gonum" }
+func (g *gonumBackend) Deterministic() bool { return true }
+func (g *gonumBackend) Threads() int        { return g.threads }
+
+func (g *gonumBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	g.impl.Sgemm(trans(transA), trans(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func trans(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}

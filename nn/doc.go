@@ -1,0 +1,38 @@
+// Package nn is ppnode's compute core: float32 tensors (gorgonia.org/tensor
+// *tensor.Dense used as the container; the hot loops are our own), the GEMM
+// backend, layers with forward and backward passes, the softmax cross-entropy
+// loss, optimizers, and the model graph, a DAG of named layers.
+//
+// # Layout
+//
+// Activations are stored batch-first and channels-last (NHWC for images,
+// [N, F] for features). Linear weights are [out, in] as in PyTorch; Conv2D
+// weights are [out, kh, kw, in] (OHWI), so that a 1x1 convolution is a plain
+// GEMM and im2col rows are contiguous. Parameter names are stable:
+// "<node>.<param>", for example "layer3.1.conv2.weight".
+//
+// # Micro-batches and slots
+//
+// A pipeline stage runs the forward pass of several micro-batches before
+// their backward passes (GPipe), so every layer keeps its saved tensors per
+// slot. A [Stage] owns the slots; Forward(slot) and Backward(slot) may be
+// interleaved in any order as long as each slot alternates forward and
+// backward. All buffers are reused across steps: a steady-state training step
+// allocates no tensors.
+//
+// # Determinism
+//
+// Parameter gradients accumulate in the order in which Backward is called;
+// callers call it in ascending micro-batch order, which makes a pipelined
+// step compute exactly what one process computes. Every reduction in this
+// package runs in a fixed order that does not depend on the thread count, and
+// randomness (initialisation, dropout) comes from generators seeded by
+// (seed, name) or (seed, step, micro-batch, layer). With a deterministic
+// [Backend] the bits are the same on every run and every machine of the same
+// architecture.
+//
+// # Errors
+//
+// Shape mismatches inside a built graph are programmer errors and panic;
+// building a graph from user input returns errors.
+package nn

@@ -1,0 +1,165 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+)
+
+// BatchNorm normalises each channel (the last dimension) with the statistics
+// of the micro-batch in training and the running statistics in evaluation.
+// The running statistics are updated once per forward pass in training, so
+// they depend on the order of micro-batches, which callers keep ascending.
+type BatchNorm struct {
+	C        int
+	Momentum float64 // weight of the new statistics, 0.1 as in PyTorch
+	Eps      float64
+
+	Weight, Bias, RunMean, RunVar *Param
+
+	sum, sum2 []float64 // scratch, one per channel
+}
+
+// NewBatchNorm returns a BatchNorm with PyTorch's defaults.
+func NewBatchNorm() *BatchNorm { return &BatchNorm{Momentum: 0.1, Eps: 1e-5} }
+
+func (l *BatchNorm) Kind() string { return "batchnorm" }
+
+func (l *BatchNorm) Build(in [][]int) ([]int, error) {
+	if len(in) != 1 || len(in[0]) < 1 {
+		return nil, fmt.Errorf("takes one input, got %v", in)
+	}
+	l.C = in[0][len(in[0])-1]
+	l.Weight = newParam([]int{l.C}, InitOne, 0)
+	l.Weight.Name = "weight"
+	l.Bias = newParam([]int{l.C}, InitZero, 0)
+	l.Bias.Name = "bias"
+	l.RunMean = newBuffer([]int{l.C}, InitZero)
+	l.RunMean.Name = "running_mean"
+	l.RunVar = newBuffer([]int{l.C}, InitOne)
+	l.RunVar.Name = "running_var"
+	l.sum, l.sum2 = make([]float64, l.C), make([]float64, l.C)
+	return append([]int(nil), in[0]...), nil
+}
+
+func (l *BatchNorm) Params() []*Param { return []*Param{l.Weight, l.Bias, l.RunMean, l.RunVar} }
+
+// Forward saves the channel means and inverse standard deviations used
+// (buffers 1 and 2) for Backward.
+func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	x := F32(in[0])
+	C := l.C
+	rows := len(x) / C
+	y := s.Buf(0, in[0].Shape()...)
+	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
+	if c.Train {
+		sum, sum2 := l.sum, l.sum2
+		clear(sum)
+		clear(sum2)
+		for r := 0; r < rows; r++ {
+			xs := x[r*C : (r+1)*C]
+			for j, v := range xs {
+				sum[j] += float64(v)
+			}
+		}
+		for j := range sum {
+			sum[j] /= float64(rows)
+		}
+		for r := 0; r < rows; r++ {
+			xs := x[r*C : (r+1)*C]
+			for j, v := range xs {
+				d := float64(v) - sum[j]
+				sum2[j] += d * d
+			}
+		}
+		rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)
+		m := l.Momentum
+		for j := range sum {
+			v := sum2[j] / float64(rows)
+			mean[j] = float32(sum[j])
+			inv[j] = float32(1 / math.Sqrt(v+l.Eps))
+			unbiased := v
+			if rows > 1 {
+				unbiased = sum2[j] / float64(rows-1)
+			}
+			rm[j] = float32((1-m)*float64(rm[j]) + m*sum[j])
+			rv[j] = float32((1-m)*float64(rv[j]) + m*unbiased)
+		}
+	} else {
+		rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)
+		for j := range mean {
+			mean[j] = rm[j]
+			inv[j] = float32(1 / math.Sqrt(float64(rv[j])+l.Eps))
+		}
+	}
+	// y = (x - mean) * inv * weight + bias, as one scale and shift.
+	scale, shift := F32(s.Buf(3, C)), F32(s.Buf(4, C))
+	w, b := F32(l.Weight.Value), F32(l.Bias.Value)
+	for j := range scale {
+		scale[j] = inv[j] * w[j]
+		shift[j] = b[j] - mean[j]*scale[j]
+	}
+	yd := F32(y)
+	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ys := x[r*C:(r+1)*C], yd[r*C:(r+1)*C]
+			for j, v := range xs {
+				ys[j] = v*scale[j] + shift[j]
+			}
+		}
+	})
+	return y
+}
+
+func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	x, dy := F32(in[0]), F32(dout)
+	C := l.C
+	rows := len(x) / C
+	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
+	sdy, sdyx := l.sum, l.sum2
+	clear(sdy)
+	clear(sdyx)
+	for r := 0; r < rows; r++ {
+		xs, ds := x[r*C:(r+1)*C], dy[r*C:(r+1)*C]
+		for j, d := range ds {
+			xhat := float64((xs[j] - mean[j]) * inv[j])
+			sdy[j] += float64(d)
+			sdyx[j] += float64(d) * xhat
+		}
+	}
+	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
+	for j := range gw {
+		gw[j] += float32(sdyx[j])
+		gb[j] += float32(sdy[j])
+	}
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(5, in[0].Shape()...)
+	d := F32(dx)
+	w := F32(l.Weight.Value)
+	// In training dx = w·inv/R · (R·dy − Σdy − x̂·Σdy·x̂); in evaluation the
+	// statistics are constants and dx = w·inv·dy.
+	k, a, bb := F32(s.Buf(3, C)), F32(s.Buf(4, C)), F32(s.Buf(6, C))
+	R := float64(rows)
+	for j := range k {
+		k[j] = w[j] * inv[j]
+		if c.Train {
+			a[j] = float32(sdy[j] / R)
+			bb[j] = float32(sdyx[j] / R)
+		} else {
+			a[j], bb[j] = 0, 0
+		}
+	}
+	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ds, o := x[r*C:(r+1)*C], dy[r*C:(r+1)*C], d[r*C:(r+1)*C]
+			for j, v := range ds {
+				xhat := (xs[j] - mean[j]) * inv[j]
+				o[j] = k[j] * (v - a[j] - xhat*bb[j])
+			}
+		}
+	})
+	g[0] = dx
+	return g
+}

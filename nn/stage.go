@@ -1,0 +1,247 @@
+package nn
+
+import (
+	"fmt"
+)
+
+// Stage runs a connected or unconnected subset of a graph's layers: the
+// tensors that cross into the subset are its Inputs, the ones that leave it
+// (or are the graph's output) its Outputs. A whole model is the stage of all
+// its layers. A Stage is not safe for concurrent use.
+type Stage struct {
+	g     *Graph
+	nodes []*Node
+	// Inputs names the tensors read from outside the stage, in order of first
+	// use; Outputs names the stage's nodes read from outside it or the graph
+	// output, in node order.
+	Inputs  []string
+	Outputs []string
+
+	args     [][]ref  // per local node: where each of its inputs comes from
+	need     [][]bool // per local node: which of its inputs need a gradient
+	inNeed   []bool   // per stage input: whether its gradient is returned
+	outIndex []int    // per output: local node index
+	allGrads bool     // gradients of every input and node are computed
+	slots    []*stageSlot
+}
+
+// ref names a tensor inside a stage: a local node's output or a stage input.
+type ref struct {
+	input bool
+	i     int
+}
+
+type stageSlot struct {
+	ins   []*Tensor   // stage inputs of this micro-batch
+	vals  []*Tensor   // per local node: its output
+	argv  [][]*Tensor // per local node: its input tensors
+	layer []Slot      // per local node: the layer's buffers
+
+	// Gradient accumulators for node outputs and stage inputs. A first
+	// contribution is borrowed; a second is added into an owned buffer.
+	grad, inGrad       []*Tensor
+	owned, inOwned     []bool
+	acc, inAcc         []Slot
+	outs, inGradResult []*Tensor
+}
+
+// Stage returns the executor for the named layers, or an error naming an
+// unknown or repeated layer.
+func (g *Graph) Stage(names []string) (*Stage, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if g.Node(n) == nil {
+			return nil, fmt.Errorf("nn: stage names unknown layer %q", n)
+		}
+		if want[n] {
+			return nil, fmt.Errorf("nn: stage names layer %q twice", n)
+		}
+		want[n] = true
+	}
+	s := &Stage{g: g}
+	local := map[string]int{}
+	inputs := map[string]int{}
+	for _, n := range g.Nodes {
+		if want[n.Name] {
+			local[n.Name] = len(s.nodes)
+			s.nodes = append(s.nodes, n)
+		}
+	}
+	for _, n := range s.nodes {
+		refs := make([]ref, len(n.Inputs))
+		need := make([]bool, len(n.Inputs))
+		for i, in := range n.Inputs {
+			if j, ok := local[in]; ok {
+				refs[i] = ref{i: j}
+				need[i] = s.nodes[j].RequiresGrad
+				continue
+			}
+			j, ok := inputs[in]
+			if !ok {
+				j = len(s.Inputs)
+				inputs[in] = j
+				s.Inputs = append(s.Inputs, in)
+				s.inNeed = append(s.inNeed, !g.IsInput(in) && g.Node(in).RequiresGrad)
+			}
+			refs[i] = ref{input: true, i: j}
+			need[i] = s.inNeed[j]
+		}
+		s.args = append(s.args, refs)
+		s.need = append(s.need, need)
+	}
+	consumed := map[string]bool{}
+	for _, n := range g.Nodes {
+		if !want[n.Name] {
+			for _, in := range n.Inputs {
+				consumed[in] = true
+			}
+		}
+	}
+	for i, n := range s.nodes {
+		if consumed[n.Name] || n.Name == g.Output {
+			s.Outputs = append(s.Outputs, n.Name)
+			s.outIndex = append(s.outIndex, i)
+		}
+	}
+	return s, nil
+}
+
+// Whole returns the stage of every layer.
+func (g *Graph) Whole() *Stage {
+	names := make([]string, len(g.Nodes))
+	for i, n := range g.Nodes {
+		names[i] = n.Name
+	}
+	s, err := g.Stage(names)
+	if err != nil {
+		panic(err) // unreachable: the names come from the graph
+	}
+	return s
+}
+
+// WantInputGrads makes Backward compute the gradient of every input,
+// graph inputs included (for gradient checks and saliency).
+func (s *Stage) WantInputGrads() {
+	s.allGrads = true
+	for i := range s.inNeed {
+		s.inNeed[i] = true
+	}
+	for _, need := range s.need {
+		for i := range need {
+			need[i] = true
+		}
+	}
+}
+
+// Nodes returns the stage's nodes in topological order.
+func (s *Stage) Nodes() []*Node { return s.nodes }
+
+// Params returns the stage's parameters and buffers in node order.
+func (s *Stage) Params() []*Param {
+	var ps []*Param
+	for _, n := range s.nodes {
+		ps = append(ps, n.Layer.Params()...)
+	}
+	return ps
+}
+
+func (s *Stage) slot(i int) *stageSlot {
+	for len(s.slots) <= i {
+		n, m := len(s.nodes), len(s.Inputs)
+		ss := &stageSlot{
+			ins: make([]*Tensor, m), vals: make([]*Tensor, n), argv: make([][]*Tensor, n),
+			layer: make([]Slot, n), grad: make([]*Tensor, n), inGrad: make([]*Tensor, m),
+			owned: make([]bool, n), inOwned: make([]bool, m), acc: make([]Slot, n), inAcc: make([]Slot, m),
+			outs: make([]*Tensor, len(s.Outputs)), inGradResult: make([]*Tensor, m),
+		}
+		for k, refs := range s.args {
+			ss.argv[k] = make([]*Tensor, len(refs))
+		}
+		s.slots = append(s.slots, ss)
+	}
+	return s.slots[i]
+}
+
+// Forward runs micro-batch slot through the stage. in holds one tensor per
+// Inputs entry; they must stay unchanged until Backward of the same slot
+// returns. The returned slice (one tensor per Outputs entry) and its
+// tensors belong to the stage and stay valid until the slot's next Forward.
+func (s *Stage) Forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
+	if len(in) != len(s.Inputs) {
+		panic(fmt.Sprintf("nn: stage takes %d inputs, got %d", len(s.Inputs), len(in)))
+	}
+	ss := s.slot(slot)
+	copy(ss.ins, in)
+	for k, n := range s.nodes {
+		argv := ss.argv[k]
+		for i, r := range s.args[k] {
+			if r.input {
+				argv[i] = ss.ins[r.i]
+			} else {
+				argv[i] = ss.vals[r.i]
+			}
+		}
+		ss.vals[k] = n.Layer.Forward(c, &ss.layer[k], argv)
+	}
+	for j, k := range s.outIndex {
+		ss.outs[j] = ss.vals[k]
+	}
+	return ss.outs
+}
+
+// Backward runs the backward pass of slot, whose Forward ran last for it.
+// dout holds the gradient of each Outputs entry (nil where an output gets no
+// gradient). Parameter gradients are added to the Params' Grad. The result
+// holds the gradient of each Inputs entry that has one (nil for graph
+// inputs); it belongs to the stage.
+func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
+	if len(dout) != len(s.Outputs) {
+		panic(fmt.Sprintf("nn: stage has %d outputs, got %d gradients", len(s.Outputs), len(dout)))
+	}
+	ss := s.slot(slot)
+	clear(ss.grad)
+	clear(ss.inGrad)
+	for j, k := range s.outIndex {
+		if dout[j] != nil {
+			addGrad(&ss.grad[k], &ss.owned[k], &ss.acc[k], dout[j])
+		}
+	}
+	for k := len(s.nodes) - 1; k >= 0; k-- {
+		g := ss.grad[k]
+		n := s.nodes[k]
+		if g == nil || !(n.RequiresGrad || s.allGrads) {
+			continue
+		}
+		din := n.Layer.Backward(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+		for i, r := range s.args[k] {
+			if !s.need[k][i] || din[i] == nil {
+				continue
+			}
+			if r.input {
+				addGrad(&ss.inGrad[r.i], &ss.inOwned[r.i], &ss.inAcc[r.i], din[i])
+			} else {
+				addGrad(&ss.grad[r.i], &ss.owned[r.i], &ss.acc[r.i], din[i])
+			}
+		}
+	}
+	copy(ss.inGradResult, ss.inGrad)
+	return ss.inGradResult
+}
+
+// addGrad adds t into the accumulator *acc. Contributions arrive in reverse
+// node order of their consumers, a fixed order, so the sum is deterministic.
+func addGrad(acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
+	if *acc == nil {
+		*acc, *owned = t, false
+		return
+	}
+	if !*owned {
+		b := buf.Buf(0, t.Shape()...)
+		copy(F32(b), F32(*acc))
+		*acc, *owned = b, true
+	}
+	a, x := F32(*acc), F32(t)
+	for i := range a {
+		a[i] += x[i]
+	}
+}

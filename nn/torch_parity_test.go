@@ -1,0 +1,258 @@
+package nn_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// torchPython is Debian's interpreter with python3-torch; the python3 first
+// on PATH may be another one.
+const torchPython = "/usr/bin/python3"
+
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+		t.Skipf("PyTorch is not available (%s -c 'import torch' failed: %v); install Debian's python3-torch to run the parity test", torchPython, err)
+	}
+}
+
+// spec describes a graph for testdata/torch_step.py.
+type specNode struct {
+	Name    string         `json:"name"`
+	Kind    string         `json:"kind"`
+	Inputs  []string       `json:"inputs"`
+	Attrs   map[string]any `json:"attrs"`
+	Params  []string       `json:"params,omitempty"`
+	Buffers []string       `json:"buffers,omitempty"`
+}
+
+func describe(g *nn.Graph) []specNode {
+	var out []specNode
+	for _, n := range g.Nodes {
+		s := specNode{Name: n.Name, Kind: n.Layer.Kind(), Inputs: n.Inputs, Attrs: map[string]any{}}
+		switch l := n.Layer.(type) {
+		case *nn.Conv2D:
+			s.Attrs["stride"], s.Attrs["pad"] = l.Stride, l.Pad
+		case *nn.MaxPool2D:
+			s.Attrs["k"], s.Attrs["stride"], s.Attrs["pad"] = l.K, l.Stride, l.Pad
+		case *nn.BatchNorm:
+			s.Attrs["momentum"], s.Attrs["eps"] = l.Momentum, l.Eps
+		case *nn.Slice:
+			s.Attrs["from"], s.Attrs["to"] = l.From, l.To
+		}
+		for _, p := range n.Layer.Params() {
+			if p.Trainable() {
+				s.Params = append(s.Params, p.Name)
+			} else {
+				s.Buffers = append(s.Buffers, p.Name)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// fixedBatches serves one mini-batch, cut into micro-batches of given sizes.
+type fixedBatches struct {
+	x     []float32
+	y     []int32
+	shape []int
+	sizes []int
+}
+
+func (f *fixedBatches) BatchSize() int     { return len(f.y) }
+func (f *fixedBatches) MicroBatches() int  { return len(f.sizes) }
+func (f *fixedBatches) StepsPerEpoch() int { return 1 }
+func (f *fixedBatches) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	lo := 0
+	for _, s := range f.sizes[:m] {
+		lo += s
+	}
+	n, per := f.sizes[m], nn.Size(f.shape)
+	x = nn.FromData(append([]float32(nil), f.x[lo*per:(lo+n)*per]...), append([]int{n}, f.shape...)...)
+	return x, append([]int32(nil), f.y[lo:lo+n]...)
+}
+
+// One training step of small models, run here and in PyTorch from the same
+// weights and inputs: loss, gradients and updated weights (after one and two
+// steps, so that momentum and Adam's moments count) agree within 1e-4 of
+// each tensor's largest magnitude.
+func TestTorchParity(t *testing.T) {
+	needTorch(t)
+	if testing.Short() {
+		t.Skip("PyTorch parity runs without -short")
+	}
+	smallConv := func() (*nn.Graph, error) {
+		b := nn.NewBuilder()
+		x := b.Input("x", 8, 8, 3)
+		x = b.Add("conv1", nn.NewConv2D(3, 6, 3, 1, 1), x)
+		x = b.Add("bn1", nn.NewBatchNorm(), x)
+		x = b.Add("relu1", nn.ReLU{}, x)
+		x = b.Add("pool1", &nn.MaxPool2D{K: 2, Stride: 2}, x)
+		y := b.Add("block.conv1", nn.NewConv2D(6, 6, 3, 1, 1), x)
+		y = b.Add("block.bn1", nn.NewBatchNorm(), y)
+		y = b.Add("block.relu1", nn.ReLU{}, y)
+		y = b.Add("block.conv2", nn.NewConv2D(6, 6, 1, 1, 0), y)
+		y = b.Add("block.add", nn.Add{}, y, x)
+		y = b.Add("block.relu2", nn.ReLU{}, y)
+		y = b.Add("down", nn.NewConv2D(6, 8, 3, 2, 1), y)
+		y = b.Add("flatten", nn.Flatten{}, y)
+		y = b.Add("fc", nn.NewLinear(2*2*8, 5), y)
+		return b.Build(y)
+	}
+	cases := []struct {
+		name  string
+		build func() (*nn.Graph, error)
+		shape []int
+		opt   nn.OptimizerConfig
+	}{
+		{"mlp", func() (*nn.Graph, error) { return zoo.Build("mlp32", zoo.Options{Width: 16, Input: []int{12}, Classes: 5}) }, []int{12},
+			nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}},
+		{"conv", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}},
+		{"conv-adam", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adam", LR: 1e-3, WeightDecay: 1e-4}},
+		{"resnet50", func() (*nn.Graph, error) {
+			return zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{8, 8, 3}, Classes: 5})
+		}, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9}},
+		{"uno", func() (*nn.Graph, error) { return zoo.Build("uno", zoo.Options{Width: 0.02, Input: []int{30}, Classes: 5}) }, []int{30},
+			nn.OptimizerConfig{Name: "adam", LR: 1e-3}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := c.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			parity(t, g, c.shape, c.opt)
+		})
+	}
+}
+
+func parity(t *testing.T, g *nn.Graph, shape []int, oc nn.OptimizerConfig) {
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(3, 4))
+	g.Init(5)
+	for _, p := range g.Params() {
+		if p.Trainable() {
+			for i := range nn.F32(p.Value) {
+				nn.F32(p.Value)[i] += float32(0.05 * r.NormFloat64())
+			}
+		}
+	}
+	sizes := []int{5, 4, 5} // uneven micro-batches
+	B := 14
+	fb := &fixedBatches{x: make([]float32, B*nn.Size(shape)), y: make([]int32, B), shape: shape, sizes: sizes}
+	for i := range fb.x {
+		fb.x[i] = float32(r.NormFloat64())
+	}
+	for i := range fb.y {
+		fb.y[i] = int32(r.IntN(5))
+	}
+	var in []tensorio.Named
+	for _, p := range g.Params() {
+		in = append(in, tensorio.Named{Name: p.Name, T: nn.FromData(append([]float32(nil), nn.F32(p.Value)...), p.Value.Shape()...)})
+	}
+	ys := make([]float32, B)
+	for i, y := range fb.y {
+		ys[i] = float32(y)
+	}
+	in = append(in, tensorio.Named{Name: "__x", T: nn.FromData(fb.x, append([]int{B}, shape...)...)}, tensorio.Named{Name: "__y", T: nn.FromData(ys, B)})
+	if err := tensorio.SaveSafetensors(filepath.Join(dir, "in.safetensors"), in, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{
+		"nodes": describe(g), "input": g.InputNames[0], "output": g.Output, "micro_sizes": sizes,
+		"optimizer": map[string]any{"name": oc.Name, "lr": oc.LR, "momentum": oc.Momentum, "weight_decay": oc.WeightDecay},
+	}
+	js, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, "spec.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(torchPython, "testdata/torch_step.py", filepath.Join(dir, "in.safetensors"), filepath.Join(dir, "spec.json"), filepath.Join(dir, "out.safetensors"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torch_step.py: %v\n%s", err, out)
+	}
+	ref, _, err := tensorio.LoadSafetensors(filepath.Join(dir, "out.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]float32{}
+	for _, n := range ref {
+		want[n.Name] = nn.F32(n.T)
+	}
+
+	be, _ := nn.NewBackend("gonum", 1, true)
+	opt, err := nn.NewOptimizer(oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := nn.NewTrainer(g, opt, be, 1)
+	// Step 1, by hand so that the gradients can be read before the update.
+	stepLoss := stepNoUpdate(tr, fb)
+	check(t, "loss1", []float32{float32(stepLoss)}, want["loss1"])
+	for _, p := range g.Params() {
+		if p.Trainable() {
+			check(t, "grad1/"+p.Name, nn.F32(p.Grad), want["grad1/"+p.Name])
+		}
+	}
+	opt.Step(g.Params())
+	for _, p := range g.Params() {
+		check(t, "value1/"+p.Name, nn.F32(p.Value), want["value1/"+p.Name])
+	}
+	tr.Step(fb, 0, 0, 1)
+	for _, p := range g.Params() {
+		check(t, "value2/"+p.Name, nn.F32(p.Value), want["value2/"+p.Name])
+	}
+}
+
+// stepNoUpdate runs the forward and backward passes of one mini-batch and
+// returns its mean loss, leaving the gradients in place.
+func stepNoUpdate(tr *nn.Trainer, b nn.Batches) float64 {
+	var ce nn.SoftmaxCE
+	tr.Ctx.Train = true
+	var total float64
+	in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)
+	for m := 0; m < b.MicroBatches(); m++ {
+		x, y := b.Micro(0, 0, m, nil, nil)
+		in[0] = x
+		out := tr.Stage.Forward(&tr.Ctx, 0, in)
+		loss, _, grad := ce.Forward(out[0], y, float32(1/float64(b.BatchSize())))
+		total += loss
+		dout[0] = grad
+		tr.Stage.Backward(&tr.Ctx, 0, dout)
+	}
+	return total / float64(b.BatchSize())
+}
+
+// check compares within 1e-4 of the reference tensor's largest magnitude.
+func check(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, PyTorch has %d", name, len(got), len(want))
+		return
+	}
+	scale := 0.0
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(float64(v)))
+	}
+	worst, at := 0.0, 0
+	for i := range got {
+		if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst || math.IsNaN(d) {
+			worst, at = d, i
+		}
+	}
+	if worst > 1e-4*scale || math.IsNaN(worst) {
+		t.Errorf("%s[%d]: ppnode %v, PyTorch %v (difference %.3g, %.3g of the largest magnitude)", name, at, got[at], want[at], worst, worst/scale)
+	}
+}
+
+var _ = fmt.Sprint

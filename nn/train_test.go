@@ -1,0 +1,136 @@
+package nn_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// randomBatches serves a fixed random mini-batch (for speed and allocation
+// measurements).
+func randomBatches(shape []int, batch, micro, classes int) *fixedBatches {
+	r := rand.New(rand.NewPCG(1, 1))
+	fb := &fixedBatches{x: make([]float32, batch*nn.Size(shape)), y: make([]int32, batch), shape: shape}
+	for i := range fb.x {
+		fb.x[i] = float32(r.NormFloat64())
+	}
+	for i := range fb.y {
+		fb.y[i] = int32(r.IntN(classes))
+	}
+	for m := 0; m < micro; m++ {
+		fb.sizes = append(fb.sizes, batch/micro+btoi(m < batch%micro))
+	}
+	return fb
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// reuse makes Micro copy into the caller's buffers, as data.Loader does.
+type reuse struct{ *fixedBatches }
+
+func (r reuse) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	lo := 0
+	for _, s := range r.sizes[:m] {
+		lo += s
+	}
+	n, per := r.sizes[m], nn.Size(r.shape)
+	if x == nil || nn.Rows(x) != n {
+		x = nn.New(append([]int{n}, r.shape...)...)
+		y = make([]int32, n)
+	}
+	copy(nn.F32(x), r.x[lo*per:(lo+n)*per])
+	copy(y, r.y[lo:lo+n])
+	return x, y
+}
+
+func newTrainer(tb testing.TB, model string, o zoo.Options, be nn.Backend) *nn.Trainer {
+	g, err := zoo.Build(model, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g.Init(1)
+	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nn.NewTrainer(g, opt, be, 1)
+}
+
+// Two deterministic runs give the same bits, and the bits do not depend on
+// the thread count.
+func TestDeterministicTraining(t *testing.T) {
+	run := func(threads int) string {
+		be, err := nn.NewBackend("", threads, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := newTrainer(t, "vgg16", zoo.Options{Width: 0.125, Input: []int{16, 16, 3}, Classes: 10}, be)
+		b := reuse{randomBatches([]int{16, 16, 3}, 24, 3, 10)}
+		for s := 0; s < 3; s++ {
+			tr.Step(b, 0, 0, s)
+		}
+		return nn.WeightsSHA256(tr.Graph.Params())
+	}
+	a, b, c := run(1), run(1), run(2)
+	if a != b || a != c {
+		t.Fatalf("deterministic runs differ: %s, %s, %s (2 threads)", a, b, c)
+	}
+}
+
+// Steady-state steps allocate no tensors: allocations per step are a small
+// constant (goroutine hand-offs), the same at every batch size.
+func TestSteadyStateAllocations(t *testing.T) {
+	be, _ := nn.NewBackend("", 2, false)
+	per := map[int]float64{}
+	for _, batch := range []int{16, 64} {
+		tr := newTrainer(t, "resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{8, 8, 3}}, be)
+		b := reuse{randomBatches([]int{8, 8, 3}, batch, 4, 10)}
+		tr.Step(b, 0, 0, 0)
+		per[batch] = testing.AllocsPerRun(3, func() { tr.Step(b, 0, 0, 1) })
+	}
+	t.Logf("allocations per step: %v", per)
+	if per[64] > per[16] {
+		t.Fatalf("allocations grow with the batch: %v", per)
+	}
+	// Each allocation is a goroutine hand-off of a few dozen bytes; a tensor
+	// would be one per layer or more (resnet50 has 170 layers).
+	if per[64] > 2000 {
+		t.Fatalf("%v allocations per step", per[64])
+	}
+}
+
+func BenchmarkTrainStep(b *testing.B) {
+	be, err := nn.NewBackend("", 0, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		model string
+		o     zoo.Options
+	}{
+		{"mlp32", zoo.Options{Input: []int{28, 28, 1}}},
+		{"resnet50", zoo.Options{Width: 0.25, Input: []int{32, 32, 3}}},
+	} {
+		for _, batch := range []int{32, 128} {
+			b.Run(fmt.Sprintf("%s/batch=%d", bc.model, batch), func(b *testing.B) {
+				tr := newTrainer(b, bc.model, bc.o, be)
+				data := reuse{randomBatches(bc.o.Input, batch, 4, 10)}
+				tr.Step(data, 0, 0, 0)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					tr.Step(data, 0, 0, i+1)
+				}
+				b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "samples/s")
+			})
+		}
+	}
+}

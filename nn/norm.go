@@ -91,19 +91,19 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 			inv[j] = float32(1 / math.Sqrt(float64(rv[j])+l.Eps))
 		}
 	}
-	// y = (x - mean) * inv * weight + bias, as one scale and shift.
-	scale, shift := F32(s.Buf(3, C)), F32(s.Buf(4, C))
+	// y = (x - mean) * (inv * weight) + bias. Folding the mean into the
+	// bias would cancel catastrophically when |mean| >> std.
+	scale := F32(s.Buf(3, C))
 	w, b := F32(l.Weight.Value), F32(l.Bias.Value)
 	for j := range scale {
 		scale[j] = inv[j] * w[j]
-		shift[j] = b[j] - mean[j]*scale[j]
 	}
 	yd := F32(y)
 	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xs, ys := x[r*C:(r+1)*C], yd[r*C:(r+1)*C]
 			for j, v := range xs {
-				ys[j] = v*scale[j] + shift[j]
+				ys[j] = (v-mean[j])*scale[j] + b[j]
 			}
 		}
 	})

@@ -31,6 +31,9 @@ type OptimizerConfig struct {
 	Beta1       float64 // adam; 0 means 0.9
 	Beta2       float64 // adam; 0 means 0.999
 	Eps         float64 // adam; 0 means 1e-8
+	// Threads bounds the goroutines of an update (elementwise, so the bits
+	// do not depend on it); 0 means 1.
+	Threads int
 }
 
 // NewOptimizer returns the configured optimizer.
@@ -40,9 +43,9 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 	}
 	switch c.Name {
 	case "sgd", "":
-		return &SGD{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay, state: map[*Param]*Tensor{}}, nil
+		return &SGD{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay, threads: max(c.Threads, 1), state: map[*Param]*Tensor{}}, nil
 	case "adam":
-		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, state: map[*Param][2]*Tensor{}}
+		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, threads: max(c.Threads, 1), state: map[*Param][2]*Tensor{}}
 		if a.Beta1 == 0 {
 			a.Beta1 = 0.9
 		}
@@ -62,7 +65,7 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 // g += wd·w; buf = g on the first step, else buf = μ·buf + g; w -= lr·buf.
 type SGD struct {
 	LR, Momentum, WeightDecay float64
-	steps                     int
+	steps, threads            int
 	state                     map[*Param]*Tensor
 }
 
@@ -97,22 +100,24 @@ func (o *SGD) Step(ps []*Param) {
 		if mu != 0 {
 			b = F32(o.buf(p))
 		}
-		for i := range w {
-			d := g[i]
-			if wd != 0 {
-				d += wd * w[i]
-			}
-			if b != nil {
-				if first {
-					b[i] = d
-				} else {
-					b[i] = mu*b[i] + d
+		parallel(o.threads, len(w), 1<<15, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d := g[i]
+				if wd != 0 {
+					d += wd * w[i]
 				}
-				d = b[i]
+				if b != nil {
+					if first {
+						b[i] = d
+					} else {
+						b[i] = mu*b[i] + d
+					}
+					d = b[i]
+				}
+				w[i] -= lr * d
+				g[i] = 0
 			}
-			w[i] -= lr * d
-		}
-		clear(g)
+		})
 	}
 	o.steps++
 }
@@ -121,7 +126,7 @@ func (o *SGD) Step(ps []*Param) {
 // AMSGrad), with PyTorch's order of operations.
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
-	steps                              int
+	steps, threads                     int
 	state                              map[*Param][2]*Tensor
 }
 
@@ -157,16 +162,18 @@ func (o *Adam) Step(ps []*Param) {
 		}
 		mo := o.moments(p)
 		w, g, m, v := F32(p.Value), F32(p.Grad), F32(mo[0]), F32(mo[1])
-		for i := range w {
-			d := g[i]
-			if wd != 0 {
-				d += wd * w[i]
+		parallel(o.threads, len(w), 1<<15, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d := g[i]
+				if wd != 0 {
+					d += wd * w[i]
+				}
+				m[i] = m[i]*b1 + (1-b1)*d
+				v[i] = v[i]*b2 + (1-b2)*d*d
+				denom := float32(math.Sqrt(float64(v[i])))/bc2s + eps
+				w[i] -= stepSize * (m[i] / denom)
+				g[i] = 0
 			}
-			m[i] = m[i]*b1 + (1-b1)*d
-			v[i] = v[i]*b2 + (1-b2)*d*d
-			denom := float32(math.Sqrt(float64(v[i])))/bc2s + eps
-			w[i] -= stepSize * (m[i] / denom)
-		}
-		clear(g)
+		})
 	}
 }

@@ -10,7 +10,8 @@ activations, OHWI convolution weights); the script converts at each op, so the
 gradients it writes are in ppnode's layout too.
 
 OUT.safetensors holds, after step 1: "loss1", "grad1/<param>", "value1/<name>";
-after step 2: "value2/<name>".
+after step 2: "value2/<name>". With "float64": true in SPEC.json the
+reference runs in float64 (the results are written as float32).
 """
 import json
 import struct
@@ -131,6 +132,10 @@ def main():
     spec = json.load(open(spec_path))
     tensors = read_safetensors(inp)
     torch.set_num_threads(1)
+    if spec.get("float64"):
+        # The exact reference: ppnode's float32 result is compared with it.
+        torch.set_default_dtype(torch.float64)
+        tensors = {k: v.astype(np.float64) for k, v in tensors.items()}
     g = Graph(spec, tensors)
     x = torch.tensor(tensors["__x"])
     y = torch.tensor(tensors["__y"]).long()
@@ -155,10 +160,10 @@ def main():
         if step == 1:
             out["loss1"] = np.array([total], dtype=np.float32)
             for k, p in g.params.items():
-                out["grad1/" + k] = p.grad.detach().numpy()
+                out["grad1/" + k] = p.grad.detach().numpy().copy()
         opt.step()
         for k, p in list(g.params.items()) + list(g.buffers.items()):
-            out["value%d/%s" % (step, k)] = p.detach().numpy()
+            out["value%d/%s" % (step, k)] = p.detach().numpy().copy()
     write_safetensors(out_path, out)
 
 

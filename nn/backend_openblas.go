@@ -9,6 +9,7 @@ void openblas_set_num_threads(int);
 import "C"
 
 import (
+	"os"
 	"sync"
 
 	"gonum.org/v1/netlib/blas/netlib"
@@ -16,22 +17,36 @@ import (
 
 func init() { registerBackend("openblas", newOpenBLAS) }
 
-// openblasMu guards openblasThreads, OpenBLAS's process-wide thread count:
-// calls with the current count share the read lock and run at once, a call
-// that needs another count waits for them and changes it.
-var openblasMu sync.RWMutex
+// OpenBLAS runs single-threaded: its own worker threads spin (sched_yield)
+// between calls and fight the layers' goroutines for the CPUs, so the
+// backend splits a product over rows or columns of C itself and runs the
+// parts on the shared worker goroutines. PPNODE_OPENBLAS_THREADS=native
+// lets OpenBLAS thread instead (for comparison).
+var (
+	openblasOnce   sync.Once
+	openblasNative = os.Getenv("PPNODE_OPENBLAS_THREADS") == "native"
+)
 
 type openblasBackend struct {
 	impl    netlib.Implementation
 	threads int
 }
 
-func newOpenBLAS(threads int) (Backend, error) { return &openblasBackend{threads: threads}, nil }
+func newOpenBLAS(threads int) (Backend, error) {
+	openblasOnce.Do(func() {
+		if openblasNative {
+			C.openblas_set_num_threads(C.int(threads))
+		} else {
+			C.openblas_set_num_threads(1)
+		}
+	})
+	return &openblasBackend{threads: threads}, nil
+}
 
 func (o *openblasBackend) Name() string { return "openblas" }
 
-// Deterministic is false: OpenBLAS picks its kernels by CPU model and splits
-// work by thread count, so bits differ between machines.
+// Deterministic is false: OpenBLAS picks its kernels by CPU model, so bits
+// differ between machines.
 func (o *openblasBackend) Deterministic() bool { return false }
 func (o *openblasBackend) Threads() int        { return o.threads }
 
@@ -39,20 +54,28 @@ func (o *openblasBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32,
 	if m == 0 || n == 0 {
 		return
 	}
-	openblasMu.RLock()
-	if openblasThreads == o.threads {
+	work := float64(m) * float64(n) * float64(k)
+	if openblasNative || o.threads <= 1 || work < 1<<20 {
 		o.impl.Sgemm(trans(transA), trans(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		openblasMu.RUnlock()
 		return
 	}
-	openblasMu.RUnlock()
-	openblasMu.Lock()
-	defer openblasMu.Unlock()
-	if openblasThreads != o.threads {
-		C.openblas_set_num_threads(C.int(o.threads))
-		openblasThreads = o.threads
+	if m >= n {
+		parallel(o.threads, m, 16, func(lo, hi int) {
+			off := lo * lda
+			if transA {
+				off = lo
+			}
+			as := a[off:]
+			o.impl.Sgemm(trans(transA), trans(transB), hi-lo, n, k, alpha, as, lda, b, ldb, beta, c[lo*ldc:], ldc)
+		})
+		return
 	}
-	o.impl.Sgemm(trans(transA), trans(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	parallel(o.threads, n, 16, func(lo, hi int) {
+		off := lo
+		if transB {
+			off = lo * ldb
+		}
+		bs := b[off:]
+		o.impl.Sgemm(trans(transA), trans(transB), m, hi-lo, k, alpha, a, lda, bs, ldb, beta, c[lo:], ldc)
+	})
 }
-
-var openblasThreads = -1 // guarded by openblasMu

@@ -40,8 +40,11 @@ func TestBackendsAgainstReference(t *testing.T) {
 	for _, name := range nn.Backends() {
 		for trial := 0; trial < 60; trial++ {
 			m, n, k := 1+r.IntN(70), 1+r.IntN(300), 1+r.IntN(90)
-			if trial%10 == 0 {
-				m, n, k = 130, 270, 200 // large enough to run in parallel
+			switch trial % 10 {
+			case 0: // large enough to run in parallel, split by columns
+				m, n, k = 130, 270, 200
+			case 1: // split by rows
+				m, n, k = 290, 120, 150
 			}
 			tA, tB := r.IntN(2) == 1, r.IntN(2) == 1
 			alpha, beta := float32(r.NormFloat64()), []float32{0, 1, 0.5}[r.IntN(3)]

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 )
 
 // ReLU is y = max(x, 0).
@@ -32,12 +33,15 @@ func (ReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 	y, dy, d := F32(out), F32(dout), F32(dx)
 	parallel(threadsOf(c), len(y), 1<<15, func(lo, hi int) {
 		ys, dys, ds := y[lo:hi], dy[lo:hi], d[lo:hi]
+		ds = ds[:len(ys)]
+		dys = dys[:len(ys)]
 		for i, v := range ys {
-			if v > 0 {
-				ds[i] = dys[i]
-			} else {
-				ds[i] = 0
-			}
+			// Branch-free: the sign pattern of activations is random, and a
+			// mispredicted branch per element costs more than the masking.
+			// -bits>>31 is all ones exactly when v > 0 (v is never NaN here
+			// unless the input was).
+			mask := uint32(-int32(math.Float32bits(v)) >> 31)
+			ds[i] = math.Float32frombits(math.Float32bits(dys[i]) & mask)
 		}
 	})
 	g[0] = dx

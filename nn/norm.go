@@ -17,6 +17,49 @@ type BatchNorm struct {
 	Weight, Bias, RunMean, RunVar *Param
 
 	sum, sum2 []float64 // scratch, one per channel
+	parts     []float64 // scratch, bnChunks × 2 × C partial sums
+}
+
+// bnChunks is the number of row chunks whose per-channel partial sums are
+// added, in chunk order, into a channel's sum. It is fixed, not the thread
+// count, so the sums are the same at every thread count.
+const bnChunks = 8
+
+// reduce sets out to the per-channel sums that fn accumulates over rows.
+func (l *BatchNorm) reduce(c *Ctx, rows int, out []float64, fn func(part []float64, lo, hi int)) {
+	l.reduce2(c, rows, out, nil, func(p1, _ []float64, lo, hi int) { fn(p1, lo, hi) })
+}
+
+// reduce2 is reduce for two sums at once (out2 may be nil).
+func (l *BatchNorm) reduce2(c *Ctx, rows int, out1, out2 []float64, fn func(p1, p2 []float64, lo, hi int)) {
+	C := l.C
+	chunks := 1
+	if rows >= 64*bnChunks {
+		chunks = bnChunks
+	}
+	if len(l.parts) < chunks*2*C {
+		l.parts = make([]float64, bnChunks*2*C)
+	}
+	parts := l.parts[:chunks*2*C]
+	clear(parts)
+	step := (rows + chunks - 1) / chunks
+	parallel(threadsOf(c), chunks, 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			fn(parts[2*k*C:(2*k+1)*C], parts[(2*k+1)*C:(2*k+2)*C], k*step, min((k+1)*step, rows))
+		}
+	})
+	clear(out1)
+	if out2 != nil {
+		clear(out2)
+	}
+	for k := 0; k < chunks; k++ {
+		for j := 0; j < C; j++ {
+			out1[j] += parts[2*k*C+j]
+			if out2 != nil {
+				out2[j] += parts[(2*k+1)*C+j]
+			}
+		}
+	}
 }
 
 // NewBatchNorm returns a BatchNorm with PyTorch's defaults.
@@ -53,24 +96,26 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
 	if c.Train {
 		sum, sum2 := l.sum, l.sum2
-		clear(sum)
-		clear(sum2)
-		for r := 0; r < rows; r++ {
-			xs := x[r*C : (r+1)*C]
-			for j, v := range xs {
-				sum[j] += float64(v)
+		l.reduce(c, rows, sum, func(part []float64, lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xs := x[r*C : (r+1)*C]
+				for j, v := range xs {
+					part[j] += float64(v)
+				}
 			}
-		}
+		})
 		for j := range sum {
 			sum[j] /= float64(rows)
 		}
-		for r := 0; r < rows; r++ {
-			xs := x[r*C : (r+1)*C]
-			for j, v := range xs {
-				d := float64(v) - sum[j]
-				sum2[j] += d * d
+		l.reduce(c, rows, sum2, func(part []float64, lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xs := x[r*C : (r+1)*C]
+				for j, v := range xs {
+					d := float64(v) - sum[j]
+					part[j] += d * d
+				}
 			}
-		}
+		})
 		rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)
 		m := l.Momentum
 		for j := range sum {
@@ -116,16 +161,16 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 	rows := len(x) / C
 	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
 	sdy, sdyx := l.sum, l.sum2
-	clear(sdy)
-	clear(sdyx)
-	for r := 0; r < rows; r++ {
-		xs, ds := x[r*C:(r+1)*C], dy[r*C:(r+1)*C]
-		for j, d := range ds {
-			xhat := float64((xs[j] - mean[j]) * inv[j])
-			sdy[j] += float64(d)
-			sdyx[j] += float64(d) * xhat
+	l.reduce2(c, rows, sdy, sdyx, func(p1, p2 []float64, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ds := x[r*C:(r+1)*C], dy[r*C:(r+1)*C]
+			for j, d := range ds {
+				xhat := float64((xs[j] - mean[j]) * inv[j])
+				p1[j] += float64(d)
+				p2[j] += float64(d) * xhat
+			}
 		}
-	}
+	})
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	for j := range gw {
 		gw[j] += float32(sdyx[j])

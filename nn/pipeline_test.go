@@ -1,0 +1,124 @@
+package nn_test
+
+import (
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// pipelineStep runs one mini-batch through the stages as a GPipe schedule
+// would: every micro-batch forward through all stages (each in its own
+// slot), then every backward in ascending micro-batch order, stages in
+// reverse; tensors cross stages by name.
+func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backend, b nn.Batches, global int) {
+	M := b.MicroBatches()
+	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1, Step: global}
+	vals := make([]map[string]*nn.Tensor, M)
+	labels := make([][]int32, M)
+	var losses []nn.SoftmaxCE = make([]nn.SoftmaxCE, M)
+	scale := float32(1 / float64(b.BatchSize()))
+	for m := 0; m < M; m++ {
+		x, y := b.Micro(0, 0, m, nil, nil)
+		vals[m] = map[string]*nn.Tensor{g.InputNames[0]: x}
+		labels[m] = y
+		ctx.Micro = m
+		for _, s := range stages {
+			in := make([]*nn.Tensor, len(s.Inputs))
+			for i, name := range s.Inputs {
+				in[i] = vals[m][name]
+			}
+			// Copy outputs: a stage's output buffers belong to its slot,
+			// as received tensors would belong to the receiver.
+			for i, t := range s.Forward(ctx, m, in) {
+				vals[m][s.Outputs[i]] = nn.FromData(append([]float32(nil), nn.F32(t)...), t.Shape()...)
+			}
+		}
+	}
+	for m := 0; m < M; m++ {
+		ctx.Micro = m
+		_, _, grad := losses[m].Forward(vals[m][g.Output], labels[m], scale)
+		grads := map[string]*nn.Tensor{g.Output: grad}
+		for k := len(stages) - 1; k >= 0; k-- {
+			s := stages[k]
+			dout := make([]*nn.Tensor, len(s.Outputs))
+			for i, name := range s.Outputs {
+				dout[i] = grads[name]
+			}
+			for i, d := range s.Backward(ctx, m, dout) {
+				if d == nil {
+					continue
+				}
+				name := s.Inputs[i]
+				if acc, ok := grads[name]; ok {
+					sum := append([]float32(nil), nn.F32(acc)...)
+					for j, v := range nn.F32(d) {
+						sum[j] += v
+					}
+					grads[name] = nn.FromData(sum, d.Shape()...)
+				} else {
+					grads[name] = nn.FromData(append([]float32(nil), nn.F32(d)...), d.Shape()...)
+				}
+			}
+		}
+	}
+	var ps []*nn.Param
+	for _, s := range stages {
+		ps = append(ps, s.Params()...)
+	}
+	opt.Step(ps)
+}
+
+// A model cut into stages and run as a pipeline computes exactly, bit for
+// bit, what the single-process trainer computes: the promise ppnode's
+// runtime builds on.
+func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
+	cases := []struct {
+		model string
+		o     zoo.Options
+		cuts  [][]int // node index boundaries of each plan
+	}{
+		{"mlp32", zoo.Options{Width: 16, Input: []int{6, 6, 1}}, nil},
+		{"resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{8, 8, 3}}, nil},
+		{"uno", zoo.Options{Width: 0.02, Input: []int{6, 6, 1}}, nil},
+		{"vgg16", zoo.Options{Width: 1.0 / 16, Input: []int{8, 8, 3}}, nil},
+	}
+	be, _ := nn.NewBackend("", 2, true)
+	for _, c := range cases {
+		t.Run(c.model, func(t *testing.T) {
+			data := reuse{randomBatches(c.o.Input, 12, 3, 10)}
+			ref := newTrainer(t, c.model, c.o, be)
+			for s := 0; s < 2; s++ {
+				ref.Step(data, 0, 0, s)
+			}
+			want := nn.WeightsSHA256(ref.Graph.Params())
+			n := len(ref.Graph.Nodes)
+			for _, parts := range []int{1, 2, 3, 5} {
+				g, err := zoo.Build(c.model, c.o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.Init(1)
+				var stages []*nn.Stage
+				for p := 0; p < parts; p++ {
+					var names []string
+					for _, node := range g.Nodes[p*n/parts : (p+1)*n/parts] {
+						names = append(names, node.Name)
+					}
+					s, err := g.Stage(names)
+					if err != nil {
+						t.Fatal(err)
+					}
+					stages = append(stages, s)
+				}
+				opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9})
+				for s := 0; s < 2; s++ {
+					pipelineStep(g, stages, opt, be, data, s)
+				}
+				if got := nn.WeightsSHA256(g.Params()); got != want {
+					t.Errorf("%d stages: weights %s, single process %s", parts, got[:16], want[:16])
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ module github.com/ppnode/ppnode
 go 1.26.8
 
 require (
+	github.com/klauspost/compress v1.20.4
 	gonum.org/v1/gonum v0.17.0
 	gonum.org/v1/netlib v0.0.0-20190313105609-8cb42192e0e0
 	gorgonia.org/tensor v0.9.24

@@ -20,6 +20,8 @@ type Optimizer interface {
 	Steps() int
 	// SetSteps restores the update count from a checkpoint.
 	SetSteps(n int)
+	// SetLR sets the learning rate of the following steps (see Schedule).
+	SetLR(lr float64)
 }
 
 // OptimizerConfig selects and configures an optimizer.
@@ -69,8 +71,9 @@ type SGD struct {
 	state                     map[*Param]*Tensor
 }
 
-func (o *SGD) Steps() int     { return o.steps }
-func (o *SGD) SetSteps(n int) { o.steps = n }
+func (o *SGD) Steps() int       { return o.steps }
+func (o *SGD) SetLR(lr float64) { o.LR = lr }
+func (o *SGD) SetSteps(n int)   { o.steps = n }
 
 func (o *SGD) State(p *Param) map[string]*Tensor {
 	if o.Momentum == 0 {
@@ -130,8 +133,9 @@ type Adam struct {
 	state                              map[*Param][2]*Tensor
 }
 
-func (o *Adam) Steps() int     { return o.steps }
-func (o *Adam) SetSteps(n int) { o.steps = n }
+func (o *Adam) Steps() int       { return o.steps }
+func (o *Adam) SetLR(lr float64) { o.LR = lr }
+func (o *Adam) SetSteps(n int)   { o.steps = n }
 
 func (o *Adam) moments(p *Param) [2]*Tensor {
 	m, ok := o.state[p]

@@ -35,7 +35,7 @@ func view(s *Slot, i int, t *Tensor, shape ...int) *Tensor {
 	}
 	d := F32(t)
 	v := s.bufs[i]
-	if v != nil && sameShape(v.Shape(), shape) && len(F32(v)) == len(d) && &F32(v)[0] == &d[0] {
+	if v != nil && sameShape(v.Shape(), shape) && len(F32(v)) == len(d) && (len(d) == 0 || &F32(v)[0] == &d[0]) {
 		return v
 	}
 	v = FromData(d, shape...)

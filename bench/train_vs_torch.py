@@ -1,0 +1,71 @@
+"""Side-by-side training speed: ppnode against PyTorch on the same model,
+batch, micro-batches and thread count, run alternately (A B A B ...) so that
+both see the same machine; prints each run and the medians.
+
+Run: /usr/bin/python3 bench/train_vs_torch.py [--rounds 3] [--threads 1,2] [--models mlp32,resnet50]
+(after `make build`; it uses bin/ppnode).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+CONFIGS = {
+    # model: (ppnode flags, torch flags, steps)
+    "mlp32": (["--model", "mlp32", "--data", "mnist"], ["--model", "mlp32"], 60),
+    "resnet50": (
+        ["--model", "resnet50", "--width", "0.25", "--data", "synthetic:32x32x3:10", "--synthetic-samples", "1024"],
+        ["--model", "resnet50", "--width", "0.25"],
+        6,
+    ),
+}
+
+
+def last_json(out):
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_ppnode(flags, steps, threads, batch, micro):
+    cmd = [os.path.join(ROOT, "bin", "ppnode"), "train", "--local", "--json", "--steps", str(steps),
+           "--threads", str(threads), "--batch", str(batch), "--micro-batches", str(micro)] + flags
+    return last_json(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["samples_per_sec"]
+
+
+def run_torch(flags, steps, threads, batch, micro):
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_train.py"), "--steps", str(steps), "--threads", str(threads),
+           "--batch", str(batch), "--micro-batches", str(micro)] + flags
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    return last_json(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)["samples_per_sec"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--models", default="mlp32,resnet50")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--steps-scale", type=float, default=1.0)
+    a = ap.parse_args()
+    print("| model | threads | ppnode samples/s (median) | PyTorch samples/s (median) | ratio | runs (ppnode / torch) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for model in a.models.split(","):
+        pflags, tflags, steps = CONFIGS[model]
+        steps = max(2, int(steps * a.steps_scale))
+        for threads in [int(t) for t in a.threads.split(",")]:
+            ours, theirs = [], []
+            for _ in range(a.rounds):
+                ours.append(run_ppnode(pflags, steps, threads, a.batch, a.micro_batches))
+                theirs.append(run_torch(tflags, steps, threads, a.batch, a.micro_batches))
+            mo, mt = statistics.median(ours), statistics.median(theirs)
+            runs = "%s / %s" % (" ".join("%.0f" % v for v in ours), " ".join("%.0f" % v for v in theirs))
+            print("| %s | %d | %.1f | %.1f | %.2fx | %s |" % (model, threads, mo, mt, mo / mt, runs), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

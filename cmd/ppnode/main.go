@@ -1,0 +1,71 @@
+// Command ppnode trains one model across machines of unequal speed. This
+// build provides single-process training and the GEMM benchmark:
+//
+//	ppnode train --local --model mlp32 --data mnist --epochs 3
+//	ppnode bench gemm
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+type command struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"train", "train a model (--local: in this process)", runTrain},
+	{"bench", "measure kernels: bench gemm", runBench},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			err := c.run(args[1:], stdout, stderr)
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "ppnode %s: %v\n", c.name, err)
+				var u usageError
+				if errors.As(err, &u) {
+					return 2
+				}
+				return 1
+			}
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "ppnode: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ppnode <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'ppnode <command> -h' for its flags.")
+}
+
+// usageError is a mistake in the command line (exit status 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }

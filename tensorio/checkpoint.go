@@ -1,0 +1,440 @@
+package tensorio
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// Checkpoint file layout (integers little-endian):
+//
+//	+--------+-----+--------+-----------------------+------------+----------------------------------+
+//	| "PPCK" | ver | 3 zero | frames, one per tensor | index JSON | footer: index length u32,        |
+//	|        |  1  |        | (frame format above)   |            | index CRC-32C u32, "PPCKEND\n"   |
+//	+--------+-----+--------+-----------------------+------------+----------------------------------+
+//
+// The index names every tensor (parameter, or optimizer slot of a
+// parameter) with its shape and the offset and length of its frame, and
+// holds the metadata. Frames tile the space between the 8-byte header and
+// the index exactly. Every frame carries its own checksums and the index
+// has one, so every byte of the file is covered; a file cut anywhere
+// fails (the footer is last).
+const (
+	ckptMagic     = "PPCK"
+	ckptVersion   = 1
+	ckptEndMagic  = "PPCKEND\n"
+	ckptHeaderLen = 8
+	ckptFooterLen = 16
+
+	// MaxCheckpointIndex bounds the JSON index of a checkpoint file.
+	MaxCheckpointIndex = 64 << 20
+)
+
+// Checkpoint is the state of a training job, or of part of its model,
+// after a step: the parameters, the optimizer state and where training
+// resumes.
+type Checkpoint struct {
+	JobID    string
+	Step     int64  // the step this state is the result of
+	PlanHash string // the plan that produced it
+	// Part names the part of the model a partial checkpoint holds (for
+	// example the stage); empty for a whole-model checkpoint.
+	Part   string
+	Data   DataPos
+	RNG    []byte            // generator state, opaque to tensorio
+	Meta   map[string]string // anything else
+	Params []Named
+	Optim  []OptimState
+}
+
+// DataPos is the position in the deterministic data order where training
+// resumes.
+type DataPos struct {
+	Epoch int64 `json:"epoch"`
+	Step  int64 `json:"step"`
+}
+
+// OptimState is one optimizer tensor of a parameter, such as Adam's "m"
+// and "v" moments.
+type OptimState struct {
+	Param string
+	Slot  string
+	T     *nn.Tensor
+}
+
+// ckptIndex is the JSON index of a checkpoint file.
+type ckptIndex struct {
+	Job     string            `json:"job"`
+	Step    int64             `json:"step"`
+	Plan    string            `json:"plan,omitempty"`
+	Part    string            `json:"part,omitempty"`
+	Data    DataPos           `json:"data"`
+	RNG     []byte            `json:"rng,omitempty"`
+	Meta    map[string]string `json:"meta,omitempty"`
+	Tensors []ckptTensor      `json:"tensors"`
+}
+
+type ckptTensor struct {
+	Name   string `json:"name"`
+	Slot   string `json:"slot,omitempty"` // empty for a parameter
+	Shape  []int  `json:"shape"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+}
+
+func (t ckptTensor) what() string {
+	if t.Slot == "" {
+		return fmt.Sprintf("parameter %q", t.Name)
+	}
+	return fmt.Sprintf("optimizer slot %q of %q", t.Slot, t.Name)
+}
+
+// validID reports whether s may name a job or a part: 1 to 128 of
+// [A-Za-z0-9_-]. (Such names appear in file names.)
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks that the checkpoint can be written: a valid job ID and
+// part, a non-negative step, unique non-empty parameter names, unique
+// optimizer slots that belong to parameters of the checkpoint, and
+// contiguous tensors.
+func (c *Checkpoint) Validate() error {
+	if !validID(c.JobID) {
+		return fmt.Errorf("tensorio: checkpoint job ID %q is not 1 to 128 of [A-Za-z0-9_-]", c.JobID)
+	}
+	if c.Part != "" && !validID(c.Part) {
+		return fmt.Errorf("tensorio: checkpoint part %q is not 1 to 128 of [A-Za-z0-9_-]", c.Part)
+	}
+	if c.Step < 0 {
+		return fmt.Errorf("tensorio: checkpoint step %d is negative", c.Step)
+	}
+	params := make(map[string]bool, len(c.Params))
+	for _, p := range c.Params {
+		if p.Name == "" {
+			return fmt.Errorf("tensorio: checkpoint parameter with an empty name")
+		}
+		if params[p.Name] {
+			return fmt.Errorf("tensorio: checkpoint parameter %q appears twice", p.Name)
+		}
+		params[p.Name] = true
+		if _, err := tensorData(p.T); err != nil {
+			return fmt.Errorf("tensorio: checkpoint parameter %q: %w", p.Name, err)
+		}
+	}
+	slots := make(map[[2]string]bool, len(c.Optim))
+	for _, o := range c.Optim {
+		if !params[o.Param] {
+			return fmt.Errorf("tensorio: optimizer slot %q belongs to %q, which is not a parameter of the checkpoint", o.Slot, o.Param)
+		}
+		if o.Slot == "" {
+			return fmt.Errorf("tensorio: optimizer slot of %q has an empty name", o.Param)
+		}
+		k := [2]string{o.Param, o.Slot}
+		if slots[k] {
+			return fmt.Errorf("tensorio: optimizer slot %q of %q appears twice", o.Slot, o.Param)
+		}
+		slots[k] = true
+		if _, err := tensorData(o.T); err != nil {
+			return fmt.Errorf("tensorio: optimizer slot %q of %q: %w", o.Slot, o.Param, err)
+		}
+	}
+	return nil
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
+}
+
+// WriteCheckpoint validates c and writes it to w (see the layout above).
+// Tensors are written raw: parameters and optimizer state do not compress.
+func WriteCheckpoint(w io.Writer, c *Checkpoint) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	cw := &countWriter{w: w}
+	if _, err := cw.Write([]byte{'P', 'P', 'C', 'K', ckptVersion, 0, 0, 0}); err != nil {
+		return err
+	}
+	idx := ckptIndex{
+		Job: c.JobID, Step: c.Step, Plan: c.PlanHash, Part: c.Part,
+		Data: c.Data, RNG: c.RNG, Meta: c.Meta,
+		Tensors: make([]ckptTensor, 0, len(c.Params)+len(c.Optim)),
+	}
+	fw := NewWriter(cw, CodecRaw)
+	put := func(name, slot string, t *nn.Tensor) error {
+		at := cw.n
+		if err := fw.WriteTensor(t); err != nil {
+			return err
+		}
+		idx.Tensors = append(idx.Tensors, ckptTensor{
+			Name: name, Slot: slot, Shape: append([]int{}, t.Shape()...),
+			Offset: at, Length: cw.n - at,
+		})
+		return nil
+	}
+	for _, p := range c.Params {
+		if err := put(p.Name, "", p.T); err != nil {
+			return err
+		}
+	}
+	for _, o := range c.Optim {
+		if err := put(o.Param, o.Slot, o.T); err != nil {
+			return err
+		}
+	}
+	js, err := json.Marshal(&idx)
+	if err != nil {
+		return err
+	}
+	if len(js) > MaxCheckpointIndex {
+		return fmt.Errorf("tensorio: checkpoint index of %d bytes exceeds %d", len(js), MaxCheckpointIndex)
+	}
+	var foot [ckptFooterLen]byte
+	binary.LittleEndian.PutUint32(foot[0:], uint32(len(js)))
+	binary.LittleEndian.PutUint32(foot[4:], crc(js))
+	copy(foot[8:], ckptEndMagic)
+	if _, err := cw.Write(js); err != nil {
+		return err
+	}
+	_, err = cw.Write(foot[:])
+	return err
+}
+
+// ReadCheckpoint parses and verifies a checkpoint file held in data. It
+// returns the complete checkpoint or an error wrapping ErrCorrupt that
+// names what is wrong; the tensors do not alias data.
+func ReadCheckpoint(data []byte) (*Checkpoint, error) {
+	if len(data) < ckptHeaderLen+ckptFooterLen {
+		return nil, corruptWrap(io.ErrUnexpectedEOF, "checkpoint of %d bytes", len(data))
+	}
+	if string(data[:4]) != ckptMagic {
+		return nil, corruptf("not a checkpoint: magic %q", data[:4])
+	}
+	if data[4] != ckptVersion {
+		return nil, corruptf("unsupported checkpoint version %d", data[4])
+	}
+	if data[5]|data[6]|data[7] != 0 {
+		return nil, corruptf("checkpoint header has non-zero reserved bytes % x", data[5:8])
+	}
+	foot := data[len(data)-ckptFooterLen:]
+	if string(foot[8:]) != ckptEndMagic {
+		return nil, corruptWrap(io.ErrUnexpectedEOF, "checkpoint has no end marker (truncated?)")
+	}
+	il := int64(binary.LittleEndian.Uint32(foot))
+	indexEnd := int64(len(data) - ckptFooterLen)
+	if il > MaxCheckpointIndex || il > indexEnd-ckptHeaderLen {
+		return nil, corruptf("checkpoint index length %d out of range", il)
+	}
+	js := data[indexEnd-il : indexEnd]
+	if got, want := crc(js), binary.LittleEndian.Uint32(foot[4:]); got != want {
+		return nil, corruptf("checkpoint index checksum %08x, want %08x", got, want)
+	}
+	var idx ckptIndex
+	if err := json.Unmarshal(js, &idx); err != nil {
+		return nil, corruptWrap(err, "checkpoint index")
+	}
+	c := &Checkpoint{
+		JobID: idx.Job, Step: idx.Step, PlanHash: idx.Plan, Part: idx.Part,
+		Data: idx.Data, RNG: idx.RNG, Meta: idx.Meta,
+	}
+	// Frames must tile [header, index) in index order.
+	at := int64(ckptHeaderLen)
+	for _, e := range idx.Tensors {
+		if e.Offset != at || e.Length < 0 || e.Length > indexEnd-il-at {
+			return nil, corruptf("checkpoint %s: frame at [%d, +%d) does not follow the previous one (at %d) within the file", e.what(), e.Offset, e.Length, at)
+		}
+		frame := data[at : at+e.Length]
+		at += e.Length
+		t, n, err := DecodeFrame(frame, nil)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", e.what(), err)
+		}
+		if int64(n) != e.Length {
+			return nil, corruptf("checkpoint %s: frame of %d bytes in a slot of %d", e.what(), n, e.Length)
+		}
+		if want := e.Shape; !sameShape(t.Shape(), want) && !(len(want) == 0 && sameShape(t.Shape(), []int{1})) {
+			return nil, corruptf("checkpoint %s: frame shape %v, index says %v", e.what(), t.Shape(), want)
+		}
+		if e.Slot == "" {
+			c.Params = append(c.Params, Named{Name: e.Name, T: t})
+		} else {
+			c.Optim = append(c.Optim, OptimState{Param: e.Name, Slot: e.Slot, T: t})
+		}
+	}
+	if at != indexEnd-il {
+		return nil, corruptf("checkpoint has %d unaccounted bytes before its index", indexEnd-il-at)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return c, nil
+}
+
+// SaveCheckpoint writes c to path atomically: a reader of path sees the
+// old file or the complete new one, even after a crash.
+func SaveCheckpoint(path string, c *Checkpoint) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, func(w io.Writer) error { return WriteCheckpoint(w, c) })
+}
+
+// LoadCheckpoint reads and verifies the checkpoint file at path.
+func LoadCheckpoint(path string) (*Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ReadCheckpoint(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Merge combines partial checkpoints of one step (same job, step, plan,
+// data position and RNG state) into a whole-model checkpoint. Parameter
+// names must not repeat across parts, nor metadata keys with different
+// values. Tensors are shared with the parts, not copied.
+func Merge(parts ...*Checkpoint) (*Checkpoint, error) {
+	if len(parts) == 0 {
+		return nil, errors.New("tensorio: merge of no checkpoints")
+	}
+	first := parts[0]
+	out := &Checkpoint{
+		JobID: first.JobID, Step: first.Step, PlanHash: first.PlanHash,
+		Data: first.Data, RNG: first.RNG,
+	}
+	for i, p := range parts {
+		switch {
+		case p.JobID != first.JobID:
+			return nil, fmt.Errorf("tensorio: merge: part %d (%q) is of job %q, part 0 of %q", i, p.Part, p.JobID, first.JobID)
+		case p.Step != first.Step:
+			return nil, fmt.Errorf("tensorio: merge: part %d (%q) is of step %d, part 0 of %d", i, p.Part, p.Step, first.Step)
+		case p.PlanHash != first.PlanHash:
+			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has plan %q, part 0 %q", i, p.Part, p.PlanHash, first.PlanHash)
+		case p.Data != first.Data:
+			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has data position %+v, part 0 %+v", i, p.Part, p.Data, first.Data)
+		case !bytes.Equal(p.RNG, first.RNG):
+			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has a different RNG state", i, p.Part)
+		}
+		for k, v := range p.Meta {
+			if old, ok := out.Meta[k]; ok && old != v {
+				return nil, fmt.Errorf("tensorio: merge: metadata %q is %q in one part and %q in part %d", k, old, v, i)
+			}
+			if out.Meta == nil {
+				out.Meta = map[string]string{}
+			}
+			out.Meta[k] = v
+		}
+		out.Params = append(out.Params, p.Params...)
+		out.Optim = append(out.Optim, p.Optim...)
+	}
+	out.sort()
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("tensorio: merge: %w", err)
+	}
+	return out, nil
+}
+
+// Split cuts a checkpoint by a partition of its parameter names: part i
+// holds the parameters named in parts[i] and their optimizer slots, with
+// the checkpoint's job, step, plan, data position, RNG state and metadata.
+// Every parameter must be in exactly one part. The parts' Part fields are
+// left empty for the caller to name; tensors are shared, not copied.
+func Split(c *Checkpoint, parts [][]string) ([]*Checkpoint, error) {
+	owner := make(map[string]int, len(c.Params))
+	for _, p := range c.Params {
+		owner[p.Name] = -1
+	}
+	for i, names := range parts {
+		for _, n := range names {
+			j, ok := owner[n]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("tensorio: split: part %d names %q, which is not a parameter of the checkpoint", i, n)
+			case j >= 0:
+				return nil, fmt.Errorf("tensorio: split: parameter %q is in parts %d and %d", n, j, i)
+			}
+			owner[n] = i
+		}
+	}
+	out := make([]*Checkpoint, len(parts))
+	for i := range out {
+		meta := make(map[string]string, len(c.Meta))
+		for k, v := range c.Meta {
+			meta[k] = v
+		}
+		out[i] = &Checkpoint{
+			JobID: c.JobID, Step: c.Step, PlanHash: c.PlanHash,
+			Data: c.Data, RNG: slices.Clone(c.RNG), Meta: meta,
+		}
+	}
+	for _, p := range c.Params {
+		i := owner[p.Name]
+		if i < 0 {
+			return nil, fmt.Errorf("tensorio: split: parameter %q is in no part", p.Name)
+		}
+		out[i].Params = append(out[i].Params, p)
+	}
+	for _, o := range c.Optim {
+		i, ok := owner[o.Param]
+		if !ok {
+			return nil, fmt.Errorf("tensorio: split: optimizer slot %q belongs to unknown parameter %q", o.Slot, o.Param)
+		}
+		out[i].Optim = append(out[i].Optim, o)
+	}
+	return out, nil
+}
+
+// sort orders parameters by name and optimizer slots by parameter, slot.
+func (c *Checkpoint) sort() {
+	slices.SortStableFunc(c.Params, func(a, b Named) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(c.Optim, func(a, b OptimState) int {
+		return cmp.Or(cmp.Compare(a.Param, b.Param), cmp.Compare(a.Slot, b.Slot))
+	})
+}
+
+// ExportSafetensors writes the checkpoint's parameters (not its optimizer
+// state) as a safetensors file, atomically, with the job, step, plan and
+// part, and the checkpoint's metadata, as the file's metadata.
+func ExportSafetensors(path string, c *Checkpoint) error {
+	meta := map[string]string{}
+	for k, v := range c.Meta {
+		meta[k] = v
+	}
+	meta["ppnode.job"] = c.JobID
+	meta["ppnode.step"] = fmt.Sprint(c.Step)
+	if c.PlanHash != "" {
+		meta["ppnode.plan"] = c.PlanHash
+	}
+	if c.Part != "" {
+		meta["ppnode.part"] = c.Part
+	}
+	return SaveSafetensors(path, c.Params, meta)
+}

@@ -1,0 +1,101 @@
+// Package tensorio moves ppnode's tensors across machine boundaries and
+// onto disk: compressed, checksummed frames for activations and gradients,
+// crash-safe checkpoint files, and safetensors import and export for
+// weights shared with PyTorch.
+//
+// # Frames
+//
+// A frame carries one float32 tensor. Integers are little-endian; r is the
+// rank:
+//
+//	+-------+-----+-------+-------+------+---------+---------+---------+-------------+------------+---------+
+//	| magic | ver | dtype | codec | rank | dims    | raw len | enc len | payload CRC | header CRC | payload |
+//	| PPTF  |  1  |  u8   |  u8   | u8 r | r x u32 |   u64   |   u64   |     u32     |    u32     |         |
+//	+-------+-----+-------+-------+------+---------+---------+---------+-------------+------------+---------+
+//	0       4     5       6       7      8         8+4r      16+4r     24+4r         28+4r        32+4r
+//
+// The raw length is 4 x the element count; the encoded length is the
+// payload's. The header checksum covers bytes [0, 28+4r), so a reader
+// trusts the shape and lengths before it allocates anything; the payload
+// checksum covers the encoded bytes. CRC-32C (Castagnoli) runs on the
+// CPU's CRC instruction.
+//
+// [AppendFrame] and [DecodeFrame] work on byte slices; [Writer] and
+// [Reader] on streams. All of them reuse their buffers and the codecs'
+// state, so frames of a steady shape cost no allocation, and decoding
+// into a tensor of the right shape fills that tensor in place. Raw frames
+// are written from and read into the tensor's memory without a copy.
+//
+// # Codecs
+//
+// All codecs but bf16 are lossless: decoding returns every bit, NaN
+// payloads and -0 included. Only the bit pattern of +0 counts as zero.
+//
+//	raw           the float32 bytes
+//	sparse        bitmap of non-zero elements + the non-zero values
+//	sparse+huff   bitmap + the values' top bytes (sign, exponent), both
+//	              Huffman-coded in 128 KiB blocks, + their low three bytes
+//	sparse+zstd   as sparse+huff, with bitmap and top bytes through zstd
+//	shuffle+zstd  byte planes (all first bytes, then all second ...) + zstd
+//	s2            S2 (Snappy successor) block
+//	zstd          zstd at its fastest level
+//	bf16          lossy: bfloat16, round to nearest, ties to even; opt-in
+//
+// The sparse codecs suit ReLU activations (about half zeros): on 4 MiB of
+// such data sparse+huff reaches a ratio of about 2.3 at over 1 GB/s on one
+// core. Dense Gaussian gradients barely compress (shuffle+zstd about 1.17).
+// bf16 has a relative error of at most 2^-8 for normal values and an
+// absolute error of at most 2^-134 for subnormal ones; values beyond the
+// largest bfloat16 round to infinity, NaNs stay NaN.
+//
+// # Codec choice
+//
+// [Choose] picks, for a sample of the data and a link speed, the lossless
+// codec that minimises encode + transfer + decode time, from the sample's
+// compression ratio (measured by encoding it) and each codec's speed
+// (measured once per process by [MeasureSpeeds], or given as a
+// [SpeedTable]). Fast links get raw, slow links a compressing codec.
+//
+// # Checkpoints
+//
+// A [Checkpoint] holds a job's parameters and optimizer state after a
+// step, with the job ID, step, plan hash, data position, RNG state and
+// free-form metadata. Its file is the tensors' frames, then a JSON index,
+// then a footer:
+//
+//	+------+-----+--------+-------------------------+------------+--------------------------------+
+//	| PPCK | ver | 3 zero | frames, one per tensor  | index JSON | index len u32, index CRC-32C   |
+//	|      | (1) |        | (raw codec)             |            | u32, "PPCKEND\n"               |
+//	+------+-----+--------+-------------------------+------------+--------------------------------+
+//
+// Every byte is covered by a checksum and the footer comes last, so a
+// truncated or damaged file is detected; the error names the damaged
+// tensor. Files are written atomically (temporary file, fsync, rename,
+// fsync of the directory): after a crash a reader sees the old file or
+// the new one, never a torn one. Stages write partial checkpoints of
+// their own layers; [Merge] joins the parts of one step into a
+// whole-model checkpoint and [Split] cuts one by a partition. A [Store]
+// keeps the last N checkpoints of each job and part in a directory and
+// finds the newest complete one.
+//
+// # Safetensors
+//
+// [WriteSafetensors] and [ReadSafetensors] speak the safetensors format
+// (8-byte header length, JSON header, raw little-endian data) laid out as
+// the reference implementation does, so weights move between ppnode and
+// PyTorch. Reading accepts F32, F64, I32, I64, U8, BF16 and F16 and
+// converts to float32 on demand ([Entry.Float32s]); writing produces F32,
+// and I64 through [I64Entry]. [WeightsSHA256] fingerprints a set of
+// weights bit for bit.
+//
+// # Errors
+//
+// Anything wrong with bytes that came from the network or from disk is
+// reported as an error wrapping [ErrCorrupt] (a truncated input also wraps
+// io.ErrUnexpectedEOF); decoders never panic on bad input. Sizes are
+// checked against limits ([MaxElements], [MaxRank],
+// [MaxSafetensorsHeader], [MaxCheckpointIndex]) before any allocation: a
+// frame header claiming 2^40 elements is rejected, not allocated. Invalid
+// arguments from the caller (a non-contiguous tensor, an unknown codec, a
+// checkpoint with duplicate names) are plain errors.
+package tensorio

@@ -1,0 +1,5 @@
+//go:build race
+
+package tensorio
+
+const raceEnabled = true

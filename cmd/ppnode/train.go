@@ -33,8 +33,8 @@ type trainFlags struct {
 	threads       int
 	out           string
 	json          bool
-	evalEvery     bool
 	trainSamples  int
+	standardize   bool
 }
 
 func (f *trainFlags) register(fs *flag.FlagSet) {
@@ -59,6 +59,7 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.out, "out", "", "write the trained weights to this safetensors file")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object as the last line")
 	fs.IntVar(&f.trainSamples, "synthetic-samples", 0, "synthetic data: training samples (default 4096)")
+	fs.BoolVar(&f.standardize, "standardize", true, "scale each input channel to zero mean and unit variance (training-set statistics)")
 }
 
 // trainResult is the final JSON line of ppnode train.
@@ -116,6 +117,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	set, err := data.Load(f.data, data.Options{Seed: f.seed, Train: f.trainSamples})
 	if err != nil {
 		return err
+	}
+	if f.standardize {
+		set.Standardize()
 	}
 	g, err := zoo.Build(f.model, zoo.Options{Width: f.width, Input: set.Train.Shape, Classes: set.Classes})
 	if err != nil {

@@ -21,6 +21,8 @@ type command struct {
 var commands = []command{
 	{"train", "train a model (--local: in this process)", runTrain},
 	{"bench", "measure kernels: bench gemm", runBench},
+	{"ckpt", "inspect a checkpoint or safetensors file, export a checkpoint", runCkpt},
+	{"plan", "partition a model over nodes and simulate the pipeline", runPlan},
 }
 
 func main() {

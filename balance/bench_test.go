@@ -1,0 +1,72 @@
+package balance
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// chainModel is a chain of n Linear layers with widths cycling through a
+// few sizes, so that layers cost different amounts.
+func chainModel(tb testing.TB, n int) *nn.Graph {
+	b := nn.NewBuilder()
+	x := b.Input("x", 8)
+	in := 8
+	widths := []int{8, 16, 12, 24, 8, 32}
+	for i := 0; i < n; i++ {
+		out := widths[i%len(widths)]
+		x = b.Add(fmt.Sprintf("l%d", i), nn.NewLinear(in, out), x)
+		in = out
+	}
+	g, err := b.Build(x)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
+}
+
+// unequalNodes returns n nodes with speeds spread over 0.25 to 2.
+func unequalNodes(n int) *Cluster {
+	c := &Cluster{DefaultLink: LinkProfile{Bandwidth: 1.25e9, Latency: 50e-6}}
+	for i := 0; i < n; i++ {
+		c.Nodes = append(c.Nodes, NodeProfile{Name: fmt.Sprintf("n%d", i), Speed: 0.25 + 1.75*float64((i*7)%n)/float64(n)})
+	}
+	return c
+}
+
+func BenchmarkSearch(b *testing.B) {
+	res, err := zoo.Build("resnet50", zoo.Options{Width: 0.25, Input: []int{32, 32, 3}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		g     *nn.Graph
+		nodes int
+	}{
+		{"resnet50/nodes=16", res, 16},
+		{"chain1000/nodes=64", chainModel(b, 1000), 64},
+	}
+	for _, c := range cases {
+		prof := Analytic(c.g, AnalyticOptions{})
+		cl := unequalNodes(c.nodes)
+		for _, sched := range []string{"1f1b", "auto"} {
+			o := Options{Partitioner: Balanced, Batch: 64, Schedule: sched}
+			if sched != "auto" {
+				o.MicroBatches = 8
+			}
+			b.Run(fmt.Sprintf("%s/schedule=%s", c.name, sched), func(b *testing.B) {
+				var r *Result
+				for i := 0; i < b.N; i++ {
+					var err error
+					if r, err = Search(c.g, prof, cl, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(r.Plan.Stages)), "stages")
+			})
+		}
+	}
+}

@@ -1,0 +1,106 @@
+// Package balance decides which layers of a model run on which node and in
+// what order: it profiles layers, partitions a model over unequal nodes
+// (sequential pipelines and DAGs of stages), writes each stage's program
+// for the GPipe, 1F1B and graph schedules, chooses schedule and
+// micro-batch count by simulating plans event by event, and draws the
+// result as a Gantt chart or a Chrome trace. It is a pure library: no
+// goroutines, sockets or clocks, except Profile, which measures.
+//
+// # Profiles and the cost model
+//
+// A ModelProfile has, per layer, forward and backward time on a reference
+// node as Fixed + PerSample·b for micro-batches of b samples (Profile
+// measures one size, ProfileWith two, Analytic estimates from FLOP counts),
+// output, parameter and trainable bytes, the memory held per micro-batch
+// in flight, and the optimizer-step time. A node's time is the reference
+// time divided by its Speed (given, or its GEMM GFLOP/s over the
+// reference's). A transfer of n bytes (the tensorio frame of the
+// activation or gradient) occupies the link for n/bandwidth and arrives a
+// latency later. A stage's memory is its parameters and buffers, one
+// gradient and the optimizer's state per trainable parameter, and per
+// micro-batch in flight its layers' buffers and its received inputs;
+// GPipe keeps M micro-batches in flight, 1F1B min(M, S-k) on stage k.
+//
+// # Partition descriptions
+//
+// A partition is written as stages separated by ';'. A stage is one or
+// more ranges joined by '+', then optionally '@node':
+//
+//	fc1-fc8@a; fc9-fc20@b; fc21-fc32@c
+//	flatten + tower1.slice-tower1.fc3@a; tower2.slice-tower2.fc3@b; tower3.slice-tower3.fc3@c; concat-out@d
+//
+// A range "first-last" covers the layers from first to last in the model's
+// topological order (graph.Nodes). A layer is attached to the layer before
+// it when it has no parameters, reads only that layer's output and is its
+// only reader (ReLU after Linear, pooling or dropout after ReLU); a range
+// also takes the chain of layers attached after its last layer, up to the
+// first one that the description names as the first or last layer of a
+// range. So "fc1-fc8" is fc1 ... fc8 and relu8 in mlp32, and
+// "fc1-fc8; relu8-fc32" puts relu8 in the second stage. Stages without a
+// node take, in order, the nodes that no stage names. The stage graph of
+// a DAG model (which stage feeds which) follows from the layers: ranges of
+// different branches in different stages make stages that run at the same
+// time. Validation names the layer, node or stage at fault when a layer is
+// in no stage or in two, a name is unknown, a node holds two stages, a
+// stage is empty, the stages depend on each other in a cycle, or a tensor's
+// gradients could not be summed in single-process order (see StageOutput).
+//
+// # Partitioners
+//
+// Units are a layer and the layers attached after it; partitioners cut
+// only between units. U is the number of units, N of nodes.
+//
+//   - uniform: U/N consecutive units per node, nodes in the order given.
+//     O(U). Guarantees equal layer counts (±1), nothing about time.
+//   - params: consecutive units per node in the order given, minimising
+//     the largest stage's parameter bytes (DeepSpeed's default). Exact
+//     min-max, O(U² N).
+//   - balanced (BaPipe): nodes in canonical order, fastest first (ties: more
+//     memory); a pipeline of S stages uses the S fastest, slowest stage
+//     first. A dynamic programme over (first unit, nodes left) finds for
+//     every S the least bottleneck T*(S) = max over stages of compute
+//     time and input-link time, subject to every node's memory under the
+//     schedule's micro-batches in flight; a second pass finds, among the
+//     partitions within T*(S), the one with the least critical path (one
+//     micro-batch's forward and backward through all stages and links).
+//     Both are exact for this cost model (tested against brute force);
+//     transfers of a DAG model are charged at every cut a tensor crosses.
+//     O(U² N) per pass in the worst case; the loops stop at the first
+//     stage slower than the best found, which makes balanced instances
+//     near O(U² log N). The node count S is chosen by simulated step time:
+//     of the counts whose T*(S) improves on every smaller count, the four
+//     with the least estimated step time (M-1)·T + CP are simulated.
+//   - graph (GraphPipe): the balanced programme with a second kind of step
+//     at fork-join regions (the parts between two cuts that one tensor
+//     crosses, such as uno's towers or a ResNet block with a downsample
+//     branch): the branches go to G >= 2 nodes at once (all branch-to-node
+//     assignments up to 4096, else longest branch first), optionally with
+//     the chain before the fork on the first of them, and run concurrently.
+//     It tries each bottleneck bound T*(S) on every node count and keeps
+//     the plans with the least estimated step time (M-1)·T + CP; the
+//     simulator picks among them. On a model with no fork-join region it is
+//     the balanced partitioner. O(U² N²) plus the assignments.
+//
+// # Schedules and programs
+//
+// A Plan lists per stage an explicit program (Instr): receive activations,
+// forward m, (loss m), send activations, receive gradients, backward m,
+// send gradients, and finally the optimizer step. Sends do not wait;
+// receives do. GPipe runs every forward, then every backward; 1F1B (stages
+// forming a chain) warms up with S-k-1 forwards, then alternates; the graph
+// schedule is 1F1B on a DAG of stages, warming up with d-1 forwards where
+// d is the stage's longest path to the end. In every schedule each stage
+// runs its backward passes in ascending micro-batch order, which with the
+// gradient order of StageOutput makes pipelined training bit-identical to
+// single-process training.
+//
+// # Simulator
+//
+// Simulate replays a plan's programs in time order: compute takes the
+// profiled time scaled by the node's speed, each link direction carries
+// one transfer at a time in the order sent. It reports step time, bubble
+// and busy fractions, peak memory per stage and link use, and its events
+// draw the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
+// Search runs a partitioner for each schedule and micro-batch count,
+// simulates the candidates and keeps the fastest plan that fits memory.
+package balance

@@ -1,0 +1,146 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// randomInstance builds a chain of L layers with a random profile and a
+// random cluster of N nodes: speeds, memory limits (some unlimited) and
+// per-pair link speeds.
+func randomInstance(r *rand.Rand, graphs map[int]*nn.Graph, t *testing.T) (*layout, *network, int, Schedule, int) {
+	L := 1 + r.IntN(12)
+	g := graphs[L]
+	if g == nil {
+		g = chainModel(t, L)
+		graphs[L] = g
+	}
+	prof := Analytic(g, AnalyticOptions{})
+	for k := range prof.Layers {
+		lp := &prof.Layers[k]
+		lp.Forward = Timing{Fixed: r.Float64() * 1e-3, PerSample: r.Float64() * 1e-2}
+		lp.Backward = Timing{Fixed: r.Float64() * 1e-3, PerSample: r.Float64() * 2e-2}
+		lp.OutputBytes = int64(r.IntN(100000))
+		lp.ParamBytes = int64(r.IntN(1 << 20))
+		lp.TrainableBytes = lp.ParamBytes
+		lp.SlotBytes = float64(r.IntN(50000))
+	}
+	N := 1 + r.IntN(4)
+	c := &Cluster{DefaultLink: LinkProfile{Bandwidth: 1e6 + r.Float64()*1e8, Latency: r.Float64() * 1e-3}}
+	for i := 0; i < N; i++ {
+		n := NodeProfile{Name: fmt.Sprintf("n%d", i), Speed: 0.2 + 1.8*r.Float64()}
+		if r.IntN(3) > 0 {
+			n.Memory = int64(1<<20) + int64(r.IntN(6<<20))
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	for i := 0; i < N; i++ {
+		for j := 0; j < N; j++ {
+			if i != j && r.IntN(2) == 0 {
+				c.Links = append(c.Links, LinkProfile{From: c.Nodes[i].Name, To: c.Nodes[j].Name, Bandwidth: 1e6 + r.Float64()*1e8, Latency: r.Float64() * 1e-3})
+			}
+		}
+	}
+	net, err := c.resolve(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLayout(g, prof), net, 1 + r.IntN(8), Schedule(r.IntN(2)), 1 + r.IntN(4)
+}
+
+// bruteForce enumerates every split of the units into S runs, stage k of
+// the pipeline on order[S-1-k], and returns the least bottleneck and,
+// among the splits within tau, the least critical path (summed from the
+// back, as the programme sums).
+func bruteForce(p *problem, S int, tau float64) (bestT, bestCP float64) {
+	U := p.c.U
+	bestT, bestCP = math.Inf(1), math.Inf(1)
+	cuts := make([]int, S+1)
+	cuts[S] = U
+	var rec func(k, from int)
+	rec = func(k, from int) {
+		if k == S {
+			T, CP, ok := 0.0, 0.0, true
+			for j := S - 1; j >= 0; j-- {
+				c := S - j
+				i, e := cuts[j], cuts[j+1]
+				if !p.memOK(i, e, c) {
+					ok = false
+					break
+				}
+				x, xs := p.xin(i, c, p.order[c-1])
+				comp := p.comp(i, e, c)
+				T = max(T, comp, x)
+				CP = comp + xs + CP
+			}
+			if !ok {
+				return
+			}
+			bestT = min(bestT, T)
+			if T <= tau {
+				bestCP = min(bestCP, CP)
+			}
+			return
+		}
+		for e := from + 1; e <= U-(S-k-1); e++ {
+			if k == S-1 && e != U {
+				continue
+			}
+			cuts[k+1] = e
+			rec(k+1, e)
+		}
+	}
+	cuts[0] = 0
+	rec(0, 0)
+	return bestT, bestCP
+}
+
+// The balanced partitioner's programme against brute force on 1000 seeded
+// random instances (up to 12 layers, 4 nodes, random speeds, sizes, links
+// and memory limits): for every node count, the first pass finds the least
+// bottleneck and the second the least critical path within it, and the
+// solution it returns has exactly those costs.
+func TestBalancedMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 2))
+	graphs := map[int]*nn.Graph{}
+	checked, feasible := 0, 0
+	for inst := 0; inst < 1000; inst++ {
+		l, net, M, sched, b := randomInstance(r, graphs, t)
+		inflight := func(c int) float64 { return float64(M) }
+		if sched == OneFOneB {
+			inflight = func(c int) float64 { return float64(min(M, c)) }
+		}
+		p := newProblem(l, l.costsFor(b, 1), net, inflight, false)
+		s := newSolver(p)
+		s.minmax()
+		for S := 1; S <= min(s.N, p.c.U); S++ {
+			bt, _ := bruteForce(p, S, math.Inf(1))
+			if got := s.g[S][0]; got != bt {
+				t.Fatalf("instance %d, S=%d: programme's bottleneck %v, brute force %v", inst, S, got, bt)
+			}
+			checked++
+			if math.IsInf(bt, 1) {
+				continue
+			}
+			feasible++
+			_, bcp := bruteForce(p, S, bt)
+			h, ch, pc := s.minSum(bt, S)
+			if math.Abs(h[S][0]-bcp) > 1e-12*bcp {
+				t.Fatalf("instance %d, S=%d: critical path %v, brute force %v", inst, S, h[S][0], bcp)
+			}
+			segs := s.walk(S, ch, pc)
+			T, CP := s.evaluate(segs)
+			if T > bt || math.Abs(CP-bcp) > 1e-9*bcp || len(segs) != S {
+				t.Fatalf("instance %d, S=%d: solution %v has T=%v CP=%v, want T<=%v CP=%v", inst, S, segs, T, CP, bt, bcp)
+			}
+		}
+	}
+	t.Logf("%d (instance, node count) pairs, %d feasible", checked, feasible)
+	if feasible < checked/3 {
+		t.Fatalf("only %d of %d cases feasible: the memory limits are too tight to test much", feasible, checked)
+	}
+}

@@ -1,0 +1,244 @@
+package balance
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// fixedData is one random mini-batch cut into equal micro-batches.
+type fixedData struct {
+	x     []float32
+	y     []int32
+	shape []int
+	M, n  int
+}
+
+func newFixedData(shape []int, batch, M, classes int) *fixedData {
+	r := rand.New(rand.NewPCG(3, 3))
+	d := &fixedData{x: make([]float32, batch*nn.Size(shape)), y: make([]int32, batch), shape: shape, M: M, n: batch / M}
+	for i := range d.x {
+		d.x[i] = float32(r.NormFloat64())
+	}
+	for i := range d.y {
+		d.y[i] = int32(r.IntN(classes))
+	}
+	return d
+}
+
+func (d *fixedData) BatchSize() int     { return d.n * d.M }
+func (d *fixedData) MicroBatches() int  { return d.M }
+func (d *fixedData) StepsPerEpoch() int { return 1 }
+func (d *fixedData) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	per := nn.Size(d.shape)
+	x = nn.FromData(slices.Clone(d.x[m*d.n*per:(m+1)*d.n*per]), append([]int{d.n}, d.shape...)...)
+	return x, slices.Clone(d.y[m*d.n : (m+1)*d.n])
+}
+
+func clone(t *nn.Tensor) *nn.Tensor {
+	if t == nil {
+		return nil
+	}
+	return nn.FromData(slices.Clone(nn.F32(t)), t.Shape()...)
+}
+
+// runPlan executes a plan's programs in one process, as the runtime would
+// across nodes: every stage runs its instructions in order, a receive
+// waits for its message, gradients of a tensor from several stages are
+// summed in the order of the output's To list. It returns the weights'
+// hash after steps training steps.
+func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) string {
+	t.Helper()
+	be, _ := nn.NewBackend("gonum", 1, true)
+	S := len(p.Stages)
+	stages := make([]*nn.Stage, S)
+	opts := make([]nn.Optimizer, S)
+	for s, sp := range p.Stages {
+		st, err := g.Stage(sp.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, in := range sp.Inputs {
+			if st.Inputs[k] != in.Name {
+				t.Fatalf("stage %d input %d: plan %q, nn %q", s, k, in.Name, st.Inputs[k])
+			}
+		}
+		stages[s] = st
+		opts[s], _ = nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
+	}
+	type key struct {
+		from, to int
+		grad     bool
+		m        int
+	}
+	for step := 0; step < steps; step++ {
+		msgs := map[key]map[string]*nn.Tensor{}
+		ins := make([][]map[string]*nn.Tensor, S)     // stage, micro -> input tensors
+		grads := make([][]map[string][]*nn.Tensor, S) // stage, micro -> output -> grads by To position
+		outs := make([][][]*nn.Tensor, S)
+		ginOf := make([][][]*nn.Tensor, S)
+		lossGrad := make([]*nn.Tensor, data.M)
+		var ce nn.SoftmaxCE
+		for s := range stages {
+			ins[s] = make([]map[string]*nn.Tensor, data.M)
+			grads[s] = make([]map[string][]*nn.Tensor, data.M)
+			outs[s] = make([][]*nn.Tensor, data.M)
+			ginOf[s] = make([][]*nn.Tensor, data.M)
+			for m := range ins[s] {
+				ins[s][m] = map[string]*nn.Tensor{}
+				grads[s][m] = map[string][]*nn.Tensor{}
+			}
+		}
+		pc := make([]int, S)
+		for progress := true; progress; {
+			progress = false
+			for s, sp := range p.Stages {
+				for pc[s] < len(sp.Program) {
+					in := sp.Program[pc[s]]
+					m := in.Micro
+					ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1, Step: step, Micro: m}
+					switch in.Op {
+					case OpRecvAct, OpRecvGrad:
+						if in.Peer == Coordinator {
+							x, _ := data.Micro(0, step, m, nil, nil)
+							ins[s][m][g.InputNames[0]] = x
+							break
+						}
+						msg, ok := msgs[key{in.Peer, s, in.Op == OpRecvGrad, m}]
+						if !ok {
+							goto blocked
+						}
+						for _, name := range in.Tensors {
+							if in.Op == OpRecvAct {
+								ins[s][m][name] = msg[name]
+							} else {
+								k := slices.IndexFunc(sp.Outputs, func(o StageOutput) bool { return o.Name == name })
+								pos := slices.Index(sp.Outputs[k].To, in.Peer)
+								for len(grads[s][m][name]) <= pos {
+									grads[s][m][name] = append(grads[s][m][name], nil)
+								}
+								grads[s][m][name][pos] = msg[name]
+							}
+						}
+					case OpForward:
+						x := make([]*nn.Tensor, len(sp.Inputs))
+						for k, i := range sp.Inputs {
+							x[k] = ins[s][m][i.Name]
+						}
+						outs[s][m] = nil
+						for _, o := range stages[s].Forward(ctx, m, x) {
+							outs[s][m] = append(outs[s][m], clone(o))
+						}
+					case OpLoss:
+						k := slices.Index(stages[s].Outputs, g.Output)
+						_, y := data.Micro(0, step, m, nil, nil)
+						_, _, gr := ce.Forward(outs[s][m][k], y, float32(1/float64(data.BatchSize())))
+						lossGrad[m] = clone(gr)
+					case OpSendAct, OpSendGrad:
+						msg := map[string]*nn.Tensor{}
+						for _, name := range in.Tensors {
+							if in.Op == OpSendAct {
+								msg[name] = outs[s][m][slices.Index(stages[s].Outputs, name)]
+							} else {
+								k := slices.Index(stages[s].Inputs, name)
+								gr := ginOf[s][m][k]
+								if gr == nil {
+									gr = nn.New(ins[s][m][name].Shape()...)
+								}
+								msg[name] = gr
+							}
+						}
+						msgs[key{s, in.Peer, in.Op == OpSendGrad, m}] = msg
+					case OpBackward:
+						dout := make([]*nn.Tensor, len(sp.Outputs))
+						for k, o := range sp.Outputs {
+							if o.Name == g.Output && sp.Loss {
+								dout[k] = lossGrad[m]
+								continue
+							}
+							var acc *nn.Tensor
+							for _, gr := range grads[s][m][o.Name] {
+								if acc == nil {
+									acc = clone(gr)
+									continue
+								}
+								a, b := nn.F32(acc), nn.F32(gr)
+								for i := range a {
+									a[i] += b[i]
+								}
+							}
+							dout[k] = acc
+						}
+						ginOf[s][m] = nil
+						for _, d := range stages[s].Backward(ctx, m, dout) {
+							ginOf[s][m] = append(ginOf[s][m], clone(d))
+						}
+					case OpStep:
+						opts[s].Step(stages[s].Params())
+					}
+					pc[s]++
+					progress = true
+				}
+			blocked:
+			}
+		}
+		for s := range pc {
+			if pc[s] != len(p.Stages[s].Program) {
+				t.Fatalf("step %d: stage %d stuck at %v", step, s, p.Stages[s].Program[pc[s]])
+			}
+		}
+	}
+	return nn.WeightsSHA256(g.Params())
+}
+
+// Plans run as their programs say compute, bit for bit, what one process
+// computes: stage DAGs, several consumers of one tensor in different
+// stages, every schedule.
+func TestPlansTrainBitIdentical(t *testing.T) {
+	cases := []struct {
+		model func() *nn.Graph
+		input []int
+		spec  string
+		nodes []string
+	}{
+		{func() *nn.Graph { return fanModel(t) }, []int{4}, "fc0@a; fc2 + fc3@b; fc1@c; concat-out@d", []string{"a", "b", "c", "d"}},
+		{func() *nn.Graph { return fanModel(t) }, []int{4}, "fc0 + fc1@a; fc3@b; fc2 + concat-out@c", []string{"a", "b", "c"}},
+		{func() *nn.Graph { return build(t, "uno", zoo.Options{Width: 0.02, Input: []int{6, 6, 1}}) }, []int{6, 6, 1},
+			"flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", []string{"a", "b", "c", "d"}},
+		{func() *nn.Graph { return build(t, "resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{8, 8, 3}}) }, []int{8, 8, 3},
+			"conv1-layer1.0.conv3@a; layer1.0.bn3 + layer1.0.add-layer3.0.downsample.0@b; layer1.0.downsample.0-layer1.0.downsample.1@c; layer3.0.downsample.1-fc@d", []string{"a", "b", "c", "d"}},
+	}
+	for k, c := range cases {
+		data := newFixedData(c.input, 12, 3, 2)
+		ref := c.model()
+		ref.Init(1)
+		be, _ := nn.NewBackend("gonum", 1, true)
+		opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
+		tr := nn.NewTrainer(ref, opt, be, 1)
+		for s := 0; s < 2; s++ {
+			tr.Step(data, 0, 0, s)
+		}
+		want := nn.WeightsSHA256(ref.Params())
+		for _, sched := range []Schedule{GPipe, GraphSchedule} {
+			t.Run(fmt.Sprintf("%d/%s", k, sched), func(t *testing.T) {
+				g := c.model()
+				g.Init(1)
+				part, err := ParseSpec(g, c.spec, c.nodes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := Build(g, part, c.nodes, sched, data.M, data.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := runPlan(t, g, p, data, 2); got != want {
+					t.Fatalf("plan's weights %s, single process %s", got[:16], want[:16])
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,450 @@
+package balance
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// Timing is the time of one pass of a layer over a micro-batch of b
+// samples on the reference node: Fixed + PerSample·b seconds. A profile
+// measured at one micro-batch size has Fixed = 0; one measured at two
+// sizes fits both terms, so that the planner sees that small micro-batches
+// cost more per sample.
+type Timing struct {
+	Fixed     float64 `json:"fixed_s"`
+	PerSample float64 `json:"per_sample_s"`
+}
+
+// At returns the time for a micro-batch of b samples.
+func (t Timing) At(b int) float64 { return t.Fixed + t.PerSample*float64(b) }
+
+// LayerProfile is what the planner knows of one layer (one graph node).
+type LayerProfile struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Forward and Backward are the times of the layer's passes on the
+	// reference node. Backward is zero when nn skips it (no parameter at or
+	// before the layer).
+	Forward  Timing `json:"forward"`
+	Backward Timing `json:"backward"`
+	// Update is the time of one optimizer step (SGD with momentum) over the
+	// layer's parameters, once per training step.
+	Update float64 `json:"update_s"`
+	// OutputBytes is the size of the layer's output per sample (float32).
+	OutputBytes int64 `json:"output_bytes"`
+	// ParamBytes counts parameters and buffers; TrainableBytes only the
+	// parameters the optimizer updates (each has a gradient of the same
+	// size, and optimizer state).
+	ParamBytes     int64 `json:"param_bytes"`
+	TrainableBytes int64 `json:"trainable_bytes"`
+	// SlotBytes is the memory the layer holds per micro-batch in flight,
+	// per sample: the activations kept from forward to backward and the
+	// backward buffers, which nn keeps per micro-batch slot.
+	SlotBytes float64 `json:"slot_bytes"`
+	// FLOPs is the forward pass's floating-point operations per sample
+	// (counted from the layer's shape, not measured).
+	FLOPs float64 `json:"flops"`
+}
+
+// ModelProfile is the per-layer profile of a model, measured on one node
+// (the reference, speed 1) or estimated from FLOP counts. It is JSON so
+// that nodes can exchange it.
+type ModelProfile struct {
+	Model string `json:"model,omitempty"`
+	// Graph is the GraphHash of the model the profile belongs to.
+	Graph string `json:"graph"`
+	// Source is "measured" or "analytic".
+	Source  string `json:"source"`
+	Backend string `json:"backend,omitempty"`
+	Threads int    `json:"threads,omitempty"`
+	// GFLOPS is the reference node's GEMM speed (0 if unknown). A node
+	// profile with GFLOPS and no Speed gets Speed = its GFLOPS / this.
+	GFLOPS float64 `json:"gflops,omitempty"`
+	// Sizes are the micro-batch sizes that were measured.
+	Sizes []int `json:"sizes,omitempty"`
+	// Layers follow the graph's node order.
+	Layers []LayerProfile `json:"layers"`
+}
+
+// GraphHash identifies a model's structure: its inputs, and every node's
+// name, kind, inputs and output shape. Two graphs with the same hash take
+// the same plans and profiles.
+func GraphHash(g *nn.Graph) string {
+	h := sha256.New()
+	w := func(s string) {
+		var n [4]byte
+		binary.LittleEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	ints := func(v []int) { w(fmt.Sprint(v)) }
+	for i, in := range g.InputNames {
+		w("input")
+		w(in)
+		ints(g.InputShapes[i])
+	}
+	for _, n := range g.Nodes {
+		w("node")
+		w(n.Name)
+		w(n.Layer.Kind())
+		for _, in := range n.Inputs {
+			w(in)
+		}
+		ints(n.Shape)
+	}
+	w("output")
+	w(g.Output)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Check reports whether p is a profile of g.
+func (p *ModelProfile) Check(g *nn.Graph) error {
+	if len(p.Layers) != len(g.Nodes) {
+		return fmt.Errorf("%w: profile has %d layers, model %d", ErrProfile, len(p.Layers), len(g.Nodes))
+	}
+	for i, n := range g.Nodes {
+		l := p.Layers[i]
+		if l.Name != n.Name {
+			return fmt.Errorf("%w: profile layer %d is %q, model layer %q", ErrProfile, i, l.Name, n.Name)
+		}
+		for _, v := range []float64{l.Forward.Fixed, l.Forward.PerSample, l.Backward.Fixed, l.Backward.PerSample, l.Update, l.SlotBytes} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: layer %q has a negative or non-finite value", ErrProfile, l.Name)
+			}
+		}
+		if l.OutputBytes < 0 || l.ParamBytes < 0 || l.TrainableBytes < 0 {
+			return fmt.Errorf("%w: layer %q has a negative size", ErrProfile, l.Name)
+		}
+	}
+	if p.Graph != "" && p.Graph != GraphHash(g) {
+		return fmt.Errorf("%w: profile is of graph %s, model is %s", ErrProfile, p.Graph, GraphHash(g))
+	}
+	return nil
+}
+
+// ProfileOptions tune a measurement.
+type ProfileOptions struct {
+	// Sizes are the micro-batch sizes to measure: one (times proportional
+	// to the size) or two (fixed cost plus cost per sample).
+	Sizes []int
+	// Each pass is repeated at least MinReps times and until MinTime has
+	// passed, at most MaxReps times; the median is kept. Defaults 3, 5 ms, 25.
+	MinReps, MaxReps int
+	MinTime          time.Duration
+}
+
+// Profile measures every layer of g with micro-batches of microBatch
+// samples on be: forward and backward time, optimizer-step time, output,
+// parameter and per-micro-batch memory. It runs the layers one at a time
+// (each as an nn.Stage of one layer) on random inputs; the parameters,
+// gradients and buffers of g are restored afterwards.
+func Profile(g *nn.Graph, microBatch int, be nn.Backend) (*ModelProfile, error) {
+	return ProfileWith(g, be, ProfileOptions{Sizes: []int{microBatch}})
+}
+
+// ProfileWith is Profile with options.
+func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, error) {
+	sizes := slices.Clone(o.Sizes)
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	if len(sizes) == 0 || len(sizes) > 2 || sizes[0] < 1 {
+		return nil, fmt.Errorf("%w: profile sizes %v: want one or two positive micro-batch sizes", ErrProfile, o.Sizes)
+	}
+	if o.MinReps <= 0 {
+		o.MinReps = 3
+	}
+	if o.MaxReps < o.MinReps {
+		o.MaxReps = max(25, o.MinReps)
+	}
+	if o.MinTime <= 0 {
+		o.MinTime = 5 * time.Millisecond
+	}
+	restore := snapshot(g)
+	defer restore()
+
+	p := &ModelProfile{Graph: GraphHash(g), Source: "measured", Backend: be.Name(), Threads: be.Threads(), Sizes: sizes}
+	p.GFLOPS = MeasureGEMM(be, 256, 50*time.Millisecond)
+	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	type sample struct{ fwd, bwd, slot float64 }
+	meas := make([][]sample, len(g.Nodes))
+	for i, n := range g.Nodes {
+		st, err := g.Stage([]string{n.Name})
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range sizes {
+			in := make([]*nn.Tensor, len(st.Inputs))
+			for k, name := range st.Inputs {
+				shape := shapeOf(g, name)
+				in[k] = randomTensor(rng, append([]int{b}, shape...))
+			}
+			dout := make([]*nn.Tensor, len(st.Outputs))
+			for k, name := range st.Outputs {
+				dout[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
+			}
+			st.Forward(ctx, 0, in) // warm up slot 0
+			st.Backward(ctx, 0, dout)
+			// Memory of one micro-batch in flight: what a fresh slot allocates.
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			st.Forward(ctx, 1, in)
+			st.Backward(ctx, 1, dout)
+			runtime.ReadMemStats(&m1)
+			slot := float64(m1.TotalAlloc - m0.TotalAlloc)
+			var fw, bw []float64
+			start := time.Now()
+			for r := 0; r < o.MaxReps && (r < o.MinReps || time.Since(start) < o.MinTime); r++ {
+				t0 := time.Now()
+				st.Forward(ctx, 0, in)
+				t1 := time.Now()
+				st.Backward(ctx, 0, dout)
+				t2 := time.Now()
+				fw = append(fw, t1.Sub(t0).Seconds())
+				bw = append(bw, t2.Sub(t1).Seconds())
+			}
+			if !n.RequiresGrad {
+				clear(bw)
+			}
+			meas[i] = append(meas[i], sample{median(fw), median(bw), slot})
+		}
+	}
+	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 1e-12, Momentum: 0.9, Threads: be.Threads()})
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range g.Nodes {
+		lp := staticProfile(g, n)
+		ms := meas[i]
+		bmax := sizes[len(sizes)-1]
+		lp.SlotBytes = max(ms[len(ms)-1].slot/float64(bmax), float64(lp.OutputBytes))
+		lp.Forward = fit(sizes, ms[0].fwd, ms[len(ms)-1].fwd)
+		lp.Backward = fit(sizes, ms[0].bwd, ms[len(ms)-1].bwd)
+		var ps []*nn.Param
+		for _, q := range n.Layer.Params() {
+			if q.Trainable() {
+				ps = append(ps, q)
+			}
+		}
+		if len(ps) > 0 {
+			var ts []float64
+			for r := 0; r < o.MinReps; r++ {
+				t0 := time.Now()
+				opt.Step(ps)
+				ts = append(ts, time.Since(t0).Seconds())
+			}
+			lp.Update = median(ts)
+		}
+		p.Layers = append(p.Layers, lp)
+	}
+	return p, nil
+}
+
+// fit returns the timing through (sizes[0], t0) and (sizes[last], t1),
+// with both terms kept non-negative.
+func fit(sizes []int, t0, t1 float64) Timing {
+	b1 := float64(sizes[len(sizes)-1])
+	if len(sizes) == 1 {
+		return Timing{PerSample: t1 / b1}
+	}
+	b0 := float64(sizes[0])
+	ps := (t1 - t0) / (b1 - b0)
+	f := t0 - ps*b0
+	if ps <= 0 || f < 0 {
+		return Timing{PerSample: t1 / b1}
+	}
+	return Timing{Fixed: f, PerSample: ps}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func shapeOf(g *nn.Graph, name string) []int {
+	if n := g.Node(name); n != nil {
+		return n.Shape
+	}
+	for i, in := range g.InputNames {
+		if in == name {
+			return g.InputShapes[i]
+		}
+	}
+	panic("balance: no tensor " + name) // unreachable: names come from nn.Stage
+}
+
+func randomTensor(r *rand.Rand, shape []int) *nn.Tensor {
+	t := nn.New(shape...)
+	d := nn.F32(t)
+	for i := range d {
+		d[i] = float32(r.NormFloat64())
+	}
+	return t
+}
+
+// snapshot saves every parameter's value and gradient of g and returns a
+// function that puts them back.
+func snapshot(g *nn.Graph) func() {
+	type saved struct {
+		p         *nn.Param
+		val, grad []float32
+	}
+	var s []saved
+	for _, p := range g.Params() {
+		v := saved{p: p, val: slices.Clone(nn.F32(p.Value))}
+		if p.Grad != nil {
+			v.grad = slices.Clone(nn.F32(p.Grad))
+		}
+		s = append(s, v)
+	}
+	return func() {
+		for _, v := range s {
+			copy(nn.F32(v.p.Value), v.val)
+			if v.grad != nil {
+				copy(nn.F32(v.p.Grad), v.grad)
+			}
+		}
+	}
+}
+
+// MeasureGEMM returns be's speed in GFLOP/s on n×n matrices, measured for
+// about d.
+func MeasureGEMM(be nn.Backend, n int, d time.Duration) float64 {
+	a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i] = float32(i%7) - 3
+		b[i] = float32(i%5) - 2
+	}
+	be.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
+	runs := 0
+	start := time.Now()
+	for time.Since(start) < d || runs < 2 {
+		be.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
+		runs++
+	}
+	return 2 * float64(n) * float64(n) * float64(n) * float64(runs) / time.Since(start).Seconds() / 1e9
+}
+
+// staticProfile fills what a layer's shape tells: sizes and FLOPs.
+func staticProfile(g *nn.Graph, n *nn.Node) LayerProfile {
+	lp := LayerProfile{Name: n.Name, Kind: n.Layer.Kind(), OutputBytes: 4 * int64(nn.Size(n.Shape))}
+	for _, p := range n.Layer.Params() {
+		b := 4 * int64(nn.Size(p.Value.Shape()))
+		lp.ParamBytes += b
+		if p.Trainable() {
+			lp.TrainableBytes += b
+		}
+	}
+	c := countLayer(g, n)
+	lp.FLOPs = c.gemmF + c.elemF
+	return lp
+}
+
+// layerCount is a layer's work per sample: GEMM FLOPs and elementwise
+// operations of each pass, and the bytes it keeps per sample in flight.
+type layerCount struct {
+	gemmF, gemmB, elemF, elemB float64
+	slot                       float64
+}
+
+// countLayer counts a layer's work from the exported fields of the layer
+// types nn defines; other layers count one elementwise operation per output
+// element and pass.
+func countLayer(g *nn.Graph, n *nn.Node) layerCount {
+	out := float64(nn.Size(n.Shape))
+	inNeed := false
+	inSize := 0.0
+	for _, in := range n.Inputs {
+		inSize += float64(nn.Size(shapeOf(g, in)))
+		if !g.IsInput(in) && g.Node(in).RequiresGrad {
+			inNeed = true
+		}
+	}
+	var c layerCount
+	c.slot = 4 * out
+	if inNeed {
+		c.slot += 4 * inSize // input gradients
+	}
+	switch l := n.Layer.(type) {
+	case *nn.Linear:
+		f := 2 * float64(l.In) * float64(l.Out)
+		c.gemmF, c.gemmB = f, f
+		if inNeed {
+			c.gemmB += f
+		}
+		c.elemF, c.elemB = out, out
+	case *nn.Conv2D:
+		ho, wo := float64(n.Shape[0]), float64(n.Shape[1])
+		kc := float64(l.K * l.K * l.In)
+		f := 2 * kc * float64(l.Out) * ho * wo
+		c.gemmF, c.gemmB = f, f
+		if inNeed {
+			c.gemmB += f
+		}
+		if !(l.K == 1 && l.Stride == 1 && l.Pad == 0) {
+			c.elemF, c.elemB = ho*wo*kc, ho*wo*kc
+			c.slot += 4 * ho * wo * kc // the im2col matrix, kept for backward
+		}
+	case *nn.BatchNorm:
+		c.elemF, c.elemB = 6*out, 8*out
+	case *nn.MaxPool2D:
+		c.elemF, c.elemB = float64(l.K*l.K)*out, inSize
+	case nn.Flatten, *nn.Flatten:
+		c.slot = 0
+	default:
+		c.elemF, c.elemB = max(out, inSize), max(out, inSize)
+	}
+	if !n.RequiresGrad {
+		c.gemmB, c.elemB = 0, 0
+	}
+	return c
+}
+
+// AnalyticOptions set the speeds of an estimated profile.
+type AnalyticOptions struct {
+	// GFLOPS is the reference node's GEMM speed (default 10).
+	GFLOPS float64
+	// ElemPerSec is its speed on elementwise work, in elements per second
+	// (default 1e9).
+	ElemPerSec float64
+	// Overhead is a fixed cost per layer and pass (default 0).
+	Overhead time.Duration
+}
+
+// Analytic estimates a profile of g from FLOP counts, for planning without
+// measuring and for tests that need exact, repeatable costs.
+func Analytic(g *nn.Graph, o AnalyticOptions) *ModelProfile {
+	if o.GFLOPS <= 0 {
+		o.GFLOPS = 10
+	}
+	if o.ElemPerSec <= 0 {
+		o.ElemPerSec = 1e9
+	}
+	ov := o.Overhead.Seconds()
+	p := &ModelProfile{Graph: GraphHash(g), Source: "analytic", GFLOPS: o.GFLOPS}
+	for _, n := range g.Nodes {
+		lp := staticProfile(g, n)
+		c := countLayer(g, n)
+		lp.Forward = Timing{Fixed: ov, PerSample: c.gemmF/(o.GFLOPS*1e9) + c.elemF/o.ElemPerSec}
+		if n.RequiresGrad {
+			lp.Backward = Timing{Fixed: ov, PerSample: c.gemmB/(o.GFLOPS*1e9) + c.elemB/o.ElemPerSec}
+		}
+		lp.Update = 3 * float64(lp.TrainableBytes/4) / o.ElemPerSec
+		lp.SlotBytes = c.slot
+		p.Layers = append(p.Layers, lp)
+	}
+	return p
+}

@@ -1,0 +1,186 @@
+package balance
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"strings"
+)
+
+// WriteSVG draws the simulated step of p as a Gantt chart: one row per
+// stage, a box per forward (blue) and backward (green) pass labelled with
+// its micro-batch, the optimizer step in grey, and one thin row per link
+// with its transfers, on a time axis in milliseconds.
+func WriteSVG(w io.Writer, p *Plan, r *Report) error {
+	const (
+		width  = 1400.0
+		left   = 190.0
+		right  = 20.0
+		top    = 56.0
+		rowH   = 30.0
+		linkH  = 12.0
+		legend = 40.0
+	)
+	S := len(p.Stages)
+	links := map[[2]int]int{}
+	var linkRows [][2]int
+	for _, e := range r.Events {
+		if e.Link() {
+			k := [2]int{e.Stage, e.Peer}
+			if _, ok := links[k]; !ok {
+				links[k] = len(linkRows)
+				linkRows = append(linkRows, k)
+			}
+		}
+	}
+	height := top + float64(S)*rowH + 16 + float64(len(linkRows))*linkH + 30 + legend
+	span := r.StepTime
+	if span <= 0 {
+		span = 1
+	}
+	x := func(t float64) float64 { return left + (width-left-right)*t/span }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="white"/>`+"\n", width, height)
+	title := fmt.Sprintf("%s %s, %d stages, M=%d micro-batches of %d: step %.2f ms, bubble %.1f%%, %.0f samples/s",
+		p.Model, p.Schedule, S, p.MicroBatches, p.MicroBatchSize, r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput)
+	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(strings.TrimSpace(title)))
+	// Time axis.
+	step := niceStep(span * 1e3 / 10)
+	axisY := top + float64(S)*rowH + 4
+	for t := 0.0; t <= span*1e3+1e-9; t += step {
+		xx := x(t / 1e3)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", xx, top-6, xx, axisY)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s ms</text>`+"\n", xx, top-10, trimFloat(t))
+	}
+	for s, st := range p.Stages {
+		y := top + float64(s)*rowH
+		label := fmt.Sprintf("s%d @%s", s, st.Node)
+		if r.Stages != nil && s < len(r.Stages) {
+			label += fmt.Sprintf("  busy %.0f%%", 100*r.Stages[s].BusyFraction)
+		}
+		fmt.Fprintf(&b, `<text x="8" y="%.1f">%s</text>`+"\n", y+rowH/2+4, html.EscapeString(label))
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f6f6f6"/>`+"\n", left, y+2, width-left-right, rowH-4)
+	}
+	for _, e := range r.Events {
+		if e.Link() || e.End <= e.Start {
+			continue
+		}
+		y := top + float64(e.Stage)*rowH
+		fill, text := "#9e9e9e", "step"
+		switch e.Op {
+		case OpForward:
+			fill, text = shade("#4e79a7", "#2f5b8a", e.Micro), fmt.Sprint(e.Micro)
+		case OpBackward:
+			fill, text = shade("#59a14f", "#3d7f35", e.Micro), fmt.Sprint(e.Micro)
+		}
+		x0, x1 := x(e.Start), x(e.End)
+		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="white" stroke-width="0.5"><title>stage %d %s %d: %.3f-%.3f ms</title></rect>`+"\n",
+			x0, y+3, math.Max(x1-x0, 0.5), rowH-6, fill, e.Stage, e.Op, e.Micro, e.Start*1e3, e.End*1e3)
+		if x1-x0 > 7*float64(len(text))+2 {
+			fmt.Fprintf(&b, `<text x="%.2f" y="%.1f" text-anchor="middle" fill="white">%s</text>`+"\n", (x0+x1)/2, y+rowH/2+4, text)
+		}
+	}
+	ly := top + float64(S)*rowH + 16
+	for k, lk := range linkRows {
+		y := ly + float64(k)*linkH
+		fmt.Fprintf(&b, `<text x="8" y="%.1f" font-size="9" fill="#555">link s%d→s%d</text>`+"\n", y+9, lk[0], lk[1])
+	}
+	for _, e := range r.Events {
+		if !e.Link() {
+			continue
+		}
+		y := ly + float64(links[[2]int{e.Stage, e.Peer}])*linkH
+		fill := "#f28e2b"
+		if e.Op == OpSendGrad {
+			fill = "#e15759"
+		}
+		x0, x1 := x(e.Start), x(e.End)
+		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" opacity="0.8"><title>%s %d s%d→s%d %.0f bytes</title></rect>`+"\n",
+			x0, y+2, math.Max(x1-x0, 0.5), linkH-3, fill, e.Op, e.Micro, e.Stage, e.Peer, e.Bytes)
+	}
+	lgY := height - legend + 10
+	items := []struct{ fill, name string }{{"#4e79a7", "forward m"}, {"#59a14f", "backward m"}, {"#9e9e9e", "optimizer step"}, {"#f28e2b", "activation transfer"}, {"#e15759", "gradient transfer"}}
+	for k, it := range items {
+		xx := left + float64(k)*170
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="14" height="14" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n", xx, lgY, it.fill, xx+20, lgY+11, it.name)
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func shade(a, b string, m int) string {
+	if m%2 == 0 {
+		return a
+	}
+	return b
+}
+
+// niceStep rounds a tick interval to 1, 2 or 5 times a power of ten.
+func niceStep(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func trimFloat(v float64) string {
+	s := fmt.Sprintf("%.3f", v)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
+
+// WriteTrace writes the simulated step as a Chrome trace (the JSON that
+// chrome://tracing and Perfetto open): one thread per stage, one per link,
+// times in microseconds.
+func WriteTrace(w io.Writer, p *Plan, r *Report) error {
+	type ev struct {
+		Name string         `json:"name"`
+		Cat  string         `json:"cat,omitempty"`
+		Ph   string         `json:"ph"`
+		Ts   float64        `json:"ts"`
+		Dur  float64        `json:"dur,omitempty"`
+		Pid  int            `json:"pid"`
+		Tid  int            `json:"tid"`
+		Args map[string]any `json:"args,omitempty"`
+	}
+	var evs []ev
+	evs = append(evs, ev{Name: "process_name", Ph: "M", Pid: 1, Args: map[string]any{"name": "stages"}},
+		ev{Name: "process_name", Ph: "M", Pid: 2, Args: map[string]any{"name": "links"}})
+	for s, st := range p.Stages {
+		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 1, Tid: s, Args: map[string]any{"name": fmt.Sprintf("s%d @%s", s, st.Node)}})
+	}
+	links := map[[2]int]int{}
+	for _, e := range r.Events {
+		if e.Link() {
+			k := [2]int{e.Stage, e.Peer}
+			if _, ok := links[k]; !ok {
+				links[k] = len(links)
+				evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 2, Tid: links[k], Args: map[string]any{"name": fmt.Sprintf("s%d->s%d", e.Stage, e.Peer)}})
+			}
+		}
+	}
+	for _, e := range r.Events {
+		if e.Link() {
+			evs = append(evs, ev{Name: fmt.Sprintf("%s %d", e.Op, e.Micro), Cat: "transfer", Ph: "X", Ts: e.Start * 1e6, Dur: (e.End - e.Start) * 1e6,
+				Pid: 2, Tid: links[[2]int{e.Stage, e.Peer}], Args: map[string]any{"bytes": e.Bytes, "micro": e.Micro}})
+			continue
+		}
+		name := e.Op.String()
+		if e.Op != OpStep {
+			name = fmt.Sprintf("%s %d", e.Op, e.Micro)
+		}
+		evs = append(evs, ev{Name: name, Cat: e.Op.String(), Ph: "X", Ts: e.Start * 1e6, Dur: (e.End - e.Start) * 1e6, Pid: 1, Tid: e.Stage,
+			Args: map[string]any{"micro": e.Micro}})
+	}
+	return json.NewEncoder(w).Encode(map[string]any{"traceEvents": evs, "displayTimeUnit": "ms"})
+}

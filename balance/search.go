@@ -1,0 +1,473 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// Partitioner names.
+const (
+	Uniform  = "uniform"  // equal numbers of layers (units) per node, nodes in the given order
+	Params   = "params"   // equal parameter bytes per node (DeepSpeed's default)
+	Balanced = "balanced" // BaPipe-style dynamic programme over cuts and nodes
+	GraphPP  = "graph"    // GraphPipe-style stage DAG for multi-branch models
+)
+
+// Options configure a plan search.
+type Options struct {
+	// Partitioner is Uniform, Params, Balanced (the default), GraphPP, or
+	// a partition description (see ParseSpec).
+	Partitioner string
+	// Schedule is "auto" (the default: every schedule that applies),
+	// "gpipe", "1f1b" or "graph".
+	Schedule string
+	// Batch is the mini-batch size in samples (required).
+	Batch int
+	// MicroBatches is M; 0 tries every M that divides Batch up to
+	// MaxMicroBatches (default 32).
+	MicroBatches    int
+	MaxMicroBatches int
+	// Optimizer is "sgd" (default), "adam" or "none": it sets the
+	// optimizer state kept per parameter.
+	Optimizer string
+	// Model is recorded in the plan.
+	Model string
+	// Keep bounds how many partitions of the dynamic programme per
+	// (schedule, M) are simulated (default 4).
+	Keep int
+}
+
+// Result is the best plan a search found.
+type Result struct {
+	Plan   *Plan
+	Report *Report
+	// Spec is the plan's partition as a description.
+	Spec string
+	// SearchTime is the wall time of the search (without profiling).
+	SearchTime time.Duration
+	// Simulated counts the plans the search simulated.
+	Simulated int
+}
+
+// Search finds the plan with the least simulated step time for the
+// partitioner, over the schedules and micro-batch counts the options allow,
+// among those whose every stage fits its node's memory.
+func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, error) {
+	start := time.Now()
+	if err := prof.Check(g); err != nil {
+		return nil, err
+	}
+	net, err := c.resolve(prof)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := optimizerSlots(o.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	if o.Batch < 1 {
+		return nil, fmt.Errorf("%w: batch %d", ErrPlan, o.Batch)
+	}
+	if o.Keep <= 0 {
+		o.Keep = 4
+	}
+	Ms, err := microBatchCounts(o)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for _, n := range net.nodes {
+		nodes = append(nodes, n.Name)
+	}
+	l := newLayout(g, prof)
+	if o.Partitioner == "" {
+		o.Partitioner = Balanced
+	}
+	var fixed *Partition
+	switch o.Partitioner {
+	case Uniform:
+		fixed = uniformPartition(l, nodes)
+	case Params:
+		fixed = paramsPartition(l, nodes)
+	case Balanced, GraphPP:
+	default:
+		if fixed, err = ParseSpec(g, o.Partitioner, nodes); err != nil {
+			return nil, err
+		}
+	}
+	var fixedSG *stageGraph
+	if fixed != nil {
+		if fixedSG, err = newStageGraph(g, fixed, net.index); err != nil {
+			return nil, err
+		}
+	}
+	graph := o.Partitioner == GraphPP && len(findRegions(l, l.costsFor(1, slots))) > 0
+
+	var best *Result
+	var bestFit, bestAny *candidate
+	simulated := 0
+	for _, M := range Ms {
+		b := o.Batch / M
+		cs := l.costsFor(b, slots)
+		for _, kind := range scheduleKinds(o.Schedule) {
+			var parts []*stageGraph
+			if fixedSG != nil {
+				parts = []*stageGraph{fixedSG}
+			} else {
+				inflight := func(c int) float64 { return float64(M) }
+				if kind != GPipe {
+					inflight = func(c int) float64 { return float64(min(M, c)) }
+				}
+				p := newProblem(l, cs, net, inflight, graph)
+				for _, segs := range solve(p, M, o.Keep, graph) {
+					sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
+					if err != nil {
+						continue // a branch grouping whose gradients cannot be summed exactly
+					}
+					parts = append(parts, sg)
+				}
+			}
+			for _, sg := range parts {
+				sched := kind
+				if kind != GPipe {
+					if sg.isPath() {
+						sched = OneFOneB
+					} else {
+						sched = GraphSchedule
+					}
+					if o.Schedule == "1f1b" && sched != OneFOneB {
+						continue
+					}
+				}
+				plan, err := sg.plan(sched, M, b)
+				if err != nil {
+					return nil, err
+				}
+				plan.Model, plan.Partitioner = o.Model, o.Partitioner
+				if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
+					plan.Partitioner = "spec"
+				}
+				rep, err := simulate(plan, l, net, slots)
+				if err != nil {
+					return nil, err
+				}
+				simulated++
+				cd := &candidate{plan: plan, rep: rep, sg: sg}
+				if cd.fits() {
+					if bestFit == nil || cd.better(bestFit) {
+						bestFit = cd
+					}
+				} else if bestAny == nil || cd.overuse() < bestAny.overuse() {
+					bestAny = cd
+				}
+			}
+		}
+	}
+	if simulated == 0 {
+		return nil, fmt.Errorf("%w: the 1f1b schedule needs stages that form a chain, and this partition is a DAG of stages; use --schedule graph", ErrPlan)
+	}
+	if bestFit == nil {
+		if bestAny == nil {
+			return nil, fmt.Errorf("%w: no stage of any partition fits (try more nodes, fewer micro-batches in flight or a smaller model)", ErrNoFit)
+		}
+		var over []string
+		for _, s := range bestAny.rep.Stages {
+			if s.MemoryLimit > 0 && s.PeakMemory > float64(s.MemoryLimit) {
+				over = append(over, fmt.Sprintf("stage %d on %s needs %s of %s", s.ID, s.Node, fmtBytes(s.PeakMemory), fmtBytes(float64(s.MemoryLimit))))
+			}
+		}
+		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
+	}
+	best = &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}
+	best.SearchTime = time.Since(start)
+	return best, nil
+}
+
+type candidate struct {
+	plan *Plan
+	rep  *Report
+	sg   *stageGraph
+}
+
+func (c *candidate) fits() bool { return c.overuse() <= 1 }
+
+// overuse is the largest ratio of a stage's peak memory to its node's.
+func (c *candidate) overuse() float64 {
+	u := 0.0
+	for _, s := range c.rep.Stages {
+		if s.MemoryLimit > 0 {
+			u = max(u, s.PeakMemory/float64(s.MemoryLimit))
+		}
+	}
+	return u
+}
+
+func (c *candidate) peak() float64 {
+	m := 0.0
+	for _, s := range c.rep.Stages {
+		m = max(m, s.PeakMemory)
+	}
+	return m
+}
+
+// better orders candidates: shorter step, then less peak memory, then
+// fewer stages (the earlier candidate wins a full tie).
+func (c *candidate) better(d *candidate) bool {
+	a, b := c.rep.StepTime, d.rep.StepTime
+	if math.Abs(a-b) > 1e-9*max(a, b) {
+		return a < b
+	}
+	if c.peak() != d.peak() {
+		return c.peak() < d.peak()
+	}
+	return len(c.plan.Stages) < len(d.plan.Stages)
+}
+
+func microBatchCounts(o Options) ([]int, error) {
+	if o.MicroBatches > 0 {
+		if o.Batch%o.MicroBatches != 0 {
+			return nil, fmt.Errorf("%w: %d micro-batches do not divide the batch of %d (uneven micro-batches are not supported)", ErrPlan, o.MicroBatches, o.Batch)
+		}
+		return []int{o.MicroBatches}, nil
+	}
+	if o.MicroBatches < 0 {
+		return nil, fmt.Errorf("%w: %d micro-batches", ErrPlan, o.MicroBatches)
+	}
+	mx := o.MaxMicroBatches
+	if mx <= 0 {
+		mx = 32
+	}
+	var out []int
+	for m := 1; m <= min(mx, o.Batch); m++ {
+		if o.Batch%m == 0 {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func scheduleKinds(s string) []Schedule {
+	switch s {
+	case "gpipe":
+		return []Schedule{GPipe}
+	case "1f1b", "graph":
+		return []Schedule{OneFOneB}
+	}
+	return []Schedule{GPipe, OneFOneB}
+}
+
+// CheckSchedule validates a schedule option.
+func CheckSchedule(s string) error {
+	switch s {
+	case "", "auto", "gpipe", "1f1b", "graph":
+		return nil
+	}
+	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b or graph)", ErrPlan, s)
+}
+
+// solve runs the dynamic programme and returns up to keep solutions,
+// best estimated step time (M-1)·T + CP first. Sequential mode: for every
+// node count S whose least bottleneck T*(S) is below that of every smaller
+// count, the partition with the least critical path among those with
+// bottleneck T*(S). Graph mode also tries, for every such bottleneck bound,
+// the least-critical-path solution on every node count, which finds
+// shallow stage DAGs whose bottleneck is higher but whose fill and drain
+// are shorter.
+func solve(p *problem, M, keep int, graph bool) [][]segment {
+	s := newSolver(p)
+	s.minmax()
+	type cand struct {
+		segs []segment
+		E    float64
+		key  string
+	}
+	var cands []cand
+	seen := map[string]bool{}
+	add := func(segs []segment) float64 {
+		T, CP := s.evaluate(segs)
+		E := float64(M-1)*T + CP
+		key := fmt.Sprint(segs)
+		if !seen[key] {
+			seen[key] = true
+			cands = append(cands, cand{segs, E, key})
+		}
+		return E
+	}
+	var taus []float64
+	for S := 1; S <= s.N; S++ {
+		if t := s.g[S][0]; !math.IsInf(t, 1) {
+			taus = append(taus, t)
+		}
+	}
+	// Node counts whose bottleneck improves on every smaller count, most
+	// nodes first; a count whose estimate cannot beat the keep-th best so
+	// far is skipped (CP >= all work on the fastest node), which does not
+	// change the result.
+	var counts []int
+	bestT := math.Inf(1)
+	for S := 1; S <= s.N; S++ {
+		if tau := s.g[S][0]; !math.IsInf(tau, 1) && tau < bestT {
+			bestT = tau
+			counts = append(counts, S)
+		}
+	}
+	cpLow := p.c.work[p.c.U] / slices.Max(p.speed)
+	var top []float64
+	for k := len(counts) - 1; k >= 0; k-- {
+		S := counts[k]
+		tau := s.g[S][0]
+		if len(top) >= keep && float64(M-1)*tau+cpLow >= top[keep-1] {
+			continue
+		}
+		h, ch, pc := s.minSum(tau, S)
+		if math.IsInf(h[S][0], 1) {
+			continue
+		}
+		top = append(top, add(s.walk(S, ch, pc)))
+		slices.Sort(top)
+	}
+	if graph {
+		slices.Sort(taus)
+		taus = slices.Compact(taus)
+		for _, tau := range taus {
+			h, ch, pc := s.minSum(tau, s.N)
+			for S := 1; S <= s.N; S++ {
+				if !math.IsInf(h[S][0], 1) {
+					add(s.walk(S, ch, pc))
+				}
+			}
+		}
+	}
+	sort.SliceStable(cands, func(a, b int) bool { return cands[a].E < cands[b].E })
+	var out [][]segment
+	for k := 0; k < len(cands) && k < keep; k++ {
+		out = append(out, cands[k].segs)
+	}
+	return out
+}
+
+// segmentsPartition turns a solution into a partition, stages front to
+// back (a region's branch stages in node order, then the join's).
+func segmentsPartition(l *layout, p *problem, segs []segment, nodes []string) *Partition {
+	part := &Partition{}
+	for _, sg := range segs {
+		if sg.r == nil {
+			part.Stages = append(part.Stages, PartStage{Node: nodes[p.order[sg.c-1]], Layers: l.unitNames(sg.i, sg.e)})
+			continue
+		}
+		G := 0
+		for _, g := range sg.assign {
+			G = max(G, g+1)
+		}
+		for g := 0; g < G; g++ {
+			var idx []int
+			if g == 0 {
+				for u := sg.i; u < sg.r.start; u++ {
+					for i := l.units[u][0]; i < l.units[u][1]; i++ {
+						idx = append(idx, i)
+					}
+				}
+			}
+			for b, a := range sg.assign {
+				if a == g {
+					for _, u := range sg.r.branches[b] {
+						for i := l.units[u][0]; i < l.units[u][1]; i++ {
+							idx = append(idx, i)
+						}
+					}
+				}
+			}
+			slices.Sort(idx)
+			st := PartStage{Node: nodes[p.order[sg.c-1-g]]}
+			for _, i := range idx {
+				st.Layers = append(st.Layers, l.g.Nodes[i].Name)
+			}
+			part.Stages = append(part.Stages, st)
+		}
+	}
+	return part
+}
+
+// uniformPartition gives each node, in the given order, an equal share of
+// the units (the first U mod N nodes one more).
+func uniformPartition(l *layout, nodes []string) *Partition {
+	U := len(l.units)
+	S := min(U, len(nodes))
+	part := &Partition{}
+	for k := 0; k < S; k++ {
+		part.Stages = append(part.Stages, PartStage{Node: nodes[k], Layers: l.unitNames(k*U/S, (k+1)*U/S)})
+	}
+	return part
+}
+
+// paramsPartition cuts the units into one run per node, in the given
+// order, minimising the largest run's parameter bytes (exact, O(U² N)).
+func paramsPartition(l *layout, nodes []string) *Partition {
+	U := len(l.units)
+	S := min(U, len(nodes))
+	w := make([]float64, U+1)
+	for u, r := range l.units {
+		w[u+1] = w[u]
+		for i := r[0]; i < r[1]; i++ {
+			w[u+1] += float64(l.prof.Layers[i].ParamBytes)
+		}
+	}
+	cuts := minMaxCuts(w, S)
+	part := &Partition{}
+	for k := 0; k < S; k++ {
+		part.Stages = append(part.Stages, PartStage{Node: nodes[k], Layers: l.unitNames(cuts[k], cuts[k+1])})
+	}
+	return part
+}
+
+// minMaxCuts splits prefix sums w (U+1 entries) into S non-empty runs
+// minimising the largest run, ties to the earliest cuts; it returns the
+// S+1 boundaries.
+func minMaxCuts(w []float64, S int) []int {
+	U := len(w) - 1
+	inf := math.Inf(1)
+	f := make([][]float64, S+1)
+	arg := make([][]int, S+1)
+	for k := range f {
+		f[k] = make([]float64, U+1)
+		arg[k] = make([]int, U+1)
+		for i := range f[k] {
+			f[k][i] = inf
+		}
+	}
+	f[0][0] = 0
+	for k := 1; k <= S; k++ {
+		for e := k; e <= U-(S-k); e++ {
+			for i := e - 1; i >= k-1; i-- {
+				v := max(f[k-1][i], w[e]-w[i])
+				if v <= f[k][e] {
+					f[k][e], arg[k][e] = v, i
+				}
+			}
+		}
+	}
+	cuts := make([]int, S+1)
+	cuts[S] = U
+	for k := S; k > 0; k-- {
+		cuts[k-1] = arg[k][cuts[k]]
+	}
+	return cuts
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}

@@ -1,0 +1,402 @@
+package balance
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// Report is a simulated training step of a plan.
+type Report struct {
+	// StepTime is the time from the step's start to the last stage's
+	// optimizer step; Throughput is samples per second.
+	StepTime   float64 `json:"step_time_s"`
+	Throughput float64 `json:"throughput_samples_per_s"`
+	// BubbleFraction is the share of stage-time spent idle:
+	// 1 - sum(busy) / (stages × step time).
+	BubbleFraction float64       `json:"bubble_fraction"`
+	Stages         []StageReport `json:"stages"`
+	Links          []LinkReport  `json:"links"`
+	// Events are every instruction's and transfer's interval, for Gantt
+	// charts and traces.
+	Events []Event `json:"-"`
+}
+
+// StageReport is one stage's share of the step.
+type StageReport struct {
+	ID   int    `json:"id"`
+	Node string `json:"node"`
+	// Forward and Backward are the stage's pass times per micro-batch.
+	Forward  float64 `json:"forward_s"`
+	Backward float64 `json:"backward_s"`
+	Busy     float64 `json:"busy_s"`
+	// BusyFraction is Busy / step time; BubbleFraction its complement.
+	BusyFraction   float64 `json:"busy_fraction"`
+	BubbleFraction float64 `json:"bubble_fraction"`
+	// PeakInFlight is the most micro-batches between forward and backward
+	// at once; PeakMemory the stage's memory then: parameters, gradients,
+	// optimizer state, and per micro-batch in flight its layers' buffers
+	// and its received inputs.
+	PeakInFlight int     `json:"peak_in_flight"`
+	PeakMemory   float64 `json:"peak_memory_bytes"`
+	// MemoryLimit is the node's memory (0: no limit).
+	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+}
+
+// LinkReport is the traffic on the link between two stages, one
+// direction.
+type LinkReport struct {
+	From        int     `json:"from"`
+	To          int     `json:"to"`
+	Bytes       float64 `json:"bytes"`
+	Busy        float64 `json:"busy_s"`
+	Utilization float64 `json:"utilization"`
+}
+
+// Event is one interval of the simulated step: an instruction on a stage
+// (Peer = -2 for compute) or a transfer on a link (Op OpSendAct or
+// OpSendGrad, Stage the sender, Peer the receiver).
+type Event struct {
+	Stage int     `json:"stage"`
+	Op    Op      `json:"op"`
+	Micro int     `json:"micro"`
+	Peer  int     `json:"peer"`
+	Start float64 `json:"start_s"`
+	End   float64 `json:"end_s"`
+	Bytes float64 `json:"bytes,omitempty"`
+}
+
+// Link reports whether the event is a transfer.
+func (e Event) Link() bool { return e.Peer != noPeer }
+
+const noPeer = -2
+
+// simCosts prices a plan's instructions.
+type simCosts interface {
+	// compute is the duration of a compute instruction of stage s.
+	compute(s int, op Op) float64
+	// transfer is how long a message occupies the link and its latency.
+	transfer(from, to int, tensors []string) (busy, latency, bytes float64)
+}
+
+// unitCosts make every pass take one unit and transfers nothing, to check
+// a plan's programs for matched transfers and deadlock.
+type unitCosts struct{}
+
+func (unitCosts) compute(s int, op Op) float64 {
+	if op == OpForward || op == OpBackward {
+		return 1
+	}
+	return 0
+}
+func (unitCosts) transfer(from, to int, tensors []string) (float64, float64, float64) { return 0, 0, 0 }
+
+// profileCosts prices a plan by a model profile on a cluster.
+type profileCosts struct {
+	fwd, bwd, upd []float64 // per stage
+	node          []int     // per stage, network index
+	net           *network
+	bytes         map[string]float64 // tensor -> bytes per micro-batch
+}
+
+func (c *profileCosts) compute(s int, op Op) float64 {
+	switch op {
+	case OpForward:
+		return c.fwd[s]
+	case OpBackward:
+		return c.bwd[s]
+	case OpStep:
+		return c.upd[s]
+	}
+	return 0
+}
+
+func (c *profileCosts) transfer(from, to int, tensors []string) (float64, float64, float64) {
+	if from == Coordinator || to == Coordinator {
+		return 0, 0, 0
+	}
+	var b float64
+	for _, t := range tensors {
+		b += c.bytes[t]
+	}
+	l := c.net.link(c.node[from], c.node[to])
+	return b / l.Bandwidth, l.Latency, b
+}
+
+// SimOptions configure a simulation.
+type SimOptions struct {
+	// Optimizer is "sgd" (momentum: one state tensor per parameter, the
+	// default), "adam" (two) or "none".
+	Optimizer string
+}
+
+func optimizerSlots(name string) (int, error) {
+	switch name {
+	case "", "sgd":
+		return 1, nil
+	case "adam":
+		return 2, nil
+	case "none":
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: unknown optimizer %q (want sgd, adam or none)", ErrPlan, name)
+}
+
+// Simulate replays one training step of p event by event: each stage runs
+// its program in order, compute takes the profiled time scaled by the
+// node's speed, a send occupies its link (one transfer at a time per
+// direction, in the order sent) and lets the stage go on, a receive waits
+// for the message. It returns the step time, the busy and bubble
+// fractions and peak memory per stage, and the links' use.
+func Simulate(p *Plan, g *nn.Graph, prof *ModelProfile, c *Cluster, o SimOptions) (*Report, error) {
+	if err := prof.Check(g); err != nil {
+		return nil, err
+	}
+	net, err := c.resolve(prof)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := optimizerSlots(o.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	l := newLayout(g, prof)
+	return simulate(p, l, net, slots)
+}
+
+func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
+	g, prof := l.g, l.prof
+	b := p.MicroBatchSize
+	pc := &profileCosts{net: net, bytes: map[string]float64{}}
+	static := make([]float64, len(p.Stages))
+	perMicro := make([]float64, len(p.Stages))
+	for s, st := range p.Stages {
+		ni, ok := net.index[st.Node]
+		if !ok {
+			return nil, fmt.Errorf("%w: stage %d runs on node %q, which is not in the cluster", ErrUnknownNode, s, st.Node)
+		}
+		sp := net.nodes[ni].Speed
+		var f, bw, u float64
+		for _, name := range st.Layers {
+			j, ok := l.nodePos[name]
+			if !ok {
+				return nil, fmt.Errorf("%w: stage %d names %q", ErrUnknownLayer, s, name)
+			}
+			lp := &prof.Layers[j]
+			f += lp.Forward.At(b)
+			bw += lp.Backward.At(b)
+			u += lp.Update
+			static[s] += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+slots)
+			perMicro[s] += lp.SlotBytes * float64(b)
+		}
+		for _, in := range st.Inputs {
+			if j, ok := l.nodePos[in.Name]; ok {
+				perMicro[s] += l.tensorBytes(j, b)
+			} else {
+				perMicro[s] += float64(nn.Size(shapeOf(g, in.Name)) * 4 * b)
+			}
+		}
+		pc.fwd = append(pc.fwd, f/sp)
+		pc.bwd = append(pc.bwd, bw/sp)
+		pc.upd = append(pc.upd, u/sp)
+		pc.node = append(pc.node, ni)
+	}
+	for j := range g.Nodes {
+		pc.bytes[g.Nodes[j].Name] = l.tensorBytes(j, b)
+	}
+	r, err := replay(p, pc)
+	if err != nil {
+		return nil, err
+	}
+	for s := range r.Stages {
+		st := &r.Stages[s]
+		st.Node = p.Stages[s].Node
+		st.Forward, st.Backward = pc.fwd[s], pc.bwd[s]
+		st.PeakMemory = static[s] + float64(st.PeakInFlight)*perMicro[s]
+		st.MemoryLimit = net.nodes[pc.node[s]].Memory
+	}
+	r.Throughput = float64(p.MicroBatches*b) / r.StepTime
+	return r, nil
+}
+
+type simItem struct {
+	t     float64
+	stage int
+}
+
+type simHeap []simItem
+
+func (h simHeap) Len() int { return len(h) }
+func (h simHeap) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].stage < h[j].stage
+}
+func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)   { *h = append(*h, x.(simItem)) }
+func (h *simHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+type msgKey struct {
+	from, to int
+	grad     bool
+	m        int
+}
+
+// replay runs the plan's programs against costs in time order.
+func replay(p *Plan, c simCosts) (*Report, error) {
+	S := len(p.Stages)
+	pcs := make([]int, S)
+	done := make([]float64, S)
+	busy := make([]float64, S)
+	inflight := make([]int, S)
+	peak := make([]int, S)
+	arrived := map[msgKey]float64{}
+	sent := map[msgKey][]string{}
+	waiting := map[msgKey]int{}
+	blockedAt := make([]float64, S)
+	linkFree := map[[2]int]float64{}
+	linkStats := map[[2]int]*LinkReport{}
+	var events []Event
+	h := &simHeap{}
+	for s := 0; s < S; s++ {
+		heap.Push(h, simItem{0, s})
+		if len(p.Stages[s].Program) == 0 {
+			return nil, fmt.Errorf("%w: stage %d has an empty program", ErrPlan, s)
+		}
+	}
+	finished := 0
+	for h.Len() > 0 {
+		it := heap.Pop(h).(simItem)
+		s, t := it.stage, it.t
+		prog := p.Stages[s].Program
+		in := prog[pcs[s]]
+		next := t
+		switch in.Op {
+		case OpRecvAct, OpRecvGrad:
+			if in.Peer == Coordinator {
+				if in.Op == OpRecvGrad {
+					return nil, fmt.Errorf("%w: stage %d waits for gradients from the coordinator", ErrPlan, s)
+				}
+				break
+			}
+			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
+				return nil, fmt.Errorf("%w: stage %d receives from stage %d", ErrPlan, s, in.Peer)
+			}
+			k := msgKey{in.Peer, s, in.Op == OpRecvGrad, in.Micro}
+			at, ok := arrived[k]
+			if !ok {
+				waiting[k] = s
+				blockedAt[s] = t
+				continue
+			}
+			if !slices.Equal(sent[k], in.Tensors) {
+				return nil, fmt.Errorf("%w: stage %d expects %v of micro-batch %d from stage %d, which sends %v", ErrPlan, s, in.Tensors, in.Micro, in.Peer, sent[k])
+			}
+			delete(arrived, k)
+			next = max(t, at)
+		case OpSendAct, OpSendGrad:
+			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
+				return nil, fmt.Errorf("%w: stage %d sends to stage %d", ErrPlan, s, in.Peer)
+			}
+			k := msgKey{s, in.Peer, in.Op == OpSendGrad, in.Micro}
+			if _, dup := sent[k]; dup {
+				return nil, fmt.Errorf("%w: stage %d sends micro-batch %d to stage %d twice", ErrPlan, s, in.Micro, in.Peer)
+			}
+			bt, lat, bytes := c.transfer(s, in.Peer, in.Tensors)
+			lk := [2]int{s, in.Peer}
+			start := max(t, linkFree[lk])
+			linkFree[lk] = start + bt
+			arrival := start + bt + lat
+			sent[k] = in.Tensors
+			arrived[k] = arrival
+			ls := linkStats[lk]
+			if ls == nil {
+				ls = &LinkReport{From: s, To: in.Peer}
+				linkStats[lk] = ls
+			}
+			ls.Bytes += bytes
+			ls.Busy += bt
+			events = append(events, Event{Stage: s, Op: in.Op, Micro: in.Micro, Peer: in.Peer, Start: start, End: arrival, Bytes: bytes})
+			if w, ok := waiting[k]; ok {
+				delete(waiting, k)
+				heap.Push(h, simItem{max(blockedAt[w], arrival), w})
+			}
+		default:
+			d := c.compute(s, in.Op)
+			if in.Op == OpForward {
+				inflight[s]++
+				peak[s] = max(peak[s], inflight[s])
+			}
+			if in.Op == OpBackward {
+				inflight[s]--
+			}
+			next = t + d
+			busy[s] += d
+			events = append(events, Event{Stage: s, Op: in.Op, Micro: in.Micro, Peer: noPeer, Start: t, End: next})
+		}
+		pcs[s]++
+		if pcs[s] == len(prog) {
+			done[s] = next
+			finished++
+			continue
+		}
+		heap.Push(h, simItem{next, s})
+	}
+	if finished < S {
+		var stuck []string
+		for s := 0; s < S; s++ {
+			if pcs[s] < len(p.Stages[s].Program) {
+				stuck = append(stuck, fmt.Sprintf("stage %d at %v", s, p.Stages[s].Program[pcs[s]]))
+			}
+		}
+		return nil, fmt.Errorf("%w: %s", ErrDeadlock, strings.Join(stuck, "; "))
+	}
+	if len(arrived) > 0 {
+		for k := range arrived {
+			return nil, fmt.Errorf("%w: stage %d sends micro-batch %d to stage %d, which never receives it", ErrPlan, k.from, k.m, k.to)
+		}
+	}
+	r := &Report{Events: events}
+	for _, d := range done {
+		r.StepTime = max(r.StepTime, d)
+	}
+	var total float64
+	for s := 0; s < S; s++ {
+		sr := StageReport{ID: s, Busy: busy[s], PeakInFlight: peak[s]}
+		if r.StepTime > 0 {
+			sr.BusyFraction = busy[s] / r.StepTime
+			sr.BubbleFraction = 1 - sr.BusyFraction
+		}
+		total += busy[s]
+		r.Stages = append(r.Stages, sr)
+	}
+	if r.StepTime > 0 {
+		r.BubbleFraction = 1 - total/(float64(S)*r.StepTime)
+	}
+	for _, ls := range linkStats {
+		if r.StepTime > 0 {
+			ls.Utilization = ls.Busy / r.StepTime
+		}
+		r.Links = append(r.Links, *ls)
+	}
+	slices.SortFunc(r.Links, func(a, b LinkReport) int {
+		if a.From != b.From {
+			return a.From - b.From
+		}
+		return a.To - b.To
+	})
+	if math.IsNaN(r.StepTime) {
+		return nil, fmt.Errorf("%w: step time is not a number", ErrProfile)
+	}
+	return r, nil
+}

@@ -1,0 +1,117 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// equalStages returns a chain model of S Linear layers whose profile gives
+// every layer forward f and backward b seconds per micro-batch of one
+// sample, no update time, and a cluster of S equal nodes joined by links
+// that cost nothing.
+func equalStages(t *testing.T, S int, f, b float64) (*nn.Graph, *ModelProfile, *Cluster, *Partition) {
+	t.Helper()
+	g := chainModel(t, S)
+	prof := Analytic(g, AnalyticOptions{})
+	c := &Cluster{DefaultLink: LinkProfile{Bandwidth: math.MaxFloat64, Latency: 0}}
+	part := &Partition{}
+	for k := range prof.Layers {
+		prof.Layers[k].Forward = Timing{PerSample: f}
+		prof.Layers[k].Backward = Timing{PerSample: b}
+		prof.Layers[k].Update = 0
+		name := fmt.Sprintf("n%d", k)
+		c.Nodes = append(c.Nodes, NodeProfile{Name: name, Speed: 1})
+		part.Stages = append(part.Stages, PartStage{Node: name, Layers: []string{g.Nodes[k].Name}})
+	}
+	return g, prof, c, part
+}
+
+// The simulator against the closed forms: S equal stages, M micro-batches,
+// forward f, backward b: GPipe and 1F1B both take (M+S-1)(f+b) with bubble
+// (S-1)/(M+S-1); GPipe keeps M micro-batches in flight on every stage,
+// 1F1B min(S-k, M) on stage k.
+func TestSimulatorClosedForms(t *testing.T) {
+	const f, b = 0.003, 0.007
+	for S := 1; S <= 5; S++ {
+		g, prof, c, part := equalStages(t, S, f, b)
+		var nodes []string
+		for _, n := range c.Nodes {
+			nodes = append(nodes, n.Name)
+		}
+		for M := 1; M <= 8; M++ {
+			for _, sched := range []Schedule{GPipe, OneFOneB, GraphSchedule} {
+				p, err := Build(g, part, nodes, sched, M, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := Simulate(p, g, prof, c, SimOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				step := float64(M+S-1) * (f + b)
+				bubble := float64(S-1) / float64(M+S-1)
+				if math.Abs(r.StepTime-step) > 1e-12 || math.Abs(r.BubbleFraction-bubble) > 1e-12 {
+					t.Errorf("S=%d M=%d %s: step %.6f bubble %.6f, want %.6f %.6f", S, M, sched, r.StepTime, r.BubbleFraction, step, bubble)
+				}
+				for k, st := range r.Stages {
+					want := M
+					if sched != GPipe {
+						want = min(S-k, M)
+					}
+					if st.PeakInFlight != want {
+						t.Errorf("S=%d M=%d %s: stage %d has %d micro-batches in flight, want %d", S, M, sched, k, st.PeakInFlight, want)
+					}
+				}
+				if sched == OneFOneB && M > S && r.Stages[0].PeakMemory >= mustSim(t, g, prof, c, part, nodes, GPipe, M).Stages[0].PeakMemory {
+					t.Errorf("S=%d M=%d: 1F1B does not use less memory than GPipe on the first stage", S, M)
+				}
+			}
+		}
+	}
+}
+
+func mustSim(t *testing.T, g *nn.Graph, prof *ModelProfile, c *Cluster, part *Partition, nodes []string, s Schedule, M int) *Report {
+	t.Helper()
+	p, err := Build(g, part, nodes, s, M, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Simulate(p, g, prof, c, SimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A hand-worked schedule with transfers: two stages, f=1, b=2, a link of
+// 0.5 s per tensor plus 0.25 s latency, M=2, GPipe.
+//
+//	s0: F0 [0,1] F1 [1,2]            B0 [7.5,9.5] B1 [9.5,11.5] -> 11.5
+//	link s0->s1: F0 [1,1.75] F1 [2,2.75]
+//	s1: F0 [1.75,2.75] F1 [2.75,3.75] B0 [3.75,5.75] B1 [5.75,7.75]
+//	link s1->s0: B0 [5.75,6.5] B1 [7.75,8.5]   (B0 of s0 waits until 6.5)
+//
+// so s0's B0 starts at 6.5 and the step ends at 6.5+2+2 = 10.5.
+func TestSimulatorHandWorked(t *testing.T) {
+	g, prof, c, part := equalStages(t, 2, 1, 2)
+	for k := range prof.Layers {
+		prof.Layers[k].OutputBytes = 1000
+	}
+	hdr := float64(frameHeader(g, 0))
+	c.DefaultLink = LinkProfile{Bandwidth: (1000 + hdr) / 0.5, Latency: 0.25}
+	r := mustSim(t, g, prof, c, part, []string{"n0", "n1"}, GPipe, 2)
+	if math.Abs(r.StepTime-10.5) > 1e-9 {
+		t.Fatalf("step %.6f, want 10.5", r.StepTime)
+	}
+	if len(r.Links) != 2 || math.Abs(r.Links[0].Busy-1) > 1e-9 {
+		t.Fatalf("links %+v", r.Links)
+	}
+}
+
+func frameHeader(g *nn.Graph, j int) int {
+	l := newLayout(g, Analytic(g, AnalyticOptions{}))
+	return int(l.tensorBytes(j, 1)) - int(4*nn.Size(g.Nodes[j].Shape))
+}

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// planResult is the final JSON line of ppnode plan.
+type planResult struct {
+	Model          string          `json:"model"`
+	Partitioner    string          `json:"partitioner"`
+	Spec           string          `json:"spec"`
+	Stages         []planStageJSON `json:"stages"`
+	Schedule       string          `json:"schedule"`
+	MicroBatches   int             `json:"micro_batches"`
+	MicroBatchSize int             `json:"micro_batch_size"`
+	StepTime       float64         `json:"step_time_s"`
+	Bubble         float64         `json:"bubble_fraction"`
+	Throughput     float64         `json:"throughput_samples_per_s"`
+	SearchTime     float64         `json:"search_time_s"`
+	Simulated      int             `json:"plans_simulated"`
+	PlanHash       string          `json:"plan_hash"`
+	Profile        string          `json:"profile"`
+}
+
+type planStageJSON struct {
+	ID         int      `json:"id"`
+	Node       string   `json:"node"`
+	Layers     []string `json:"layers"`
+	Busy       float64  `json:"busy_fraction"`
+	PeakMemory float64  `json:"peak_memory_bytes"`
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "mlp32", "model: "+fmt.Sprint(zoo.Names()))
+	width := fs.Float64("width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
+	input := fs.String("input", "", "per-sample input shape HxWxC (default 28x28x1)")
+	classes := fs.Int("classes", 0, "classes (default 10)")
+	towers := fs.Int("towers", 0, "uno: input towers (default 3)")
+	nodesFlag := fs.String("nodes", "a=1", `nodes "name=speed[:memory],..." (speed relative to this machine), or a cluster JSON file`)
+	link := fs.String("link", "1Gbit", "link speed between nodes (Gbit, Mbit, GB/s ...)")
+	latency := fs.Duration("latency", 100*time.Microsecond, "link latency")
+	batch := fs.Int("batch", 64, "mini-batch size in samples")
+	micro := fs.String("micro-batches", "auto", "micro-batches per mini-batch: auto or N (must divide --batch)")
+	maxMicro := fs.Int("max-micro-batches", 32, "largest micro-batch count tried by auto")
+	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b or graph")
+	partition := fs.String("partition", "balanced", `partitioner (balanced, uniform, params, graph) or a partition such as "fc1-fc8@a; fc9-fc32@b"`)
+	profile := fs.String("profile", "measure", "layer profile: measure (on this machine), analytic (from FLOP counts) or a profile JSON file")
+	saveProfile := fs.String("save-profile", "", "write the layer profile to this JSON file")
+	threads := fs.Int("threads", 0, "threads for measuring (default: all CPUs)")
+	backend := fs.String("backend", "", "GEMM backend for measuring (default: the fastest compiled in)")
+	optimizer := fs.String("optimizer", "sgd", "optimizer whose state counts in memory: sgd, adam or none")
+	jsonOut := fs.Bool("json", false, "print one JSON object as the last line")
+	svg := fs.String("svg", "", "write a Gantt chart of the simulated step to this SVG file")
+	trace := fs.String("trace", "", "write the simulated step as a Chrome trace to this JSON file")
+	out := fs.String("out", "", "write the full plan (stages and programs) to this JSON file")
+	compare := fs.Bool("compare", false, "plan with every partitioner on the same profile and compare them")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if err := balance.CheckSchedule(*sched); err != nil {
+		return usageError{err}
+	}
+	opts := balance.Options{Partitioner: *partition, Schedule: *sched, Batch: *batch, MaxMicroBatches: *maxMicro, Optimizer: *optimizer, Model: *model}
+	if *micro != "auto" {
+		m, err := strconv.Atoi(*micro)
+		if err != nil || m < 1 {
+			return usagef("--micro-batches must be auto or a positive number, got %q", *micro)
+		}
+		opts.MicroBatches = m
+	}
+	if *batch < 1 {
+		return usagef("--batch must be positive")
+	}
+	zo := zoo.Options{Width: *width, Classes: *classes, Towers: *towers}
+	if *input != "" {
+		for _, f := range strings.Split(*input, "x") {
+			d, err := strconv.Atoi(f)
+			if err != nil || d < 1 {
+				return usagef("--input %q: want HxWxC", *input)
+			}
+			zo.Input = append(zo.Input, d)
+		}
+	}
+	g, err := zoo.Build(*model, zo)
+	if err != nil {
+		return usageError{err}
+	}
+	cluster, err := loadCluster(*nodesFlag, *link, *latency)
+	if err != nil {
+		return usageError{err}
+	}
+	prof, err := loadProfile(g, *profile, opts, *threads, *backend, stderr)
+	if err != nil {
+		return err
+	}
+	prof.Model = *model
+	if *saveProfile != "" {
+		b, _ := json.MarshalIndent(prof, "", " ")
+		if err := os.WriteFile(*saveProfile, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if *compare {
+		return comparePartitioners(g, prof, cluster, opts, *jsonOut, stdout)
+	}
+	res, err := balance.Search(g, prof, cluster, opts)
+	if err != nil {
+		if errors.Is(err, balance.ErrSyntax) || errors.Is(err, balance.ErrUnknownLayer) || errors.Is(err, balance.ErrMissingLayer) ||
+			errors.Is(err, balance.ErrDuplicateLayer) || errors.Is(err, balance.ErrUnknownNode) || errors.Is(err, balance.ErrEmptyStage) ||
+			errors.Is(err, balance.ErrCycle) || errors.Is(err, balance.ErrNodeReused) {
+			return usageError{err}
+		}
+		return err
+	}
+	if *out != "" {
+		b, _ := json.MarshalIndent(res.Plan, "", " ")
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if *svg != "" {
+		if err := writeFileWith(*svg, func(w io.Writer) error { return balance.WriteSVG(w, res.Plan, res.Report) }); err != nil {
+			return err
+		}
+	}
+	if *trace != "" {
+		if err := writeFileWith(*trace, func(w io.Writer) error { return balance.WriteTrace(w, res.Plan, res.Report) }); err != nil {
+			return err
+		}
+	}
+	pr := summary(res, prof)
+	printPlan(stdout, res, cluster, prof)
+	if *jsonOut {
+		b, _ := json.Marshal(pr)
+		fmt.Fprintln(stdout, string(b))
+	}
+	return nil
+}
+
+func summary(res *balance.Result, prof *balance.ModelProfile) planResult {
+	p, r := res.Plan, res.Report
+	pr := planResult{Model: p.Model, Partitioner: p.Partitioner, Spec: res.Spec, Schedule: p.Schedule.String(),
+		MicroBatches: p.MicroBatches, MicroBatchSize: p.MicroBatchSize, StepTime: r.StepTime, Bubble: r.BubbleFraction,
+		Throughput: r.Throughput, SearchTime: res.SearchTime.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
+	for i, s := range p.Stages {
+		pr.Stages = append(pr.Stages, planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory})
+	}
+	return pr
+}
+
+func printPlan(w io.Writer, res *balance.Result, c *balance.Cluster, prof *balance.ModelProfile) {
+	p, r := res.Plan, res.Report
+	speed := map[string]float64{}
+	for _, n := range c.Nodes {
+		speed[n.Name] = n.Speed
+		if n.Speed == 0 && prof.GFLOPS > 0 {
+			speed[n.Name] = n.GFLOPS / prof.GFLOPS
+		}
+	}
+	fmt.Fprintf(w, "plan: %s, %s partition, %s schedule, %d micro-batches of %d samples\n", p.Model, p.Partitioner, p.Schedule, p.MicroBatches, p.MicroBatchSize)
+	specs := strings.Split(res.Spec, "; ")
+	fmt.Fprintf(w, "  %-5s %-8s %6s %9s %9s %6s %11s  %s\n", "stage", "node", "speed", "fwd ms", "bwd ms", "busy", "peak mem", "layers")
+	for i, s := range p.Stages {
+		st := r.Stages[i]
+		layers := specs[i]
+		if at := strings.LastIndex(layers, "@"); at >= 0 {
+			layers = layers[:at]
+		}
+		fmt.Fprintf(w, "  s%-4d %-8s %6.3g %9.3f %9.3f %5.0f%% %11s  %s\n", s.ID, s.Node, speed[s.Node], st.Forward*1e3, st.Backward*1e3, 100*st.BusyFraction, mib(st.PeakMemory), layers)
+	}
+	fmt.Fprintf(w, "step %.3f ms  bubble %.1f%%  throughput %.1f samples/s  search %.1f ms (%d plans simulated)  plan %s\n",
+		r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput, res.SearchTime.Seconds()*1e3, res.Simulated, p.Hash()[:16])
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+func comparePartitioners(g *nn.Graph, prof *balance.ModelProfile, c *balance.Cluster, opts balance.Options, jsonOut bool, stdout io.Writer) error {
+	type row struct {
+		Partitioner  string  `json:"partitioner"`
+		Schedule     string  `json:"schedule"`
+		MicroBatches int     `json:"micro_batches"`
+		Stages       int     `json:"stages"`
+		Sequential   bool    `json:"sequential"`
+		StepTime     float64 `json:"step_time_s"`
+		Throughput   float64 `json:"throughput_samples_per_s"`
+		Bubble       float64 `json:"bubble_fraction"`
+		SearchTime   float64 `json:"search_time_s"`
+		Spec         string  `json:"spec"`
+	}
+	var rows []row
+	fmt.Fprintf(stdout, "%-9s %-6s %4s %6s %-5s %10s %12s %7s %10s  %s\n", "partition", "sched", "M", "stages", "chain", "step ms", "samples/s", "bubble", "search ms", "spec")
+	for _, name := range []string{balance.Uniform, balance.Params, balance.Balanced, balance.GraphPP} {
+		o := opts
+		o.Partitioner = name
+		res, err := balance.Search(g, prof, c, o)
+		if err != nil {
+			fmt.Fprintf(stdout, "%-9s %v\n", name, err)
+			continue
+		}
+		rw := row{name, res.Plan.Schedule.String(), res.Plan.MicroBatches, len(res.Plan.Stages), res.Plan.Sequential(), res.Report.StepTime, res.Report.Throughput,
+			res.Report.BubbleFraction, res.SearchTime.Seconds(), res.Spec}
+		rows = append(rows, rw)
+		chain := "no"
+		if rw.Sequential {
+			chain = "yes"
+		}
+		fmt.Fprintf(stdout, "%-9s %-6s %4d %6d %-5s %10.3f %12.1f %6.1f%% %10.1f  %s\n", rw.Partitioner, rw.Schedule, rw.MicroBatches, rw.Stages, chain,
+			rw.StepTime*1e3, rw.Throughput, 100*rw.Bubble, rw.SearchTime*1e3, rw.Spec)
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("no partitioner found a plan")
+	}
+	if jsonOut {
+		b, _ := json.Marshal(map[string]any{"compare": rows})
+		fmt.Fprintln(stdout, string(b))
+	}
+	return nil
+}
+
+func loadCluster(nodes, link string, latency time.Duration) (*balance.Cluster, error) {
+	bw, err := balance.ParseBandwidth(link)
+	if err != nil {
+		return nil, err
+	}
+	def := balance.LinkProfile{Bandwidth: bw, Latency: latency.Seconds()}
+	if strings.HasSuffix(nodes, ".json") {
+		b, err := os.ReadFile(nodes)
+		if err != nil {
+			return nil, err
+		}
+		var c balance.Cluster
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("%s: %w", nodes, err)
+		}
+		if c.DefaultLink.Bandwidth == 0 {
+			c.DefaultLink = def
+		}
+		return &c, nil
+	}
+	ns, err := balance.ParseNodes(nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &balance.Cluster{Nodes: ns, DefaultLink: def}, nil
+}
+
+func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, backend string, stderr io.Writer) (*balance.ModelProfile, error) {
+	switch how {
+	case "analytic":
+		return balance.Analytic(g, balance.AnalyticOptions{}), nil
+	case "measure":
+		if threads <= 0 {
+			threads = runtime.NumCPU()
+		}
+		runtime.GOMAXPROCS(max(threads, runtime.GOMAXPROCS(0)))
+		be, err := nn.NewBackend(backend, threads, false)
+		if err != nil {
+			return nil, err
+		}
+		// Measure at the smallest and largest micro-batch the search tries.
+		lo, hi := opts.Batch, opts.Batch
+		if opts.MicroBatches > 0 {
+			lo, hi = opts.Batch/opts.MicroBatches, opts.Batch/opts.MicroBatches
+		} else {
+			for m := 1; m <= min(opts.MaxMicroBatches, opts.Batch); m++ {
+				if opts.Batch%m == 0 {
+					lo = opts.Batch / m
+				}
+			}
+		}
+		start := time.Now()
+		g.Init(1)
+		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "profiled %d layers at micro-batches %v on %s (%d threads) in %.1f s\n", len(g.Nodes), p.Sizes, be.Name(), threads, time.Since(start).Seconds())
+		return p, nil
+	}
+	b, err := os.ReadFile(how)
+	if err != nil {
+		return nil, err
+	}
+	var p balance.ModelProfile
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", how, err)
+	}
+	return &p, p.Check(g)
+}
+
+func writeFileWith(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

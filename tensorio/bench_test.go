@@ -69,7 +69,8 @@ func BenchmarkCodec(b *testing.B) {
 
 // BenchmarkStreamRaw compares a raw frame through Writer and Reader with
 // the plain copy of the same bytes into and out of a reused buffer: the
-// framing overhead is the header and the two CRC-32C passes.
+// framing overhead is the header and the two checksum passes (op=crc is
+// one of them).
 func BenchmarkStreamRaw(b *testing.B) {
 	x := benchTensors()[1].t
 	raw := f32View(nn.F32(x))
@@ -105,4 +106,45 @@ func BenchmarkStreamRaw(b *testing.B) {
 			crc(raw)
 		}
 	})
+}
+
+// BenchmarkSparseKernels compares the sparse kernels with and without the
+// AVX-512 assembly on 1 MiB of ReLU-like data (half zeros).
+func BenchmarkSparseKernels(b *testing.B) {
+	r := rand.New(rand.NewPCG(25, 26))
+	src := make([]float32, 1<<18)
+	fillData(r, src, fillReLU)
+	n := len(src)
+	enc := make([]byte, sparseMaxLen(n))
+	m := sparseEncode(enc, src)
+	enc = enc[:m]
+	bl := bitmapLen(n)
+	bm, top, low := make([]byte, bl), make([]byte, n), make([]byte, 3*n+splitSlack)
+	nnz := sparseSplit(bm, top, low, src)
+	dst := make([]float32, n)
+	modes := []bool{false}
+	if hasSparseAVX {
+		modes = append(modes, true)
+	}
+	defer func(old bool) { useSparseAVX = old }(useSparseAVX)
+	for _, avx := range modes {
+		useSparseAVX = avx
+		ops := []struct {
+			name string
+			f    func()
+		}{
+			{"encode", func() { sparseEncode(enc[:cap(enc)], src) }},
+			{"decode", func() { sparseDecode(dst, enc) }},
+			{"split", func() { sparseSplit(bm, top, low, src) }},
+			{"join", func() { sparseJoin(dst, bm, top[:nnz], low[:3*nnz]) }},
+		}
+		for _, op := range ops {
+			b.Run(fmt.Sprintf("avx=%v/op=%s", avx, op.name), func(b *testing.B) {
+				b.SetBytes(int64(4 * n))
+				for b.Loop() {
+					op.f()
+				}
+			})
+		}
+	}
 }

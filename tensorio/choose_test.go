@@ -18,7 +18,8 @@ func sampleData(kind int) []float32 {
 }
 
 // fixedSpeeds is a speed table like the ones measured on a 2-core EPYC
-// (MB/s), so that this test does not depend on the machine's load.
+// with the Go sparse kernels (without AVX-512), so that this test does not
+// depend on the machine or its load.
 var fixedSpeeds = SpeedTable{
 	CodecRaw:         {Encode: 6000e6, Decode: 9000e6},
 	CodecSparse:      {Encode: 2200e6, Decode: 2600e6},

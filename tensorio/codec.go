@@ -3,7 +3,6 @@ package tensorio
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"math/bits"
 	"runtime"
@@ -53,12 +52,6 @@ func ParseCodec(name string) (Codec, error) {
 	}
 	return 0, fmt.Errorf("tensorio: unknown codec %q", name)
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// crc computes the CRC-32C (Castagnoli) of b; amd64 and arm64 use the CPU
-// instruction.
-func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // The zstd encoder and decoder are shared by the whole process: both are
 // safe for concurrent use and keep one internal state per CPU, which is the
@@ -169,7 +162,7 @@ func appendPayload(dst []byte, src []float32, c Codec, s *scratch) []byte {
 		// As sparse+huff, but the bitmap and the top bytes, adjacent
 		// in s.a, go through zstd, which also finds repeated runs.
 		bl := bitmapLen(n)
-		s.a = resize(s.a, bl+n+3*n+1)
+		s.a = resize(s.a, bl+n+3*n+splitSlack)
 		nnz := sparseSplit(s.a[:bl], s.a[bl:bl+n], s.a[bl+n:], src)
 		at := len(dst)
 		dst = append(dst, 0, 0, 0, 0)

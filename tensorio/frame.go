@@ -134,6 +134,12 @@ func parseFrameHeader(b []byte, maxElems int) (h frameHeader, hl int, err error)
 // putFrameHeader writes a frame header for the given shape into b, which
 // has length FrameHeaderLen(len(shape)).
 func putFrameHeader(b []byte, shape []int, c Codec, n int, payload []byte) {
+	putFrameHeaderCRC(b, shape, c, n, len(payload), crc(payload))
+}
+
+// putFrameHeaderCRC is putFrameHeader for a payload of encLen bytes whose
+// checksum is known.
+func putFrameHeaderCRC(b []byte, shape []int, c Codec, n, encLen int, payloadCRC uint32) {
 	copy(b, frameMagic)
 	b[4], b[5], b[6], b[7] = frameVersion, byte(F32), byte(c), byte(len(shape))
 	for i, d := range shape {
@@ -141,8 +147,8 @@ func putFrameHeader(b []byte, shape []int, c Codec, n int, payload []byte) {
 	}
 	p := b[framePrefix+4*len(shape):]
 	binary.LittleEndian.PutUint64(p, 4*uint64(n))
-	binary.LittleEndian.PutUint64(p[8:], uint64(len(payload)))
-	binary.LittleEndian.PutUint32(p[16:], crc(payload))
+	binary.LittleEndian.PutUint64(p[8:], uint64(encLen))
+	binary.LittleEndian.PutUint32(p[16:], payloadCRC)
 	binary.LittleEndian.PutUint32(p[20:], crc(b[:len(b)-4]))
 }
 
@@ -189,6 +195,13 @@ func appendFrame(dst []byte, data []float32, shape []int, c Codec, s *scratch) [
 	start := len(dst)
 	hl := FrameHeaderLen(len(shape))
 	dst = grow(dst, hl+maxPayload(c, len(data)))
+	if view := f32View(data); c == CodecRaw && view != nil {
+		// Copy and checksum in one pass.
+		dst = dst[:start+hl+len(view)]
+		sum := copyCRC(dst[start+hl:], view)
+		putFrameHeaderCRC(dst[start:start+hl], shape, c, len(data), len(view), sum)
+		return dst
+	}
 	dst = dst[:start+hl]
 	dst = appendPayload(dst, data, c, s)
 	putFrameHeader(dst[start:start+hl], shape, c, len(data), dst[start+hl:])
@@ -215,10 +228,23 @@ func DecodeFrame(b []byte, dst *nn.Tensor) (*nn.Tensor, int, error) {
 		return nil, 0, corruptWrap(io.ErrUnexpectedEOF, "truncated frame: %d of %d payload bytes", len(b)-hl, h.encLen)
 	}
 	payload := b[hl : hl+h.encLen]
+	t := dst
+	if h.codec == CodecRaw && (dst == nil || h.fits(dst)) {
+		// Copy and checksum in one pass, into dst or a new tensor (the
+		// payload is all there: allocating for it is safe).
+		if dst == nil {
+			t = tensorFor(nil, h.shape(), h.n)
+		}
+		if view := f32View(nn.F32(t)); view != nil {
+			if got := copyCRC(view, payload); got != h.payloadCRC {
+				return nil, 0, corruptf("frame payload checksum %08x, want %08x", got, h.payloadCRC)
+			}
+			return t, hl + h.encLen, nil
+		}
+	}
 	if got := crc(payload); got != h.payloadCRC {
 		return nil, 0, corruptf("frame payload checksum %08x, want %08x", got, h.payloadCRC)
 	}
-	t := dst
 	if !h.fits(t) {
 		t = tensorFor(dst, h.shape(), h.n)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -59,11 +60,29 @@ func TestLosslessRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSparseKernels compares the fast sparse kernels and the portable
-// ones against a naive oracle, at every length around the block size.
+// TestSparseKernels compares the fast sparse kernels (assembly where the
+// CPU has it, and the Go block loops) and the portable ones against a
+// naive oracle, at every length around the block size.
 func TestSparseKernels(t *testing.T) {
+	modes := []bool{false}
+	if hasSparseAVX {
+		modes = append(modes, true)
+	}
+	defer func(old bool) { useSparseAVX = old }(useSparseAVX)
+	for _, avx := range modes {
+		useSparseAVX = avx
+		t.Run(fmt.Sprintf("avx=%v", avx), testSparseKernels)
+	}
+}
+
+func testSparseKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	for n := 0; n < 300; n++ {
+	lengths := make([]int, 0, 310)
+	for n := range 300 {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 4096, 4096+63, 1<<16+5)
+	for _, n := range lengths {
 		for kind := range numFills {
 			src := make([]float32, n)
 			fillData(r, src, kind)
@@ -98,6 +117,33 @@ func TestSparseKernels(t *testing.T) {
 					if math.Float32bits(out[i]) != math.Float32bits(src[i]) {
 						t.Fatalf("%s decode n=%d kind=%d: element %d", name, n, kind, i)
 					}
+				}
+			}
+			// Split and join (sparse+huff, sparse+zstd) against the
+			// oracle's values, with exactly sized inputs to join.
+			bm, top, low := make([]byte, bitmapLen(n)), make([]byte, n), make([]byte, 3*n+splitSlack)
+			for i := range low {
+				low[i] = 0xa5
+			}
+			nnz := sparseSplit(bm, top, low, src)
+			vals := want[bitmapLen(n):]
+			if !bytes.Equal(bm, want[:bitmapLen(n)]) || nnz != len(vals)/4 {
+				t.Fatalf("split n=%d kind=%d: bitmap or count (%d) differs", n, kind, nnz)
+			}
+			for k := range nnz {
+				v := vals[4*k:]
+				if top[k] != v[3] || low[3*k] != v[0] || low[3*k+1] != v[1] || low[3*k+2] != v[2] {
+					t.Fatalf("split n=%d kind=%d: value %d", n, kind, k)
+				}
+			}
+			out := make([]float32, n)
+			for i := range out {
+				out[i] = 42
+			}
+			sparseJoin(out, bm, bytes.Clone(top[:nnz]), bytes.Clone(low[:3*nnz]))
+			for i := range src {
+				if math.Float32bits(out[i]) != math.Float32bits(src[i]) {
+					t.Fatalf("join n=%d kind=%d: element %d", n, kind, i)
 				}
 			}
 		}

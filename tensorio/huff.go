@@ -124,8 +124,8 @@ func readBlocks(dst, src []byte, hs *huff0.Scratch) ([]byte, error) {
 func appendSparseHuff(dst []byte, src []float32, s *scratch) []byte {
 	n := len(src)
 	bl := bitmapLen(n)
-	// s.a: bitmap | top bytes (n) | low bytes (3n + 1 byte of slack)
-	s.a = resize(s.a, bl+n+3*n+1)
+	// s.a: bitmap | top bytes (n) | low bytes (3n + slack for the kernels)
+	s.a = resize(s.a, bl+n+3*n+splitSlack)
 	bm, top, low := s.a[:bl], s.a[bl:bl+n], s.a[bl+n:]
 	nnz := sparseSplit(bm, top, low, src)
 	if s.huff == nil {
@@ -165,15 +165,23 @@ func decodeSparseHuff(dst []float32, payload []byte, s *scratch) error {
 	return nil
 }
 
+// splitSlack is the room sparseSplit needs in low past 3 bytes per element.
+const splitSlack = 16
+
 // sparseSplit writes the bitmap of src into bm, the top byte of each
 // non-zero element into top (len(top) >= len(src)) and its low three bytes
-// into low (len(low) >= 3*len(src)+1), and returns the number of non-zero
-// elements.
+// into low (len(low) >= 3*len(src)+splitSlack), and returns the number of
+// non-zero elements.
 func sparseSplit(bm, top, low []byte, src []float32) int {
 	n := len(src)
-	bm, top, low = bm[:bitmapLen(n)], top[:n], low[:3*n+1]
+	bm, top, low = bm[:bitmapLen(n)], top[:n], low[:3*n+splitSlack]
 	k := 0
 	i := 0
+	if useSparseAVX && n >= 64 {
+		// Its stores stay inside top[:i] and low[:3*i+16] at element i.
+		k = sparseSplitAVX(&bm[0], &top[0], &low[0], &src[0], n/64)
+		i = n &^ 63
+	}
 	if nativeLE {
 		for ; i+64 <= n; i += 64 {
 			blk := (*[64]uint32)(unsafe.Pointer((*[64]float32)(src[i : i+64])))
@@ -213,6 +221,11 @@ func sparseJoin(dst []float32, bm, top, low []byte) {
 	n := len(dst)
 	k := 0
 	i := 0
+	if useSparseAVX && n >= 64 && len(top) > 0 && len(low) > 0 {
+		// It stops before reading past top or low.
+		done, used := sparseJoinAVX(&dst[0], &bm[0], &top[0], &low[0], n/64, len(top), len(low))
+		i, k = 64*done, used
+	}
 	if nativeLE {
 		for ; i+64 <= n && k+64 <= len(top) && 3*k+193 <= len(low); i += 64 {
 			w := binary.LittleEndian.Uint64(bm[i/8:])

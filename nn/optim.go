@@ -104,25 +104,50 @@ func (o *SGD) Step(ps []*Param) {
 			b = F32(o.buf(p))
 		}
 		parallel(o.threads, len(w), 1<<15, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				d := g[i]
-				if wd != 0 {
-					d += wd * w[i]
-				}
-				if b != nil {
-					if first {
-						b[i] = d
-					} else {
-						b[i] = mu*b[i] + d
-					}
-					d = b[i]
-				}
-				w[i] -= lr * d
-				g[i] = 0
-			}
+			sgdUpdate(w[lo:hi], g[lo:hi], sub(b, lo, hi), lr, mu, wd, first)
 		})
 	}
 	o.steps++
+}
+
+func sub(b []float32, lo, hi int) []float32 {
+	if b == nil {
+		return nil
+	}
+	return b[lo:hi]
+}
+
+// sgdUpdate is one SGD step on a chunk, with the common case (momentum, no
+// weight decay, not the first step) as a tight loop free of branches and
+// bounds checks.
+func sgdUpdate(w, g, b []float32, lr, mu, wd float32, first bool) {
+	g = g[:len(w)]
+	if b != nil && wd == 0 && !first {
+		b = b[:len(w)]
+		for i := range w {
+			v := mu*b[i] + g[i]
+			b[i] = v
+			w[i] -= lr * v
+			g[i] = 0
+		}
+		return
+	}
+	for i := range w {
+		d := g[i]
+		if wd != 0 {
+			d += wd * w[i]
+		}
+		if b != nil {
+			if first {
+				b[i] = d
+			} else {
+				b[i] = mu*b[i] + d
+			}
+			d = b[i]
+		}
+		w[i] -= lr * d
+		g[i] = 0
+	}
 }
 
 // Adam is torch.optim.Adam (L2 weight decay added to the gradient, no

@@ -46,12 +46,12 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.micro, "micro-batches", 4, "micro-batches per mini-batch")
 	fs.IntVar(&f.epochs, "epochs", 3, "epochs")
 	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps (0: all epochs)")
-	fs.Float64Var(&f.lr, "lr", 0.05, "learning rate")
+	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: 3e-4 for adam, 0.005 for sgd)")
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
-	fs.StringVar(&f.optimizer, "optimizer", "sgd", "sgd or adam")
+	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam or sgd")
 	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule: cosine (decays to 0 at the last step) or constant")
-	fs.IntVar(&f.warmup, "warmup-steps", 0, "steps of linear learning-rate warm-up")
+	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of initialisation, data order and dropout")
 	fs.BoolVar(&f.deterministic, "deterministic", false, "same bits on every run and machine (pure-Go GEMM)")
 	fs.StringVar(&f.backend, "backend", "", "GEMM backend (default: the fastest compiled in)")
@@ -126,6 +126,12 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	g.Init(f.seed)
+	if f.lr == 0 {
+		f.lr = 0.005
+		if f.optimizer == "adam" {
+			f.lr = 3e-4
+		}
+	}
 	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.wd, Threads: threads})
 	if err != nil {
 		return err
@@ -142,6 +148,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	total := f.epochs * spe
 	if f.steps > 0 {
 		total = min(total, f.steps)
+	}
+	if f.warmup < 0 {
+		f.warmup = min(150, total/5)
 	}
 	sched, err := nn.NewSchedule(f.schedule, f.lr, f.warmup, total)
 	if err != nil {

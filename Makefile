@@ -30,7 +30,7 @@ build: check-go
 
 # The main job: for now, single-process training of mlp32 on MNIST.
 demo: build
-	$(BIN) train --local --model mlp32 --data mnist --epochs 1 --batch 128 --micro-batches 4 --lr 0.05
+	$(BIN) train --local --model mlp32 --data mnist --epochs 1 --batch 128 --micro-batches 4
 
 vet: check-go
 	$(GO) vet $(TAGS) ./...

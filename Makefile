@@ -5,7 +5,9 @@
 SHELL := /bin/bash
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN := bin/ppnode
-HAVE_OPENBLAS := $(shell ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so ' && echo yes)
+# Tests run `go list` and `go mod download`: put this Go first on PATH.
+export PATH := $(dir $(GO)):$(PATH)
+HAVE_OPENBLAS := $(shell { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libopenblas\.so ' && echo yes)
 ifeq ($(HAVE_OPENBLAS),yes)
   TAGS := -tags openblas
   export CGO_LDFLAGS := -lopenblas

@@ -3,9 +3,11 @@ package balance
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ppnode/ppnode/nn"
@@ -109,63 +111,106 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	}
 	graph := o.Partitioner == GraphPP && len(findRegions(l, l.costsFor(1, slots))) > 0
 
+	// The dynamic programmes for every (M, schedule) pair are independent
+	// and read only l and net: solve them on all CPUs, then simulate and
+	// pick in the fixed order below, so the result does not depend on timing.
+	// When memory binds nowhere, GPipe and 1F1B (which differ only in the
+	// micro-batches they keep in flight) pose the same problem: solve it once.
+	type pair struct {
+		M     int
+		kind  Schedule
+		parts []*stageGraph
+		same  *pair // solved by this pair
+	}
+	var pairs []*pair
+	for _, M := range Ms {
+		var first *pair
+		free := memoryFree(l.costsFor(o.Batch/M, slots), net, M)
+		for _, kind := range scheduleKinds(o.Schedule) {
+			pr := &pair{M: M, kind: kind}
+			if first != nil && free {
+				pr.same = first
+			}
+			if first == nil {
+				first = pr
+			}
+			pairs = append(pairs, pr)
+		}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, pr := range pairs {
+		if fixedSG != nil {
+			pr.parts = []*stageGraph{fixedSG}
+			continue
+		}
+		if pr.same != nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(pr *pair) {
+			defer func() { <-sem; wg.Done() }()
+			M := pr.M
+			inflight := func(c int) float64 { return float64(M) }
+			if pr.kind != GPipe {
+				inflight = func(c int) float64 { return float64(min(M, c)) }
+			}
+			p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflight, graph)
+			for _, segs := range solve(p, M, o.Keep, graph) {
+				sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
+				if err != nil {
+					continue // a branch grouping whose gradients cannot be summed exactly
+				}
+				pr.parts = append(pr.parts, sg)
+			}
+		}(pr)
+	}
+	wg.Wait()
+	for _, pr := range pairs {
+		if pr.same != nil {
+			pr.parts = pr.same.parts
+		}
+	}
+
 	var best *Result
 	var bestFit, bestAny *candidate
 	simulated := 0
-	for _, M := range Ms {
+	for _, pr := range pairs {
+		M, kind, parts := pr.M, pr.kind, pr.parts
 		b := o.Batch / M
-		cs := l.costsFor(b, slots)
-		for _, kind := range scheduleKinds(o.Schedule) {
-			var parts []*stageGraph
-			if fixedSG != nil {
-				parts = []*stageGraph{fixedSG}
-			} else {
-				inflight := func(c int) float64 { return float64(M) }
-				if kind != GPipe {
-					inflight = func(c int) float64 { return float64(min(M, c)) }
+		for _, sg := range parts {
+			sched := kind
+			if kind != GPipe {
+				if sg.isPath() {
+					sched = OneFOneB
+				} else {
+					sched = GraphSchedule
 				}
-				p := newProblem(l, cs, net, inflight, graph)
-				for _, segs := range solve(p, M, o.Keep, graph) {
-					sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
-					if err != nil {
-						continue // a branch grouping whose gradients cannot be summed exactly
-					}
-					parts = append(parts, sg)
+				if o.Schedule == "1f1b" && sched != OneFOneB {
+					continue
 				}
 			}
-			for _, sg := range parts {
-				sched := kind
-				if kind != GPipe {
-					if sg.isPath() {
-						sched = OneFOneB
-					} else {
-						sched = GraphSchedule
-					}
-					if o.Schedule == "1f1b" && sched != OneFOneB {
-						continue
-					}
+			plan, err := sg.plan(sched, M, b)
+			if err != nil {
+				return nil, err
+			}
+			plan.Model, plan.Partitioner = o.Model, o.Partitioner
+			if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
+				plan.Partitioner = "spec"
+			}
+			rep, err := simulate(plan, l, net, slots)
+			if err != nil {
+				return nil, err
+			}
+			simulated++
+			cd := &candidate{plan: plan, rep: rep, sg: sg}
+			if cd.fits() {
+				if bestFit == nil || cd.better(bestFit) {
+					bestFit = cd
 				}
-				plan, err := sg.plan(sched, M, b)
-				if err != nil {
-					return nil, err
-				}
-				plan.Model, plan.Partitioner = o.Model, o.Partitioner
-				if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
-					plan.Partitioner = "spec"
-				}
-				rep, err := simulate(plan, l, net, slots)
-				if err != nil {
-					return nil, err
-				}
-				simulated++
-				cd := &candidate{plan: plan, rep: rep, sg: sg}
-				if cd.fits() {
-					if bestFit == nil || cd.better(bestFit) {
-						bestFit = cd
-					}
-				} else if bestAny == nil || cd.overuse() < bestAny.overuse() {
-					bestAny = cd
-				}
+			} else if bestAny == nil || cd.overuse() < bestAny.overuse() {
+				bestAny = cd
 			}
 		}
 	}
@@ -187,6 +232,18 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	best = &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}
 	best.SearchTime = time.Since(start)
 	return best, nil
+}
+
+// memoryFree reports whether the whole model with M micro-batches in flight
+// fits on every node, so that no memory limit can bind in the partitioner.
+func memoryFree(c *costs, net *network, M int) bool {
+	need := c.static[c.U] + float64(M)*(c.slot[c.U]+slices.Max(c.act))
+	for i := range net.nodes {
+		if need > net.memLimit(i) {
+			return false
+		}
+	}
+	return true
 }
 
 type candidate struct {

@@ -1,0 +1,496 @@
+package actors
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// The data plane moves activations and gradients between pipeline stages
+// as tensorio frames over one direct connection per stage link; the actors
+// carry only control (DESIGN.md, "Transport: control through actors,
+// tensors through a data plane").
+//
+// A link is set up in three steps:
+//
+//  1. The receiving stage calls [DataPlane.Listen] with the [Hello] it
+//     expects and sends [Listener.Addr] to the sending stage through its
+//     actor.
+//  2. The sending stage calls [DataPlane.Dial] with that address and its own
+//     Hello. The listener accepts the connection only if job id, plan
+//     generation and link id match; otherwise the dialer gets a
+//     [*RefusedError] saying why, and the listener keeps listening.
+//  3. [Listener.Accept] returns the link on the receiving side, Dial on the
+//     sending side. Both ends may Send and Recv (activations flow forward,
+//     gradients back, over the same connection).
+//
+// On the wire, after the handshake, every tensor is a 16-byte tag
+// (kind u8, 3 zero bytes, micro-batch u32, tensor id u32, CRC-32C of the
+// first 12 bytes u32; little-endian) followed by one tensorio frame.
+
+// Kind says what a tensor on a link is.
+type Kind uint8
+
+// The kinds of tensors on a link.
+const (
+	KindActivation Kind = 1 // forward: stage i -> stage i+1
+	KindGradient   Kind = 2 // backward: stage i+1 -> stage i
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindActivation:
+		return "activation"
+	case KindGradient:
+		return "gradient"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Tag identifies a tensor on a link.
+type Tag struct {
+	MicroBatch uint32 // micro-batch index within the step
+	Tensor     uint32 // which tensor of that micro-batch (0 for a single one)
+	Kind       Kind
+}
+
+// Hello authenticates a connection: the dialer sends its own, the listener
+// compares it with the one it was created with.
+type Hello struct {
+	JobID      string // at most 255 bytes
+	Generation uint64 // plan generation; a re-plan increments it
+	Link       uint32 // link id within the plan
+	From, To   uint32 // sending and receiving stage of the link
+}
+
+// Options tune a link. The zero value is usable.
+type Options struct {
+	// Codec encodes the tensors this end sends (default raw); it can be
+	// changed later with [Link.SetCodec]. Each end chooses its own.
+	Codec tensorio.Codec
+	// IOTimeout bounds every Send and every Recv (default 30 s): a peer
+	// that stops reading or writing, or a cut link that TCP does not
+	// notice, becomes an error instead of a hang. Recv waits at most this
+	// long for the next tensor, so it must exceed the longest legitimate
+	// pause between two tensors on the link.
+	IOTimeout time.Duration
+	// HandshakeTimeout bounds the handshake (default 5 s).
+	HandshakeTimeout time.Duration
+	// MaxElements bounds the tensors Recv accepts (default
+	// tensorio.MaxElements); a larger frame header is rejected as corrupt
+	// before anything is allocated.
+	MaxElements int
+}
+
+func (o Options) withDefaults() Options {
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = 30 * time.Second
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.MaxElements <= 0 || o.MaxElements > tensorio.MaxElements {
+		o.MaxElements = tensorio.MaxElements
+	}
+	return o
+}
+
+// DataPlane creates stage links. [TCP] is the real one, [Inmem] its
+// in-memory twin for tests; both put the same bytes on their connections.
+// A DataPlane is safe for concurrent use.
+type DataPlane interface {
+	// Listen starts listening for the link described by want, on the
+	// receiving stage. The returned Listener's Addr is what the sender
+	// dials.
+	Listen(want Hello, o Options) (Listener, error)
+	// Dial connects to a Listener's address and authenticates with h. A
+	// refused handshake returns a *RefusedError.
+	Dial(addr string, h Hello, o Options) (Link, error)
+}
+
+// Listener accepts the links of one Hello. It is safe for concurrent use.
+type Listener interface {
+	// Addr is the address the sender passes to Dial.
+	Addr() string
+	// Accept waits for a connection that passes the handshake and returns
+	// its link. Connections that fail it are refused (the dialer is told
+	// why) and Accept keeps waiting. After Close it returns ErrClosed.
+	Accept() (Link, error)
+	// Close stops listening; links already accepted stay open.
+	Close() error
+}
+
+// Link is one end of a stage-to-stage connection.
+//
+// Concurrency contract: Send and Recv may run at the same time (one
+// goroutine sending, one receiving), but Sends must not overlap each other,
+// nor Recvs each other. Close, Done, Err and SetCodec are safe from any
+// goroutine at any time; Close unblocks a pending Send or Recv, which then
+// returns an error. A Link starts no goroutine of its own.
+//
+// Errors: the first failure of the connection (a peer that closed, a
+// timeout, corrupt bytes: errors.Is(err, tensorio.ErrCorrupt)) breaks the
+// link: Done is closed, Err returns that error and every later Send and
+// Recv return it. The owner learns of a broken link either from the error
+// of its own Send or Recv or by waiting on Done (an actor turns that into a
+// message to itself).
+type Link interface {
+	// Send writes t, tagged, as one frame in the link's codec. It
+	// allocates nothing in the steady state (raw codec, any shape; other
+	// codecs once their buffers have grown).
+	Send(tag Tag, t *nn.Tensor) error
+	// Recv reads the next tensor into dst when dst has its shape (the
+	// steady state: no allocation), into dst reshaped when it has the same
+	// number of elements, and into a new tensor otherwise; dst may be nil.
+	// It returns io.EOF when the peer closed cleanly between two tensors.
+	Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error)
+	// SetCodec changes the codec of the following Sends.
+	SetCodec(c tensorio.Codec)
+	// Peer is the Hello of the other end.
+	Peer() Hello
+	// Done is closed when the link breaks or is closed.
+	Done() <-chan struct{}
+	// Err is nil until Done is closed, then the reason: ErrClosed after
+	// Close, otherwise the connection's first error.
+	Err() error
+	// Close closes the connection. It is idempotent.
+	Close() error
+}
+
+// ErrClosed is returned by operations on a closed Link or Listener.
+var ErrClosed = errors.New("actors: data plane closed")
+
+// RefusedError is the error Dial returns when the listener refused the
+// handshake.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "actors: data plane link refused: " + e.Reason }
+
+// ---- Handshake ----
+
+const (
+	helloMagic   = "PPDL"
+	helloVersion = 1
+	tagLen       = 16
+	ioBufSize    = 64 << 10
+)
+
+func encodeHello(h Hello) ([]byte, error) {
+	if len(h.JobID) == 0 || len(h.JobID) > 255 {
+		return nil, fmt.Errorf("actors: job id of %d bytes, want 1-255", len(h.JobID))
+	}
+	b := make([]byte, 0, 30+len(h.JobID))
+	b = append(b, helloMagic...)
+	b = append(b, helloVersion, byte(len(h.JobID)))
+	b = append(b, h.JobID...)
+	b = binary.LittleEndian.AppendUint64(b, h.Generation)
+	b = binary.LittleEndian.AppendUint32(b, h.Link)
+	b = binary.LittleEndian.AppendUint32(b, h.From)
+	b = binary.LittleEndian.AppendUint32(b, h.To)
+	b = binary.LittleEndian.AppendUint32(b, tensorio.Checksum(b))
+	return b, nil
+}
+
+func readHello(r io.Reader) (Hello, error) {
+	var pre [6]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return Hello{}, err
+	}
+	if string(pre[:4]) != helloMagic || pre[4] != helloVersion || pre[5] == 0 {
+		return Hello{}, fmt.Errorf("actors: bad handshake header %q: %w", pre[:], tensorio.ErrCorrupt)
+	}
+	rest := make([]byte, int(pre[5])+24)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return Hello{}, err
+	}
+	all := append(pre[:], rest...)
+	n := len(all) - 4
+	if tensorio.Checksum(all[:n]) != binary.LittleEndian.Uint32(all[n:]) {
+		return Hello{}, fmt.Errorf("actors: handshake checksum mismatch: %w", tensorio.ErrCorrupt)
+	}
+	j := 6 + int(pre[5])
+	return Hello{
+		JobID:      string(all[6:j]),
+		Generation: binary.LittleEndian.Uint64(all[j:]),
+		Link:       binary.LittleEndian.Uint32(all[j+8:]),
+		From:       binary.LittleEndian.Uint32(all[j+12:]),
+		To:         binary.LittleEndian.Uint32(all[j+16:]),
+	}, nil
+}
+
+// check returns why a listener expecting want refuses got, or "".
+func check(want, got Hello) string {
+	switch {
+	case got.JobID != want.JobID:
+		return fmt.Sprintf("job %q, this listener is for job %q", got.JobID, want.JobID)
+	case got.Generation < want.Generation:
+		return fmt.Sprintf("stale plan generation %d, current is %d", got.Generation, want.Generation)
+	case got.Generation > want.Generation:
+		return fmt.Sprintf("plan generation %d is newer than this listener's %d", got.Generation, want.Generation)
+	case got.Link != want.Link || got.From != want.From || got.To != want.To:
+		return fmt.Sprintf("link %d (stage %d->%d), this listener is for link %d (stage %d->%d)",
+			got.Link, got.From, got.To, want.Link, want.From, want.To)
+	}
+	return ""
+}
+
+// reply: status byte (0 accepted, 1 refused), u8 reason length, reason.
+func writeReply(w io.Writer, reason string) error {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	b := []byte{0, byte(len(reason))}
+	if reason != "" {
+		b[0] = 1
+	}
+	_, err := w.Write(append(b, reason...))
+	return err
+}
+
+func readReply(r io.Reader) error {
+	var b [2]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return err
+	}
+	reason := make([]byte, b[1])
+	if _, err := io.ReadFull(r, reason); err != nil {
+		return err
+	}
+	switch b[0] {
+	case 0:
+		return nil
+	case 1:
+		return &RefusedError{Reason: string(reason)}
+	}
+	return fmt.Errorf("actors: bad handshake reply %d: %w", b[0], tensorio.ErrCorrupt)
+}
+
+// serverHandshake authenticates a freshly accepted connection.
+func serverHandshake(c net.Conn, want Hello, o Options) (*link, error) {
+	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
+	got, err := readHello(c)
+	if err != nil {
+		return nil, fmt.Errorf("actors: handshake: %w", err)
+	}
+	reason := check(want, got)
+	if err := writeReply(c, reason); err != nil {
+		return nil, fmt.Errorf("actors: handshake: %w", err)
+	}
+	if reason != "" {
+		return nil, &RefusedError{Reason: reason}
+	}
+	c.SetDeadline(time.Time{})
+	return newLink(c, got, o), nil
+}
+
+// clientHandshake authenticates c as h and waits for the listener's verdict.
+func clientHandshake(c net.Conn, h Hello, o Options) (*link, error) {
+	b, err := encodeHello(h)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
+	if _, err := c.Write(b); err != nil {
+		return nil, fmt.Errorf("actors: handshake: %w", err)
+	}
+	if err := readReply(c); err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("actors: handshake: %w", err)
+	}
+	c.SetDeadline(time.Time{})
+	return newLink(c, h, o), nil
+}
+
+// ---- Listener over any net.Listener ----
+
+type listener struct {
+	ln   net.Listener
+	addr string
+	want Hello
+	o    Options
+}
+
+func (l *listener) Addr() string { return l.addr }
+func (l *listener) Close() error { return l.ln.Close() }
+
+func (l *listener) Accept() (Link, error) {
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil, ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return nil, err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+			tc.SetKeepAlive(true)
+			tc.SetKeepAlivePeriod(5 * time.Second)
+		}
+		lk, err := serverHandshake(c, l.want, l.o)
+		if err != nil {
+			c.Close() // refused or broken: keep listening
+			continue
+		}
+		return lk, nil
+	}
+}
+
+// ---- Link over any net.Conn ----
+
+type link struct {
+	c    net.Conn
+	peer Hello
+	o    Options
+
+	smu sync.Mutex // guards codec changes against a running Send
+	bw  *bufio.Writer
+	w   *tensorio.Writer
+	stg [tagLen]byte
+
+	br  *bufio.Reader
+	r   *tensorio.Reader
+	rtg [tagLen]byte
+
+	once sync.Once
+	done chan struct{}
+	emu  sync.Mutex
+	err  error
+}
+
+func newLink(c net.Conn, peer Hello, o Options) *link {
+	l := &link{c: c, peer: peer, o: o, done: make(chan struct{})}
+	l.bw = bufio.NewWriterSize(c, ioBufSize)
+	l.w = tensorio.NewWriter(l.bw, o.Codec)
+	l.br = bufio.NewReaderSize(c, ioBufSize)
+	l.r = tensorio.NewReader(l.br)
+	l.r.SetMaxElements(o.MaxElements)
+	return l
+}
+
+func (l *link) Peer() Hello           { return l.peer }
+func (l *link) Done() <-chan struct{} { return l.done }
+
+func (l *link) Err() error {
+	l.emu.Lock()
+	defer l.emu.Unlock()
+	return l.err
+}
+
+func (l *link) SetCodec(c tensorio.Codec) {
+	l.smu.Lock()
+	l.w.SetCodec(c)
+	l.smu.Unlock()
+}
+
+// fail breaks the link with err (the first error wins) and returns the
+// link's error.
+func (l *link) fail(err error) error {
+	l.once.Do(func() {
+		l.emu.Lock()
+		l.err = err
+		l.emu.Unlock()
+		l.c.Close()
+		close(l.done)
+	})
+	return l.Err()
+}
+
+func (l *link) Close() error {
+	l.fail(ErrClosed)
+	return nil
+}
+
+func (l *link) Send(tag Tag, t *nn.Tensor) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if tag.Kind != KindActivation && tag.Kind != KindGradient {
+		return fmt.Errorf("actors: Send: invalid kind %d", tag.Kind)
+	}
+	if t == nil {
+		return errors.New("actors: Send: nil tensor")
+	}
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	b := l.stg[:]
+	b[0], b[1], b[2], b[3] = byte(tag.Kind), 0, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], tag.MicroBatch)
+	binary.LittleEndian.PutUint32(b[8:], tag.Tensor)
+	binary.LittleEndian.PutUint32(b[12:], tensorio.Checksum(b[:12]))
+	// A deadline fails only on a closed connection (net.Pipe: either end
+	// closed), which the write then reports as it is.
+	_ = l.c.SetWriteDeadline(time.Now().Add(l.o.IOTimeout))
+	if _, err := l.bw.Write(b); err != nil {
+		return l.fail(fmt.Errorf("actors: Send: %w", err))
+	}
+	if err := l.w.WriteTensor(t); err != nil {
+		if l.bw.Buffered() == tagLen && !isNetErr(err) {
+			// Nothing of the frame went out: a caller error (bad
+			// tensor or codec). Drop the tag; the link stays usable.
+			l.bw.Reset(l.c)
+			return fmt.Errorf("actors: Send: %w", err)
+		}
+		return l.fail(fmt.Errorf("actors: Send: %w", err))
+	}
+	if err := l.bw.Flush(); err != nil {
+		return l.fail(fmt.Errorf("actors: Send: %w", err))
+	}
+	return nil
+}
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func (l *link) Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error) {
+	if err := l.Err(); err != nil {
+		return Tag{}, nil, err
+	}
+	_ = l.c.SetReadDeadline(time.Now().Add(l.o.IOTimeout)) // as in Send
+	b := l.rtg[:]
+	if n, err := io.ReadFull(l.br, b); err != nil {
+		if err == io.EOF && n == 0 {
+			return Tag{}, nil, l.fail(io.EOF)
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("stream ends in a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)
+		}
+		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: %w", err))
+	}
+	if tensorio.Checksum(b[:12]) != binary.LittleEndian.Uint32(b[12:]) || b[1]|b[2]|b[3] != 0 ||
+		(Kind(b[0]) != KindActivation && Kind(b[0]) != KindGradient) {
+		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: bad tensor tag %x: %w", b, tensorio.ErrCorrupt))
+	}
+	tag := Tag{
+		Kind:       Kind(b[0]),
+		MicroBatch: binary.LittleEndian.Uint32(b[4:]),
+		Tensor:     binary.LittleEndian.Uint32(b[8:]),
+	}
+	t, err := l.r.ReadTensor(dst)
+	if err != nil {
+		if err == io.EOF {
+			err = fmt.Errorf("stream ends after a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)
+		}
+		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv %v %d/%d: %w", tag.Kind, tag.MicroBatch, tag.Tensor, err))
+	}
+	return tag, t, nil
+}

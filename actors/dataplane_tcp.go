@@ -1,0 +1,54 @@
+package actors
+
+import (
+	"net"
+	"time"
+)
+
+// TCP is the data plane over TCP. Its zero value listens on 127.0.0.1 with
+// a port chosen by the system.
+type TCP struct {
+	// Host is the address Listen binds (default 127.0.0.1); the port is
+	// always chosen by the system.
+	Host string
+}
+
+var _ DataPlane = (*TCP)(nil)
+
+// Listen binds Host:0 and returns a listener for want.
+func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
+	if _, err := encodeHello(want); err != nil {
+		return nil, err
+	}
+	host := p.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, err
+	}
+	return &listener{ln: ln, addr: ln.Addr().String(), want: want, o: o.withDefaults()}, nil
+}
+
+// Dial connects to addr (host:port) and authenticates with h.
+func (p *TCP) Dial(addr string, h Hello, o Options) (Link, error) {
+	o = o.withDefaults()
+	if _, err := encodeHello(h); err != nil {
+		return nil, err
+	}
+	c, err := net.DialTimeout("tcp", addr, o.HandshakeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	tc.SetNoDelay(true)
+	tc.SetKeepAlive(true)
+	tc.SetKeepAlivePeriod(5 * time.Second)
+	lk, err := clientHandshake(c, h, o)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return lk, nil
+}

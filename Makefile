@@ -64,3 +64,12 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# Regenerates the committed protobuf code (needs protoc and protoc-gen-go at
+# the google.golang.org/protobuf version in go.mod).
+PROTOC_GEN_GO_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+proto:
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I actors/proto \
+		--go_out=actors --go_opt=paths=source_relative \
+		actors/proto/ppnode.proto

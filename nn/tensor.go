@@ -67,7 +67,7 @@ type Slot struct {
 	bufs []*Tensor
 	ints [][]int32
 	dims []int
-	// Outs is the slice of input gradients a layer returns from Backward.
+	// outs is the slice of input gradients a layer returns from Backward.
 	outs []*Tensor
 }
 

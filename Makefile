@@ -73,3 +73,4 @@ proto:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I actors/proto \
 		--go_out=actors --go_opt=paths=source_relative \
 		actors/proto/ppnode.proto
+.PHONY: proto

@@ -65,3 +65,5 @@ require (
 	gorgonia.org/vecf32 v0.9.0 // indirect
 	gorgonia.org/vecf64 v0.9.0 // indirect
 )
+
+replace github.com/asynkron/protoactor-go => ./actors/internal/protoactor-go

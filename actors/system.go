@@ -1,0 +1,414 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// A System is one node's protoactor actor system with remote (DESIGN.md,
+// "Transport: control through actors, tensors through a data plane").
+// It carries only control messages: the protobuf types of ppnode.proto,
+// each a few hundred bytes; tensors travel over the [DataPlane].
+//
+// It works around the protoactor traps measured for issue 5:
+//
+//   - Only protobuf (API v2) messages cross the network; protoactor drops
+//     anything else silently. [System.Send] and [System.Request] therefore
+//     take a [proto.Message] and refuse messages over
+//     [Config.MaxMessageBytes].
+//   - The endpoint writer batches queued messages into one gRPC message,
+//     so its batch size is derived from the gRPC message limit:
+//     EndpointWriterBatchSize = MaxGRPCBytes / MaxMessageBytes.
+//   - remote.WithDialOptions replaces the default insecure credentials, so
+//     they are passed explicitly.
+//   - Spawning an unregistered kind through protoactor's activator panics
+//     it and kills every actor it spawned before. Every kind is registered
+//     at start ([Config.Kinds]), and remote spawns go through ppnode's own
+//     spawner actor ([System.SpawnRemote]), which answers an unknown kind
+//     with [SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND] instead of panicking.
+//     Never use remote.Spawn/SpawnNamed on a ppnode system.
+//   - protoactor's default logger prints coloured lines; it is routed
+//     through log/slog at [Config.LogLevel].
+//   - Upstream remote.Start silences gRPC's logging process-wide and races
+//     with the gRPC goroutines of another system in the same process; it
+//     also has shutdown races (a send on a closed channel, a nil map). ppnode
+//     builds against a patched copy, actors/internal/protoactor-go (see its
+//     PATCHES.md), which go.mod substitutes for the upstream module.
+//   - remote has no keepalive: liveness comes from memberlist (publish a
+//     remote.EndpointTerminatedEvent for a dead member, see
+//     [System.EndpointTerminated]).
+type System struct {
+	Actor  *actor.ActorSystem
+	Remote *remote.Remote
+
+	cfg      Config
+	kinds    map[string]*actor.Props
+	spawner  *actor.PID
+	stopOnce sync.Once
+}
+
+// Config configures a [System]. The zero value is usable: it binds
+// 127.0.0.1 on a free port, with no kinds, logging to slog.Default() at
+// Info (slog.Level's zero value).
+type Config struct {
+	// Bind is the host:port the gRPC server listens on; default
+	// "127.0.0.1:0" (a free port).
+	Bind string
+	// Advertise is the host:port other nodes reach this one at (passed to
+	// remote.WithAdvertisedHost, which takes host:port); default: the
+	// address actually bound.
+	Advertise string
+	// Kinds are the actor kinds this node can spawn for others. Every node
+	// registers every kind at start.
+	Kinds map[string]*actor.Props
+	// Logger receives protoactor's log lines (default slog.Default()), at
+	// LogLevel and above.
+	Logger   *slog.Logger
+	LogLevel slog.Level
+	// MaxMessageBytes bounds one control message (default 64 KiB).
+	MaxMessageBytes int
+	// MaxGRPCBytes is gRPC's send and receive limit for one batch of
+	// messages (default 16 MiB; gRPC's own default is 4 MiB).
+	MaxGRPCBytes int
+}
+
+// Defaults of [Config].
+const (
+	DefaultBind            = "127.0.0.1:0"
+	DefaultMaxMessageBytes = 64 << 10
+	DefaultMaxGRPCBytes    = 16 << 20
+	// SpawnerName is the name of every node's spawner actor.
+	SpawnerName = "ppnode-spawner"
+)
+
+// JobMessage is a control message of a job: it carries the job id and the
+// plan generation.
+type JobMessage interface {
+	proto.Message
+	GetHeader() *Header
+}
+
+// Start starts an actor system with remote, registers cfg.Kinds and the
+// spawner, and returns once the server listens.
+func Start(cfg Config) (*System, error) {
+	if cfg.Bind == "" {
+		cfg.Bind = DefaultBind
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxGRPCBytes <= 0 {
+		cfg.MaxGRPCBytes = DefaultMaxGRPCBytes
+	}
+	// Each message in a batch also costs its envelope (type id, target and
+	// sender indices, header); 1 KiB of slack per message covers it.
+	batch := cfg.MaxGRPCBytes / (cfg.MaxMessageBytes + 1<<10)
+	if batch < 1 {
+		return nil, fmt.Errorf("actors: MaxGRPCBytes %d is smaller than one message (%d bytes)", cfg.MaxGRPCBytes, cfg.MaxMessageBytes)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("actors: bind address %q: %w", cfg.Bind, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("actors: bind port %q: %w", portStr, err)
+	}
+	if cfg.Advertise != "" {
+		if _, _, err := net.SplitHostPort(cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("actors: advertised address %q must be host:port: %w", cfg.Advertise, err)
+		}
+	}
+	// remote.Start panics when it cannot listen; check first so that a
+	// busy port is an error. For port 0 the check is moot.
+	if port != 0 {
+		l, err := net.Listen("tcp", cfg.Bind)
+		if err != nil {
+			return nil, fmt.Errorf("actors: %w", err)
+		}
+		l.Close()
+	}
+
+	logger := slog.New(levelHandler{cfg.Logger.Handler(), cfg.LogLevel})
+	as := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
+		return logger.With(slog.String("lib", "protoactor"), slog.String("system", s.ID))
+	}))
+
+	s := &System{Actor: as, cfg: cfg, kinds: make(map[string]*actor.Props, len(cfg.Kinds))}
+	var kinds []*remote.Kind
+	for name, props := range cfg.Kinds {
+		if props == nil {
+			return nil, fmt.Errorf("actors: kind %q has nil props", name)
+		}
+		s.kinds[name] = props
+		kinds = append(kinds, remote.NewKind(name, props))
+	}
+
+	opts := []remote.ConfigOption{
+		remote.WithKinds(kinds...),
+		remote.WithEndpointWriterBatchSize(batch),
+		// WithDialOptions replaces the default grpc.WithInsecure().
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(
+				grpc.MaxCallRecvMsgSize(cfg.MaxGRPCBytes),
+				grpc.MaxCallSendMsgSize(cfg.MaxGRPCBytes),
+			),
+		),
+		remote.WithServerOptions(
+			grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes),
+			grpc.MaxSendMsgSize(cfg.MaxGRPCBytes),
+		),
+	}
+	if cfg.Advertise != "" {
+		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))
+	}
+	s.Remote = remote.NewRemote(as, remote.Configure(host, port, opts...))
+	if err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("actors: starting remote: %v", r)
+			}
+		}()
+		s.Remote.Start()
+		return nil
+	}(); err != nil {
+		as.Shutdown()
+		return nil, err
+	}
+
+	s.spawner, err = as.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
+		return &spawner{sys: s, gens: map[string]uint64{}}
+	}), SpawnerName)
+	if err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("actors: starting spawner: %w", err)
+	}
+	return s, nil
+}
+
+// Address is the host:port other nodes reach this system at.
+func (s *System) Address() string { return s.Actor.Address() }
+
+// Root is the system's root context.
+func (s *System) Root() *actor.RootContext { return s.Actor.Root }
+
+// Stop shuts the remote down (gracefully: pending writes are flushed,
+// streams closed) and then the actor system. It is idempotent.
+func (s *System) Stop() {
+	s.stopOnce.Do(func() {
+		if s.spawner != nil {
+			_ = s.Actor.Root.StopFuture(s.spawner).Wait()
+		}
+		s.Remote.Shutdown(true)
+		s.Actor.Shutdown()
+	})
+}
+
+// ErrTooLarge says a message exceeds [Config.MaxMessageBytes]; such
+// payloads belong on the data plane.
+var ErrTooLarge = errors.New("actors: control message too large")
+
+func (s *System) check(msg proto.Message) error {
+	if msg == nil {
+		return errors.New("actors: nil message")
+	}
+	if n := proto.Size(msg); n > s.cfg.MaxMessageBytes {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, proto.MessageName(msg), n, s.cfg.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Send sends msg to pid without waiting.
+func (s *System) Send(pid *actor.PID, msg proto.Message) error {
+	if err := s.check(msg); err != nil {
+		return err
+	}
+	s.Actor.Root.Send(pid, msg)
+	return nil
+}
+
+// Request sends msg to pid and waits up to timeout for the reply. A reply
+// that is not a protobuf message is an error.
+func (s *System) Request(pid *actor.PID, msg proto.Message, timeout time.Duration) (proto.Message, error) {
+	if err := s.check(msg); err != nil {
+		return nil, err
+	}
+	res, err := s.Actor.Root.RequestFuture(pid, msg, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("actors: request %s to %s: %w", proto.MessageName(msg), pid, err)
+	}
+	reply, ok := res.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("actors: request %s to %s: reply %T is not a protobuf message", proto.MessageName(msg), pid, res)
+	}
+	return reply, nil
+}
+
+// SpawnError is a spawn refused by the remote node.
+type SpawnError struct {
+	Address string
+	Kind    string
+	Status  SpawnStatus
+	Text    string
+}
+
+func (e *SpawnError) Error() string {
+	return fmt.Sprintf("actors: spawn %q on %s: %s: %s", e.Kind, e.Address, e.Status, e.Text)
+}
+
+// SpawnRemote asks the spawner at address (host:port of a ppnode System;
+// s.Address() for this node) to start an actor of req.Kind and returns its
+// PID. A refusal is a [*SpawnError] with the remote status.
+func (s *System) SpawnRemote(address string, req *SpawnStage, timeout time.Duration) (*actor.PID, error) {
+	res, err := s.Request(actor.NewPID(address, SpawnerName), req, timeout)
+	if err != nil {
+		return nil, err
+	}
+	rep, ok := res.(*SpawnStageReply)
+	if !ok {
+		return nil, fmt.Errorf("actors: spawn %q on %s: unexpected reply %s", req.GetKind(), address, proto.MessageName(res))
+	}
+	if rep.GetStatus() != SpawnStatus_SPAWN_STATUS_OK {
+		return nil, &SpawnError{Address: address, Kind: req.GetKind(), Status: rep.GetStatus(), Text: rep.GetError()}
+	}
+	if rep.GetPidAddress() == "" || rep.GetPidId() == "" {
+		return nil, fmt.Errorf("actors: spawn %q on %s: reply without a PID", req.GetKind(), address)
+	}
+	return actor.NewPID(rep.GetPidAddress(), rep.GetPidId()), nil
+}
+
+// EndpointTerminated tells the remote that the node at address is gone
+// (memberlist reported it dead): its endpoint is dropped and actors
+// watching PIDs there receive Terminated. remote has no keepalive of its
+// own.
+func (s *System) EndpointTerminated(address string) {
+	s.Actor.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address})
+}
+
+// spawner starts actors of registered kinds for other nodes. Unlike
+// protoactor's activator it never panics: an unknown kind, a taken name or
+// a stale generation is a status in the reply.
+type spawner struct {
+	sys  *System
+	gens map[string]uint64 // newest plan generation seen per job
+}
+
+func (sp *spawner) Receive(c actor.Context) {
+	req, ok := c.Message().(*SpawnStage)
+	if !ok {
+		return
+	}
+	rep := &SpawnStageReply{Header: req.GetHeader()}
+	job, gen := req.GetHeader().GetJobId(), req.GetHeader().GetGeneration()
+	props, known := sp.sys.kinds[req.GetKind()]
+	switch {
+	case !known:
+		rep.Status = SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND
+		rep.Error = fmt.Sprintf("kind %q is not registered on %s", req.GetKind(), sp.sys.Address())
+	case gen < sp.gens[job]:
+		rep.Status = SpawnStatus_SPAWN_STATUS_STALE
+		rep.Error = fmt.Sprintf("job %q generation %d is older than %d", job, gen, sp.gens[job])
+	default:
+		sp.gens[job] = gen
+		var pid *actor.PID
+		var err error
+		if req.GetName() == "" {
+			pid = c.Spawn(props)
+		} else {
+			pid, err = c.SpawnNamed(props, req.GetName())
+		}
+		switch {
+		case errors.Is(err, actor.ErrNameExists):
+			rep.Status = SpawnStatus_SPAWN_STATUS_NAME_EXISTS
+			rep.Error = fmt.Sprintf("name %q is taken", req.GetName())
+		case err != nil:
+			rep.Status = SpawnStatus_SPAWN_STATUS_ERROR
+			rep.Error = err.Error()
+		default:
+			rep.PidAddress, rep.PidId = pid.GetAddress(), pid.GetId()
+		}
+	}
+	c.Respond(rep)
+}
+
+// Gate applies the plan-generation rule of one job: messages of another
+// job, or of an older generation than the current one, are dropped and
+// counted. Use it from one actor (its methods are safe for concurrent use
+// so that tests and status pages may read the counters).
+type Gate struct {
+	job     string
+	gen     atomic.Uint64
+	dropped atomic.Uint64
+}
+
+// NewGate returns a gate for job at generation gen.
+func NewGate(job string, gen uint64) *Gate {
+	g := &Gate{job: job}
+	g.gen.Store(gen)
+	return g
+}
+
+// Admit reports whether msg belongs to the gate's job and current (or a
+// newer) generation; otherwise it counts msg as dropped.
+func (g *Gate) Admit(msg JobMessage) bool {
+	h := msg.GetHeader()
+	if h == nil || h.GetJobId() != g.job || h.GetGeneration() < g.gen.Load() {
+		g.dropped.Add(1)
+		return false
+	}
+	return true
+}
+
+// Advance moves the gate to generation gen (a new plan); it never goes
+// back.
+func (g *Gate) Advance(gen uint64) {
+	for {
+		cur := g.gen.Load()
+		if gen <= cur || g.gen.CompareAndSwap(cur, gen) {
+			return
+		}
+	}
+}
+
+// Generation is the gate's current generation.
+func (g *Gate) Generation() uint64 { return g.gen.Load() }
+
+// Dropped counts the messages the gate refused.
+func (g *Gate) Dropped() uint64 { return g.dropped.Load() }
+
+// levelHandler passes records at level and above to h.
+type levelHandler struct {
+	h     slog.Handler
+	level slog.Leveler
+}
+
+func (l levelHandler) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= l.level.Level() && l.h.Enabled(ctx, lv)
+}
+
+func (l levelHandler) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
+
+func (l levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return levelHandler{l.h.WithAttrs(attrs), l.level}
+}
+
+func (l levelHandler) WithGroup(name string) slog.Handler {
+	return levelHandler{l.h.WithGroup(name), l.level}
+}

@@ -1,0 +1,287 @@
+package actors
+
+import (
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+)
+
+const testTimeout = 5 * time.Second
+
+// pingActor answers Ping with Pong.
+type pingActor struct{}
+
+func (pingActor) Receive(c actor.Context) {
+	if p, ok := c.Message().(*Ping); ok {
+		c.Respond(&Pong{Header: p.GetHeader(), Nonce: p.GetNonce(), Address: c.ActorSystem().Address()})
+	}
+}
+
+// gatedActor demonstrates the generation rule: StepBegin of an older plan
+// is dropped (and counted by the gate); a current one is acknowledged.
+type gatedActor struct {
+	gate     *Gate
+	accepted *atomic.Int64
+}
+
+func (a *gatedActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *StepBegin:
+		if !a.gate.Admit(m) {
+			return
+		}
+		a.accepted.Add(1)
+		c.Respond(&Ack{Header: m.GetHeader(), Ok: true})
+	case *Ping:
+		c.Respond(&Pong{Header: m.GetHeader(), Nonce: m.GetNonce()})
+	}
+}
+
+type testEnv struct {
+	a, b     *System
+	gate     *Gate
+	accepted *atomic.Int64
+}
+
+func startPair(t *testing.T) *testEnv {
+	t.Helper()
+	env := &testEnv{gate: NewGate("job1", 2), accepted: new(atomic.Int64)}
+	// Every node registers every kind.
+	kinds := map[string]*actor.Props{
+		"ping": actor.PropsFromProducer(func() actor.Actor { return pingActor{} }),
+		"gated": actor.PropsFromProducer(func() actor.Actor {
+			return &gatedActor{gate: env.gate, accepted: env.accepted}
+		}),
+	}
+	logger := slog.New(slog.NewTextHandler(newTestWriter(t), nil))
+	var err error
+	env.a, err = Start(Config{Kinds: kinds, Logger: logger, LogLevel: slog.LevelWarn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.b, err = Start(Config{Kinds: kinds, Logger: logger, LogLevel: slog.LevelWarn})
+	if err != nil {
+		env.a.Stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.a.Stop(); env.b.Stop() })
+	if env.a.Address() == env.b.Address() || !strings.HasPrefix(env.a.Address(), "127.0.0.1:") {
+		t.Fatalf("addresses %q %q", env.a.Address(), env.b.Address())
+	}
+	return env
+}
+
+// testWriter sends log lines to t.Log while the test runs. protoactor's
+// endpoint writer goroutines may still log ("lost connection") for a
+// moment after Stop returns, and t.Log after the test panics.
+type testWriter struct {
+	t    *testing.T
+	mu   *sync.Mutex
+	done *bool
+}
+
+func newTestWriter(t *testing.T) testWriter {
+	w := testWriter{t: t, mu: new(sync.Mutex), done: new(bool)}
+	t.Cleanup(func() { w.mu.Lock(); *w.done = true; w.mu.Unlock() })
+	return w
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !*w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+var hdr = &Header{JobId: "job1", Generation: 2}
+
+func TestRemotePingPong(t *testing.T) {
+	env := startPair(t)
+	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid.GetAddress() != env.b.Address() {
+		t.Fatalf("spawned at %s, want %s", pid.GetAddress(), env.b.Address())
+	}
+	for i := uint64(1); i <= 3; i++ {
+		res, err := env.a.Request(pid, &Ping{Header: hdr, Nonce: i}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pong, ok := res.(*Pong)
+		if !ok || pong.GetNonce() != i || pong.GetAddress() != env.b.Address() || !proto.Equal(pong.GetHeader(), hdr) {
+			t.Fatalf("reply %v", res)
+		}
+	}
+}
+
+func TestRemoteSpawn(t *testing.T) {
+	env := startPair(t)
+	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid.GetAddress() != env.b.Address() || !strings.HasSuffix(pid.GetId(), "stage0") {
+		t.Fatalf("pid %v", pid)
+	}
+
+	var se *SpawnError
+	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "nosuchkind"}, testTimeout)
+	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND {
+		t.Fatalf("unknown kind: err %v, want UNKNOWN_KIND", err)
+	}
+	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
+	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_NAME_EXISTS {
+		t.Fatalf("taken name: err %v, want NAME_EXISTS", err)
+	}
+	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: &Header{JobId: "job1", Generation: 1}, Kind: "ping"}, testTimeout)
+	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_STALE {
+		t.Fatalf("old generation: err %v, want STALE", err)
+	}
+
+	// The refusals did not disturb what was spawned before (protoactor's
+	// activator would have panicked and killed it).
+	res, err := env.a.Request(pid, &Ping{Header: hdr, Nonce: 7}, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.(*Pong).GetNonce() != 7 {
+		t.Fatalf("reply %v", res)
+	}
+	// So does a local spawn through the same API.
+	if _, err := env.b.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStaleGenerationDropped(t *testing.T) {
+	env := startPair(t)
+	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "gated"}, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Older generation and another job: dropped, no reply.
+	if err := env.a.Send(pid, &StepBegin{Header: &Header{JobId: "job1", Generation: 1}, Step: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.a.Send(pid, &StepBegin{Header: &Header{JobId: "job0", Generation: 2}, Step: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Current generation: acknowledged.
+	res, err := env.a.Request(pid, &StepBegin{Header: hdr, Step: 2, MicroBatches: 4}, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack, ok := res.(*Ack); !ok || !ack.GetOk() {
+		t.Fatalf("reply %v", res)
+	}
+	// A request of the older generation gets no reply: the sender times out.
+	if _, err := env.a.Request(pid, &StepBegin{Header: &Header{JobId: "job1", Generation: 1}, Step: 3}, 200*time.Millisecond); err == nil {
+		t.Fatal("stale request answered")
+	}
+	// Messages from one sender arrive in order: after this Pong the actor
+	// has seen all of the above.
+	if _, err := env.a.Request(pid, &Ping{Header: hdr}, testTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if got := env.gate.Dropped(); got != 3 {
+		t.Errorf("dropped %d, want 3", got)
+	}
+	if got := env.accepted.Load(); got != 1 {
+		t.Errorf("accepted %d, want 1", got)
+	}
+
+	env.gate.Advance(3)
+	env.gate.Advance(2) // never goes back
+	if env.gate.Generation() != 3 {
+		t.Fatalf("generation %d, want 3", env.gate.Generation())
+	}
+	if _, err := env.a.Request(pid, &StepBegin{Header: hdr, Step: 4}, 200*time.Millisecond); err == nil {
+		t.Fatal("generation 2 answered after advancing to 3")
+	}
+}
+
+func TestMessageLimits(t *testing.T) {
+	env := startPair(t)
+	pid := actor.NewPID(env.b.Address(), SpawnerName)
+	big := &Ack{Header: hdr, Error: strings.Repeat("x", DefaultMaxMessageBytes)}
+	if err := env.a.Send(pid, big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Send of %d bytes: err %v, want ErrTooLarge", proto.Size(big), err)
+	}
+	if _, err := Start(Config{MaxMessageBytes: 1 << 20, MaxGRPCBytes: 1 << 10}); err == nil {
+		t.Fatal("Start accepted a gRPC limit below one message")
+	}
+	if _, err := Start(Config{Advertise: "127.0.0.1"}); err == nil {
+		t.Fatal("Start accepted an advertised address without port")
+	}
+	// A port already in use is an error, not remote.Start's panic.
+	if _, err := Start(Config{Bind: env.a.Address()}); err == nil {
+		t.Fatal("Start on a busy port succeeded")
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	s, err := Start(Config{Bind: "127.0.0.1:0", Advertise: "node-a.example:7000", LogLevel: slog.LevelError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if s.Address() != "node-a.example:7000" {
+		t.Fatalf("address %q", s.Address())
+	}
+}
+
+func TestShutdownNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for round := 0; round < 3; round++ {
+		env := startPair(t)
+		pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Traffic both ways, so that both endpoints have writers and readers.
+		if _, err := env.a.Request(pid, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		back, err := env.b.SpawnRemote(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.b.Request(back, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		env.a.Stop()
+		env.b.Stop()
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("round %d: shutdown took %v", round, d)
+		}
+	}
+	// Goroutines settle back near the baseline (a few of protoactor's
+	// package-level helpers may stay).
+	const slack = 10
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= before+slack {
+			t.Logf("goroutines: %d before, %d after 3 rounds", before, n)
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after shutdown\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

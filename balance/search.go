@@ -62,14 +62,7 @@ type Result struct {
 // among those whose every stage fits its node's memory.
 func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, error) {
 	start := time.Now()
-	if err := prof.Check(g); err != nil {
-		return nil, err
-	}
-	net, err := c.resolve(prof)
-	if err != nil {
-		return nil, err
-	}
-	slots, err := optimizerSlots(o.Optimizer)
+	net, slots, err := prepare(g, prof, c, o.Optimizer)
 	if err != nil {
 		return nil, err
 	}

@@ -153,19 +153,28 @@ func optimizerSlots(name string) (int, error) {
 // for the message. It returns the step time, the busy and bubble
 // fractions and peak memory per stage, and the links' use.
 func Simulate(p *Plan, g *nn.Graph, prof *ModelProfile, c *Cluster, o SimOptions) (*Report, error) {
-	if err := prof.Check(g); err != nil {
+	net, slots, err := prepare(g, prof, c, o.Optimizer)
+	if err != nil {
 		return nil, err
+	}
+	return simulate(p, newLayout(g, prof), net, slots)
+}
+
+// prepare checks the profile against the model and resolves the cluster and
+// the optimizer's state slots, the inputs of both Search and Simulate.
+func prepare(g *nn.Graph, prof *ModelProfile, c *Cluster, optimizer string) (*network, int, error) {
+	if err := prof.Check(g); err != nil {
+		return nil, 0, err
 	}
 	net, err := c.resolve(prof)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	slots, err := optimizerSlots(o.Optimizer)
+	slots, err := optimizerSlots(optimizer)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	l := newLayout(g, prof)
-	return simulate(p, l, net, slots)
+	return net, slots, nil
 }
 
 func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {

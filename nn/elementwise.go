@@ -125,7 +125,7 @@ func (Add) Build(in [][]int) ([]int, error) {
 		return nil, fmt.Errorf("takes two or more inputs, got %d", len(in))
 	}
 	for _, s := range in[1:] {
-		if !sameShape(s, in[0]) {
+		if !SameShape(s, in[0]) {
 			return nil, fmt.Errorf("input shapes %v and %v differ", in[0], s)
 		}
 	}

@@ -35,7 +35,7 @@ func view(s *Slot, i int, t *Tensor, shape ...int) *Tensor {
 	}
 	d := F32(t)
 	v := s.bufs[i]
-	if v != nil && sameShape(v.Shape(), shape) && len(F32(v)) == len(d) && (len(d) == 0 || &F32(v)[0] == &d[0]) {
+	if v != nil && SameShape(v.Shape(), shape) && len(F32(v)) == len(d) && (len(d) == 0 || &F32(v)[0] == &d[0]) {
 		return v
 	}
 	v = FromData(d, shape...)
@@ -45,7 +45,10 @@ func view(s *Slot, i int, t *Tensor, shape ...int) *Tensor {
 
 // Concat joins its inputs along the last dimension (features, or channels in
 // NHWC); all other dimensions must agree. It merges branches.
-type Concat struct{ widths []int }
+type Concat struct {
+	widths []int
+	total  int // sum of widths
+}
 
 func (c *Concat) Kind() string     { return "concat" }
 func (c *Concat) Params() []*Param { return nil }
@@ -54,24 +57,20 @@ func (c *Concat) Build(in [][]int) ([]int, error) {
 		return nil, fmt.Errorf("takes at least one input")
 	}
 	lead := in[0][:len(in[0])-1]
-	total := 0
-	c.widths = c.widths[:0]
+	c.widths, c.total = c.widths[:0], 0
 	for _, s := range in {
-		if len(s) != len(in[0]) || !sameShape(s[:len(s)-1], lead) {
+		if len(s) != len(in[0]) || !SameShape(s[:len(s)-1], lead) {
 			return nil, fmt.Errorf("input shapes %v and %v differ before the last dimension", in[0], s)
 		}
 		c.widths = append(c.widths, s[len(s)-1])
-		total += s[len(s)-1]
+		c.total += s[len(s)-1]
 	}
-	return append(append([]int(nil), lead...), total), nil
+	return append(append([]int(nil), lead...), c.total), nil
 }
 
 func (c *Concat) Forward(ctx *Ctx, s *Slot, in []*Tensor) *Tensor {
 	first := in[0].Shape()
-	total := 0
-	for _, w := range c.widths {
-		total += w
-	}
+	total := c.total
 	rows := Size(first) / c.widths[0]
 	outShape := s.shape(first, total)
 	y := s.Buf(0, outShape...)
@@ -91,7 +90,7 @@ func (c *Concat) Forward(ctx *Ctx, s *Slot, in []*Tensor) *Tensor {
 func (c *Concat) Backward(ctx *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	g := s.Grads(len(in))
 	rows := Size(in[0].Shape()) / c.widths[0]
-	total := len(F32(dout)) / rows
+	total := c.total
 	dy := F32(dout)
 	off := 0
 	for k, t := range in {

@@ -39,10 +39,10 @@ type stageSlot struct {
 
 	// Gradient accumulators for node outputs and stage inputs. A first
 	// contribution is borrowed; a second is added into an owned buffer.
-	grad, inGrad       []*Tensor
-	owned, inOwned     []bool
-	acc, inAcc         []Slot
-	outs, inGradResult []*Tensor
+	grad, inGrad   []*Tensor
+	owned, inOwned []bool
+	acc, inAcc     []Slot
+	outs           []*Tensor
 }
 
 // Stage returns the executor for the named layers, or an error naming an
@@ -152,7 +152,7 @@ func (s *Stage) slot(i int) *stageSlot {
 			ins: make([]*Tensor, m), vals: make([]*Tensor, n), argv: make([][]*Tensor, n),
 			layer: make([]Slot, n), grad: make([]*Tensor, n), inGrad: make([]*Tensor, m),
 			owned: make([]bool, n), inOwned: make([]bool, m), acc: make([]Slot, n), inAcc: make([]Slot, m),
-			outs: make([]*Tensor, len(s.Outputs)), inGradResult: make([]*Tensor, m),
+			outs: make([]*Tensor, len(s.Outputs)),
 		}
 		for k, refs := range s.args {
 			ss.argv[k] = make([]*Tensor, len(refs))
@@ -224,8 +224,7 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 			}
 		}
 	}
-	copy(ss.inGradResult, ss.inGrad)
-	return ss.inGradResult
+	return ss.inGrad
 }
 
 // addGrad adds t into the accumulator *acc. Contributions arrive in reverse

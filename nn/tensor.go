@@ -49,7 +49,8 @@ func Size(shape []int) int {
 	return n
 }
 
-func sameShape(a, b []int) bool {
+// SameShape reports whether two shapes are equal.
+func SameShape(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -78,7 +79,7 @@ func (s *Slot) Buf(i int, shape ...int) *Tensor {
 		s.bufs = append(s.bufs, nil)
 	}
 	t := s.bufs[i]
-	if t != nil && sameShape(t.Shape(), shape) {
+	if t != nil && SameShape(t.Shape(), shape) {
 		return t
 	}
 	if t != nil && cap(F32(t)) >= Size(shape) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"sort"
 )
 
 // Batches supplies a mini-batch's micro-batches in the deterministic order
@@ -104,12 +105,35 @@ func (t *Trainer) Evaluate(next func(x *Tensor, y []int32) (*Tensor, []int32)) f
 // WeightsSHA256 hashes every parameter and buffer's little-endian float32
 // bytes in name order: two runs with the same hash have the same weights.
 func WeightsSHA256(ps []*Param) string {
+	names := make([]string, len(ps))
+	ts := make([]*Tensor, len(ps))
+	for i, p := range ps {
+		names[i], ts[i] = p.Name, p.Value
+	}
+	return TensorsSHA256(names, ts)
+}
+
+// TensorsSHA256 is the hex SHA-256 of the tensors' little-endian float32
+// bytes, taken in name order (ties keep their given order). It is the one
+// definition of ppnode's weights fingerprint; checkpoints and safetensors
+// files are hashed with it too.
+func TensorsSHA256(names []string, ts []*Tensor) string {
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return names[order[a]] < names[order[b]] })
 	h := sha256.New()
-	var b [4]byte
-	for _, p := range SortByName(ps) {
-		for _, v := range F32(p.Value) {
-			binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-			h.Write(b[:])
+	buf := make([]byte, 4<<12)
+	for _, i := range order {
+		data := F32(ts[i])
+		for len(data) > 0 {
+			k := min(len(data), len(buf)/4)
+			for j, v := range data[:k] {
+				binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(v))
+			}
+			h.Write(buf[:4*k])
+			data = data[k:]
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))

@@ -25,6 +25,17 @@ func f32View(s []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }
 
+// leBytes returns src as little-endian bytes: a view of src itself where
+// the machine is little-endian, else a copy into *scratch (grown as needed).
+func leBytes(src []float32, scratch *[]byte) []byte {
+	if b := f32View(src); b != nil {
+		return b
+	}
+	*scratch = resize(*scratch, 4*len(src))
+	putF32s(*scratch, src)
+	return *scratch
+}
+
 // putF32s stores src as little-endian bytes in dst[:4*len(src)].
 func putF32s(dst []byte, src []float32) {
 	if v := f32View(src); v != nil {
@@ -106,7 +117,7 @@ func resize(b []byte, n int) []byte {
 // result may keep shape.
 func tensorFor(dst *nn.Tensor, shape []int, n int) *nn.Tensor {
 	if dst != nil && contiguous(dst) {
-		if sameShape(dst.Shape(), shape) && len(nn.F32(dst)) == n {
+		if nn.SameShape(dst.Shape(), shape) && len(nn.F32(dst)) == n {
 			return dst
 		}
 		if len(nn.F32(dst)) == n && len(shape) > 0 {
@@ -119,18 +130,6 @@ func tensorFor(dst *nn.Tensor, shape []int, n int) *nn.Tensor {
 		return nn.FromData(make([]float32, n), 1)
 	}
 	return nn.FromData(make([]float32, n), shape...)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // contiguous reports whether t's elements are its backing slice in order.

@@ -277,7 +277,7 @@ func ReadCheckpoint(data []byte) (*Checkpoint, error) {
 		if int64(n) != e.Length {
 			return nil, corruptf("checkpoint %s: frame of %d bytes in a slot of %d", e.what(), n, e.Length)
 		}
-		if want := e.Shape; !sameShape(t.Shape(), want) && !(len(want) == 0 && sameShape(t.Shape(), []int{1})) {
+		if want := e.Shape; !nn.SameShape(t.Shape(), want) && !(len(want) == 0 && nn.SameShape(t.Shape(), []int{1})) {
 			return nil, corruptf("checkpoint %s: frame shape %v, index says %v", e.what(), t.Shape(), want)
 		}
 		if e.Slot == "" {

@@ -173,12 +173,7 @@ func appendPayload(dst []byte, src []float32, c Codec, s *scratch) []byte {
 		if n == 0 {
 			return dst
 		}
-		b := f32View(src)
-		if b == nil {
-			s.a = resize(s.a, 4*n)
-			putF32s(s.a, src)
-			b = s.a
-		}
+		b := leBytes(src, &s.a)
 		s.b = resize(s.b, 4*n)
 		shuffle4(s.b, b)
 		dst = zstdEncoder().EncodeAll(s.b, dst)
@@ -186,20 +181,10 @@ func appendPayload(dst []byte, src []float32, c Codec, s *scratch) []byte {
 		if n == 0 {
 			return dst
 		}
-		b := f32View(src)
-		if b == nil {
-			s.a = resize(s.a, 4*n)
-			putF32s(s.a, src)
-			b = s.a
-		}
+		b := leBytes(src, &s.a)
 		dst = zstdEncoder().EncodeAll(b, dst)
 	case CodecS2:
-		b := f32View(src)
-		if b == nil {
-			s.a = resize(s.a, 4*n)
-			putF32s(s.a, src)
-			b = s.a
-		}
+		b := leBytes(src, &s.a)
 		m := len(s2.Encode(dst[start:cap(dst)], b))
 		dst = dst[:start+m]
 	case CodecBF16:

@@ -70,7 +70,7 @@ func (h *frameHeader) fits(t *nn.Tensor) bool {
 	if h.rank == 0 {
 		return len(s) == 1 && s[0] == 1
 	}
-	return sameShape(s, h.dims[:h.rank])
+	return nn.SameShape(s, h.dims[:h.rank])
 }
 
 // parseFrameHeader validates the header at the start of b, which must hold

@@ -257,7 +257,7 @@ func TestFrameLayout(t *testing.T) {
 		t.Fatal("bad checksums")
 	}
 	info, err := ParseFrameInfo(f)
-	if err != nil || info.Codec != CodecSparse || !sameShape(info.Shape, []int{2, 3}) || info.EncodedLen != 13 || info.HeaderLen != 40 {
+	if err != nil || info.Codec != CodecSparse || !nn.SameShape(info.Shape, []int{2, 3}) || info.EncodedLen != 13 || info.HeaderLen != 40 {
 		t.Fatalf("ParseFrameInfo = %+v, %v", info, err)
 	}
 }

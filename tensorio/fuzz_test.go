@@ -217,7 +217,7 @@ func FuzzReadSafetensors(f *testing.F) {
 		}
 		for i, e := range es {
 			g := es2[i]
-			if g.Name != e.Name || g.DType != e.DType || !sameShape(g.Shape, e.Shape) || !bytes.Equal(g.Data, e.Data) {
+			if g.Name != e.Name || g.DType != e.DType || !nn.SameShape(g.Shape, e.Shape) || !bytes.Equal(g.Data, e.Data) {
 				t.Fatalf("entry %q changed in a round trip", e.Name)
 			}
 			if _, err := e.Tensor(); err != nil {

@@ -90,7 +90,7 @@ func randTensor(r *rand.Rand, shape []int, kind int) *nn.Tensor {
 // sameBits fails the test unless got holds want's bits exactly.
 func sameBits(t testing.TB, what string, got, want *nn.Tensor) {
 	t.Helper()
-	if !sameShape(got.Shape(), want.Shape()) {
+	if !nn.SameShape(got.Shape(), want.Shape()) {
 		t.Fatalf("%s: shape %v, want %v", what, got.Shape(), want.Shape())
 	}
 	g, w := nn.F32(got), nn.F32(want)

@@ -3,9 +3,7 @@ package tensorio
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -439,24 +437,10 @@ func SaveSafetensors(path string, ts []Named, meta map[string]string) error {
 // hashed. Two sets of weights have the same digest exactly when their
 // tensors, matched by name order, hold the same bits.
 func WeightsSHA256(ts []Named) string {
-	order := make([]Named, len(ts))
-	copy(order, ts)
-	slices.SortStableFunc(order, func(a, b Named) int { return cmp.Compare(a.Name, b.Name) })
-	h := sha256.New()
-	var buf []byte
-	for _, t := range order {
-		data := nn.F32(t.T)
-		if b := f32View(data); b != nil {
-			h.Write(b)
-			continue
-		}
-		for len(data) > 0 {
-			k := min(len(data), 1<<14)
-			buf = resize(buf, 4*k)
-			putF32s(buf, data[:k])
-			h.Write(buf)
-			data = data[k:]
-		}
+	names := make([]string, len(ts))
+	tensors := make([]*nn.Tensor, len(ts))
+	for i, t := range ts {
+		names[i], tensors[i] = t.Name, t.T
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return nn.TensorsSHA256(names, tensors)
 }

@@ -335,7 +335,7 @@ func TestSafetensorsTorch(t *testing.T) {
 		if !ok {
 			t.Fatalf("PyTorch did not read %q", n.Name)
 		}
-		if !sameShape(got.Shape, n.T.Shape()) || got.DType != "F32" {
+		if !nn.SameShape(got.Shape, n.T.Shape()) || got.DType != "F32" {
 			t.Fatalf("%s: PyTorch read %s%v, want F32%v", n.Name, got.DType, got.Shape, n.T.Shape())
 		}
 		for i, x := range nn.F32(n.T) {
@@ -361,7 +361,7 @@ func TestSafetensorsTorch(t *testing.T) {
 		if len(shape) == 0 {
 			shape = []int{1} // scalars read as shape [1]
 		}
-		if !sameShape(n.T.Shape(), shape) {
+		if !nn.SameShape(n.T.Shape(), shape) {
 			t.Fatalf("%s: shape %v, PyTorch wrote %v", n.Name, n.T.Shape(), w.Shape)
 		}
 		for i, x := range nn.F32(n.T) {

@@ -44,7 +44,11 @@ type Kind uint8
 const (
 	KindActivation Kind = 1 // forward: stage i -> stage i+1
 	KindGradient   Kind = 2 // backward: stage i+1 -> stage i
+	KindInput      Kind = 3 // coordinator -> stage: samples and labels
+	KindWeights    Kind = 4 // stage -> coordinator: parameters and buffers
 )
+
+func (k Kind) valid() bool { return k >= KindActivation && k <= KindWeights }
 
 func (k Kind) String() string {
 	switch k {
@@ -52,6 +56,10 @@ func (k Kind) String() string {
 		return "activation"
 	case KindGradient:
 		return "gradient"
+	case KindInput:
+		return "input"
+	case KindWeights:
+		return "weights"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -153,6 +161,11 @@ type Link interface {
 	// number of elements, and into a new tensor otherwise; dst may be nil.
 	// It returns io.EOF when the peer closed cleanly between two tensors.
 	Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error)
+	// RecvTo is Recv with the destination chosen from the tag: pick is
+	// called once the tag is read and returns the tensor to read into (or
+	// nil). A receiver that keeps one buffer per tag reads without
+	// allocating.
+	RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error)
 	// SetCodec changes the codec of the following Sends.
 	SetCodec(c tensorio.Codec)
 	// Peer is the Hello of the other end.
@@ -421,7 +434,7 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if tag.Kind != KindActivation && tag.Kind != KindGradient {
+	if !tag.Kind.valid() {
 		return fmt.Errorf("actors: Send: invalid kind %d", tag.Kind)
 	}
 	if t == nil {
@@ -462,6 +475,10 @@ func isNetErr(err error) bool {
 }
 
 func (l *link) Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error) {
+	return l.RecvTo(func(Tag) *nn.Tensor { return dst })
+}
+
+func (l *link) RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error) {
 	if err := l.Err(); err != nil {
 		return Tag{}, nil, err
 	}
@@ -477,7 +494,7 @@ func (l *link) Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error) {
 		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: %w", err))
 	}
 	if tensorio.Checksum(b[:12]) != binary.LittleEndian.Uint32(b[12:]) || b[1]|b[2]|b[3] != 0 ||
-		(Kind(b[0]) != KindActivation && Kind(b[0]) != KindGradient) {
+		!Kind(b[0]).valid() {
 		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: bad tensor tag %x: %w", b, tensorio.ErrCorrupt))
 	}
 	tag := Tag{
@@ -485,7 +502,7 @@ func (l *link) Recv(dst *nn.Tensor) (Tag, *nn.Tensor, error) {
 		MicroBatch: binary.LittleEndian.Uint32(b[4:]),
 		Tensor:     binary.LittleEndian.Uint32(b[8:]),
 	}
-	t, err := l.r.ReadTensor(dst)
+	t, err := l.r.ReadTensor(pick(tag))
 	if err != nil {
 		if err == io.EOF {
 			err = fmt.Errorf("stream ends after a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)

@@ -400,8 +400,9 @@ func (x *SpawnStageReply) GetPidId() string {
 type StepBegin struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // global step, counted across epochs
 	MicroBatches  uint32                 `protobuf:"varint,3,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
+	Lr            float64                `protobuf:"fixed64,4,opt,name=lr,proto3" json:"lr,omitempty"` // the learning rate of this step's optimizer update
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +454,13 @@ func (x *StepBegin) GetStep() uint64 {
 func (x *StepBegin) GetMicroBatches() uint32 {
 	if x != nil {
 		return x.MicroBatches
+	}
+	return 0
+}
+
+func (x *StepBegin) GetLr() float64 {
+	if x != nil {
+		return x.Lr
 	}
 	return 0
 }
@@ -540,8 +548,11 @@ type StepDone struct {
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	Timings       []*StageTiming         `protobuf:"bytes,3,rep,name=timings,proto3" json:"timings,omitempty"`
-	Loss          float64                `protobuf:"fixed64,4,opt,name=loss,proto3" json:"loss,omitempty"`
+	Loss          float64                `protobuf:"fixed64,4,opt,name=loss,proto3" json:"loss,omitempty"` // sum over the step's samples (loss stage only)
 	HasLoss       bool                   `protobuf:"varint,5,opt,name=has_loss,json=hasLoss,proto3" json:"has_loss,omitempty"`
+	Correct       int64                  `protobuf:"varint,6,opt,name=correct,proto3" json:"correct,omitempty"` // correctly classified samples (loss stage only)
+	Samples       int64                  `protobuf:"varint,7,opt,name=samples,proto3" json:"samples,omitempty"`
+	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"` // non-empty: the step failed on this stage
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +622,369 @@ func (x *StepDone) GetHasLoss() bool {
 	return false
 }
 
+func (x *StepDone) GetCorrect() int64 {
+	if x != nil {
+		return x.Correct
+	}
+	return 0
+}
+
+func (x *StepDone) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *StepDone) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// LinkAddr is one data-plane link of a plan: stage from sends activations
+// to stage to (from = -1: the coordinator feeds inputs and labels), the
+// receiver listens at addr.
+type LinkAddr struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Link          uint32                 `protobuf:"varint,1,opt,name=link,proto3" json:"link,omitempty"`
+	From          int32                  `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            int32                  `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkAddr) Reset() {
+	*x = LinkAddr{}
+	mi := &file_ppnode_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkAddr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkAddr) ProtoMessage() {}
+
+func (x *LinkAddr) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkAddr.ProtoReflect.Descriptor instead.
+func (*LinkAddr) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LinkAddr) GetLink() uint32 {
+	if x != nil {
+		return x.Link
+	}
+	return 0
+}
+
+func (x *LinkAddr) GetFrom() int32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *LinkAddr) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *LinkAddr) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// SetupStage configures a spawned stage actor: spec is the JSON of the
+// stage's StageSpec (job recipe, model shape, its part of the plan). The
+// stage builds its layers, listens for its incoming links and replies
+// with their addresses.
+type SetupStage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Spec          []byte                 `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetupStage) Reset() {
+	*x = SetupStage{}
+	mi := &file_ppnode_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetupStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetupStage) ProtoMessage() {}
+
+func (x *SetupStage) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetupStage.ProtoReflect.Descriptor instead.
+func (*SetupStage) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetupStage) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SetupStage) GetSpec() []byte {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type SetupStageReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Listen        []*LinkAddr            `protobuf:"bytes,3,rep,name=listen,proto3" json:"listen,omitempty"`
+	Params        int64                  `protobuf:"varint,4,opt,name=params,proto3" json:"params,omitempty"` // trainable scalars of the stage
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetupStageReply) Reset() {
+	*x = SetupStageReply{}
+	mi := &file_ppnode_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetupStageReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetupStageReply) ProtoMessage() {}
+
+func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetupStageReply.ProtoReflect.Descriptor instead.
+func (*SetupStageReply) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetupStageReply) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SetupStageReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SetupStageReply) GetListen() []*LinkAddr {
+	if x != nil {
+		return x.Listen
+	}
+	return nil
+}
+
+func (x *SetupStageReply) GetParams() int64 {
+	if x != nil {
+		return x.Params
+	}
+	return 0
+}
+
+// ConnectStage gives a stage the addresses of the links it dials (those
+// on which it sends activations); it answers with an Ack once all are up
+// and its incoming links are accepted.
+type ConnectStage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Dial          []*LinkAddr            `protobuf:"bytes,2,rep,name=dial,proto3" json:"dial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectStage) Reset() {
+	*x = ConnectStage{}
+	mi := &file_ppnode_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectStage) ProtoMessage() {}
+
+func (x *ConnectStage) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectStage.ProtoReflect.Descriptor instead.
+func (*ConnectStage) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConnectStage) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ConnectStage) GetDial() []*LinkAddr {
+	if x != nil {
+		return x.Dial
+	}
+	return nil
+}
+
+// GatherWeights asks a stage to send its parameters and buffers, in the
+// order of its nn.Stage's Params, over its link from the coordinator; it
+// answers with an Ack when they are sent.
+type GatherWeights struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatherWeights) Reset() {
+	*x = GatherWeights{}
+	mi := &file_ppnode_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatherWeights) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatherWeights) ProtoMessage() {}
+
+func (x *GatherWeights) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatherWeights.ProtoReflect.Descriptor instead.
+func (*GatherWeights) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GatherWeights) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+// StopStage ends a stage actor: links close, buffers are freed.
+type StopStage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopStage) Reset() {
+	*x = StopStage{}
+	mi := &file_ppnode_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopStage) ProtoMessage() {}
+
+func (x *StopStage) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
+func (*StopStage) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StopStage) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
 // Ack acknowledges a message; ok false carries the reason in error.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -623,7 +997,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +1009,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +1022,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{8}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -701,11 +1075,12 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1f\n" +
 	"\vpid_address\x18\x04 \x01(\tR\n" +
 	"pidAddress\x12\x15\n" +
-	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"s\n" +
+	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"\x83\x01\n" +
 	"\tStepBegin\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12#\n" +
-	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\"\x99\x01\n" +
+	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
+	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\x99\x01\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -713,13 +1088,37 @@ const file_ppnode_proto_rawDesc = "" +
 	"\vbackward_ns\x18\x03 \x01(\x03R\n" +
 	"backwardNs\x12\x1b\n" +
 	"\tupdate_ns\x18\x04 \x01(\x03R\bupdateNs\x12\x17\n" +
-	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\"\xb2\x01\n" +
+	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\"\xfc\x01\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +
 	"\atimings\x18\x03 \x03(\v2\x1a.ppnode.actors.StageTimingR\atimings\x12\x12\n" +
 	"\x04loss\x18\x04 \x01(\x01R\x04loss\x12\x19\n" +
-	"\bhas_loss\x18\x05 \x01(\bR\ahasLoss\"Z\n" +
+	"\bhas_loss\x18\x05 \x01(\bR\ahasLoss\x12\x18\n" +
+	"\acorrect\x18\x06 \x01(\x03R\acorrect\x12\x18\n" +
+	"\asamples\x18\a \x01(\x03R\asamples\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"V\n" +
+	"\bLinkAddr\x12\x12\n" +
+	"\x04link\x18\x01 \x01(\rR\x04link\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x05R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x05R\x02to\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\"O\n" +
+	"\n" +
+	"SetupStage\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
+	"\x04spec\x18\x02 \x01(\fR\x04spec\"\x9f\x01\n" +
+	"\x0fSetupStageReply\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12/\n" +
+	"\x06listen\x18\x03 \x03(\v2\x17.ppnode.actors.LinkAddrR\x06listen\x12\x16\n" +
+	"\x06params\x18\x04 \x01(\x03R\x06params\"j\n" +
+	"\fConnectStage\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12+\n" +
+	"\x04dial\x18\x02 \x03(\v2\x17.ppnode.actors.LinkAddrR\x04dial\">\n" +
+	"\rGatherWeights\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\":\n" +
+	"\tStopStage\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\"Z\n" +
 	"\x03Ack\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x14\n" +
@@ -744,7 +1143,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -755,23 +1154,36 @@ var file_ppnode_proto_goTypes = []any{
 	(*StepBegin)(nil),       // 6: ppnode.actors.StepBegin
 	(*StageTiming)(nil),     // 7: ppnode.actors.StageTiming
 	(*StepDone)(nil),        // 8: ppnode.actors.StepDone
-	(*Ack)(nil),             // 9: ppnode.actors.Ack
+	(*LinkAddr)(nil),        // 9: ppnode.actors.LinkAddr
+	(*SetupStage)(nil),      // 10: ppnode.actors.SetupStage
+	(*SetupStageReply)(nil), // 11: ppnode.actors.SetupStageReply
+	(*ConnectStage)(nil),    // 12: ppnode.actors.ConnectStage
+	(*GatherWeights)(nil),   // 13: ppnode.actors.GatherWeights
+	(*StopStage)(nil),       // 14: ppnode.actors.StopStage
+	(*Ack)(nil),             // 15: ppnode.actors.Ack
 }
 var file_ppnode_proto_depIdxs = []int32{
-	1, // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
-	1, // 1: ppnode.actors.Pong.header:type_name -> ppnode.actors.Header
-	1, // 2: ppnode.actors.SpawnStage.header:type_name -> ppnode.actors.Header
-	1, // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
-	0, // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
-	1, // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
-	1, // 6: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
-	7, // 7: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
-	1, // 8: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
+	1,  // 1: ppnode.actors.Pong.header:type_name -> ppnode.actors.Header
+	1,  // 2: ppnode.actors.SpawnStage.header:type_name -> ppnode.actors.Header
+	1,  // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
+	0,  // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
+	1,  // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
+	1,  // 6: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
+	7,  // 7: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
+	1,  // 8: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
+	1,  // 9: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
+	9,  // 10: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
+	1,  // 11: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	9,  // 12: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 13: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 14: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 15: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -785,7 +1197,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

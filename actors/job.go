@@ -1,0 +1,297 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/data"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// JobSpec is what a user asks for: a model, a data set and the training
+// recipe, and for a pipelined job how to plan it. It is JSON, the body of
+// a job submission. `ppnode train --local` and a pipelined job read the
+// same spec through [JobSpec.Normalize] and [JobSpec.Prepare], so that
+// with the same seed, batch and micro-batches both compute the same thing.
+type JobSpec struct {
+	ID    string  `json:"id,omitempty"`
+	Model string  `json:"model"`
+	Data  string  `json:"data"`
+	Width float64 `json:"width,omitempty"`
+
+	Batch        int `json:"batch"`
+	MicroBatches int `json:"micro_batches"`
+	Epochs       int `json:"epochs"`
+	// Steps stops the job after this many steps (0: all epochs).
+	Steps int `json:"steps,omitempty"`
+
+	Optimizer   string  `json:"optimizer"`
+	LR          float64 `json:"lr,omitempty"` // 0: 3e-4 for adam, 0.005 for sgd
+	Momentum    float64 `json:"momentum"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	LRSchedule  string  `json:"lr_schedule"`
+	// Warmup is the linear warm-up in steps; -1 means min(150, steps/5).
+	Warmup int `json:"warmup"`
+
+	Seed          uint64 `json:"seed"`
+	Deterministic bool   `json:"deterministic,omitempty"`
+	// Backend and Threads apply on every node; Threads 0 means the
+	// node's own thread count.
+	Backend string `json:"backend,omitempty"`
+	Threads int    `json:"threads,omitempty"`
+
+	SyntheticSamples int  `json:"synthetic_samples,omitempty"`
+	Standardize      bool `json:"standardize"`
+
+	// Partition is "auto" (the balancer: balanced, or graph for models
+	// with parallel branches), "uniform", "params", "balanced", "graph",
+	// or a partition description such as "fc1-fc16@a; fc17-fc32@b".
+	Partition string `json:"partition,omitempty"`
+	// Schedule is "auto", "gpipe", "1f1b" or "graph".
+	Schedule string `json:"schedule,omitempty"`
+	// MaxNodes bounds the nodes the job may use (0: all).
+	MaxNodes int `json:"max_nodes,omitempty"`
+	// EvalEachEpoch also measures test accuracy at every epoch's end, not
+	// just at the job's.
+	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
+}
+
+// DefaultSpec returns the defaults of `ppnode train`.
+func DefaultSpec() JobSpec {
+	return JobSpec{
+		Model: "mlp32", Data: "mnist", Batch: 128, MicroBatches: 4, Epochs: 3,
+		Optimizer: "adam", Momentum: 0.9, LRSchedule: "cosine", Warmup: -1, Seed: 1,
+		Standardize: true, Partition: "auto", Schedule: "auto",
+	}
+}
+
+// ErrSpec wraps every problem with a job spec.
+var ErrSpec = errors.New("bad job spec")
+
+func specErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
+}
+
+// Normalize fills the defaults that do not depend on the data and checks
+// everything that can be checked without loading it.
+func (s *JobSpec) Normalize() error {
+	if !slices.Contains(zoo.Names(), s.Model) {
+		return specErr("unknown model %q (have %s)", s.Model, strings.Join(zoo.Names(), ", "))
+	}
+	if s.Data == "" {
+		return specErr("no data set")
+	}
+	if s.Batch < 1 || s.MicroBatches < 1 || s.MicroBatches > s.Batch {
+		return specErr("need 1 <= micro-batches (%d) <= batch (%d)", s.MicroBatches, s.Batch)
+	}
+	if s.Epochs < 1 || s.Steps < 0 {
+		return specErr("need epochs >= 1 and steps >= 0")
+	}
+	if s.Width < 0 || math.IsNaN(s.Width) || math.IsInf(s.Width, 0) {
+		return specErr("width %v", s.Width)
+	}
+	switch s.Optimizer {
+	case "adam", "sgd":
+	default:
+		return specErr("unknown optimizer %q (have adam, sgd)", s.Optimizer)
+	}
+	if s.LR == 0 {
+		s.LR = 0.005
+		if s.Optimizer == "adam" {
+			s.LR = 3e-4
+		}
+	}
+	if !(s.LR > 0) || math.IsInf(s.LR, 0) {
+		return specErr("learning rate %v", s.LR)
+	}
+	if s.Threads < 0 || s.MaxNodes < 0 {
+		return specErr("negative threads or max nodes")
+	}
+	if s.Partition == "" {
+		s.Partition = "auto"
+	}
+	if s.Schedule == "" {
+		s.Schedule = "auto"
+	}
+	if err := balance.CheckSchedule(s.Schedule); err != nil && s.Schedule != "auto" {
+		return specErr("%v", err)
+	}
+	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
+		return specErr("%v", err)
+	}
+	if s.Deterministic && s.Backend != "" && s.Backend != "gonum" {
+		return specErr("backend %q is not deterministic; --deterministic uses gonum", s.Backend)
+	}
+	if s.Backend != "" && !slices.Contains(nn.Backends(), s.Backend) {
+		return specErr("unknown backend %q (have %v)", s.Backend, nn.Backends())
+	}
+	return nil
+}
+
+// Job is a spec with its data loaded and its model built and initialised.
+type Job struct {
+	Spec          JobSpec
+	Set           *data.Set
+	Graph         *nn.Graph
+	Loader        *data.Loader
+	LR            nn.Schedule
+	StepsPerEpoch int
+	// Total is the number of steps the job runs.
+	Total int
+}
+
+// Prepare normalises the spec, loads the data and builds the model with
+// its initial weights.
+func (s JobSpec) Prepare() (*Job, error) {
+	if err := s.Normalize(); err != nil {
+		return nil, err
+	}
+	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples})
+	if err != nil {
+		return nil, err
+	}
+	if s.Standardize {
+		set.Standardize()
+	}
+	g, err := s.BuildModel(set.Train.Shape, set.Classes)
+	if err != nil {
+		return nil, err
+	}
+	g.Init(s.Seed)
+	loader, err := data.NewLoader(set.Train, s.Seed, s.Batch, s.MicroBatches)
+	if err != nil {
+		return nil, specErr("%v", err)
+	}
+	spe := loader.StepsPerEpoch()
+	if spe == 0 {
+		return nil, specErr("batch %d is larger than the %d training samples", s.Batch, set.Train.N)
+	}
+	total := s.Epochs * spe
+	if s.Steps > 0 {
+		total = min(total, s.Steps)
+	}
+	if s.Warmup < 0 {
+		s.Warmup = min(150, total/5)
+	}
+	sched, err := nn.NewSchedule(s.LRSchedule, s.LR, s.Warmup, total)
+	if err != nil {
+		return nil, specErr("%v", err)
+	}
+	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total}, nil
+}
+
+// BuildModel builds the spec's model (without initialising it) for inputs
+// of the given per-sample shape and classes.
+func (s JobSpec) BuildModel(input []int, classes int) (*nn.Graph, error) {
+	g, err := zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: input, Classes: classes})
+	if err != nil {
+		return nil, specErr("%v", err)
+	}
+	return g, nil
+}
+
+// NewOptimizer returns the spec's optimizer at its base learning rate.
+func (s JobSpec) NewOptimizer(threads int) (nn.Optimizer, error) {
+	return nn.NewOptimizer(nn.OptimizerConfig{Name: s.Optimizer, LR: s.LR, Momentum: s.Momentum, WeightDecay: s.WeightDecay, Threads: threads})
+}
+
+// NewBackend returns the spec's GEMM backend with threads threads (0:
+// the spec's, else all CPUs).
+func (s JobSpec) NewBackend(threads int) (nn.Backend, error) {
+	if s.Threads > 0 {
+		threads = s.Threads
+	}
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	return nn.NewBackend(s.Backend, threads, s.Deterministic)
+}
+
+// Evaluate returns the accuracy of tr's model on the job's test split.
+func (j *Job) Evaluate(tr *nn.Trainer) float64 {
+	test := j.Set.Test
+	const chunk = 256
+	i := 0
+	return tr.Evaluate(func(x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+		if i >= test.EvalChunks(chunk) {
+			return nil, nil
+		}
+		i++
+		return test.EvalChunk(i-1, chunk, x, y)
+	})
+}
+
+// JobResult is the outcome of a job: the final JSON line of `ppnode train`
+// (local runs leave Plan, Schedule and Nodes empty).
+type JobResult struct {
+	ID            string   `json:"id,omitempty"`
+	Model         string   `json:"model"`
+	Data          string   `json:"data"`
+	Params        int      `json:"params"`
+	Steps         int      `json:"steps"`
+	Epochs        float64  `json:"epochs"`
+	Batch         int      `json:"batch"`
+	MicroBatches  int      `json:"micro_batches"`
+	SamplesPerSec float64  `json:"samples_per_sec"`
+	TrainLoss     float64  `json:"train_loss"`
+	TrainAccuracy float64  `json:"train_accuracy"`
+	TestAccuracy  float64  `json:"test_accuracy"`
+	Backend       string   `json:"backend"`
+	Threads       int      `json:"threads"`
+	Deterministic bool     `json:"deterministic"`
+	Seconds       float64  `json:"seconds"`
+	WeightsSHA256 string   `json:"weights_sha256"`
+	Plan          string   `json:"plan,omitempty"`
+	Schedule      string   `json:"schedule,omitempty"`
+	Nodes         []string `json:"nodes,omitempty"`
+	// PredictedStepMS is the simulator's step time for the plan, MeasuredStepMS
+	// the median measured one (pipelined jobs only).
+	PredictedStepMS float64 `json:"predicted_step_ms,omitempty"`
+	MeasuredStepMS  float64 `json:"measured_step_ms,omitempty"`
+}
+
+// TrainLocal trains the job in this process with the single-process
+// reference trainer (`ppnode train --local`): the result a pipelined run of
+// the same spec must reproduce. progress, if set, is called after every
+// step.
+func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64)) (*JobResult, error) {
+	s := j.Spec
+	be, err := s.NewBackend(threads)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := s.NewOptimizer(be.Threads())
+	if err != nil {
+		return nil, err
+	}
+	tr := nn.NewTrainer(j.Graph, opt, be, s.Seed)
+	start := time.Now()
+	var last nn.StepResult
+	var correct, seen int
+	for g := 0; g < j.Total; g++ {
+		opt.SetLR(j.LR.At(g))
+		last = tr.Step(j.Loader, g/j.StepsPerEpoch, g%j.StepsPerEpoch, g)
+		correct += last.Correct
+		seen += last.Samples
+		if progress != nil {
+			progress(g+1, last.Loss, float64((g+1)*s.Batch)/time.Since(start).Seconds())
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	acc := j.Evaluate(tr)
+	return &JobResult{
+		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
+		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
+		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
+		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
+		Backend: be.Name(), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
+		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()),
+	}, nil
+}

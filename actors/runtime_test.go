@@ -1,0 +1,163 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// testCluster is n actor systems in this process, each hosting stages, all
+// on one data plane.
+type testCluster struct {
+	systems []*System
+	nodes   []NodeInfo
+	dp      DataPlane
+}
+
+func newTestCluster(t *testing.T, n int, dp DataPlane) *testCluster {
+	t.Helper()
+	tc := &testCluster{dp: dp}
+	quiet := slog.New(slog.DiscardHandler)
+	for i := range n {
+		host := &StageHost{DataPlane: dp, Threads: 1, Logger: quiet}
+		sys, err := Start(Config{Kinds: map[string]*actor.Props{StageKind: StageProps(host)}, Logger: quiet, LogLevel: slog.LevelError})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sys.Stop)
+		tc.systems = append(tc.systems, sys)
+		tc.nodes = append(tc.nodes, NodeInfo{Name: string(rune('a' + i)), ActorAddr: sys.Address()})
+	}
+	return tc
+}
+
+func (tc *testCluster) run(t *testing.T, spec JobSpec, nodes int) (*JobResult, *Coordinator) {
+	t.Helper()
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:nodes], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, c
+}
+
+func smallSpec(model string) JobSpec {
+	s := DefaultSpec()
+	s.ID = "job-" + model
+	s.Model = model
+	s.Data = "synthetic:8x8x1:4"
+	s.SyntheticSamples = 96
+	s.Batch, s.MicroBatches, s.Epochs, s.Steps = 24, 4, 1, 3
+	s.Deterministic = true
+	s.Threads = 1
+	switch model {
+	case "mlp32":
+		s.Width = 16
+	case "uno":
+		s.Width = 0.05
+	case "resnet50":
+		s.Width = 1.0 / 16
+		s.Data = "synthetic:8x8x3:4"
+	case "vgg16":
+		s.Width = 1.0 / 16
+		s.Data = "synthetic:32x32x1:4"
+	}
+	return s
+}
+
+func localSHA(t *testing.T, spec JobSpec) string {
+	t.Helper()
+	j, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := j.TrainLocal(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.WeightsSHA256
+}
+
+// A pipelined job across actor systems gives the weights of one process,
+// bit for bit, for every model, schedule and partition tried.
+func TestPipelinedJobIsBitIdentical(t *testing.T) {
+	tc := newTestCluster(t, 4, &Inmem{})
+	cases := []struct {
+		model, partition, schedule string
+		nodes                      int
+	}{
+		{"mlp32", "auto", "auto", 1},
+		{"mlp32", "uniform", "gpipe", 2},
+		{"mlp32", "uniform", "1f1b", 3},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4},
+		{"resnet50", "uniform", "1f1b", 3},
+		{"vgg16", "auto", "auto", 2},
+	}
+	if testing.Short() {
+		cases = cases[1:4]
+	}
+	want := map[string]string{}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/%s/%s/%d", c.model, c.partition, c.schedule, c.nodes), func(t *testing.T) {
+			spec := smallSpec(c.model)
+			spec.Partition, spec.Schedule = c.partition, c.schedule
+			if want[c.model] == "" {
+				want[c.model] = localSHA(t, spec)
+			}
+			spec.ID = strings.NewReplacer(" ", "", ";", "_", "@", "_").Replace(t.Name())
+			res, co := tc.run(t, spec, c.nodes)
+			t.Logf("plan %s (%s, M=%d), stages %d, loss %.4f", res.Plan, res.Schedule, res.MicroBatches, len(co.Plan().Stages), res.TrainLoss)
+			if res.WeightsSHA256 != want[c.model] {
+				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[c.model][:16])
+			}
+		})
+	}
+}
+
+// The same over real TCP links.
+func TestPipelinedJobOverTCP(t *testing.T) {
+	tc := newTestCluster(t, 3, &TCP{})
+	spec := smallSpec("mlp32")
+	spec.Partition, spec.Schedule = "uniform", "1f1b"
+	want := localSHA(t, spec)
+	res, _ := tc.run(t, spec, 3)
+	if res.WeightsSHA256 != want {
+		t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
+	}
+	if res.TestAccuracy <= 0 || res.Steps != 3 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// A bad spec is refused before anything starts.
+func TestCoordinatorRefusesBadSpecs(t *testing.T) {
+	tc := newTestCluster(t, 2, &Inmem{})
+	cases := []struct {
+		mod  func(*JobSpec)
+		want string
+	}{
+		{func(s *JobSpec) { s.Model = "gpt5" }, "unknown model"},
+		{func(s *JobSpec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }, "fc9"},
+		{func(s *JobSpec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }, "c"},
+		{func(s *JobSpec) { s.MicroBatches = 100 }, "micro-batches"},
+	}
+	for _, c := range cases {
+		spec := smallSpec("mlp32")
+		c.mod(&spec)
+		_, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1})
+		if err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
+		}
+	}
+}

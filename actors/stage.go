@@ -1,0 +1,563 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/nn"
+)
+
+// StageSpec is everything a stage actor needs to run its part of a plan:
+// the job's recipe, the model's input shape and classes (so that a node
+// needs no data set), and its StagePlan.
+type StageSpec struct {
+	Job        JobSpec           `json:"job"`
+	Generation uint64            `json:"generation"`
+	Input      []int             `json:"input"`
+	Classes    int               `json:"classes"`
+	Graph      string            `json:"graph"` // balance.GraphHash of the model
+	Plan       balance.StagePlan `json:"plan"`
+	// IOTimeout bounds every data-plane read and write (default 10 min).
+	IOTimeout time.Duration `json:"io_timeout,omitempty"`
+}
+
+// labelsTensor is the tensor id of a micro-batch's labels on the link from
+// the coordinator; other tensors are identified by tensorID.
+const labelsTensor = math.MaxUint32
+
+// tensorID numbers a tensor of the graph the same way on every node: a
+// layer's output by its index in g.Nodes, a graph input after them.
+func tensorID(g *nn.Graph, name string) (uint32, bool) {
+	for i, n := range g.Nodes {
+		if n.Name == name {
+			return uint32(i), true
+		}
+	}
+	if i := slices.Index(g.InputNames, name); i >= 0 {
+		return uint32(len(g.Nodes) + i), true
+	}
+	return 0, false
+}
+
+// linkID names the link on which stage from sends to stage to (from =
+// balance.Coordinator for the coordinator's link); both ends compute it.
+func linkID(from, to int) uint32 { return uint32(from+1)<<16 | uint32(to) }
+
+// stageEngine runs one stage's program, step after step. It is driven by
+// one goroutine at a time (the stage actor hands it on); the links' reader
+// and sender goroutines only touch the inbox and the send queues.
+type stageEngine struct {
+	spec   StageSpec
+	g      *nn.Graph
+	st     *nn.Stage
+	be     nn.Backend
+	opt    nn.Optimizer
+	params []*nn.Param
+	M      int
+	scale  float32
+	id     map[string]uint32
+
+	inIdx, outIdx map[string]int
+
+	ins      [][]*nn.Tensor   // [m][input]
+	outs     [][]*nn.Tensor   // [m][output]
+	gin      [][]*nn.Tensor   // [m][input]: input gradients of the last backward
+	grads    [][][]*nn.Tensor // [m][output][position in To]
+	acc      [][]*nn.Tensor   // [m][output]: owned buffer for a sum of gradients
+	dout     []*nn.Tensor
+	loss     []nn.SoftmaxCE
+	lossGrad []*nn.Tensor
+	labels   [][]int32
+	zeros    map[string]*nn.Tensor
+
+	box   *inbox
+	peers map[int]*peer
+}
+
+func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
+	if err := spec.Job.Normalize(); err != nil {
+		return nil, err
+	}
+	g, err := spec.Job.BuildModel(spec.Input, spec.Classes)
+	if err != nil {
+		return nil, err
+	}
+	if h := balance.GraphHash(g); h != spec.Graph {
+		return nil, fmt.Errorf("model %s here hashes to %s, the plan's to %s (different ppnode versions?)", spec.Job.Model, h, spec.Graph)
+	}
+	p := spec.Plan
+	st, err := g.Stage(p.Layers)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Inputs) != len(p.Inputs) || len(st.Outputs) != len(p.Outputs) {
+		return nil, fmt.Errorf("stage %d: plan has %d inputs and %d outputs, the model %d and %d", p.ID, len(p.Inputs), len(p.Outputs), len(st.Inputs), len(st.Outputs))
+	}
+	for k, in := range p.Inputs {
+		if st.Inputs[k] != in.Name {
+			return nil, fmt.Errorf("stage %d: input %d is %q in the plan, %q in the model", p.ID, k, in.Name, st.Inputs[k])
+		}
+	}
+	for k, o := range p.Outputs {
+		if st.Outputs[k] != o.Name {
+			return nil, fmt.Errorf("stage %d: output %d is %q in the plan, %q in the model", p.ID, k, o.Name, st.Outputs[k])
+		}
+	}
+	e := &stageEngine{spec: spec, g: g, st: st, params: st.Params(), id: map[string]uint32{},
+		inIdx: map[string]int{}, outIdx: map[string]int{}, zeros: map[string]*nn.Tensor{},
+		box: newInbox(), peers: map[int]*peer{}}
+	for _, prm := range e.params {
+		prm.Reset(spec.Job.Seed)
+	}
+	for k, n := range st.Inputs {
+		e.inIdx[n] = k
+	}
+	for k, n := range st.Outputs {
+		e.outIdx[n] = k
+	}
+	for _, n := range append(slices.Clone(st.Inputs), st.Outputs...) {
+		id, ok := tensorID(g, n)
+		if !ok {
+			return nil, fmt.Errorf("stage %d: tensor %q is not in the model", p.ID, n)
+		}
+		e.id[n] = id
+	}
+	e.M = 0
+	for _, in := range p.Program {
+		if in.Op != balance.OpStep {
+			e.M = max(e.M, in.Micro+1)
+		}
+	}
+	if e.M != spec.Job.MicroBatches {
+		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, spec.Job.MicroBatches)
+	}
+	if e.be, err = spec.Job.NewBackend(threads); err != nil {
+		return nil, err
+	}
+	if e.opt, err = spec.Job.NewOptimizer(e.be.Threads()); err != nil {
+		return nil, err
+	}
+	e.scale = float32(1 / float64(spec.Job.Batch))
+	M := e.M
+	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
+	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
+	e.loss, e.lossGrad, e.labels = make([]nn.SoftmaxCE, M), make([]*nn.Tensor, M), make([][]int32, M)
+	for m := range M {
+		e.ins[m] = make([]*nn.Tensor, len(st.Inputs))
+		e.grads[m] = make([][]*nn.Tensor, len(st.Outputs))
+		e.acc[m] = make([]*nn.Tensor, len(st.Outputs))
+		for k, o := range p.Outputs {
+			e.grads[m][k] = make([]*nn.Tensor, len(o.To))
+		}
+	}
+	e.dout = make([]*nn.Tensor, len(st.Outputs))
+	return e, nil
+}
+
+// incoming lists the stages that send to this one (balance.Coordinator
+// first: every stage has a link from the coordinator).
+func (e *stageEngine) incoming() []int {
+	from := []int{balance.Coordinator}
+	for _, in := range e.spec.Plan.Program {
+		if in.Op == balance.OpRecvAct && in.Peer != balance.Coordinator && !slices.Contains(from, in.Peer) {
+			from = append(from, in.Peer)
+		}
+	}
+	return from
+}
+
+// outgoing lists the stages this one sends activations to.
+func (e *stageEngine) outgoing() []int {
+	var to []int
+	for _, in := range e.spec.Plan.Program {
+		if in.Op == balance.OpSendAct && !slices.Contains(to, in.Peer) {
+			to = append(to, in.Peer)
+		}
+	}
+	return to
+}
+
+// attach starts the reader and sender goroutines of an established link.
+func (e *stageEngine) attach(peerStage int, lk Link) {
+	p := newPeer(peerStage, lk, e.box)
+	e.peers[peerStage] = p
+}
+
+// close closes every link and waits for their goroutines.
+func (e *stageEngine) close() {
+	for _, p := range e.peers {
+		p.close()
+	}
+	e.box.fail(ErrClosed)
+}
+
+// stepResult is what a step reports.
+type stepResult struct {
+	forwardNs, backwardNs, updateNs, waitNs int64
+	loss                                    float64
+	correct, samples                        int64
+}
+
+// step runs the program once: one training step with learning rate lr.
+// A panic inside the model (a malformed tensor from a peer) becomes an
+// error; the stage is then unusable until it is set up again.
+func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
+		}
+	}()
+	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.spec.Job.Seed, Step: global}
+	p := e.spec.Plan
+	for _, in := range p.Program {
+		m := in.Micro
+		ctx.Micro = m
+		switch in.Op {
+		case balance.OpRecvAct:
+			for _, name := range in.Tensors {
+				t0 := time.Now()
+				t, err := e.box.wait(boxKey{int32(in.Peer), actKind(in.Peer), uint32(m), e.id[name]})
+				res.waitNs += int64(time.Since(t0))
+				if err != nil {
+					return res, err
+				}
+				e.ins[m][e.inIdx[name]] = t
+			}
+		case balance.OpForward:
+			t0 := time.Now()
+			e.outs[m] = e.st.Forward(&ctx, m, e.ins[m])
+			res.forwardNs += int64(time.Since(t0))
+		case balance.OpLoss:
+			t0 := time.Now()
+			y, err := e.box.wait(boxKey{int32(balance.Coordinator), KindInput, uint32(m), labelsTensor})
+			res.waitNs += int64(time.Since(t0))
+			if err != nil {
+				return res, err
+			}
+			if e.labels[m], err = labelsOf(y, e.labels[m], e.spec.Classes); err != nil {
+				return res, err
+			}
+			t0 = time.Now()
+			logits := e.outs[m][e.outIdx[e.g.Output]]
+			if nn.Rows(logits) != len(e.labels[m]) {
+				return res, fmt.Errorf("micro-batch %d: %d labels for %d samples", m, len(e.labels[m]), nn.Rows(logits))
+			}
+			l, c, grad := e.loss[m].Forward(logits, e.labels[m], e.scale)
+			e.lossGrad[m] = grad
+			res.loss += l
+			res.correct += int64(c)
+			res.samples += int64(len(e.labels[m]))
+			res.forwardNs += int64(time.Since(t0))
+		case balance.OpSendAct:
+			for _, name := range in.Tensors {
+				if err := e.send(in.Peer, Tag{Kind: KindActivation, MicroBatch: uint32(m), Tensor: e.id[name]}, e.outs[m][e.outIdx[name]]); err != nil {
+					return res, err
+				}
+			}
+		case balance.OpRecvGrad:
+			for _, name := range in.Tensors {
+				t0 := time.Now()
+				t, err := e.box.wait(boxKey{int32(in.Peer), KindGradient, uint32(m), e.id[name]})
+				res.waitNs += int64(time.Since(t0))
+				if err != nil {
+					return res, err
+				}
+				k := e.outIdx[name]
+				pos := slices.Index(p.Outputs[k].To, in.Peer)
+				if pos < 0 {
+					return res, fmt.Errorf("stage %d: gradient of %q from stage %d, which does not read it", p.ID, name, in.Peer)
+				}
+				e.grads[m][k][pos] = t
+			}
+		case balance.OpBackward:
+			t0 := time.Now()
+			for k, o := range p.Outputs {
+				e.dout[k] = e.outputGrad(m, k, o)
+			}
+			e.gin[m] = e.st.Backward(&ctx, m, e.dout)
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpSendGrad:
+			for _, name := range in.Tensors {
+				k := e.inIdx[name]
+				gr := e.gin[m][k]
+				if gr == nil { // nn computes no gradient here: zeros, as in one process
+					gr = e.zerosLike(name, e.ins[m][k])
+				}
+				if err := e.send(in.Peer, Tag{Kind: KindGradient, MicroBatch: uint32(m), Tensor: e.id[name]}, gr); err != nil {
+					return res, err
+				}
+			}
+		case balance.OpStep:
+			t0 := time.Now()
+			e.opt.SetLR(lr)
+			e.opt.Step(e.params)
+			res.updateNs += int64(time.Since(t0))
+		}
+	}
+	// The step ends when everything it sent has left: the next step's
+	// forward passes overwrite the tensors the queues still point to.
+	t0 := time.Now()
+	for _, pr := range e.peers {
+		if err := pr.flush(); err != nil {
+			return res, err
+		}
+	}
+	res.waitNs += int64(time.Since(t0))
+	return res, nil
+}
+
+// outputGrad is the gradient of output k for micro-batch m: the loss's for
+// the graph output, else the gradients from the stages in To summed as a
+// left fold in To order, the order in which one process sums them.
+func (e *stageEngine) outputGrad(m, k int, o balance.StageOutput) *nn.Tensor {
+	if len(o.To) == 0 {
+		return e.lossGrad[m]
+	}
+	if !o.Grad { // no gradient flows back through this output
+		return nil
+	}
+	gs := e.grads[m][k]
+	if len(gs) == 1 {
+		return gs[0]
+	}
+	a := e.acc[m][k]
+	if a == nil || !nn.SameShape(a.Shape(), gs[0].Shape()) {
+		a = nn.New(gs[0].Shape()...)
+		e.acc[m][k] = a
+	}
+	av := nn.F32(a)
+	copy(av, nn.F32(gs[0]))
+	for _, gr := range gs[1:] {
+		for i, v := range nn.F32(gr) {
+			av[i] += v
+		}
+	}
+	return a
+}
+
+func (e *stageEngine) zerosLike(name string, like *nn.Tensor) *nn.Tensor {
+	z := e.zeros[name]
+	if z == nil || !nn.SameShape(z.Shape(), like.Shape()) {
+		z = nn.New(like.Shape()...)
+		e.zeros[name] = z
+	}
+	return z
+}
+
+func (e *stageEngine) send(to int, tag Tag, t *nn.Tensor) error {
+	p := e.peers[to]
+	if p == nil {
+		return fmt.Errorf("stage %d: no link to stage %d", e.spec.Plan.ID, to)
+	}
+	return p.send(tag, t)
+}
+
+// gather sends the stage's parameters and buffers to the coordinator in
+// Params order.
+func (e *stageEngine) gather() error {
+	for i, prm := range e.params {
+		if err := e.send(balance.Coordinator, Tag{Kind: KindWeights, Tensor: uint32(i)}, prm.Value); err != nil {
+			return err
+		}
+	}
+	return e.peers[balance.Coordinator].flush()
+}
+
+func actKind(peer int) Kind {
+	if peer == balance.Coordinator {
+		return KindInput
+	}
+	return KindActivation
+}
+
+// labelsOf converts labels sent as float32 class numbers, checking them.
+func labelsOf(t *nn.Tensor, dst []int32, classes int) ([]int32, error) {
+	v := nn.F32(t)
+	dst = dst[:0]
+	for i, f := range v {
+		if f != float32(int32(f)) || f < 0 || int(f) >= classes {
+			return nil, fmt.Errorf("label %d is %v, want a class in [0, %d)", i, f, classes)
+		}
+		dst = append(dst, int32(f))
+	}
+	return dst, nil
+}
+
+// ---- Inbox: tensors received on all links, by tag ----
+
+type boxKey struct {
+	peer   int32
+	kind   Kind
+	micro  uint32
+	tensor uint32
+}
+
+type boxEntry struct {
+	t         *nn.Tensor
+	delivered int // tensors received under this key so far
+	consumed  int
+}
+
+// inbox holds the latest tensor received under each key. A key is
+// received once per step and the step ends before its next delivery, so
+// one buffer per key is reused step after step.
+type inbox struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	m    map[boxKey]*boxEntry
+	err  error
+}
+
+func newInbox() *inbox {
+	b := &inbox{m: map[boxKey]*boxEntry{}}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// buffer returns the tensor to receive key into.
+func (b *inbox) buffer(k boxKey) *nn.Tensor {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.m[k]; e != nil {
+		return e.t
+	}
+	return nil
+}
+
+func (b *inbox) deliver(k boxKey, t *nn.Tensor) {
+	b.mu.Lock()
+	e := b.m[k]
+	if e == nil {
+		e = &boxEntry{}
+		b.m[k] = e
+	}
+	e.t = t
+	e.delivered++
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
+// fail makes every wait return err (the first failure wins).
+func (b *inbox) fail(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
+// wait returns the next tensor under k, or the inbox's error.
+func (b *inbox) wait(k boxKey) (*nn.Tensor, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if e := b.m[k]; e != nil && e.delivered > e.consumed {
+			e.consumed++
+			return e.t, nil
+		}
+		if b.err != nil {
+			return nil, b.err
+		}
+		b.cond.Wait()
+	}
+}
+
+// ---- Peer: one link with its reader and sender goroutines ----
+
+type sendItem struct {
+	tag Tag
+	t   *nn.Tensor
+}
+
+type peer struct {
+	stage int
+	lk    Link
+	q     chan sendItem
+	wg    sync.WaitGroup // pending sends
+	done  sync.WaitGroup // the two goroutines
+	emu   sync.Mutex
+	err   error
+}
+
+func newPeer(stage int, lk Link, box *inbox) *peer {
+	p := &peer{stage: stage, lk: lk, q: make(chan sendItem, 256)}
+	p.done.Add(2)
+	go func() { // reader
+		defer p.done.Done()
+		peer := int32(stage)
+		for {
+			tag, t, err := lk.RecvTo(func(tag Tag) *nn.Tensor {
+				return box.buffer(boxKey{peer, tag.Kind, tag.MicroBatch, tag.Tensor})
+			})
+			if err != nil {
+				if !errors.Is(err, ErrClosed) {
+					box.fail(fmt.Errorf("link with stage %d: %w", stage, err))
+				}
+				return
+			}
+			box.deliver(boxKey{peer, tag.Kind, tag.MicroBatch, tag.Tensor}, t)
+		}
+	}()
+	go func() { // sender
+		defer p.done.Done()
+		for it := range p.q {
+			if p.error() == nil {
+				if err := lk.Send(it.tag, it.t); err != nil {
+					p.emu.Lock()
+					p.err = fmt.Errorf("link with stage %d: %w", stage, err)
+					p.emu.Unlock()
+					box.fail(p.err)
+				}
+			}
+			p.wg.Done()
+		}
+	}()
+	return p
+}
+
+func (p *peer) error() error {
+	p.emu.Lock()
+	defer p.emu.Unlock()
+	return p.err
+}
+
+// send queues t; it does not wait for the transfer.
+func (p *peer) send(tag Tag, t *nn.Tensor) error {
+	if err := p.error(); err != nil {
+		return err
+	}
+	p.wg.Add(1)
+	p.q <- sendItem{tag, t}
+	return nil
+}
+
+// flush waits until every queued tensor has been written.
+func (p *peer) flush() error {
+	p.wg.Wait()
+	return p.error()
+}
+
+func (p *peer) close() {
+	p.lk.Close()
+	close(p.q)
+	p.done.Wait()
+}
+
+// marshalStageSpec and unmarshalStageSpec carry a StageSpec in SetupStage.
+func marshalStageSpec(s StageSpec) ([]byte, error) { return json.Marshal(s) }
+
+func unmarshalStageSpec(b []byte) (StageSpec, error) {
+	var s StageSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("stage spec: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,289 @@
+package actors
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/ppnode/ppnode/balance"
+)
+
+// StageKind is the actor kind of a pipeline stage; every node registers it
+// at start (see [StageProps]).
+const StageKind = "ppnode.stage"
+
+// StageHost is what a node lends the stages it hosts.
+type StageHost struct {
+	DataPlane DataPlane
+	// Threads is the node's compute threads (0: all CPUs), used unless a
+	// job sets its own.
+	Threads int
+	Logger  *slog.Logger
+}
+
+// StageProps returns the props of the stage kind for a node.
+func StageProps(h *StageHost) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &stageActor{host: h} })
+}
+
+// stageActor owns one stage of one job: it sets the stage up, connects its
+// links, and runs steps and weight gathers one at a time on a goroutine of
+// its own, so that its mailbox stays free for StopStage.
+type stageActor struct {
+	host    *StageHost
+	gate    *Gate
+	eng     *stageEngine
+	lns     []Listener
+	accepts chan acceptResult
+	busy    chan struct{} // closed when the running step ends; nil when idle
+}
+
+type acceptResult struct {
+	from int
+	lk   Link
+	err  error
+}
+
+func (a *stageActor) log() *slog.Logger {
+	if a.host.Logger != nil {
+		return a.host.Logger
+	}
+	return slog.Default()
+}
+
+func (a *stageActor) Receive(c actor.Context) {
+	switch msg := c.Message().(type) {
+	case *SetupStage:
+		c.Respond(a.setup(msg))
+	case *ConnectStage:
+		if !a.admit(c, msg) {
+			return
+		}
+		err := a.connect(msg)
+		c.Respond(ack(msg.GetHeader(), err))
+	case *StepBegin:
+		if !a.admit(c, msg) {
+			return
+		}
+		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
+			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs}
+			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
+				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples}
+			if err != nil {
+				d.Error = err.Error()
+			}
+			return d
+		})
+	case *GatherWeights:
+		if !a.admit(c, msg) {
+			return
+		}
+		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+			d := &StepDone{Header: msg.GetHeader()}
+			if err := a.eng.gather(); err != nil {
+				d.Error = err.Error()
+			}
+			return d
+		})
+	case *StopStage:
+		a.shutdown()
+		c.Respond(ack(msg.GetHeader(), nil))
+		c.Stop(c.Self())
+	case *actor.Stopping:
+		a.shutdown()
+	}
+}
+
+// admit answers messages the stage cannot take: before setup, or of
+// another job or an older plan (those are dropped, as the plan rule says).
+func (a *stageActor) admit(c actor.Context, msg JobMessage) bool {
+	if a.eng == nil {
+		c.Respond(ack(msg.GetHeader(), fmt.Errorf("stage is not set up")))
+		return false
+	}
+	if !a.gate.Admit(msg) {
+		a.log().Debug("stage drops a message of another job or plan", "job", msg.GetHeader().GetJobId(), "generation", msg.GetHeader().GetGeneration())
+		return false
+	}
+	return true
+}
+
+func ack(h *Header, err error) *Ack {
+	if err != nil {
+		return &Ack{Header: h, Error: err.Error()}
+	}
+	return &Ack{Header: h, Ok: true}
+}
+
+func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
+	rep := &SetupStageReply{Header: msg.GetHeader()}
+	if a.eng != nil {
+		rep.Error = "stage is already set up"
+		return rep
+	}
+	spec, err := unmarshalStageSpec(msg.GetSpec())
+	if err == nil && (spec.Job.ID != msg.GetHeader().GetJobId() || spec.Generation != msg.GetHeader().GetGeneration()) {
+		err = fmt.Errorf("spec of job %q generation %d in a message of job %q generation %d",
+			spec.Job.ID, spec.Generation, msg.GetHeader().GetJobId(), msg.GetHeader().GetGeneration())
+	}
+	var eng *stageEngine
+	if err == nil {
+		eng, err = newStageEngine(spec, a.host.Threads)
+	}
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	me := spec.Plan.ID
+	from := eng.incoming()
+	a.accepts = make(chan acceptResult, len(from))
+	for _, f := range from {
+		ln, err := a.host.DataPlane.Listen(stageHello(spec, f, me), a.linkOptions(spec))
+		if err != nil {
+			a.closeListeners()
+			rep.Error = fmt.Sprintf("listen for stage %d: %v", f, err)
+			return rep
+		}
+		a.lns = append(a.lns, ln)
+		rep.Listen = append(rep.Listen, &LinkAddr{Link: linkID(f, me), From: int32(f), To: int32(me), Addr: ln.Addr()})
+		go func() {
+			lk, err := ln.Accept()
+			a.accepts <- acceptResult{from: f, lk: lk, err: err}
+		}()
+	}
+	for _, p := range eng.params {
+		if p.Trainable() {
+			rep.Params += int64(p.Value.Shape().TotalSize())
+		}
+	}
+	a.eng = eng
+	a.gate = NewGate(spec.Job.ID, spec.Generation)
+	return rep
+}
+
+func (a *stageActor) linkOptions(spec StageSpec) Options {
+	o := Options{IOTimeout: spec.IOTimeout}
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = 10 * time.Minute
+	}
+	return o
+}
+
+// stageHello is the handshake of the link from stage from to stage to.
+func stageHello(spec StageSpec, from, to int) Hello {
+	return Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: linkID(from, to), From: stageWire(from), To: stageWire(to)}
+}
+
+// stageWire writes a stage index as the data plane's uint32
+// (the coordinator, -1, as MaxUint32).
+func stageWire(s int) uint32 {
+	if s < 0 {
+		return math.MaxUint32
+	}
+	return uint32(s)
+}
+
+// connect dials the links this stage sends on and waits for the ones it
+// receives on.
+func (a *stageActor) connect(msg *ConnectStage) error {
+	if len(a.eng.peers) > 0 {
+		return fmt.Errorf("stage is already connected")
+	}
+	spec := a.eng.spec
+	me := spec.Plan.ID
+	want := a.eng.outgoing()
+	for _, d := range msg.GetDial() {
+		to := int(d.GetTo())
+		if int(d.GetFrom()) != me || !containsInt(want, to) || a.eng.peers[to] != nil {
+			return fmt.Errorf("stage %d: unexpected link %d -> %d", me, d.GetFrom(), to)
+		}
+		lk, err := a.host.DataPlane.Dial(d.GetAddr(), stageHello(spec, me, to), a.linkOptions(spec))
+		if err != nil {
+			return fmt.Errorf("stage %d: link to stage %d: %w", me, to, err)
+		}
+		a.eng.attach(to, lk)
+	}
+	for _, to := range want {
+		if a.eng.peers[to] == nil {
+			return fmt.Errorf("stage %d: no address for its link to stage %d", me, to)
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for range a.lns {
+		select {
+		case r := <-a.accepts:
+			if r.err != nil {
+				return fmt.Errorf("stage %d: link from stage %d: %w", me, r.from, r.err)
+			}
+			a.eng.attach(r.from, r.lk)
+		case <-deadline:
+			return fmt.Errorf("stage %d: its incoming links were not all connected within 30 s", me)
+		}
+	}
+	a.closeListeners()
+	return nil
+}
+
+func containsInt(s []int, x int) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// runAsync runs f on a goroutine and sends its reply to the requester;
+// one at a time.
+func (a *stageActor) runAsync(c actor.Context, h *Header, f func() *StepDone) {
+	if a.busy != nil {
+		select {
+		case <-a.busy:
+		default:
+			c.Respond(&StepDone{Header: h, Error: "stage is busy with a step"})
+			return
+		}
+	}
+	if a.eng.peers[balance.Coordinator] == nil {
+		c.Respond(&StepDone{Header: h, Error: "stage is not connected"})
+		return
+	}
+	sender, root := c.Sender(), c.ActorSystem().Root
+	busy := make(chan struct{})
+	a.busy = busy
+	go func() {
+		defer close(busy)
+		d := f()
+		if sender != nil {
+			root.Send(sender, d)
+		}
+	}()
+}
+
+func (a *stageActor) closeListeners() {
+	for _, ln := range a.lns {
+		ln.Close()
+	}
+	a.lns = nil
+}
+
+// shutdown aborts a running step (its links close under it), waits for it
+// and frees everything. It is idempotent.
+func (a *stageActor) shutdown() {
+	a.closeListeners()
+	if a.eng == nil {
+		return
+	}
+	for _, p := range a.eng.peers {
+		p.lk.Close()
+	}
+	a.eng.box.fail(ErrClosed)
+	if a.busy != nil {
+		<-a.busy
+	}
+	a.eng.close()
+	a.eng = nil
+}

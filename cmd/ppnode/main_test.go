@@ -7,17 +7,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-func trainJSON(t *testing.T, args ...string) trainResult {
+func trainJSON(t *testing.T, args ...string) actors.JobResult {
 	t.Helper()
 	var out, errb bytes.Buffer
 	if code := run(append([]string{"train", "--local", "--json"}, args...), &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var r trainResult
+	var r actors.JobResult
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
 	}
@@ -58,8 +59,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"train", "--local", "--model", "resnet51"}, 2, "unknown model"},
 		{[]string{"train", "--local", "--data", "cifar"}, 1, "unknown data set"},
 		{[]string{"train", "--local", "--batch", "4", "--micro-batches", "8"}, 2, "micro-batches"},
-		{[]string{"train", "--local", "--optimizer", "lbfgs", "--data", "synthetic:4x4x1", "--steps", "1"}, 1, "unknown optimizer"},
-		{[]string{"train", "--local", "--lr", "-1", "--data", "synthetic:4x4x1", "--steps", "1"}, 1, "learning rate"},
+		{[]string{"train", "--local", "--optimizer", "lbfgs", "--data", "synthetic:4x4x1", "--steps", "1"}, 2, "unknown optimizer"},
+		{[]string{"train", "--local", "--lr", "-1", "--data", "synthetic:4x4x1", "--steps", "1"}, 2, "learning rate"},
 		{[]string{"bench", "fft"}, 2, "usage"},
 	} {
 		var out, errb bytes.Buffer

@@ -2,16 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"time"
 
-	"github.com/ppnode/ppnode/data"
-	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
@@ -62,24 +61,15 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.standardize, "standardize", true, "scale each input channel to zero mean and unit variance (training-set statistics)")
 }
 
-// trainResult is the final JSON line of ppnode train.
-type trainResult struct {
-	Model         string  `json:"model"`
-	Data          string  `json:"data"`
-	Params        int     `json:"params"`
-	Steps         int     `json:"steps"`
-	Epochs        float64 `json:"epochs"`
-	Batch         int     `json:"batch"`
-	MicroBatches  int     `json:"micro_batches"`
-	SamplesPerSec float64 `json:"samples_per_sec"`
-	TrainLoss     float64 `json:"train_loss"`
-	TrainAccuracy float64 `json:"train_accuracy"`
-	TestAccuracy  float64 `json:"test_accuracy"`
-	Backend       string  `json:"backend"`
-	Threads       int     `json:"threads"`
-	Deterministic bool    `json:"deterministic"`
-	Seconds       float64 `json:"seconds"`
-	WeightsSHA256 string  `json:"weights_sha256"`
+// spec turns the flags into a job spec.
+func (f *trainFlags) spec() actors.JobSpec {
+	return actors.JobSpec{
+		Model: f.model, Data: f.data, Width: f.width, Batch: f.batch, MicroBatches: f.micro,
+		Epochs: f.epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
+		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
+		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
+		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
+	}
 }
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
@@ -87,125 +77,64 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var f trainFlags
 	f.register(fs)
+	var c clusterFlags
+	c.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	spec := f.spec()
+	if err := spec.Normalize(); err != nil {
+		return usageError{err}
+	}
 	if !f.local {
-		return usagef("only --local training is available in this build")
-	}
-	if f.batch < 1 || f.micro < 1 || f.micro > f.batch {
-		return usagef("need 1 <= --micro-batches (%d) <= --batch (%d)", f.micro, f.batch)
-	}
-	if f.epochs < 1 || f.steps < 0 {
-		return usagef("need --epochs >= 1 and --steps >= 0")
-	}
-	if !slices.Contains(zoo.Names(), f.model) {
-		return usagef("unknown model %q (have %v)", f.model, zoo.Names())
+		return trainVia(spec, &f, &c, stdout, stderr)
 	}
 	threads := f.threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
 	runtime.GOMAXPROCS(threads)
-	be, err := nn.NewBackend(f.backend, threads, f.deterministic)
+	job, err := spec.Prepare()
 	if err != nil {
-		return err
-	}
-	set, err := data.Load(f.data, data.Options{Seed: f.seed, Train: f.trainSamples})
-	if err != nil {
-		return err
-	}
-	if f.standardize {
-		set.Standardize()
-	}
-	g, err := zoo.Build(f.model, zoo.Options{Width: f.width, Input: set.Train.Shape, Classes: set.Classes})
-	if err != nil {
-		return err
-	}
-	g.Init(f.seed)
-	if f.lr == 0 {
-		f.lr = 0.005
-		if f.optimizer == "adam" {
-			f.lr = 3e-4
+		if errors.Is(err, actors.ErrSpec) {
+			return usageError{err}
 		}
+		return err
 	}
-	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.wd, Threads: threads})
+	progress := newProgress(stderr, job.Total, f.json)
+	fmt.Fprintf(stderr, "training %s (%d parameters) on %s: %d steps of %d samples in %d micro-batches, %d threads\n",
+		f.model, job.Graph.ParamCount(), f.data, job.Total, f.batch, f.micro, threads)
+	res, err := job.TrainLocal(threads, progress.update)
 	if err != nil {
 		return err
 	}
-	loader, err := data.NewLoader(set.Train, f.seed, f.batch, f.micro)
-	if err != nil {
-		return err
-	}
-	tr := nn.NewTrainer(g, opt, be, f.seed)
-	spe := loader.StepsPerEpoch()
-	if spe == 0 {
-		return usagef("--batch %d is larger than the %d training samples", f.batch, set.Train.N)
-	}
-	total := f.epochs * spe
-	if f.steps > 0 {
-		total = min(total, f.steps)
-	}
-	if f.warmup < 0 {
-		f.warmup = min(150, total/5)
-	}
-	sched, err := nn.NewSchedule(f.schedule, f.lr, f.warmup, total)
-	if err != nil {
-		return usageError{err}
-	}
-	progress := newProgress(stderr, total, f.json)
-	fmt.Fprintf(stderr, "training %s (%d parameters) on %s: %d steps of %d samples in %d micro-batches, backend %s, %d threads\n",
-		f.model, g.ParamCount(), f.data, total, f.batch, f.micro, be.Name(), threads)
-	start := time.Now()
-	var last nn.StepResult
-	var lossSum float64
-	var lossN, correct, seen int
-	for s := 0; s < total; s++ {
-		epoch, step := s/spe, s%spe
-		opt.SetLR(sched.At(s))
-		last = tr.Step(loader, epoch, step, s)
-		lossSum += last.Loss
-		lossN++
-		correct += last.Correct
-		seen += last.Samples
-		progress.update(s+1, last.Loss, float64((s+1)*f.batch)/time.Since(start).Seconds())
-	}
-	elapsed := time.Since(start).Seconds()
 	progress.done()
-	test := set.Test
-	chunk, i := 256, 0
-	acc := tr.Evaluate(func(x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
-		if i >= test.EvalChunks(chunk) {
-			return nil, nil
-		}
-		i++
-		return test.EvalChunk(i-1, chunk, x, y)
-	})
-	params := g.Params()
-	res := trainResult{
-		Model: f.model, Data: f.data, Params: g.ParamCount(), Steps: total, Epochs: float64(total) / float64(spe),
-		Batch: f.batch, MicroBatches: f.micro, SamplesPerSec: float64(total*f.batch) / elapsed,
-		TrainLoss: last.Loss, TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
-		Backend: be.Name(), Threads: threads, Deterministic: f.deterministic, Seconds: elapsed,
-		WeightsSHA256: nn.WeightsSHA256(params),
-	}
 	if f.out != "" {
-		if err := saveWeights(f.out, params, res); err != nil {
+		if err := saveWeights(f.out, job.Graph.Params(), *res); err != nil {
 			return err
 		}
 	}
+	return printResult(res, f.json, stdout, stderr)
+}
+
+// printResult prints a job's result: a summary, and with asJSON one JSON
+// object as the last line of stdout.
+func printResult(res *actors.JobResult, asJSON bool, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f\n",
-		total, elapsed, res.SamplesPerSec, res.TrainLoss, acc)
-	if f.json {
-		b, _ := json.Marshal(res)
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy)
+	if asJSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, string(b))
-	} else {
-		fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  weights %s\n",
-			res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.WeightsSHA256[:16])
+		return nil
 	}
+	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  weights %s\n",
+		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.WeightsSHA256[:16])
 	return nil
 }
 
@@ -229,6 +158,9 @@ func newProgress(w io.Writer, total int, quiet bool) *progress {
 }
 
 func (p *progress) update(step int, loss, rate float64) {
+	if p == nil {
+		return
+	}
 	if !p.on || (step < p.total && time.Since(p.last) < 200*time.Millisecond) {
 		return
 	}

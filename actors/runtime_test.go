@@ -19,7 +19,7 @@ type testCluster struct {
 	dp      DataPlane
 }
 
-func newTestCluster(t *testing.T, n int, dp DataPlane) *testCluster {
+func newTestCluster(t testing.TB, n int, dp DataPlane) *testCluster {
 	t.Helper()
 	tc := &testCluster{dp: dp}
 	quiet := slog.New(slog.DiscardHandler)
@@ -36,7 +36,7 @@ func newTestCluster(t *testing.T, n int, dp DataPlane) *testCluster {
 	return tc
 }
 
-func (tc *testCluster) run(t *testing.T, spec JobSpec, nodes int) (*JobResult, *Coordinator) {
+func (tc *testCluster) run(t testing.TB, spec JobSpec, nodes int) (*JobResult, *Coordinator) {
 	t.Helper()
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:nodes], Threads: 1,
 		Logger: slog.New(slog.DiscardHandler)})

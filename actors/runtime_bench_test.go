@@ -1,0 +1,45 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+)
+
+// BenchmarkPipelineStep trains mlp32 (width 1024, batch 128, M=8) across
+// two in-process nodes of one thread each over TCP links, against the
+// single-process trainer with one thread; b.N steps each.
+func BenchmarkPipelineStep(b *testing.B) {
+	spec := DefaultSpec()
+	spec.Data, spec.SyntheticSamples = "synthetic:28x28x1:10", 4096
+	spec.Width, spec.Batch, spec.MicroBatches, spec.Threads = 1024, 128, 8, 1
+	b.Run("local", func(b *testing.B) {
+		spec := spec
+		spec.Steps = b.N
+		j, err := spec.Prepare()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		if _, err := j.TrainLocal(1, nil); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("pipeline2", func(b *testing.B) {
+		tc := newTestCluster(b, 2, &TCP{})
+		spec := spec
+		spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "balanced", "1f1b"
+		c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		res, err := c.Run(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(res.PredictedStepMS, "predicted-ms/step")
+		b.ReportMetric(res.MeasuredStepMS, "median-ms/step")
+		b.Logf("plan %s %s M=%d stages %+v", res.Plan, res.Schedule, res.MicroBatches, c.Status().Stages)
+	})
+}

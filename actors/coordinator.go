@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -40,8 +43,18 @@ type CoordinatorConfig struct {
 	Threads int
 	Logger  *slog.Logger
 	// Timeout bounds each control request (default 2 min); a step may take
-	// StepTimeout (default 10 min).
+	// StepTimeout (default 10 min) until a few steps are measured, then ten
+	// times the median step (at least 3 s).
 	Timeout, StepTimeout time.Duration
+	// LiveNodes, if set, lists the nodes a recovery may re-plan over (the
+	// cluster's live members); otherwise Nodes. Either way only nodes that
+	// answer a ping are used.
+	LiveNodes func() []NodeInfo
+	// Store, if set, keeps the consistent cuts on disk.
+	Store *tensorio.Store
+	// OnStep, if set, is called after every completed step (on the
+	// coordinator's goroutine: it must not block).
+	OnStep func(step int)
 }
 
 // Coordinator owns one pipelined job (DESIGN.md, "One training step"): it
@@ -57,10 +70,19 @@ type Coordinator struct {
 	spec JobSpec
 	log  *slog.Logger
 
+	prof   *balance.ModelProfile
 	plan   *balance.Plan
 	report *balance.Report
 	text   string // the plan's partition as a description
 	gen    uint64
+
+	copt       nn.Optimizer // the latest cut's optimizer state
+	cut        cut
+	persisting sync.WaitGroup // a cut being written to the store
+
+	xs     []*nn.Tensor // micro-batches and labels, reused step after step
+	ys     [][]int32
+	labels []*nn.Tensor
 
 	pids   []*actor.PID
 	links  map[int]Link // to each stage
@@ -79,18 +101,22 @@ type JobStatus struct {
 	Step  int    `json:"step"`
 	Total int    `json:"total"`
 	// Loss is the last step's mean training loss.
-	Loss          float64        `json:"loss"`
-	SamplesPerSec float64        `json:"samples_per_sec"`
-	Plan          string         `json:"plan,omitempty"`
-	Schedule      string         `json:"schedule,omitempty"`
-	MicroBatches  int            `json:"micro_batches,omitempty"`
-	PredictedMS   float64        `json:"predicted_step_ms,omitempty"`
-	Stages        []StageStatus  `json:"stages,omitempty"`
-	Accuracy      []EpochAcc     `json:"accuracy,omitempty"`
-	Result        *JobResult     `json:"result,omitempty"`
-	Started       time.Time      `json:"started"`
-	Events        []string       `json:"events,omitempty"`
-	Extra         map[string]any `json:"extra,omitempty"`
+	Loss          float64       `json:"loss"`
+	SamplesPerSec float64       `json:"samples_per_sec"`
+	Plan          string        `json:"plan,omitempty"`
+	Schedule      string        `json:"schedule,omitempty"`
+	MicroBatches  int           `json:"micro_batches,omitempty"`
+	PredictedMS   float64       `json:"predicted_step_ms,omitempty"`
+	Stages        []StageStatus `json:"stages,omitempty"`
+	Accuracy      []EpochAcc    `json:"accuracy,omitempty"`
+	Result        *JobResult    `json:"result,omitempty"`
+	Started       time.Time     `json:"started"`
+	// LatestCut is the step of the latest consistent cut; Cuts counts them
+	// and CheckpointMS is what the last one cost the pipeline.
+	LatestCut    int        `json:"latest_cut"`
+	Cuts         int        `json:"cuts"`
+	CheckpointMS float64    `json:"checkpoint_ms,omitempty"`
+	Recoveries   []Recovery `json:"recoveries,omitempty"`
 }
 
 // StageStatus is one stage of a running job.
@@ -141,16 +167,30 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 	}
 	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1}
 	c.status = JobStatus{ID: spec.ID, State: "planning", Model: spec.Model, Total: job.Total, Started: time.Now()}
-	if err := c.makePlan(); err != nil {
+	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
+		return nil, err
+	}
+	M := c.spec.MicroBatches
+	c.xs, c.ys, c.labels = make([]*nn.Tensor, M), make([][]int32, M), make([]*nn.Tensor, M)
+	be, err := c.spec.NewBackend(cfg.Threads)
+	if err != nil {
+		return nil, err
+	}
+	micro := (c.spec.Batch + M - 1) / M
+	if c.prof, err = balance.Profile(job.Graph, micro, be); err != nil {
+		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
+	}
+	c.prof.Model = spec.Model
+	if err := c.makePlan(cfg.Nodes); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// makePlan profiles the model here and searches a plan over the nodes.
-func (c *Coordinator) makePlan() error {
+// makePlan searches a plan over nodes with the job's profile.
+func (c *Coordinator) makePlan(nodes []NodeInfo) error {
 	s := c.spec
-	nodes := slices.Clone(c.cfg.Nodes)
+	nodes = slices.Clone(nodes)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].GFLOPS > nodes[j].GFLOPS })
 	if s.MaxNodes > 0 && len(nodes) > s.MaxNodes {
 		nodes = nodes[:s.MaxNodes]
@@ -167,17 +207,7 @@ func (c *Coordinator) makePlan() error {
 	if part == "auto" {
 		part = balance.GraphPP
 	}
-	be, err := s.NewBackend(c.cfg.Threads)
-	if err != nil {
-		return err
-	}
-	micro := (s.Batch + s.MicroBatches - 1) / s.MicroBatches
-	prof, err := balance.Profile(c.job.Graph, micro, be)
-	if err != nil {
-		return fmt.Errorf("profiling %s: %w", s.Model, err)
-	}
-	prof.Model = s.Model
-	res, err := balance.Search(c.job.Graph, prof, cl, balance.Options{
+	res, err := balance.Search(c.job.Graph, c.prof, cl, balance.Options{
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
 		Optimizer: s.Optimizer, Model: s.Model,
 	})
@@ -185,6 +215,7 @@ func (c *Coordinator) makePlan() error {
 		return fmt.Errorf("%w: %w", ErrSpec, err)
 	}
 	c.plan, c.report, c.text = res.Plan, res.Report, res.Spec
+	c.stages = nil
 	byName := map[string]NodeInfo{}
 	for _, n := range nodes {
 		byName[n.Name] = n
@@ -202,6 +233,7 @@ func (c *Coordinator) makePlan() error {
 	c.mu.Lock()
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
+	c.status.Stages = nil
 	for _, sp := range c.plan.Stages {
 		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers)})
 	}
@@ -230,7 +262,7 @@ func (c *Coordinator) Status() JobStatus {
 	s := c.status
 	s.Stages = slices.Clone(s.Stages)
 	s.Accuracy = slices.Clone(s.Accuracy)
-	s.Events = slices.Clone(s.Events)
+	s.Recoveries = slices.Clone(s.Recoveries)
 	return s
 }
 
@@ -371,83 +403,85 @@ func (c *Coordinator) request(pid *actor.PID, msg proto.Message, timeout time.Du
 	return c.cfg.System.Request(pid, msg, timeout)
 }
 
-// train runs every step, evaluating at the end (and at epoch ends if the
-// spec asks).
+// progressAcc is what the result accumulates over steps; a cut keeps a
+// copy so that replayed steps are not counted twice.
+type progressAcc struct {
+	last          float64
+	correct, seen int64
+}
+
+// cut is the latest consistent cut: the state after steps steps, held in
+// the coordinator's model and c.copt (steps 0: the initial state, which
+// every stage rebuilds from the seed).
+type cut struct {
+	steps int
+	acc   progressAcc
+}
+
+// train runs the steps from the latest cut to the end, evaluating at the
+// end (and at epoch ends if the spec asks). A failed step starts recovery:
+// re-plan over the live nodes, restore the cut, replay.
 func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 	j, s := c.job, c.spec
-	M := s.MicroBatches
-	feeds, lossStage := c.feedTargets()
+	K, autoK := s.CheckpointEvery, s.CheckpointEvery == 0
+	if autoK {
+		K = 20 // the first cut measures what a cut costs; K follows from it
+	}
 	var (
-		xs      = make([]*nn.Tensor, M)
-		ys      = make([][]int32, M)
-		labels  = make([]*nn.Tensor, M)
-		last    float64
-		correct int64
-		seen    int64
-		steps   []float64
+		acc   progressAcc
+		steps []float64
+		run   time.Duration // training time, recoveries included
 	)
-	start := time.Now()
-	for g := 0; g < j.Total; g++ {
+	for g := 0; g < j.Total; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		epoch, step := g/j.StepsPerEpoch, g%j.StepsPerEpoch
 		t0 := time.Now()
-		dones := make([]*actor.Future, len(c.pids))
-		for k, pid := range c.pids {
-			dones[k] = c.cfg.System.Actor.Root.RequestFuture(pid, &StepBegin{Header: c.header(), Step: uint64(g), MicroBatches: uint32(M), Lr: j.LR.At(g)}, c.cfg.StepTimeout)
-		}
-		for m := 0; m < M; m++ {
-			xs[m], ys[m] = j.Loader.Micro(epoch, step, m, xs[m], ys[m])
-			labels[m] = labelTensor(ys[m], labels[m])
-			for _, k := range feeds {
-				if err := c.links[k].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: c.inputID()}, xs[m]); err != nil {
-					return nil, fmt.Errorf("step %d: feeding stage %d: %w", g, k, err)
-				}
-			}
-			if err := c.links[lossStage].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, labels[m]); err != nil {
-				return nil, fmt.Errorf("step %d: labels to stage %d: %w", g, lossStage, err)
+		var err error
+		if g-c.cut.steps >= K {
+			var cost time.Duration
+			if cost, err = c.checkpoint(g, acc); err == nil && autoK && len(steps) > 0 {
+				K = chooseK(cost, median(steps))
 			}
 		}
 		var loss float64
-		timings := make([]*StageTiming, len(c.pids))
-		err := waitAll(dones, func(k int, r any) error {
-			d, ok := r.(*StepDone)
-			if !ok {
-				return fmt.Errorf("stage %d: unexpected reply %T", k, r)
-			}
-			if d.GetError() != "" {
-				return fmt.Errorf("stage %d: %s", k, d.GetError())
-			}
-			if len(d.GetTimings()) > 0 {
-				timings[k] = d.GetTimings()[0]
-			}
-			if d.GetHasLoss() {
-				loss = d.GetLoss() / float64(max(d.GetSamples(), 1))
-				correct += d.GetCorrect()
-				seen += d.GetSamples()
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", g, err)
+		var timings []*StageTiming
+		if err == nil {
+			loss, timings, err = c.step(ctx, g, steps, &acc)
 		}
-		steps = append(steps, time.Since(t0).Seconds())
-		last = loss
-		c.recordStep(g+1, loss, float64((g+1)*s.Batch)/time.Since(start).Seconds(), timings)
-		if s.EvalEachEpoch && step == j.StepsPerEpoch-1 && g+1 < j.Total {
-			acc, err := c.evaluate()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			run += time.Since(t0)
+			if err := c.recover(ctx, g, t0, err); err != nil {
+				return nil, err
+			}
+			g, acc = c.cut.steps, c.cut.acc
+			continue
+		}
+		dt := time.Since(t0)
+		run += dt
+		steps = append(steps, dt.Seconds())
+		acc.last = loss
+		g++
+		c.recordStep(g, loss, float64(g*s.Batch)/run.Seconds(), timings)
+		if c.cfg.OnStep != nil {
+			c.cfg.OnStep(g)
+		}
+		if s.EvalEachEpoch && g%j.StepsPerEpoch == 0 && g < j.Total {
+			acc, err := c.evaluate(g, acc)
 			if err != nil {
 				return nil, err
 			}
 			c.mu.Lock()
-			c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: epoch + 1, Accuracy: acc})
+			c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: g / j.StepsPerEpoch, Accuracy: acc})
 			c.mu.Unlock()
 		}
 	}
-	elapsed := time.Since(start).Seconds()
+	elapsed := run.Seconds()
 	c.setState("evaluating")
-	acc, err := c.evaluate()
+	testAcc, err := c.evaluate(j.Total, acc)
 	if err != nil {
 		return nil, err
 	}
@@ -458,17 +492,347 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 	}
 	res := &JobResult{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
-		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: M,
-		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last,
-		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
+		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
+		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: acc.last,
+		TrainAccuracy: float64(acc.correct) / float64(max(acc.seen, 1)), TestAccuracy: testAcc,
 		Backend: be.Name(), Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), Plan: c.text, Schedule: c.plan.Schedule.String(),
 		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: median(steps) * 1e3,
 	}
 	c.mu.Lock()
-	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: acc})
+	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: testAcc})
 	c.mu.Unlock()
 	return res, nil
+}
+
+// chooseK is the checkpoint interval that keeps a cut's cost within 2% of
+// the training time, bounded to [5, 1000] steps.
+func chooseK(cost time.Duration, stepSec float64) int {
+	k := int(math.Ceil(cost.Seconds() / (0.02 * stepSec)))
+	return min(max(k, 5), 1000)
+}
+
+// stepTimeout bounds a step: generous until a few steps are measured, then
+// a bounded factor of the median (a hung node must not stall the job).
+func (c *Coordinator) stepTimeout(steps []float64) time.Duration {
+	if len(steps) < 3 {
+		return c.cfg.StepTimeout
+	}
+	d := time.Duration(10 * median(steps) * float64(time.Second))
+	return min(max(d, 3*time.Second), c.cfg.StepTimeout)
+}
+
+// step runs training step g on every stage: StepBegin to all, the
+// micro-batches and labels over the coordinator's links, then every
+// stage's StepDone.
+func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *progressAcc) (float64, []*StageTiming, error) {
+	j, s := c.job, c.spec
+	M := s.MicroBatches
+	epoch, step := g/j.StepsPerEpoch, g%j.StepsPerEpoch
+	timeout := c.stepTimeout(steps)
+	dones := make([]*actor.Future, len(c.pids))
+	for k, pid := range c.pids {
+		dones[k] = c.cfg.System.Actor.Root.RequestFuture(pid, &StepBegin{Header: c.header(), Step: uint64(g), MicroBatches: uint32(M), Lr: j.LR.At(g)}, timeout)
+	}
+	feeds, lossStage := c.feedTargets()
+	for m := 0; m < M; m++ {
+		c.xs[m], c.ys[m] = j.Loader.Micro(epoch, step, m, c.xs[m], c.ys[m])
+		c.labels[m] = labelTensor(c.ys[m], c.labels[m])
+		for _, k := range feeds {
+			if err := c.links[k].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: c.inputID()}, c.xs[m]); err != nil {
+				return 0, nil, fmt.Errorf("step %d: feeding stage %d: %w", g, k, err)
+			}
+		}
+		if err := c.links[lossStage].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
+			return 0, nil, fmt.Errorf("step %d: labels to stage %d: %w", g, lossStage, err)
+		}
+	}
+	var loss float64
+	var correct, seen int64
+	timings := make([]*StageTiming, len(c.pids))
+	err := waitAll(ctx, dones, func(k int, r any) error {
+		d, ok := r.(*StepDone)
+		if !ok {
+			return fmt.Errorf("stage %d: unexpected reply %T", k, r)
+		}
+		if d.GetError() != "" {
+			return fmt.Errorf("stage %d: %s", k, d.GetError())
+		}
+		if len(d.GetTimings()) > 0 {
+			timings[k] = d.GetTimings()[0]
+		}
+		if d.GetHasLoss() {
+			loss = d.GetLoss() / float64(max(d.GetSamples(), 1))
+			correct, seen = d.GetCorrect(), d.GetSamples()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("step %d: %w", g, err)
+	}
+	acc.correct += correct
+	acc.seen += seen
+	return loss, timings, nil
+}
+
+// checkpoint makes the state after step g the latest consistent cut: every
+// stage's parameters and optimizer state are gathered into the
+// coordinator's model (the pipeline is drained between steps, so the cut
+// is consistent) and, with a store, written to disk in the background.
+// It returns what the cut cost the pipeline.
+func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) {
+	t0 := time.Now()
+	c.persisting.Wait() // the model's tensors are the previous cut's until written
+	if err := c.gather(true); err != nil {
+		return 0, fmt.Errorf("checkpoint at step %d: %w", g, err)
+	}
+	c.cut = cut{steps: g, acc: acc}
+	cost := time.Since(t0)
+	c.mu.Lock()
+	c.status.LatestCut, c.status.Cuts = g, c.status.Cuts+1
+	c.status.CheckpointMS = float64(cost.Microseconds()) / 1e3
+	c.mu.Unlock()
+	if c.cfg.Store != nil {
+		ck := c.checkpointFile(g)
+		c.persisting.Go(func() {
+			if _, err := c.cfg.Store.Save(ck); err != nil {
+				c.log.Warn("writing a checkpoint", "step", g, "err", err)
+			}
+		})
+	}
+	return cost, nil
+}
+
+// checkpointFile describes the cut as a whole-model tensorio checkpoint.
+func (c *Coordinator) checkpointFile(g int) *tensorio.Checkpoint {
+	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: c.plan.Hash(),
+		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)},
+		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer}}
+	for _, p := range nn.SortByName(c.job.Graph.Params()) {
+		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
+		if p.Trainable() {
+			st := c.copt.State(p)
+			for _, k := range slices.Sorted(maps.Keys(st)) {
+				ck.Optim = append(ck.Optim, tensorio.OptimState{Param: p.Name, Slot: k, T: st[k]})
+			}
+		}
+	}
+	return ck
+}
+
+// evaluate makes the state after step g a cut and measures the test
+// accuracy of its weights.
+func (c *Coordinator) evaluate(g int, acc progressAcc) (float64, error) {
+	if _, err := c.checkpoint(g, acc); err != nil {
+		return 0, err
+	}
+	be, err := c.spec.NewBackend(c.cfg.Threads)
+	if err != nil {
+		return 0, err
+	}
+	opt, _ := c.spec.NewOptimizer(1)
+	return c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed)), nil
+}
+
+// gather reads every stage's state (with withOpt, optimizer state too)
+// into the coordinator's model and c.copt.
+func (c *Coordinator) gather(withOpt bool) error {
+	state := c.stateLists(withOpt)
+	return c.forEachStage(func(k int) error {
+		f := c.cfg.System.Actor.Root.RequestFuture(c.pids[k], &GatherWeights{Header: c.header(), Optimizer: withOpt}, c.cfg.Timeout)
+		reply := abortOnFailure(f, c.links[k])
+		for i, t := range state[k] {
+			tag, got, err := c.links[k].Recv(t)
+			if err != nil {
+				err = explain(err, reply)
+				return fmt.Errorf("gathering stage %d: %w", k, err)
+			}
+			if tag.Kind != KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
+				return fmt.Errorf("gathering stage %d: got %v %d of shape %v, want state tensor %d of shape %v",
+					k, tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
+			}
+		}
+		if err := <-reply; err != nil {
+			return fmt.Errorf("gathering stage %d: %w", k, err)
+		}
+		return nil
+	})
+}
+
+// explain returns the stage's own failure, if it reports one promptly,
+// for an error on the link: a refusal explains a closed link better.
+func explain(err error, reply <-chan error) error {
+	select {
+	case r := <-reply:
+		if r != nil {
+			return r
+		}
+	case <-time.After(100 * time.Millisecond): // a dead stage does not answer
+	}
+	return err
+}
+
+// abortOnFailure waits for a stage's reply to a request whose data moves
+// over lk; if the stage fails or refuses, lk is closed so that the other
+// end of the transfer does not wait for data that will not come. The
+// channel yields the failure, or nil.
+func abortOnFailure(f *actor.Future, lk Link) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		r, err := f.Result()
+		if err == nil {
+			if d, ok := r.(*StepDone); !ok {
+				err = fmt.Errorf("unexpected reply %T", r)
+			} else if d.GetError() != "" {
+				err = errors.New(d.GetError())
+			}
+		}
+		if err != nil {
+			lk.Close()
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// stateLists is each stage's state tensors in the coordinator's model
+// (made here, on one goroutine: the optimizer's state map is not safe for
+// concurrent use).
+func (c *Coordinator) stateLists(withOpt bool) [][]*nn.Tensor {
+	out := make([][]*nn.Tensor, len(c.stages))
+	for k, st := range c.stages {
+		out[k] = stateTensors(st.Params(), c.copt, withOpt)
+	}
+	return out
+}
+
+// restoreAll loads the latest cut into freshly started stages.
+func (c *Coordinator) restoreAll() error {
+	if c.cut.steps == 0 {
+		return nil // every stage starts from the seed's initial state
+	}
+	state := c.stateLists(true)
+	return c.forEachStage(func(k int) error {
+		f := c.cfg.System.Actor.Root.RequestFuture(c.pids[k], &RestoreStage{Header: c.header(), Steps: int64(c.cut.steps)}, c.cfg.Timeout)
+		reply := abortOnFailure(f, c.links[k])
+		for i, t := range state[k] {
+			if err := c.links[k].Send(Tag{Kind: KindWeights, Tensor: uint32(i)}, t); err != nil {
+				err = explain(err, reply)
+				return fmt.Errorf("restoring stage %d: %w", k, err)
+			}
+		}
+		if err := <-reply; err != nil {
+			return fmt.Errorf("restoring stage %d: %w", k, err)
+		}
+		return nil
+	})
+}
+
+// Recovery is one recovery of a job from a failure.
+type Recovery struct {
+	Cause string `json:"cause"`
+	// Step is the step that failed; Replayed the steps run again (from
+	// the latest cut).
+	Step     int `json:"step"`
+	Replayed int `json:"replayed"`
+	// DetectMS is the time from the failed step's start to its failure
+	// being known; RestoreMS from then to the new plan's stages holding
+	// the cut's state.
+	DetectMS  float64   `json:"detect_ms"`
+	RestoreMS float64   `json:"restore_ms"`
+	Plan      string    `json:"plan"`
+	At        time.Time `json:"at"`
+}
+
+// maxRecoveries bounds the recoveries of one job.
+const maxRecoveries = 20
+
+// recover brings the job back after step g failed with cause: the stages
+// of the current plan are abandoned, the plan generation advances (old
+// stages' messages and links are refused from then on), the live nodes are
+// re-planned, the new stages are started and restored from the latest
+// cut. Training then replays from the cut. With no usable node the job
+// pauses, retrying until ctx ends.
+func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, cause error) error {
+	detected := time.Now()
+	c.mu.Lock()
+	n := len(c.status.Recoveries)
+	c.mu.Unlock()
+	if n >= maxRecoveries {
+		return fmt.Errorf("giving up after %d recoveries: %w", n, cause)
+	}
+	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.steps, "err", cause)
+	c.setState("recovering")
+	for attempt := 0; ; attempt++ {
+		c.abandon()
+		c.gen++
+		err := c.replan()
+		if err == nil {
+			if err = c.start(); err == nil {
+				err = c.restoreAll()
+			}
+		}
+		if err == nil {
+			break
+		}
+		c.log.Warn("recovery attempt failed", "attempt", attempt, "err", err)
+		c.setState("paused: " + err.Error())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+	r := Recovery{Cause: cause.Error(), Step: g, Replayed: g - c.cut.steps, Plan: c.text, At: detected,
+		DetectMS:  float64(detected.Sub(stepStart).Microseconds()) / 1e3,
+		RestoreMS: float64(time.Since(detected).Microseconds()) / 1e3}
+	c.mu.Lock()
+	c.status.Recoveries = append(c.status.Recoveries, r)
+	c.status.State = "training"
+	c.mu.Unlock()
+	return nil
+}
+
+// replan plans the job again over the nodes that answer now.
+func (c *Coordinator) replan() error {
+	cands := c.cfg.Nodes
+	if c.cfg.LiveNodes != nil {
+		cands = c.cfg.LiveNodes()
+	}
+	live := make([]bool, len(cands))
+	var wg sync.WaitGroup
+	for i, n := range cands {
+		wg.Go(func() { live[i] = c.cfg.System.Ping(n.ActorAddr, time.Second) == nil })
+	}
+	wg.Wait()
+	var nodes []NodeInfo
+	for i, n := range cands {
+		if live[i] {
+			nodes = append(nodes, n)
+		} else {
+			// Drop the endpoint: remote would keep redialling it.
+			c.cfg.System.EndpointTerminated(n.ActorAddr)
+		}
+	}
+	if len(nodes) == 0 {
+		return errors.New("no live node")
+	}
+	return c.makePlan(nodes)
+}
+
+// abandon drops the current plan's stages without waiting for them: they
+// are told to stop, their links are closed, and whatever they still send
+// carries an old generation.
+func (c *Coordinator) abandon() {
+	for _, lk := range c.links {
+		lk.Close()
+	}
+	for _, pid := range c.pids {
+		if pid != nil {
+			_ = c.cfg.System.Send(pid, &StopStage{Header: c.header()})
+		}
+	}
+	c.links, c.pids = nil, nil
 }
 
 // Graph is the job's model as the coordinator holds it: after Run, the
@@ -539,44 +903,9 @@ func (c *Coordinator) recordStep(step int, loss, rate float64, timings []*StageT
 	}
 }
 
-// evaluate gathers the stages' weights into the coordinator's model and
-// measures test accuracy on it.
-func (c *Coordinator) evaluate() (float64, error) {
-	err := c.forEachStage(func(k int) error {
-		f := c.cfg.System.Actor.Root.RequestFuture(c.pids[k], &GatherWeights{Header: c.header()}, c.cfg.Timeout)
-		params := c.stages[k].Params()
-		for i, p := range params {
-			tag, t, err := c.links[k].Recv(p.Value)
-			if err != nil {
-				return fmt.Errorf("gathering stage %d: %w", k, err)
-			}
-			if tag.Kind != KindWeights || tag.Tensor != uint32(i) || t != p.Value || !nn.SameShape(t.Shape(), p.Value.Shape()) {
-				return fmt.Errorf("gathering stage %d: got %v %d of shape %v, want weights %d (%s) of shape %v",
-					k, tag.Kind, tag.Tensor, t.Shape(), i, p.Name, p.Value.Shape())
-			}
-		}
-		r, err := f.Result()
-		if err != nil {
-			return fmt.Errorf("gathering stage %d: %w", k, err)
-		}
-		if d, ok := r.(*StepDone); !ok || d.GetError() != "" {
-			return fmt.Errorf("gathering stage %d: %v", k, r)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	be, err := c.spec.NewBackend(c.cfg.Threads)
-	if err != nil {
-		return 0, err
-	}
-	opt, _ := c.spec.NewOptimizer(1)
-	return c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed)), nil
-}
-
 // teardown stops every stage and closes the coordinator's links.
 func (c *Coordinator) teardown() {
+	defer c.persisting.Wait()
 	for _, lk := range c.links {
 		lk.Close()
 	}
@@ -606,7 +935,7 @@ func (c *Coordinator) Describe() string {
 // on this goroutine, in arrival order). It returns at the first failure,
 // without waiting for the others: the caller tears the job down, which
 // ends the steps still running.
-func waitAll(fs []*actor.Future, check func(k int, reply any) error) error {
+func waitAll(ctx context.Context, fs []*actor.Future, check func(k int, reply any) error) error {
 	type result struct {
 		k   int
 		r   any
@@ -620,7 +949,12 @@ func waitAll(fs []*actor.Future, check func(k int, reply any) error) error {
 		}()
 	}
 	for range fs {
-		r := <-ch
+		var r result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		if r.err != nil {
 			return fmt.Errorf("stage %d: %w", r.k, r.err)
 		}

@@ -893,12 +893,14 @@ func (x *ConnectStage) GetDial() []*LinkAddr {
 	return nil
 }
 
-// GatherWeights asks a stage to send its parameters and buffers, in the
-// order of its nn.Stage's Params, over its link from the coordinator; it
-// answers with an Ack when they are sent.
+// GatherWeights asks a stage to send its state over its link from the
+// coordinator: for each parameter or buffer in the order of its nn.Stage's
+// Params its value and, with optimizer set, then its optimizer tensors in
+// name order. It answers with a StepDone when all are sent.
 type GatherWeights struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Optimizer     bool                   `protobuf:"varint,2,opt,name=optimizer,proto3" json:"optimizer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +942,68 @@ func (x *GatherWeights) GetHeader() *Header {
 	return nil
 }
 
+func (x *GatherWeights) GetOptimizer() bool {
+	if x != nil {
+		return x.Optimizer
+	}
+	return false
+}
+
+// RestoreStage makes a freshly set-up stage read its state (as
+// GatherWeights sends it, optimizer included) from the coordinator's link
+// and continue after step steps. It answers with an Ack.
+type RestoreStage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Steps         int64                  `protobuf:"varint,2,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreStage) Reset() {
+	*x = RestoreStage{}
+	mi := &file_ppnode_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreStage) ProtoMessage() {}
+
+func (x *RestoreStage) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreStage.ProtoReflect.Descriptor instead.
+func (*RestoreStage) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RestoreStage) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RestoreStage) GetSteps() int64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
 // StopStage ends a stage actor: links close, buffers are freed.
 type StopStage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -950,7 +1014,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1026,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1039,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{13}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -997,7 +1061,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1073,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1086,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1114,9 +1178,13 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x06params\x18\x04 \x01(\x03R\x06params\"j\n" +
 	"\fConnectStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12+\n" +
-	"\x04dial\x18\x02 \x03(\v2\x17.ppnode.actors.LinkAddrR\x04dial\">\n" +
+	"\x04dial\x18\x02 \x03(\v2\x17.ppnode.actors.LinkAddrR\x04dial\"\\\n" +
 	"\rGatherWeights\x12-\n" +
-	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\":\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x1c\n" +
+	"\toptimizer\x18\x02 \x01(\bR\toptimizer\"S\n" +
+	"\fRestoreStage\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
+	"\x05steps\x18\x02 \x01(\x03R\x05steps\":\n" +
 	"\tStopStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\"Z\n" +
 	"\x03Ack\x12-\n" +
@@ -1143,7 +1211,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1159,8 +1227,9 @@ var file_ppnode_proto_goTypes = []any{
 	(*SetupStageReply)(nil), // 11: ppnode.actors.SetupStageReply
 	(*ConnectStage)(nil),    // 12: ppnode.actors.ConnectStage
 	(*GatherWeights)(nil),   // 13: ppnode.actors.GatherWeights
-	(*StopStage)(nil),       // 14: ppnode.actors.StopStage
-	(*Ack)(nil),             // 15: ppnode.actors.Ack
+	(*RestoreStage)(nil),    // 14: ppnode.actors.RestoreStage
+	(*StopStage)(nil),       // 15: ppnode.actors.StopStage
+	(*Ack)(nil),             // 16: ppnode.actors.Ack
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -1177,13 +1246,14 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 11: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
 	9,  // 12: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
 	1,  // 13: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 14: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 15: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 14: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 15: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 16: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -1197,7 +1267,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -159,5 +160,56 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		if err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
+	}
+}
+
+// A node that dies mid-job is re-planned around: the job restores the
+// latest cut on the live nodes, replays, and ends with the weights of the
+// run without the failure.
+func TestRecoveryFromANodeDeath(t *testing.T) {
+	for _, dp := range []DataPlane{&Inmem{}, &TCP{}} {
+		t.Run(fmt.Sprintf("%T", dp), func(t *testing.T) {
+			tc := newTestCluster(t, 3, dp)
+			spec := smallSpec("mlp32")
+			spec.ID = "recover"
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+			spec.Partition, spec.Schedule = "uniform", "1f1b"
+			want := localSHA(t, spec)
+			killed := make(chan struct{})
+			var once sync.Once
+			c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+				Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+					if step == 6 { // after the cut at step 4: steps 4 and 5 replay
+						once.Do(func() {
+							tc.systems[2].Stop()
+							close(killed)
+						})
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := c.Status()
+			select {
+			case <-killed:
+			default:
+				t.Fatalf("the job ended without reaching step 6: %+v", st)
+			}
+			if len(st.Recoveries) != 1 {
+				t.Fatalf("recoveries %+v, want one", st.Recoveries)
+			}
+			r := st.Recoveries[0]
+			t.Logf("recovery: %+v", r)
+			if r.Step != 6 || r.Replayed != 2 || strings.Contains(r.Plan, "@c") {
+				t.Errorf("recovery at step %d replayed %d onto plan %q; want step 6, 2 replayed, no node c", r.Step, r.Replayed, r.Plan)
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime/debug"
 	"slices"
@@ -359,15 +360,48 @@ func (e *stageEngine) send(to int, tag Tag, t *nn.Tensor) error {
 	return p.send(tag, t)
 }
 
-// gather sends the stage's parameters and buffers to the coordinator in
-// Params order.
-func (e *stageEngine) gather() error {
-	for i, prm := range e.params {
-		if err := e.send(balance.Coordinator, Tag{Kind: KindWeights, Tensor: uint32(i)}, prm.Value); err != nil {
+// stateTensors lists a stage's state in the order GatherWeights sends it
+// and RestoreStage reads it: per parameter or buffer its value, then (with
+// withOpt) its optimizer tensors by name.
+func stateTensors(params []*nn.Param, opt nn.Optimizer, withOpt bool) []*nn.Tensor {
+	var ts []*nn.Tensor
+	for _, p := range params {
+		ts = append(ts, p.Value)
+		if withOpt && p.Trainable() {
+			st := opt.State(p)
+			for _, k := range slices.Sorted(maps.Keys(st)) {
+				ts = append(ts, st[k])
+			}
+		}
+	}
+	return ts
+}
+
+// gather sends the stage's state to the coordinator.
+func (e *stageEngine) gather(withOpt bool) error {
+	for i, t := range stateTensors(e.params, e.opt, withOpt) {
+		if err := e.send(balance.Coordinator, Tag{Kind: KindWeights, Tensor: uint32(i)}, t); err != nil {
 			return err
 		}
 	}
 	return e.peers[balance.Coordinator].flush()
+}
+
+// restore reads the stage's state, optimizer included, from the
+// coordinator's link; the optimizer continues after steps updates.
+func (e *stageEngine) restore(steps int64) error {
+	for i, t := range stateTensors(e.params, e.opt, true) {
+		got, err := e.box.wait(boxKey{int32(balance.Coordinator), KindWeights, 0, uint32(i)})
+		if err != nil {
+			return err
+		}
+		if !nn.SameShape(got.Shape(), t.Shape()) {
+			return fmt.Errorf("restore: state tensor %d has shape %v, want %v", i, got.Shape(), t.Shape())
+		}
+		copy(nn.F32(t), nn.F32(got))
+	}
+	e.opt.SetSteps(int(steps))
+	return nil
 }
 
 func actKind(peer int) Kind {

@@ -83,7 +83,18 @@ func (a *stageActor) Receive(c actor.Context) {
 		}
 		a.runAsync(c, msg.GetHeader(), func() *StepDone {
 			d := &StepDone{Header: msg.GetHeader()}
-			if err := a.eng.gather(); err != nil {
+			if err := a.eng.gather(msg.GetOptimizer()); err != nil {
+				d.Error = err.Error()
+			}
+			return d
+		})
+	case *RestoreStage:
+		if !a.admit(c, msg) {
+			return
+		}
+		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+			d := &StepDone{Header: msg.GetHeader()}
+			if err := a.eng.restore(msg.GetSteps()); err != nil {
 				d.Error = err.Error()
 			}
 			return d
@@ -255,8 +266,8 @@ func (a *stageActor) runAsync(c actor.Context, h *Header, f func() *StepDone) {
 	busy := make(chan struct{})
 	a.busy = busy
 	go func() {
-		defer close(busy)
 		d := f()
+		close(busy) // before the reply: the requester may send the next request at once
 		if sender != nil {
 			root.Send(sender, d)
 		}

@@ -163,6 +163,10 @@ func Start(cfg Config) (*System, error) {
 	opts := []remote.ConfigOption{
 		remote.WithKinds(kinds...),
 		remote.WithEndpointWriterBatchSize(batch),
+		// One connection attempt: a node that refuses is gone (memberlist
+		// and the coordinator's re-planning take it from there); upstream
+		// retried 5 times, 2 s apart, blocking its endpoint writer.
+		remote.WithMaxRetryCount(1),
 		// WithDialOptions replaces the default grpc.WithInsecure().
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -294,6 +298,19 @@ func (s *System) SpawnRemote(address string, req *SpawnStage, timeout time.Durat
 	return actor.NewPID(rep.GetPidAddress(), rep.GetPidId()), nil
 }
 
+// Ping asks the node at address whether its actor system answers within
+// timeout.
+func (s *System) Ping(address string, timeout time.Duration) error {
+	r, err := s.Request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
+	if err != nil {
+		return err
+	}
+	if _, ok := r.(*Pong); !ok {
+		return fmt.Errorf("actors: ping %s: unexpected reply %s", address, proto.MessageName(r))
+	}
+	return nil
+}
+
 // EndpointTerminated tells the remote that the node at address is gone
 // (memberlist reported it dead): its endpoint is dropped and actors
 // watching PIDs there receive Terminated. remote has no keepalive of its
@@ -311,6 +328,10 @@ type spawner struct {
 }
 
 func (sp *spawner) Receive(c actor.Context) {
+	if p, ok := c.Message().(*Ping); ok { // liveness probe (see System.Ping)
+		c.Respond(&Pong{Header: p.GetHeader(), Nonce: p.GetNonce(), Address: sp.sys.Address()})
+		return
+	}
 	req, ok := c.Message().(*SpawnStage)
 	if !ok {
 		return

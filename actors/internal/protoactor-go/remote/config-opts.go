@@ -68,3 +68,11 @@ func WithKinds(kinds ...*Kind) ConfigOption {
 		}
 	}
 }
+
+// WithMaxRetryCount sets how often an endpoint writer tries to connect
+// before it reports the endpoint terminated (default 5). ppnode patch.
+func WithMaxRetryCount(n int) ConfigOption {
+	return func(config *Config) {
+		config.MaxRetryCount = n
+	}
+}

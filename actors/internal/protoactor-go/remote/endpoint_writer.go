@@ -47,7 +47,9 @@ func (state *endpointWriter) initialize(ctx actor.Context) {
 			state.remote.Logger().Error("EndpointWriter failed to connect", slog.String("address", state.address), slog.Any("error", err), slog.Int("retry", i))
 			// Wait 2 seconds to restart and retry
 			// Replace with Exponential Backoff
-			time.Sleep(2 * time.Second)
+			if i+1 < state.remote.config.MaxRetryCount { // ppnode patch: no wait after the last try
+				time.Sleep(2 * time.Second)
+			}
 			continue
 		}
 

@@ -103,7 +103,7 @@ func (r *Remote) Shutdown(graceful bool) {
 		select {
 		case <-c:
 			r.Logger().Info("Stopped Proto.Actor server")
-		case <-time.After(time.Second * 10):
+		case <-time.After(gracefulStopWait): // ppnode: was 10 s, see PATCHES.md
 			r.s.Stop()
 			r.Logger().Info("Stopped Proto.Actor server", slog.String("err", "timeout"))
 		}
@@ -127,3 +127,8 @@ func (r *Remote) SendMessage(pid *actor.PID, header actor.ReadonlyMessageHeader,
 func (r *Remote) Logger() *slog.Logger {
 	return r.actorSystem.Logger()
 }
+
+// gracefulStopWait bounds the wait for gRPC's GracefulStop, which never
+// returns while a peer keeps its stream to this server open (every live
+// peer does): a node would take the full wait to stop. ppnode patch.
+const gracefulStopWait = 500 * time.Millisecond

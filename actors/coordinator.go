@@ -90,6 +90,8 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	status JobStatus
+	inPlan map[string]bool // nodes of the current plan (guarded by mu)
+	failed chan string     // nodes reported dead while in the plan
 }
 
 // JobStatus is a job's progress, for `ppnode status` and the train client.
@@ -165,7 +167,7 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1}
+	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1, failed: make(chan string, 16)}
 	c.status = JobStatus{ID: spec.ID, State: "planning", Model: spec.Model, Total: job.Total, Started: time.Now()}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
@@ -234,7 +236,9 @@ func (c *Coordinator) makePlan(nodes []NodeInfo) error {
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
 	c.status.Stages = nil
+	c.inPlan = map[string]bool{}
 	for _, sp := range c.plan.Stages {
+		c.inPlan[sp.Node] = true
 		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers)})
 	}
 	c.mu.Unlock()
@@ -246,6 +250,22 @@ func layerRange(ls []string) string {
 		return ls[0]
 	}
 	return ls[0] + "-" + ls[len(ls)-1]
+}
+
+// NodeFailed tells the coordinator that the cluster declared node name
+// dead. If the current plan uses it, the step in flight fails at once and
+// recovery starts, instead of waiting for a broken link or the step
+// timeout. Safe to call from any goroutine; it does not block.
+func (c *Coordinator) NodeFailed(name string) {
+	c.mu.Lock()
+	used := c.inPlan[name]
+	c.mu.Unlock()
+	if used {
+		select {
+		case c.failed <- name:
+		default:
+		}
+	}
 }
 
 // Plan is the job's plan.
@@ -550,7 +570,7 @@ func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *pro
 	var loss float64
 	var correct, seen int64
 	timings := make([]*StageTiming, len(c.pids))
-	err := waitAll(ctx, dones, func(k int, r any) error {
+	err := waitAll(ctx, c.failed, dones, func(k int, r any) error {
 		d, ok := r.(*StepDone)
 		if !ok {
 			return fmt.Errorf("stage %d: unexpected reply %T", k, r)
@@ -773,6 +793,9 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 			}
 		}
 		if err == nil {
+			for len(c.failed) > 0 { // reports about the old plan's nodes
+				<-c.failed
+			}
 			break
 		}
 		c.log.Warn("recovery attempt failed", "attempt", attempt, "err", err)
@@ -932,10 +955,11 @@ func (c *Coordinator) Describe() string {
 }
 
 // waitAll waits for the futures' replies and checks each with check (called
-// on this goroutine, in arrival order). It returns at the first failure,
+// on this goroutine, in arrival order). It returns at the first failure
+// (or node reported on failed),
 // without waiting for the others: the caller tears the job down, which
 // ends the steps still running.
-func waitAll(ctx context.Context, fs []*actor.Future, check func(k int, reply any) error) error {
+func waitAll(ctx context.Context, failed <-chan string, fs []*actor.Future, check func(k int, reply any) error) error {
 	type result struct {
 		k   int
 		r   any
@@ -954,6 +978,8 @@ func waitAll(ctx context.Context, fs []*actor.Future, check func(k int, reply an
 		case r = <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		case name := <-failed:
+			return fmt.Errorf("node %s failed", name)
 		}
 		if r.err != nil {
 			return fmt.Errorf("stage %d: %w", r.k, r.err)

@@ -929,9 +929,13 @@ func (c *Coordinator) recordStep(step int, loss, rate float64, timings []*StageT
 // teardown stops every stage and closes the coordinator's links.
 func (c *Coordinator) teardown() {
 	defer c.persisting.Wait()
-	for _, lk := range c.links {
-		lk.Close()
-	}
+	// Stages first: one whose link from the coordinator closes stops by
+	// itself, and would not answer.
+	defer func() {
+		for _, lk := range c.links {
+			lk.Close()
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, pid := range c.pids {
 		if pid == nil {

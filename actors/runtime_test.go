@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -211,5 +213,46 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
 			}
 		})
+	}
+}
+
+// Stages whose coordinator vanishes (its links break without a StopStage)
+// stop by themselves and free what they hold.
+func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
+	tc := newTestCluster(t, 3, &TCP{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition = "orphans", "uniform"
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start(); err != nil {
+		t.Fatal(err)
+	}
+	// A watcher on each stage's node sees it terminate.
+	stopped := make([]chan struct{}, len(c.pids))
+	for k, pid := range c.pids {
+		sys := tc.systems[slices.IndexFunc(tc.nodes, func(n NodeInfo) bool { return n.ActorAddr == pid.GetAddress() })]
+		stopped[k] = make(chan struct{})
+		sys.Actor.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+			switch ctx.Message().(type) {
+			case *actor.Started:
+				ctx.Watch(pid)
+			case *actor.Terminated:
+				close(stopped[k])
+			}
+		}))
+	}
+	for _, lk := range c.links {
+		lk.Close()
+	}
+	deadline := time.After(5 * time.Second)
+	for k := range stopped {
+		select {
+		case <-stopped[k]:
+		case <-deadline:
+			t.Fatalf("stage %d still runs 5 s after its coordinator's links broke", k)
+		}
 	}
 }

@@ -185,10 +185,10 @@ func (e *stageEngine) outgoing() []int {
 	return to
 }
 
-// attach starts the reader and sender goroutines of an established link.
-func (e *stageEngine) attach(peerStage int, lk Link) {
-	p := newPeer(peerStage, lk, e.box)
-	e.peers[peerStage] = p
+// attach starts the reader and sender goroutines of an established link;
+// broken, if set, is called (from the reader) when the link fails.
+func (e *stageEngine) attach(peerStage int, lk Link, broken func(error)) {
+	e.peers[peerStage] = newPeer(peerStage, lk, e.box, broken)
 }
 
 // close closes every link and waits for their goroutines.
@@ -521,7 +521,7 @@ type peer struct {
 	err   error
 }
 
-func newPeer(stage int, lk Link, box *inbox) *peer {
+func newPeer(stage int, lk Link, box *inbox, broken func(error)) *peer {
 	p := &peer{stage: stage, lk: lk, q: make(chan sendItem, 256)}
 	p.done.Add(2)
 	go func() { // reader
@@ -533,7 +533,11 @@ func newPeer(stage int, lk Link, box *inbox) *peer {
 			})
 			if err != nil {
 				if !errors.Is(err, ErrClosed) {
-					box.fail(fmt.Errorf("link with stage %d: %w", stage, err))
+					err = fmt.Errorf("link with stage %d: %w", stage, err)
+					box.fail(err)
+					if broken != nil {
+						broken(err)
+					}
 				}
 				return
 			}

@@ -33,6 +33,8 @@ func StageProps(h *StageHost) *actor.Props {
 // its own, so that its mailbox stays free for StopStage.
 type stageActor struct {
 	host    *StageHost
+	self    *actor.PID
+	root    *actor.RootContext
 	gate    *Gate
 	eng     *stageEngine
 	lns     []Listener
@@ -56,7 +58,12 @@ func (a *stageActor) log() *slog.Logger {
 func (a *stageActor) Receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *SetupStage:
+		a.self, a.root = c.Self(), c.ActorSystem().Root
 		c.Respond(a.setup(msg))
+	case coordinatorGone:
+		a.log().Warn("the link to the coordinator broke; the stage stops", "err", msg.err)
+		a.shutdown()
+		c.Stop(c.Self())
 	case *ConnectStage:
 		if !a.admit(c, msg) {
 			return
@@ -107,6 +114,13 @@ func (a *stageActor) Receive(c actor.Context) {
 		a.shutdown()
 	}
 }
+
+// coordinatorGone is the message a stage sends itself when its link to
+// the coordinator breaks: the coordinator or its node is gone (a new
+// coordinator builds new stages), so the stage frees what it holds.
+type coordinatorGone struct{ err error }
+
+func (a *stageActor) coordinatorLost(err error) { a.root.Send(a.self, coordinatorGone{err}) }
 
 // admit answers messages the stage cannot take: before setup, or of
 // another job or an older plan (those are dropped, as the plan rule says).
@@ -215,7 +229,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 		if err != nil {
 			return fmt.Errorf("stage %d: link to stage %d: %w", me, to, err)
 		}
-		a.eng.attach(to, lk)
+		a.eng.attach(to, lk, nil)
 	}
 	for _, to := range want {
 		if a.eng.peers[to] == nil {
@@ -229,7 +243,11 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 			if r.err != nil {
 				return fmt.Errorf("stage %d: link from stage %d: %w", me, r.from, r.err)
 			}
-			a.eng.attach(r.from, r.lk)
+			var broken func(error)
+			if r.from == balance.Coordinator {
+				broken = a.coordinatorLost
+			}
+			a.eng.attach(r.from, r.lk, broken)
 		case <-deadline:
 			return fmt.Errorf("stage %d: its incoming links were not all connected within 30 s", me)
 		}

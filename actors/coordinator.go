@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type CoordinatorConfig struct {
 	LiveNodes func() []NodeInfo
 	// Store, if set, keeps the consistent cuts on disk.
 	Store *tensorio.Store
+	// Resume, if set, is a cut of this job to continue from (a coordinator
+	// taking a job over); Generation is then the first plan generation to
+	// use, above any its predecessor used.
+	Resume     *tensorio.Checkpoint
+	Generation uint64
 	// OnStep, if set, is called after every completed step (on the
 	// coordinator's goroutine: it must not block).
 	OnStep func(step int)
@@ -171,6 +177,12 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 	c.status = JobStatus{ID: spec.ID, State: "planning", Model: spec.Model, Total: job.Total, Started: time.Now()}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
+	}
+	if cfg.Resume != nil {
+		if err := c.loadCut(cfg.Resume); err != nil {
+			return nil, err
+		}
+		c.gen = max(cfg.Generation, 1)
 	}
 	M := c.spec.MicroBatches
 	c.xs, c.ys, c.labels = make([]*nn.Tensor, M), make([][]int32, M), make([]*nn.Tensor, M)
@@ -320,6 +332,9 @@ func (c *Coordinator) Run(ctx context.Context) (res *JobResult, err error) {
 	if err := c.start(); err != nil {
 		return nil, err
 	}
+	if err := c.restoreAll(); err != nil {
+		return nil, err
+	}
 	c.setState("training")
 	return c.train(ctx)
 }
@@ -448,11 +463,11 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		K = 20 // the first cut measures what a cut costs; K follows from it
 	}
 	var (
-		acc   progressAcc
+		acc   = c.cut.acc
 		steps []float64
 		run   time.Duration // training time, recoveries included
 	)
-	for g := 0; g < j.Total; {
+	for g := c.cut.steps; g < j.Total; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -627,7 +642,9 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 func (c *Coordinator) checkpointFile(g int) *tensorio.Checkpoint {
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: c.plan.Hash(),
 		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)},
-		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer}}
+		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer, "generation": strconv.FormatUint(c.gen, 10),
+			"train_loss": strconv.FormatFloat(c.cut.acc.last, 'g', -1, 64), "train_correct": strconv.FormatInt(c.cut.acc.correct, 10),
+			"train_seen": strconv.FormatInt(c.cut.acc.seen, 10)}}
 	for _, p := range nn.SortByName(c.job.Graph.Params()) {
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
 		if p.Trainable() {
@@ -638,6 +655,51 @@ func (c *Coordinator) checkpointFile(g int) *tensorio.Checkpoint {
 		}
 	}
 	return ck
+}
+
+// loadCut makes a checkpoint of this job the latest cut.
+func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) error {
+	if ck.JobID != c.spec.ID {
+		return fmt.Errorf("checkpoint of job %q, this is job %q", ck.JobID, c.spec.ID)
+	}
+	if ck.Step < 0 || ck.Step > int64(c.job.Total) {
+		return fmt.Errorf("checkpoint at step %d of a %d-step job", ck.Step, c.job.Total)
+	}
+	params := map[string]*nn.Tensor{}
+	for _, p := range ck.Params {
+		params[p.Name] = p.T
+	}
+	optim := map[[2]string]*nn.Tensor{}
+	for _, o := range ck.Optim {
+		optim[[2]string{o.Param, o.Slot}] = o.T
+	}
+	load := func(what string, dst, src *nn.Tensor) error {
+		if src == nil {
+			return fmt.Errorf("checkpoint of step %d has no %s", ck.Step, what)
+		}
+		if !nn.SameShape(dst.Shape(), src.Shape()) {
+			return fmt.Errorf("checkpoint's %s has shape %v, the model's %v", what, src.Shape(), dst.Shape())
+		}
+		copy(nn.F32(dst), nn.F32(src))
+		return nil
+	}
+	for _, p := range c.job.Graph.Params() {
+		if err := load(p.Name, p.Value, params[p.Name]); err != nil {
+			return err
+		}
+		if p.Trainable() && ck.Step > 0 {
+			for slot, t := range c.copt.State(p) {
+				if err := load(p.Name+" "+slot, t, optim[[2]string{p.Name, slot}]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	c.cut = cut{steps: int(ck.Step)}
+	c.cut.acc.last, _ = strconv.ParseFloat(ck.Meta["train_loss"], 64)
+	c.cut.acc.correct, _ = strconv.ParseInt(ck.Meta["train_correct"], 10, 64)
+	c.cut.acc.seen, _ = strconv.ParseInt(ck.Meta["train_seen"], 10, 64)
+	return nil
 }
 
 // evaluate makes the state after step g a cut and measures the test

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // testCluster is n actor systems in this process, each hosting stages, all
@@ -254,5 +255,52 @@ func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("stage %d still runs 5 s after its coordinator's links broke", k)
 		}
+	}
+}
+
+// A coordinator that takes a job over continues from its latest stored cut
+// and ends with the weights of the uninterrupted run.
+func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
+	tc := newTestCluster(t, 3, &TCP{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition, spec.Schedule = "takeover", "uniform", "gpipe"
+	spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+	want := localSHA(t, spec)
+	store, err := tensorio.OpenStore(t.TempDir(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), Store: store, OnStep: func(step int) {
+			if step == 6 {
+				cancel() // the coordinator goes away after step 6; the cut is at step 4
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first coordinator: %v, want it cancelled", err)
+	}
+	ck, err := store.Latest(spec.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Step != 4 {
+		t.Fatalf("latest stored cut at step %d, want 4", ck.Step)
+	}
+	second, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[1], DataPlane: tc.dp, Nodes: tc.nodes[1:], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), Resume: ck, Generation: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := second.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights after the takeover %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
 	}
 }

@@ -20,6 +20,8 @@ type command struct {
 
 var commands = []command{
 	{"train", "train a model (--local: in this process)", runTrain},
+	{"join", "run a node: join the cluster and host stages and jobs", runJoin},
+	{"status", "show the cluster's members and jobs: status --via host:port", runStatus},
 	{"bench", "measure kernels: bench gemm", runBench},
 	{"ckpt", "inspect a checkpoint or safetensors file, export a checkpoint", runCkpt},
 	{"plan", "partition a model over nodes and simulate the pipeline", runPlan},

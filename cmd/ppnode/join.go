@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ppnode/ppnode/nodes"
+)
+
+// readyLine is what join prints on stdout, after "ready ", once the node is
+// up; the integration harness parses it.
+type readyLine struct {
+	Name   string `json:"name"`
+	Gossip string `json:"gossip"`
+	Actors string `json:"actors"`
+	HTTP   string `json:"http"`
+}
+
+// joinConfig parses join's command line.
+func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, error) {
+	fs := flag.NewFlagSet("join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg      nodes.Config
+		seeds    string
+		logLevel string
+	)
+	fs.StringVar(&cfg.Name, "name", "", "this node's name in the cluster (required, unique)")
+	fs.StringVar(&cfg.Bind, "bind", nodes.DefaultBind, "gossip address, host:port (IP address; port 0: any free port)")
+	fs.StringVar(&seeds, "seeds", "", "gossip addresses of nodes already in the cluster, host:port,... (none: start a new cluster)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "gossip address others reach this node at (default: the bound one)")
+	fs.StringVar(&cfg.ActorBind, "actor-bind", "", "actor system address, host:port (default: --bind's host, any free port)")
+	fs.StringVar(&cfg.HTTP, "http", nodes.DefaultHTTP, "HTTP API address, host:port")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the local checkpoint store (default: none)")
+	fs.StringVar(&cfg.SecretFile, "secret-file", "", "gossip encryption key file (16, 24 or 32 bytes; raw, hex or base64)")
+	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, 0, flagError(err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, 0, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.Name == "" {
+		return cfg, 0, usagef("--name is required")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return cfg, 0, usagef("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if cfg.Threads < 0 {
+		return cfg, 0, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
+	}
+	for _, s := range strings.Split(seeds, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Seeds = append(cfg.Seeds, s)
+		}
+	}
+	addrs := []struct {
+		flag, addr string
+		optional   bool
+	}{{"--bind", cfg.Bind, false}, {"--advertise", cfg.Advertise, true}, {"--actor-bind", cfg.ActorBind, true}, {"--http", cfg.HTTP, false}}
+	for _, s := range cfg.Seeds {
+		addrs = append(addrs, struct {
+			flag, addr string
+			optional   bool
+		}{"--seeds", s, false})
+	}
+	for _, a := range addrs {
+		if a.optional && a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return cfg, 0, usagef("%s %q: want host:port", a.flag, a.addr)
+		}
+	}
+	return cfg, level, nil
+}
+
+func runJoin(args []string, stdout, stderr io.Writer) error {
+	cfg, level, err := joinConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = logger
+	cfg.ActorLogLevel = max(level, slog.LevelWarn) // protoactor is chatty at info
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := nodes.Start(cfg)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(readyLine{Name: a.Name(), Gossip: a.GossipAddr(), Actors: a.ActorAddr(), HTTP: a.HTTPAddr()})
+	fmt.Fprintf(stdout, "ready %s\n", b)
+
+	<-ctx.Done()
+	stop() // a second signal kills the process
+	logger.Info("leaving the cluster")
+	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.Leave(lctx); err != nil {
+		logger.Warn("leave", "err", err)
+	}
+	return nil
+}
+
+// flagError makes a flag-parsing error a usage error (exit 2); -h stays
+// flag.ErrHelp.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
+}

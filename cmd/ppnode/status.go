@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ppnode/ppnode/nodes"
+)
+
+// clusterStatus is what `ppnode status` shows: the node asked, and the jobs
+// of every member that answered.
+type clusterStatus struct {
+	nodes.Status
+	// Coordinators are the statuses of the other members, for their jobs
+	// (those that could not be asked are in Unreachable).
+	Others      []nodes.Status    `json:"others,omitempty"`
+	Unreachable map[string]string `json:"unreachable,omitempty"`
+}
+
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	via := fs.String("via", "", "HTTP address of a node, host:port")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *via == "" {
+		return usagef("--via host:port of a node is required")
+	}
+	if _, _, err := net.SplitHostPort(*via); err != nil {
+		return usagef("--via %q: want host:port", *via)
+	}
+	ctx := context.Background()
+	var cs clusterStatus
+	if err := newAPI(*via).do(ctx, http.MethodGet, "/v1/status", nil, &cs.Status, 10*time.Second); err != nil {
+		return err
+	}
+	// Jobs live on the node that coordinates them: ask the other members.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range cs.Members {
+		if m.Name == cs.Name || m.HTTP == "" || m.State != "alive" && m.State != "leaving" {
+			continue
+		}
+		wg.Go(func() {
+			var st nodes.Status
+			err := newAPI(m.HTTP).do(ctx, http.MethodGet, "/v1/status", nil, &st, 3*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if cs.Unreachable == nil {
+					cs.Unreachable = map[string]string{}
+				}
+				cs.Unreachable[m.Name] = err.Error()
+				return
+			}
+			cs.Others = append(cs.Others, st)
+		})
+	}
+	wg.Wait()
+	if *asJSON {
+		b, err := json.Marshal(cs)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	printStatus(stdout, &cs)
+	return nil
+}
+
+func printStatus(w io.Writer, cs *clusterStatus) {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "NODE\tSTATE\tGFLOPS\tTHREADS\tMEMORY\tGOSSIP\tACTORS\tHTTP\tVERSION\n")
+	for _, m := range cs.Members {
+		state := m.State
+		if m.Error != "" {
+			state += " (" + m.Error + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Name, state, m.Profile.GFLOPS, m.Profile.Threads,
+			gib(m.Profile.Memory), m.Gossip, m.Actors, m.HTTP, m.Version)
+	}
+	tw.Flush()
+	all := append([]nodes.Status{cs.Status}, cs.Others...)
+	njobs := 0
+	for _, st := range all {
+		for _, j := range st.Jobs {
+			njobs++
+			fmt.Fprintf(w, "\njob %s on %s: %s %s, step %d/%d, loss %.4f, %.0f samples/s\n",
+				j.ID, st.Name, j.Model, j.State, j.Step, j.Total, j.Loss, j.SamplesPerSec)
+			if j.Plan != "" {
+				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS)
+			}
+			if j.Error != "" {
+				fmt.Fprintf(w, "  error: %s\n", j.Error)
+			}
+			if j.Result != nil {
+				fmt.Fprintf(w, "  result: test accuracy %.4f, weights %s\n", j.Result.TestAccuracy, j.Result.WeightsSHA256)
+			}
+			if len(j.Stages) == 0 {
+				continue
+			}
+			tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintf(tw, "  STAGE\tNODE\tLAYERS\tPARAMS\tFWD ms\tBWD ms\tUPDATE ms\tWAIT ms\t\n")
+			for _, s := range j.Stages {
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.ID, s.Node, s.Layers, s.Params,
+					s.ForwardMS, s.BackwardMS, s.UpdateMS, s.WaitMS)
+			}
+			tw.Flush()
+		}
+	}
+	if njobs == 0 {
+		fmt.Fprintln(w, "\nno jobs")
+	}
+	for name, err := range cs.Unreachable {
+		fmt.Fprintf(w, "(could not ask %s for its jobs: %s)\n", name, err)
+	}
+}
+
+func gib(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+}

@@ -1,0 +1,597 @@
+package nodes
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// Defaults of [Config].
+const (
+	DefaultBind       = "127.0.0.1:7946"
+	DefaultHTTP       = "127.0.0.1:0"
+	DefaultProfileFor = 300 * time.Millisecond
+	// StopGrace is how long Close and Leave wait for the jobs this node
+	// coordinates to stop.
+	StopGrace = 10 * time.Second
+	// CheckpointsKept is how many checkpoints per job and part the store
+	// keeps.
+	CheckpointsKept = 3
+)
+
+// Config configures an [Agent].
+type Config struct {
+	// Name is the node's name in the cluster (required, unique).
+	Name string
+	// Bind is the gossip host:port (default DefaultBind; port 0: the
+	// kernel picks).
+	Bind string
+	// Seeds are gossip addresses of nodes already in the cluster; none
+	// starts a new cluster.
+	Seeds []string
+	// Advertise is the gossip host:port others reach this node at
+	// (default: the bound address).
+	Advertise string
+	// ActorBind is the actor system's host:port (default: Bind's host,
+	// port 0). The stage data plane listens on the same host.
+	ActorBind string
+	// HTTP is the API's host:port (default DefaultHTTP).
+	HTTP string
+	// DataDir holds the local checkpoint store (DataDir/checkpoints);
+	// empty: no store.
+	DataDir string
+	// SecretFile is a gossip encryption key file (see
+	// cluster.ReadKeyFile); empty: gossip in the clear.
+	SecretFile string
+	// Threads is the compute threads of this node (0: all CPUs).
+	Threads int
+	// ProfileFor is how long the GEMM speed is measured at start (default
+	// DefaultProfileFor).
+	ProfileFor time.Duration
+	// Logger receives the agent's logs (default slog.Default());
+	// protoactor's and memberlist's go there too, protoactor's at
+	// ActorLogLevel and above.
+	Logger        *slog.Logger
+	ActorLogLevel slog.Level
+}
+
+// Version is the ppnode version gossiped in the node metadata.
+var Version = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}()
+
+// An Agent is one running node. Its methods are safe for concurrent use.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	profile cluster.Profile
+	sys     *actors.System
+	dp      *actors.TCP
+	node    *cluster.Node
+	store   *tensorio.Store
+	httpLn  net.Listener
+	srv     *http.Server
+
+	ctx    context.Context // cancelled by Close and Leave: ends the jobs
+	cancel context.CancelFunc
+	loops  sync.WaitGroup // event loop and HTTP server
+	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
+
+	mu      sync.Mutex // guards jobs, order, seq, closed and changed
+	jobs    map[string]*job
+	order   []string // job ids in submission order
+	seq     int
+	closed  bool
+	changed chan struct{} // closed and replaced at every membership event
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// job is a job this node coordinates.
+type job struct {
+	c      *actors.Coordinator
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+}
+
+// Start starts a node: it measures the node, starts the actor system, the
+// HTTP listener and the membership, and returns once all are up.
+func Start(cfg Config) (a *Agent, err error) {
+	if cfg.Name == "" {
+		return nil, errors.New("nodes: a node name is required")
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = DefaultBind
+	}
+	if cfg.HTTP == "" {
+		cfg.HTTP = DefaultHTTP
+	}
+	if cfg.ProfileFor <= 0 {
+		cfg.ProfileFor = DefaultProfileFor
+	}
+	if cfg.Threads <= 0 {
+		cfg.Threads = runtime.NumCPU()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	bindHost, _, err := net.SplitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: gossip address %q: %w", cfg.Bind, err)
+	}
+	if cfg.ActorBind == "" {
+		cfg.ActorBind = net.JoinHostPort(bindHost, "0")
+	}
+	actorHost, actorPort, err := net.SplitHostPort(cfg.ActorBind)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: actor address %q: %w", cfg.ActorBind, err)
+	}
+	var actorAdvertise string
+	dataHost := actorHost
+	if cfg.Advertise != "" {
+		advHost, _, err := net.SplitHostPort(cfg.Advertise)
+		if err != nil {
+			return nil, fmt.Errorf("nodes: advertised address %q: %w", cfg.Advertise, err)
+		}
+		if actorPort != "0" {
+			actorAdvertise = net.JoinHostPort(advHost, actorPort)
+		}
+		if ip := net.ParseIP(actorHost); actorHost == "" || (ip != nil && ip.IsUnspecified()) {
+			dataHost = advHost
+		}
+	}
+	var key []byte
+	if cfg.SecretFile != "" {
+		if key, err = cluster.ReadKeyFile(cfg.SecretFile); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
+		}
+	}
+
+	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{})}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			a.cancel()
+			if a.httpLn != nil {
+				a.httpLn.Close()
+			}
+			if a.sys != nil {
+				a.sys.Stop()
+			}
+		}
+	}()
+
+	be, err := nn.NewBackend("", cfg.Threads, false)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	a.profile = cluster.Profile{
+		GEMMGFLOPS:  balance.MeasureGEMM(be, 256, cfg.ProfileFor),
+		MemoryBytes: availableMemory(),
+		Threads:     cfg.Threads,
+	}
+	a.log.Info("nodes: measured", "gflops", a.profile.GEMMGFLOPS, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
+
+	if cfg.DataDir != "" {
+		if a.store, err = tensorio.OpenStore(filepath.Join(cfg.DataDir, "checkpoints"), CheckpointsKept); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
+		}
+	}
+
+	a.dp = &actors.TCP{Host: dataHost}
+	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log}
+	a.sys, err = actors.Start(actors.Config{
+		Bind: cfg.ActorBind, Advertise: actorAdvertise,
+		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(host)},
+		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+
+	if a.httpLn, err = net.Listen("tcp", cfg.HTTP); err != nil {
+		return nil, fmt.Errorf("nodes: HTTP: %w", err)
+	}
+	a.node, err = cluster.Start(cluster.Config{
+		Name: cfg.Name, BindAddr: cfg.Bind, AdvertiseAddr: cfg.Advertise, Seeds: cfg.Seeds,
+		Meta: cluster.Meta{
+			ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile,
+			Tags: map[string]string{"http": a.httpLn.Addr().String()},
+		},
+		SecretKey: key, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+
+	a.srv = &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	a.loops.Add(2)
+	go a.watch()
+	go func() {
+		defer a.loops.Done()
+		if err := a.srv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("nodes: HTTP server", "err", err)
+		}
+	}()
+	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr())
+	return a, nil
+}
+
+// watch follows the membership: members that fail or leave have their
+// actor endpoints terminated.
+func (a *Agent) watch() {
+	defer a.loops.Done()
+	actorAddr := map[string]string{} // member name -> its last known actor address
+	for ev := range a.node.Events() {
+		m := ev.Member
+		switch ev.Kind {
+		case cluster.EventJoin, cluster.EventUpdate:
+			if m.MetaErr != nil {
+				a.log.Warn("nodes: member with bad metadata", "member", m.Name, "err", m.MetaErr)
+			} else if m.Meta.ActorAddr != "" {
+				actorAddr[m.Name] = m.Meta.ActorAddr
+			}
+		case cluster.EventLeave, cluster.EventFailed:
+			addr := m.Meta.ActorAddr
+			if addr == "" {
+				addr = actorAddr[m.Name]
+			}
+			delete(actorAddr, m.Name)
+			if m.Name != a.cfg.Name && addr != "" && addr != a.sys.Address() {
+				a.sys.EndpointTerminated(addr)
+			}
+		}
+		a.log.Info("nodes: member "+strings.ToLower(strings.TrimPrefix(ev.Kind.String(), "Event")), "member", m.Name, "gossip", m.Addr)
+		a.mu.Lock()
+		close(a.changed)
+		a.changed = make(chan struct{})
+		a.mu.Unlock()
+	}
+}
+
+// membersChanged returns a channel closed at the next membership event.
+func (a *Agent) membersChanged() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.changed
+}
+
+// Name is the node's name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// GossipAddr is the node's gossip host:port (seeds of others use it).
+func (a *Agent) GossipAddr() string { return a.node.Addr() }
+
+// ActorAddr is the actor system's host:port.
+func (a *Agent) ActorAddr() string { return a.sys.Address() }
+
+// HTTPAddr is the API's host:port.
+func (a *Agent) HTTPAddr() string { return a.httpLn.Addr().String() }
+
+// Profile is what the node measured about itself at start.
+func (a *Agent) Profile() cluster.Profile { return a.profile }
+
+// Store is the local checkpoint store; nil without a DataDir.
+func (a *Agent) Store() *tensorio.Store { return a.store }
+
+// Members are the members this node believes alive, itself included.
+func (a *Agent) Members() []cluster.Member { return a.node.Members() }
+
+// nodeInfos are the members a new job may use: alive, not leaving, with
+// valid metadata and an actor address.
+func (a *Agent) nodeInfos() []actors.NodeInfo {
+	var out []actors.NodeInfo
+	for _, m := range a.node.Members() {
+		if m.State != cluster.StateAlive || m.Leaving || m.MetaErr != nil || m.Meta.ActorAddr == "" {
+			continue
+		}
+		out = append(out, actors.NodeInfo{
+			Name: m.Name, ActorAddr: m.Meta.ActorAddr, GFLOPS: m.Meta.Profile.GEMMGFLOPS,
+			Memory: int64(min(m.Meta.Profile.MemoryBytes, 1<<62)), Threads: m.Meta.Profile.Threads,
+		})
+	}
+	return out
+}
+
+// Errors of [Agent.Submit].
+var (
+	ErrClosed  = errors.New("nodes: node is shutting down")
+	ErrJobID   = errors.New("nodes: job id in use")
+	ErrBadID   = errors.New("nodes: bad job id")
+	ErrNoJob   = errors.New("nodes: no such job")
+	maxIDBytes = 64
+)
+
+// Submit plans spec over the live members and starts it in the
+// background; this node coordinates it. An empty spec.ID gets a unique
+// one. A bad spec (wrapping actors.ErrSpec) starts nothing.
+func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if spec.ID == "" {
+		a.seq++
+		spec.ID = fmt.Sprintf("%s-%d-%s", a.cfg.Name, a.seq, strconv.FormatInt(time.Now().UnixMilli()%(1<<30), 36))
+	} else if err := checkID(spec.ID); err != nil {
+		a.mu.Unlock()
+		return nil, err
+	}
+	if _, ok := a.jobs[spec.ID]; ok {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrJobID, spec.ID)
+	}
+	a.jobs[spec.ID] = nil // reserved while planning
+	a.runs.Add(1)
+	a.mu.Unlock()
+
+	c, err := actors.NewCoordinator(spec, actors.CoordinatorConfig{
+		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(),
+		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log,
+	})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil && a.closed {
+		err = ErrClosed
+	}
+	if err != nil {
+		delete(a.jobs, spec.ID)
+		a.runs.Done()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	j := &job{c: c, cancel: cancel, done: make(chan struct{})}
+	a.jobs[spec.ID] = j
+	a.order = append(a.order, spec.ID)
+	a.log.Info("nodes: job planned", "job", spec.ID, "plan", c.Describe())
+	go func() {
+		defer a.runs.Done()
+		defer close(j.done)
+		defer cancel()
+		res, err := c.Run(ctx)
+		if err != nil {
+			a.log.Warn("nodes: job failed", "job", spec.ID, "err", err)
+			return
+		}
+		a.log.Info("nodes: job done", "job", spec.ID, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
+	}()
+	return c, nil
+}
+
+func checkID(id string) error {
+	if len(id) > maxIDBytes {
+		return fmt.Errorf("%w: longer than %d bytes", ErrBadID, maxIDBytes)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%w: %q (use letters, digits, '-', '_' and '.')", ErrBadID, id)
+		}
+	}
+	return nil
+}
+
+// Job returns the status of a job this node coordinates.
+func (a *Agent) Job(id string) (actors.JobStatus, error) {
+	a.mu.Lock()
+	j := a.jobs[id]
+	a.mu.Unlock()
+	if j == nil {
+		return actors.JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	return j.c.Status(), nil
+}
+
+// Cancel asks a job this node coordinates to stop; it stops at its next
+// step.
+func (a *Agent) Cancel(id string) error {
+	a.mu.Lock()
+	j := a.jobs[id]
+	a.mu.Unlock()
+	if j == nil {
+		return fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	j.cancel()
+	return nil
+}
+
+// Wait waits until a job this node coordinates has ended or ctx is done.
+func (a *Agent) Wait(ctx context.Context, id string) (actors.JobStatus, error) {
+	a.mu.Lock()
+	j := a.jobs[id]
+	a.mu.Unlock()
+	if j == nil {
+		return actors.JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	select {
+	case <-j.done:
+		return j.c.Status(), nil
+	case <-ctx.Done():
+		return j.c.Status(), ctx.Err()
+	}
+}
+
+// Jobs returns the status of the jobs this node coordinates, oldest
+// first.
+func (a *Agent) Jobs() []actors.JobStatus {
+	a.mu.Lock()
+	var js []*job
+	for _, id := range a.order {
+		js = append(js, a.jobs[id])
+	}
+	a.mu.Unlock()
+	out := make([]actors.JobStatus, 0, len(js))
+	for _, j := range js {
+		out = append(out, j.c.Status())
+	}
+	return out
+}
+
+// Status is a node's view of itself and the cluster (GET /v1/status).
+type Status struct {
+	Name    string             `json:"name"`
+	Version string             `json:"version"`
+	Gossip  string             `json:"gossip"`
+	Actors  string             `json:"actors"`
+	HTTP    string             `json:"http"`
+	DataDir string             `json:"data_dir,omitempty"`
+	Profile Profile            `json:"profile"`
+	Members []MemberStatus     `json:"members"`
+	Jobs    []actors.JobStatus `json:"jobs"`
+}
+
+// Profile is a node's measured speed and size.
+type Profile struct {
+	GFLOPS  float64 `json:"gflops"`
+	Memory  uint64  `json:"memory_bytes"`
+	Threads int     `json:"threads"`
+}
+
+// MemberStatus is one member as this node sees it.
+type MemberStatus struct {
+	Name    string  `json:"name"`
+	State   string  `json:"state"` // alive, leaving, left, failed
+	Gossip  string  `json:"gossip"`
+	Actors  string  `json:"actors,omitempty"`
+	HTTP    string  `json:"http,omitempty"`
+	Version string  `json:"version,omitempty"`
+	Profile Profile `json:"profile"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// Status returns the node's status.
+func (a *Agent) Status() Status {
+	s := Status{
+		Name: a.cfg.Name, Version: Version, Gossip: a.node.Addr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
+		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(),
+	}
+	for _, m := range a.node.Members() {
+		ms := MemberStatus{Name: m.Name, Gossip: m.Addr, Actors: m.Meta.ActorAddr, HTTP: m.Meta.Tags["http"],
+			Version: m.Meta.Version, Profile: toProfile(m.Meta.Profile)}
+		switch {
+		case m.State == cluster.StateAlive && m.Leaving:
+			ms.State = "leaving"
+		case m.State == cluster.StateAlive:
+			ms.State = "alive"
+		case m.State == cluster.StateLeft:
+			ms.State = "left"
+		default:
+			ms.State = "failed"
+		}
+		if m.MetaErr != nil {
+			ms.Error = m.MetaErr.Error()
+		}
+		s.Members = append(s.Members, ms)
+	}
+	return s
+}
+
+func toProfile(p cluster.Profile) Profile {
+	return Profile{GFLOPS: p.GEMMGFLOPS, Memory: p.MemoryBytes, Threads: p.Threads}
+}
+
+// Leave announces to the cluster that this node leaves, then stops it as
+// Close does. ctx bounds the announcement.
+func (a *Agent) Leave(ctx context.Context) error {
+	return a.stop(func() error { return a.node.Leave(ctx) })
+}
+
+// Close stops the node without announcing it (others see a failure):
+// new submissions are refused, the jobs it coordinates are cancelled and
+// awaited, the HTTP server, the membership and the actor system stop.
+// It returns once all the agent's goroutines and listeners are gone, or,
+// if a job is stuck in a step, after [StopGrace] with that job's
+// goroutines abandoned.
+// Calling it again does nothing.
+func (a *Agent) Close() error {
+	return a.stop(a.node.Close)
+}
+
+func (a *Agent) stop(leave func() error) error {
+	a.stopOnce.Do(func() {
+		a.mu.Lock()
+		a.closed = true
+		a.mu.Unlock()
+		a.cancel()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := a.srv.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			err = a.srv.Close()
+		}
+		errs := []error{err, leave()}
+		// Jobs end at their next step, submissions after planning. A job
+		// stuck in a step (a stage that never answers) would hold the
+		// node up to its step timeout: after StopGrace it is abandoned.
+		ended := make(chan struct{})
+		go func() {
+			a.runs.Wait()
+			close(ended)
+		}()
+		grace := time.NewTimer(StopGrace)
+		select {
+		case <-ended:
+		case <-grace.C:
+			a.log.Warn("nodes: jobs still running after the grace period; stopping under them", "grace", StopGrace)
+		}
+		grace.Stop()
+		a.sys.Stop()
+		a.loops.Wait()
+		a.stopErr = errors.Join(errs...)
+		a.log.Info("nodes: stopped", "err", a.stopErr)
+	})
+	return a.stopErr
+}
+
+// availableMemory is the memory this machine (or its cgroup) has for
+// training: MemAvailable, bounded by a cgroup limit; 0 if unknown.
+func availableMemory() uint64 {
+	var avail uint64
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if kb, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+				v, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+				if err == nil {
+					avail = v << 10
+				}
+			}
+		}
+		f.Close()
+	}
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (avail == 0 || v < avail) {
+			avail = v
+		}
+	}
+	return avail
+}

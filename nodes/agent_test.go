@@ -1,0 +1,357 @@
+package nodes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/cluster"
+)
+
+var logLevel = flag.String("nodes.log", "", "write the agents' logs to stderr at this slog level; default: none")
+
+func testLogger(t *testing.T) *slog.Logger {
+	if *logLevel == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
+		t.Fatalf("-nodes.log: %v", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+}
+
+// start starts an agent on 127.0.0.1 with free ports, closed when the test
+// ends.
+func start(t *testing.T, name string, seeds ...string) *Agent {
+	t.Helper()
+	a, err := Start(Config{Name: name, Bind: "127.0.0.1:0", Seeds: seeds, HTTP: "127.0.0.1:0", Threads: 1,
+		ProfileFor: 20 * time.Millisecond, DataDir: t.TempDir(), Logger: testLogger(t), ActorLogLevel: slog.LevelError})
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+// startCluster starts n agents named a, b, c, ... joined through the first
+// and waits until the first sees them all.
+func startCluster(t *testing.T, n int) []*Agent {
+	t.Helper()
+	as := []*Agent{start(t, "a")}
+	for i := 1; i < n; i++ {
+		as = append(as, start(t, string(rune('a'+i)), as[0].GossipAddr()))
+	}
+	for _, a := range as {
+		awaitMembers(t, a, 5*time.Second, "all members", func(ms []cluster.Member) bool { return len(ms) == n })
+	}
+	return as
+}
+
+// awaitMembers waits until a's member list satisfies ok, re-checking at
+// every membership event, and fails the test after d.
+func awaitMembers(t *testing.T, a *Agent, d time.Duration, what string, ok func([]cluster.Member) bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		changed := a.membersChanged()
+		ms := a.Members()
+		if ok(ms) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%s: waiting %v for %s; members %v", a.Name(), d, what, names(ms))
+		}
+	}
+}
+
+func names(ms []cluster.Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+func smallSpec() actors.JobSpec {
+	s := actors.DefaultSpec()
+	s.Data = "synthetic:8x8x1:4"
+	s.SyntheticSamples = 96
+	s.Width = 16
+	s.Batch, s.MicroBatches, s.Epochs, s.Steps = 24, 4, 1, 3
+	s.Deterministic = true
+	s.Threads = 1
+	return s
+}
+
+func localSHA(t *testing.T, spec actors.JobSpec) string {
+	t.Helper()
+	j, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := j.TrainLocal(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.WeightsSHA256
+}
+
+// call sends a request to an agent's API and decodes the answer into out
+// (if not nil); it returns the status code.
+func call(t *testing.T, method, url string, body []byte, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %q: %v", method, url, res.StatusCode, b, err)
+		}
+	}
+	return res.StatusCode
+}
+
+// A job submitted over HTTP to one node trains across three and gives the
+// weights of one process, bit for bit.
+func TestJobOverHTTPIsBitIdentical(t *testing.T) {
+	as := startCluster(t, 3)
+	spec := smallSpec()
+	spec.Partition, spec.Schedule = "uniform", "1f1b"
+	want := localSHA(t, spec)
+
+	body, _ := json.Marshal(spec)
+	var sub SubmitReply
+	api := "http://" + as[1].HTTPAddr()
+	if code := call(t, "POST", api+"/v1/jobs", body, &sub); code != http.StatusCreated {
+		t.Fatalf("POST /v1/jobs: %d %+v", code, sub)
+	}
+	if sub.ID == "" || sub.Plan == "" || len(sub.Status.Stages) != 3 {
+		t.Fatalf("submit reply %+v", sub)
+	}
+	t.Logf("job %s: %s", sub.ID, sub.Plan)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := as[1].Wait(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	var st actors.JobStatus
+	if code := call(t, "GET", api+"/v1/jobs/"+sub.ID, nil, &st); code != http.StatusOK {
+		t.Fatalf("GET job: %d", code)
+	}
+	if st.State != "done" || st.Result == nil {
+		t.Fatalf("job ended %q: %s", st.State, st.Error)
+	}
+	if st.Result.WeightsSHA256 != want {
+		t.Fatalf("pipelined weights %s, single process %s", st.Result.WeightsSHA256, want)
+	}
+	if got := st.Result.Nodes; len(got) != 3 {
+		t.Fatalf("result nodes %v, want 3", got)
+	}
+
+	var status Status
+	if code := call(t, "GET", api+"/v1/status", nil, &status); code != http.StatusOK {
+		t.Fatalf("GET status: %d", code)
+	}
+	if status.Name != "b" || len(status.Members) != 3 || len(status.Jobs) != 1 || status.Jobs[0].ID != sub.ID {
+		t.Fatalf("status %+v", status)
+	}
+	for _, m := range status.Members {
+		if m.State != "alive" || m.Actors == "" || m.HTTP == "" || m.Profile.GFLOPS <= 0 || m.Profile.Threads != 1 {
+			t.Errorf("member %+v", m)
+		}
+	}
+	if code := call(t, "GET", api+"/v1/jobs/nope", nil, nil); code != http.StatusNotFound {
+		t.Errorf("GET unknown job: %d, want 404", code)
+	}
+	// The same id again is refused.
+	spec.ID = sub.ID
+	body, _ = json.Marshal(spec)
+	if code := call(t, "POST", api+"/v1/jobs", body, nil); code != http.StatusConflict {
+		t.Errorf("POST with a used id: %d, want 409", code)
+	}
+}
+
+// A bad job spec is refused with a clear message and starts nothing.
+func TestBadSpecIsRefused(t *testing.T) {
+	as := startCluster(t, 2)
+	api := "http://" + as[0].HTTPAddr()
+	spec := func(mod func(*actors.JobSpec)) []byte {
+		s := smallSpec()
+		mod(&s)
+		b, _ := json.Marshal(s)
+		return b
+	}
+	cases := []struct {
+		name string
+		body []byte
+		code int
+		want string
+	}{
+		{"unknown model", spec(func(s *actors.JobSpec) { s.Model = "gpt5" }), 400, "unknown model"},
+		{"partition misses a layer", spec(func(s *actors.JobSpec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }), 400, "fc9"},
+		{"more stages than nodes", spec(func(s *actors.JobSpec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }), 400, "c"},
+		{"micro-batches", spec(func(s *actors.JobSpec) { s.MicroBatches = 100 }), 400, "micro-batches"},
+		{"bad id", spec(func(s *actors.JobSpec) { s.ID = "../x" }), 400, "bad job id"},
+		{"unknown field", []byte(`{"model":"mlp32","layers":3}`), 400, "unknown field"},
+		{"not JSON", []byte(`{"model":`), 400, "bad job spec"},
+		{"two values", []byte(`{} {}`), 400, "more than one"},
+		{"too large", append(append([]byte(`{"model":"`), bytes.Repeat([]byte("x"), MaxBodyBytes)...), '"', '}'), 413, "body over"},
+	}
+	for _, c := range cases {
+		var e ErrorReply
+		code := call(t, "POST", api+"/v1/jobs", c.body, &e)
+		if code != c.code || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: %d %q; want %d mentioning %q", c.name, code, e.Error, c.code, c.want)
+		}
+	}
+	var jobs []actors.JobStatus
+	if code := call(t, "GET", api+"/v1/jobs", nil, &jobs); code != http.StatusOK || len(jobs) != 0 {
+		t.Fatalf("jobs after refusals: %d %+v", code, jobs)
+	}
+}
+
+// A node that leaves while idle is gone from another node's members within
+// 2 s, and its listeners are closed.
+func TestLeavingNodeDisappears(t *testing.T) {
+	as := startCluster(t, 3)
+	c := as[2]
+	addrs := []string{c.HTTPAddr(), c.ActorAddr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitMembers(t, as[0], 2*time.Second-time.Since(t0), "c to leave", func(ms []cluster.Member) bool {
+		return !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.Name == "c" })
+	})
+	t.Logf("c gone from a's members after %v", time.Since(t0))
+	for _, addr := range addrs {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after Leave", addr)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close after Leave: %v", err)
+	}
+	if got := len(as[0].nodeInfos()); got != 2 {
+		t.Errorf("a offers %d nodes to jobs, want 2", got)
+	}
+}
+
+// DELETE cancels a running job, and Close ends the jobs the node
+// coordinates before it returns.
+func TestCancelAndCloseEndJobs(t *testing.T) {
+	as := startCluster(t, 2)
+	api := "http://" + as[0].HTTPAddr()
+	spec := smallSpec()
+	spec.Steps, spec.Epochs = 0, 1000 // 4000 steps: far longer than the test
+	spec.Partition = "uniform"
+	body, _ := json.Marshal(spec)
+	var sub SubmitReply
+	if code := call(t, "POST", api+"/v1/jobs", body, &sub); code != http.StatusCreated {
+		t.Fatalf("POST: %d", code)
+	}
+	if code := call(t, "DELETE", api+"/v1/jobs/"+sub.ID, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("DELETE: %d", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := as[0].Wait(ctx, sub.ID)
+	if err != nil || st.State != "failed" || !strings.Contains(st.Error, "canceled") {
+		t.Fatalf("cancelled job: %v, state %q, error %q", err, st.State, st.Error)
+	}
+	if code := call(t, "DELETE", api+"/v1/jobs/nope", nil, nil); code != http.StatusNotFound {
+		t.Errorf("DELETE unknown job: %d, want 404", code)
+	}
+
+	if code := call(t, "POST", api+"/v1/jobs", body, &sub); code != http.StatusCreated {
+		t.Fatalf("POST: %d", code)
+	}
+	if err := as[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = as[0].Wait(context.Background(), sub.ID) // ended: returns at once
+	if err != nil || st.State != "failed" {
+		t.Fatalf("job after Close: %v, state %q", err, st.State)
+	}
+	if _, err := as[0].Submit(spec); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Submit after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Agents that ran a job and closed leave no goroutines behind (beyond a
+// few of protoactor's package-level helpers).
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for round := range 2 {
+		a := start(t, "a")
+		b := start(t, "b", a.GossipAddr())
+		spec := smallSpec()
+		spec.Partition = "uniform"
+		c, err := b.Submit(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		st, err := b.Wait(ctx, c.Status().ID)
+		cancel()
+		if err != nil || st.State != "done" {
+			t.Fatalf("round %d: job %v, state %q: %s", round, err, st.State, st.Error)
+		}
+		if code := call(t, "GET", "http://"+a.HTTPAddr()+"/v1/status", nil, nil); code != http.StatusOK {
+			t.Fatalf("status: %d", code)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	// memberlist's and gRPC's last goroutines end shortly after their
+	// Shutdown returns; allow them a moment.
+	const slack = 3
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > before+slack {
+		if time.Now().After(deadline) {
+			var buf bytes.Buffer
+			_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf.String())
+		}
+		<-tick.C
+	}
+	t.Logf("goroutines: %d before, %d after", before, runtime.NumGoroutine())
+}

@@ -1,0 +1,148 @@
+package nodes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+
+	"github.com/ppnode/ppnode/actors"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 1 << 20
+
+// SubmitReply is the answer to POST /v1/jobs.
+type SubmitReply struct {
+	ID     string           `json:"id"`
+	Plan   string           `json:"plan"`
+	Status actors.JobStatus `json:"status"`
+}
+
+// ErrorReply is the body of every error answer.
+type ErrorReply struct {
+	Error string `json:"error"`
+}
+
+func (a *Agent) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", a.postJob)
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		js := a.Jobs()
+		for i := range js {
+			finite(&js[i])
+		}
+		writeJSON(w, http.StatusOK, js)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := a.Job(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+		finite(&st)
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := a.Cancel(id); err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+		st, _ := a.Job(id)
+		finite(&st)
+		writeJSON(w, http.StatusAccepted, st)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		st := a.Status()
+		for i := range st.Jobs {
+			finite(&st.Jobs[i])
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	return mux
+}
+
+func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
+	spec := actors.DefaultSpec()
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", actors.ErrSpec, MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", actors.ErrSpec, err))
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", actors.ErrSpec))
+		return
+	}
+	c, err := a.Submit(spec)
+	switch {
+	case err == nil:
+		st := c.Status()
+		finite(&st)
+		writeJSON(w, http.StatusCreated, SubmitReply{ID: st.ID, Plan: c.Describe(), Status: st})
+	case errors.Is(err, actors.ErrSpec), errors.Is(err, ErrBadID):
+		writeError(w, http.StatusBadRequest, err)
+	case errors.Is(err, ErrJobID):
+		writeError(w, http.StatusConflict, err)
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, err)
+	default:
+		writeError(w, http.StatusInternalServerError, err)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	b, _ := json.Marshal(ErrorReply{Error: err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// finite replaces the floats of st that JSON cannot carry (a diverged
+// job's NaN or infinite loss) by 0, so that its status can still be sent.
+func finite(st *actors.JobStatus) {
+	fix := func(v *float64) {
+		if math.IsNaN(*v) || math.IsInf(*v, 0) {
+			*v = 0
+		}
+	}
+	fix(&st.Loss)
+	fix(&st.SamplesPerSec)
+	fix(&st.PredictedMS)
+	for i := range st.Stages {
+		s := &st.Stages[i]
+		for _, f := range []*float64{&s.ForwardMS, &s.BackwardMS, &s.UpdateMS, &s.WaitMS} {
+			fix(f)
+		}
+	}
+	for i := range st.Accuracy {
+		fix(&st.Accuracy[i].Accuracy)
+	}
+	if st.Result != nil {
+		r := *st.Result
+		for _, f := range []*float64{&r.TrainLoss, &r.TrainAccuracy, &r.TestAccuracy, &r.SamplesPerSec,
+			&r.Seconds, &r.Epochs, &r.PredictedStepMS, &r.MeasuredStepMS} {
+			fix(f)
+		}
+		st.Result = &r
+	}
+}

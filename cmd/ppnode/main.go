@@ -20,6 +20,7 @@ type command struct {
 
 var commands = []command{
 	{"train", "train a model (--local: in this process)", runTrain},
+	{"demo", "start nodes on this machine and train mlp32 on MNIST across them", runDemo},
 	{"join", "run a node: join the cluster and host stages and jobs", runJoin},
 	{"status", "show the cluster's members and jobs: status --via host:port", runStatus},
 	{"bench", "measure kernels: bench gemm", runBench},

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ppnode/ppnode/actors"
+)
+
+// The demo: `ppnode demo` starts nodes as child processes of this binary
+// on loopback, each under its own CPU quota where cgroup v1 allows it,
+// trains mlp32 on MNIST across them with the automatic plan, and stops
+// them. The integration package's harness does the same for tests.
+
+const (
+	demoCgroupRoot  = "/sys/fs/cgroup/cpu"
+	demoReadyWithin = 90 * time.Second
+	demoStopWithin  = 15 * time.Second
+)
+
+func runDemo(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodeCount := fs.Int("nodes", 3, "nodes to start (1-8)")
+	epochs := fs.Int("epochs", 1, "epochs")
+	steps := fs.Int("steps", 0, "stop after this many steps (0: all epochs)")
+	batch := fs.Int("batch", 64, "mini-batch size")
+	micro := fs.Int("micro-batches", 4, "micro-batches per mini-batch")
+	dataSet := fs.String("data", "mnist", "data set")
+	noQuota := fs.Bool("no-quota", false, "run the nodes without CPU quotas")
+	minAcc := fs.Float64("min-accuracy", 0.95, "fail if the test accuracy is below this (0: no check)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *nodeCount < 1 || *nodeCount > 8 {
+		return usagef("--nodes %d: want 1 to 8", *nodeCount)
+	}
+	spec := actors.DefaultSpec()
+	spec.ID = fmt.Sprintf("demo-%d", os.Getpid())
+	spec.Model, spec.Data, spec.Epochs, spec.Steps = "mlp32", *dataSet, *epochs, *steps
+	spec.Batch, spec.MicroBatches = *batch, *micro
+	if err := spec.Normalize(); err != nil {
+		return usageError{err}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logDir, err := os.MkdirTemp("", "ppnode-demo-")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+
+	// Quotas from one CPU down to 40% of one, or none.
+	quotas := make([]float64, *nodeCount)
+	for i := range quotas {
+		quotas[i] = 1
+		if *nodeCount > 1 {
+			quotas[i] = 1 - 0.6*float64(i)/float64(*nodeCount-1)
+		}
+	}
+	why := "--no-quota"
+	if !*noQuota {
+		why = demoProbeCgroup()
+	}
+	names := make([]string, *nodeCount)
+	for i := range names {
+		names[i] = string(rune('a' + i))
+	}
+	if why == "" {
+		var parts []string
+		for i, q := range quotas {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", names[i], 100*q))
+		}
+		fmt.Fprintf(stderr, "starting %d nodes on 127.0.0.1 with unequal CPU quotas (cgroup v1, share of one CPU): %s\n",
+			*nodeCount, strings.Join(parts, ", "))
+	} else {
+		quotas = nil
+		fmt.Fprintf(stderr, "starting %d nodes on 127.0.0.1, unthrottled: CPU quotas unavailable (%s)\n", *nodeCount, why)
+	}
+	fmt.Fprintf(stderr, "node logs: %s\n", logDir)
+
+	var nodes []*demoNode
+	keepLogs := true // the logs are removed after a run that went well
+	defer func() {
+		errs := demoStopAll(nodes)
+		for _, err := range errs {
+			fmt.Fprintf(stderr, "demo: %v\n", err)
+		}
+		if !keepLogs && len(errs) == 0 {
+			os.RemoveAll(logDir)
+		}
+	}()
+	for i, name := range names {
+		if i == 1 {
+			// The others start together, seeded by a.
+			for _, n := range nodes {
+				if err := n.waitReady(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		q := 0.0
+		if quotas != nil {
+			q = quotas[i]
+		}
+		seeds := ""
+		if i > 0 {
+			seeds = nodes[0].ready.Gossip
+		}
+		n, err := demoStart(exe, name, seeds, q, logDir)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		if err := n.waitReady(ctx); err != nil {
+			return err
+		}
+	}
+	via := nodes[0].ready.HTTP
+	members, err := demoWaitMembers(ctx, via, *nodeCount)
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		fmt.Fprintf(stderr, "  node %s: gossip %s, %.1f GFLOP/s measured at start\n", m.Name, m.Gossip, m.Profile.GFLOPS)
+	}
+	fmt.Fprintf(stderr, "cluster ready after %.1f s\n", time.Since(start).Seconds())
+
+	type outcome struct {
+		res *actors.JobResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := followJob(via, spec, false, stdout, stderr)
+		done <- outcome{res, err}
+	}()
+	if !isTerminal(stderr) {
+		// followJob draws its progress bar on terminals only.
+		go demoProgress(ctx, via, spec.ID, stderr)
+	}
+	var out outcome
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stderr, "\ninterrupted: stopping the nodes")
+		keepLogs = false
+		return errors.New("interrupted")
+	case out = <-done:
+	}
+	if out.err != nil {
+		return fmt.Errorf("%w (node logs in %s)", out.err, logDir)
+	}
+	fmt.Fprintf(stderr, "demo: %d nodes, final plan %s (%s), test accuracy %.4f, %.1f s in all\n",
+		*nodeCount, out.res.Plan, out.res.Schedule, out.res.TestAccuracy, time.Since(start).Seconds())
+	if *minAcc > 0 && out.res.TestAccuracy < *minAcc {
+		return fmt.Errorf("test accuracy %.4f is below %.2f", out.res.TestAccuracy, *minAcc)
+	}
+	keepLogs = false
+	return nil
+}
+
+// demoNode is one `ppnode join` child process.
+type demoNode struct {
+	name   string
+	cmd    *exec.Cmd
+	cgroup string
+	log    *os.File
+	readyc chan demoReady
+	ready  demoReady
+	exited chan struct{}
+	err    error // the process's exit, valid after exited
+}
+
+// demoReady is a node's ready line.
+type demoReady struct {
+	Gossip string `json:"gossip"`
+	HTTP   string `json:"http"`
+}
+
+// demoProbeCgroup returns why CPU quotas cannot be set here, or "".
+func demoProbeCgroup() string {
+	dir, err := demoMakeCgroup(fmt.Sprintf("ppnode-demo-%d-probe", os.Getpid()), 1)
+	if err != nil {
+		return fmt.Sprintf("no writable cgroup v1 cpu controller at %s: %v", demoCgroupRoot, err)
+	}
+	os.Remove(dir)
+	return ""
+}
+
+// demoMakeCgroup makes a cgroup v1 CPU cgroup with a quota of quota CPUs.
+func demoMakeCgroup(name string, quota float64) (string, error) {
+	dir := filepath.Join(demoCgroupRoot, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000"), 0)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.Itoa(int(quota*100000))), 0)
+	}
+	if err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// demoStart starts `exe join` for one node; with quota > 0 the process
+// enters its cgroup before it execs (a shell moves itself in, then execs
+// the node), so the node's start-up profile sees its quota.
+func demoStart(exe, name, seeds string, quota float64, logDir string) (*demoNode, error) {
+	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1"}
+	if seeds != "" {
+		args = append(args, "--seeds", seeds)
+	}
+	n := &demoNode{name: name, readyc: make(chan demoReady, 1), exited: make(chan struct{})}
+	bin, argv := exe, args
+	if quota > 0 {
+		dir, err := demoMakeCgroup(fmt.Sprintf("ppnode-demo-%d-%s", os.Getpid(), name), quota)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: CPU quota: %w", name, err)
+		}
+		n.cgroup = dir
+		bin, argv = "/bin/sh", append([]string{"-c", `echo $$ > "$1/cgroup.procs" && shift && exec "$@"`, "sh", dir, exe}, args...)
+	}
+	log, err := os.Create(filepath.Join(logDir, name+".log"))
+	if err != nil {
+		os.Remove(n.cgroup)
+		return nil, err
+	}
+	n.log = log
+	n.cmd = exec.Command(bin, argv...)
+	n.cmd.Stderr = log
+	stdout, err := n.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	// Own process group: Ctrl-C reaches the demo, which stops the nodes;
+	// if the demo dies, the kernel stops them.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := n.cmd.Start(); err != nil {
+		log.Close()
+		os.Remove(n.cgroup)
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			fmt.Fprintln(log, sc.Text())
+			if rest, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				var r demoReady
+				if json.Unmarshal([]byte(rest), &r) == nil {
+					select {
+					case n.readyc <- r:
+					default:
+					}
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		n.err = n.cmd.Wait()
+		close(n.exited)
+	}()
+	return n, nil
+}
+
+func (n *demoNode) waitReady(ctx context.Context) error {
+	if n.ready.HTTP != "" {
+		return nil
+	}
+	timer := time.NewTimer(demoReadyWithin)
+	defer timer.Stop()
+	select {
+	case n.ready = <-n.readyc:
+		return nil
+	case <-n.exited:
+		return fmt.Errorf("node %s exited before it was ready: %v (log: %s)", n.name, n.err, n.log.Name())
+	case <-timer.C:
+		return fmt.Errorf("node %s not ready within %v (log: %s)", n.name, demoReadyWithin, n.log.Name())
+	case <-ctx.Done():
+		return errors.New("interrupted")
+	}
+}
+
+// demoStopAll sends every node SIGTERM, kills those that have not left
+// after demoStopWithin, and removes their cgroups.
+func demoStopAll(nodes []*demoNode) []error {
+	for _, n := range nodes {
+		n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(demoStopWithin)
+	var errs []error
+	for _, n := range nodes {
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-n.exited:
+		case <-timer.C:
+			n.cmd.Process.Kill()
+			<-n.exited
+			errs = append(errs, fmt.Errorf("node %s did not leave within %v of SIGTERM; killed", n.name, demoStopWithin))
+		}
+		timer.Stop()
+		if n.err != nil && !strings.Contains(n.err.Error(), "killed") {
+			errs = append(errs, fmt.Errorf("node %s: %v (log: %s)", n.name, n.err, n.log.Name()))
+		}
+		n.log.Close()
+		if n.cgroup != "" {
+			if err := os.Remove(n.cgroup); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
+
+// demoMember is a member in a node's GET /v1/status.
+type demoMember struct {
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Gossip  string `json:"gossip"`
+	Profile struct {
+		GFLOPS float64 `json:"gflops"`
+	} `json:"profile"`
+}
+
+// demoWaitMembers waits until the node at via sees want alive members.
+func demoWaitMembers(ctx context.Context, via string, want int) ([]demoMember, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var st struct {
+			Members []demoMember `json:"members"`
+		}
+		if err := demoGet(ctx, via, "/v1/status", &st); err == nil {
+			var alive []demoMember
+			for _, m := range st.Members {
+				if m.State == "alive" {
+					alive = append(alive, m)
+				}
+			}
+			if len(alive) == want {
+				return alive, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the nodes did not all see each other within 30 s: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// demoProgress prints a progress line every tenth of the job, for
+// output that is not a terminal.
+func demoProgress(ctx context.Context, via, id string, w io.Writer) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := -1
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var st actors.JobStatus
+		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil {
+			continue
+		}
+		if st.State == "done" || st.State == "failed" {
+			return
+		}
+		if st.Total > 0 && st.Step > 0 && 10*st.Step/st.Total > last {
+			last = 10 * st.Step / st.Total
+			fmt.Fprintf(w, "  step %d/%d  loss %.4f  %.0f samples/s\n", st.Step, st.Total, st.Loss, st.SamplesPerSec)
+		}
+	}
+}
+
+func demoGet(ctx context.Context, addr, path string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

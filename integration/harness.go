@@ -1,0 +1,775 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/actors"
+)
+
+// Deadlines of the harness's waits.
+const (
+	// ReadyTimeout bounds a node's start: process start, profile, gossip
+	// join, until its ready line.
+	ReadyTimeout = 30 * time.Second
+	// StopTimeout is how long a node may take to leave after SIGTERM
+	// before it is killed (and the test fails).
+	StopTimeout = 15 * time.Second
+	// CommandTimeout bounds one `ppnode` client run unless the caller
+	// gives a deadline.
+	CommandTimeout = 2 * time.Minute
+)
+
+var build struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Binary returns the path of a ppnode binary built from this checkout. It
+// is built once per test binary, with the Makefile's tags: `-tags
+// openblas` and CGO_LDFLAGS=-lopenblas when libopenblas is installed.
+func Binary(t testing.TB) string {
+	t.Helper()
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "ppnode-integration-")
+		if build.err != nil {
+			return
+		}
+		build.path = filepath.Join(build.dir, "ppnode")
+		args := []string{"build"}
+		env := os.Environ()
+		if haveOpenBLAS() {
+			args = append(args, "-tags", "openblas")
+			env = append(env, "CGO_LDFLAGS=-lopenblas")
+		}
+		args = append(args, "-o", build.path, "github.com/ppnode/ppnode/cmd/ppnode")
+		cmd := exec.Command(goTool(), args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.path
+}
+
+// RemoveBinary removes what [Binary] built; TestMain calls it.
+func RemoveBinary() {
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "/usr/local/go/bin/go"
+}
+
+func haveOpenBLAS() bool {
+	for _, ldconfig := range []string{"ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"} {
+		out, err := exec.Command(ldconfig, "-p").Output()
+		if err == nil {
+			return bytes.Contains(out, []byte("libopenblas.so "))
+		}
+	}
+	return false
+}
+
+// Ready is a node's ready line: the addresses it bound.
+type Ready struct {
+	Name   string `json:"name"`
+	Gossip string `json:"gossip"`
+	Actors string `json:"actors"`
+	HTTP   string `json:"http"`
+}
+
+// NodeOptions configure one node.
+type NodeOptions struct {
+	Name string
+	// CPUQuota is the node's share of one CPU through a cgroup v1 quota
+	// (0.5: half a CPU; 0: no cgroup). The test fails if it cannot be set;
+	// call RequireCPUQuota first to skip instead.
+	CPUQuota float64
+	// Threads is passed as --threads when > 0.
+	Threads int
+	// Args are extra flags of `ppnode join`.
+	Args []string
+}
+
+// Node is one `ppnode join` process.
+type Node struct {
+	Ready // valid once WaitReady returned nil
+
+	opts   NodeOptions
+	cmd    *exec.Cmd
+	cgroup string // "" without a quota
+	stdout *lineLog
+	stderr *lineLog
+	ready  chan Ready    // the parsed ready line, once
+	exited chan struct{} // closed when the process has been waited for
+	err    error         // the process's exit, valid after exited
+}
+
+// Exited is closed when the node's process has ended.
+func (n *Node) Exited() <-chan struct{} { return n.exited }
+
+// Cluster is the set of nodes a test started. Its cleanup stops them and
+// checks for leaks.
+type Cluster struct {
+	t   testing.TB
+	bin string
+
+	mu    sync.Mutex // guards nodes and ports
+	nodes []*Node
+	ports []int // every port a node announced
+}
+
+// NewCluster returns an empty cluster; nodes join with Join.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: Binary(t)}
+	// Cleanups run last-registered first: stop the nodes, then check.
+	t.Cleanup(func() { c.checkLeaks() })
+	t.Cleanup(func() { c.stopAll() })
+	return c
+}
+
+// StartCluster starts one node per option: the first alone, the others
+// at once with the first as their seed. Nodes without a name are called
+// a, b, c, ...
+func StartCluster(t testing.TB, opts ...NodeOptions) *Cluster {
+	t.Helper()
+	c := NewCluster(t)
+	for i := range opts {
+		if opts[i].Name == "" {
+			opts[i].Name = string(rune('a' + i))
+		}
+	}
+	if len(opts) == 0 {
+		return c
+	}
+	c.Join(opts[0])
+	var started []*Node
+	for _, o := range opts[1:] {
+		n, err := c.Start(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started = append(started, n)
+	}
+	for _, n := range started {
+		if err := n.WaitReady(ReadyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// Join starts a node and waits for its ready line.
+func (c *Cluster) Join(o NodeOptions) *Node {
+	c.t.Helper()
+	n, err := c.Start(o)
+	if err == nil {
+		err = n.WaitReady(ReadyTimeout)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+// Nodes returns the nodes started so far, stopped ones included.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// Node returns the node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes() {
+		if n.opts.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// seed returns the gossip address of the first running, ready node.
+func (c *Cluster) seed() string {
+	for _, n := range c.Nodes() {
+		select {
+		case <-n.exited:
+			continue
+		default:
+		}
+		if n.Gossip != "" {
+			return n.Gossip
+		}
+	}
+	return ""
+}
+
+// Start starts a node without waiting for it: `ppnode join` on
+// 127.0.0.1 port 0, seeded by the first running node.
+func (c *Cluster) Start(o NodeOptions) (*Node, error) {
+	if o.Name == "" {
+		o.Name = string(rune('a' + len(c.Nodes())))
+	}
+	args := []string{"join", "--name", o.Name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+	if s := c.seed(); s != "" {
+		args = append(args, "--seeds", s)
+	}
+	if o.Threads > 0 {
+		args = append(args, "--threads", strconv.Itoa(o.Threads))
+	}
+	args = append(args, o.Args...)
+	n := &Node{opts: o, ready: make(chan Ready, 1), exited: make(chan struct{})}
+	name, argv := c.bin, args
+	if o.CPUQuota > 0 {
+		dir, err := MakeCgroup(fmt.Sprintf("ppnode-test-%d-%s", os.Getpid(), o.Name), o.CPUQuota)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: CPU quota: %w", o.Name, err)
+		}
+		n.cgroup = dir
+		name, argv = InCgroup(dir, c.bin, args)
+	}
+	n.stdout = newLineLog(200, func(line string) {
+		rest, ok := strings.CutPrefix(line, "ready ")
+		if !ok {
+			return
+		}
+		var r Ready
+		if err := json.Unmarshal([]byte(rest), &r); err != nil {
+			return
+		}
+		select {
+		case n.ready <- r:
+		default:
+		}
+	})
+	n.stderr = newLineLog(200, nil)
+	n.cmd = exec.Command(name, argv...)
+	n.cmd.Stdout, n.cmd.Stderr = n.stdout, n.stderr
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	n.cmd.WaitDelay = 2 * time.Second
+	if err := n.cmd.Start(); err != nil {
+		RemoveCgroup(n.cgroup)
+		return nil, fmt.Errorf("node %s: %w", o.Name, err)
+	}
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.exited)
+	}()
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	c.t.Logf("node %s: started pid %d: ppnode %s (quota %v)", o.Name, n.cmd.Process.Pid, strings.Join(args, " "), o.CPUQuota)
+	return n, nil
+}
+
+// WaitReady waits for the node's ready line and records its addresses.
+func (n *Node) WaitReady(timeout time.Duration) error {
+	if n.HTTP != "" {
+		return nil
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-n.ready:
+		n.Ready = r
+		return nil
+	case <-n.exited:
+		return fmt.Errorf("node %s exited before it was ready (%v); stderr:\n%s", n.opts.Name, n.err, n.stderr.tail(30))
+	case <-timer.C:
+		return fmt.Errorf("node %s: no ready line within %v; stderr:\n%s", n.opts.Name, timeout, n.stderr.tail(30))
+	}
+}
+
+// ports returns the ports of the node's ready line.
+func (n *Node) ports() []int {
+	var ps []int
+	for _, a := range []string{n.Gossip, n.Actors, n.HTTP} {
+		if _, p, err := net.SplitHostPort(a); err == nil {
+			if v, err := strconv.Atoi(p); err == nil {
+				ps = append(ps, v)
+			}
+		}
+	}
+	return ps
+}
+
+// Stop sends SIGTERM and waits for the node to leave; after StopTimeout
+// it kills it. It returns an error if the node had to be killed or
+// exited with a failure. Stopping a stopped node returns its first
+// result again.
+func (c *Cluster) Stop(n *Node) error {
+	c.mu.Lock()
+	c.ports = append(c.ports, n.ports()...)
+	c.mu.Unlock()
+	defer RemoveCgroupAfter(n.cgroup, n.exited)
+	select {
+	case <-n.exited:
+		return n.exitError()
+	default:
+	}
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(StopTimeout)
+	defer timer.Stop()
+	select {
+	case <-n.exited:
+		return n.exitError()
+	case <-timer.C:
+		n.cmd.Process.Kill()
+		<-n.exited
+		return fmt.Errorf("node %s did not exit within %v of SIGTERM; killed. stderr:\n%s", n.opts.Name, StopTimeout, n.stderr.tail(30))
+	}
+}
+
+func (n *Node) exitError() error {
+	if n.err != nil {
+		return fmt.Errorf("node %s: %v; stderr:\n%s", n.opts.Name, n.err, n.stderr.tail(30))
+	}
+	return nil
+}
+
+// Kill kills the node with SIGKILL (a crash) and waits for it.
+func (c *Cluster) Kill(n *Node) {
+	c.mu.Lock()
+	c.ports = append(c.ports, n.ports()...)
+	c.mu.Unlock()
+	n.cmd.Process.Kill()
+	<-n.exited
+	RemoveCgroup(n.cgroup)
+}
+
+// stopAll stops every node that still runs, the last started first, and
+// reports failures. On a failed test it also logs each node's last stderr
+// lines.
+func (c *Cluster) stopAll() {
+	nodes := c.Nodes()
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if err := c.Stop(nodes[i]); err != nil {
+			c.t.Error(err)
+		}
+	}
+	if c.t.Failed() {
+		for _, n := range nodes {
+			c.t.Logf("node %s stderr (last lines):\n%s", n.opts.Name, n.stderr.tail(40))
+		}
+	}
+}
+
+// checkLeaks fails the test if a child process of the test binary is
+// left, a node's port is still listened on, or a cgroup is left.
+func (c *Cluster) checkLeaks() {
+	if kids := ChildProcesses(); len(kids) > 0 {
+		c.t.Errorf("leak: child processes left after the test: %v", kids)
+	}
+	if ps := ProcessesOf(c.bin); len(ps) > 0 {
+		c.t.Errorf("leak: processes of the test's ppnode binary left: %v", ps)
+	}
+	c.mu.Lock()
+	ports := append([]int(nil), c.ports...)
+	c.mu.Unlock()
+	if open := Listening(ports); len(open) > 0 {
+		c.t.Errorf("leak: ports of stopped nodes are still listened on: %v", open)
+	}
+	for _, n := range c.Nodes() {
+		if n.cgroup != "" {
+			if _, err := os.Stat(n.cgroup); err == nil {
+				c.t.Errorf("leak: cgroup %s left", n.cgroup)
+			}
+		}
+	}
+}
+
+// ChildProcesses lists the processes whose parent is this process, as
+// "pid (comm)".
+func ChildProcesses() []string {
+	me := os.Getpid()
+	ents, _ := os.ReadDir("/proc")
+	var kids []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == me {
+			kids = append(kids, fmt.Sprintf("%d %s", pid, s[strings.IndexByte(s, '('):i+1]))
+		}
+	}
+	return kids
+}
+
+// ProcessesOf lists the processes, anywhere, that run the executable bin.
+func ProcessesOf(bin string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == bin {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Listening returns those of ports that a TCP socket listens on or a UDP
+// socket is bound to, on any address (read from /proc/net).
+func Listening(ports []int) []string {
+	want := map[int]bool{}
+	for _, p := range ports {
+		want[p] = true
+	}
+	var open []string
+	for _, f := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		b, err := os.ReadFile("/proc/net/" + f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 4 {
+				continue
+			}
+			// sl local_address rem_address st: "0100007F:1F90" ... "0A"
+			// (TCP LISTEN) or "07" (UDP, unconnected).
+			if (strings.HasPrefix(f, "tcp") && fs[3] != "0A") || (strings.HasPrefix(f, "udp") && fs[3] != "07") {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fs[1], ":")
+			if !ok {
+				continue
+			}
+			p, err := strconv.ParseInt(hexPort, 16, 32)
+			if err == nil && want[int(p)] {
+				open = append(open, fmt.Sprintf("%s:%d", f, p))
+			}
+		}
+	}
+	return open
+}
+
+// The cgroup v1 CPU controller.
+const (
+	CgroupCPU    = "/sys/fs/cgroup/cpu"
+	cfsPeriodUS  = 100000
+	cgroupProbeN = "ppnode-probe"
+)
+
+// MakeCgroup creates the cgroup v1 CPU cgroup name with a quota of quota
+// CPUs (period 100 ms).
+func MakeCgroup(name string, quota float64) (string, error) {
+	dir := filepath.Join(CgroupCPU, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(cfsPeriodUS)), 0)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.Itoa(int(quota*cfsPeriodUS))), 0)
+	}
+	if err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// RemoveCgroup removes a cgroup made by MakeCgroup ("" is a no-op). Its
+// processes must have exited.
+func RemoveCgroup(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	return os.Remove(dir)
+}
+
+// RemoveCgroupAfter removes dir once exited is closed.
+func RemoveCgroupAfter(dir string, exited <-chan struct{}) {
+	if dir == "" {
+		return
+	}
+	<-exited
+	RemoveCgroup(dir)
+}
+
+// InCgroup returns a command line that runs bin args inside the cgroup
+// dir from its first instruction: a shell moves itself into the cgroup
+// and execs bin, which keeps its pid.
+func InCgroup(dir, bin string, args []string) (string, []string) {
+	return "/bin/sh", append([]string{"-c", `echo $$ > "$1/cgroup.procs" && shift && exec "$@"`, "sh", dir, bin}, args...)
+}
+
+// RequireCPUQuota skips the test unless cgroup v1 CPU quotas can be set.
+func RequireCPUQuota(t testing.TB) {
+	t.Helper()
+	dir, err := MakeCgroup(fmt.Sprintf("%s-%d", cgroupProbeN, os.Getpid()), 1)
+	if err != nil {
+		t.Skipf("skipping: CPU quotas need a writable cgroup v1 cpu controller at %s (root): %v", CgroupCPU, err)
+	}
+	RemoveCgroup(dir)
+}
+
+// lineLog is an io.Writer that keeps the last lines written to it and
+// calls onLine with each complete line.
+type lineLog struct {
+	max    int
+	onLine func(string)
+
+	mu      sync.Mutex // guards partial and lines
+	partial []byte
+	lines   []string
+}
+
+func newLineLog(max int, onLine func(string)) *lineLog {
+	return &lineLog{max: max, onLine: onLine}
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.partial = append(l.partial, p...)
+	var done []string
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		done = append(done, line)
+		l.lines = append(l.lines, line)
+		if len(l.lines) > l.max {
+			l.lines = l.lines[len(l.lines)-l.max:]
+		}
+	}
+	l.mu.Unlock()
+	if l.onLine != nil {
+		for _, line := range done {
+			l.onLine(line)
+		}
+	}
+	return len(p), nil
+}
+
+func (l *lineLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := l.lines
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(append(lines, string(l.partial)), "\n")
+}
+
+// Poll calls cond every interval until it returns true (nil), an error
+// (that error) or timeout passes (an error naming what).
+func Poll(what string, timeout, interval time.Duration, cond func() (bool, error)) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("%s: not within %v", what, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// getJSON decodes the JSON answer of GET http://addr/path into v.
+func getJSON(addr, path string, v any) error {
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("GET %s: %w: %s", path, err, b)
+	}
+	return nil
+}
+
+// Member is one entry of a node's membership.
+type Member struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+// NodeStatus is the part of GET /v1/status the tests read.
+type NodeStatus struct {
+	Name    string             `json:"name"`
+	Members []Member           `json:"members"`
+	Jobs    []actors.JobStatus `json:"jobs"`
+}
+
+// Status returns the node's GET /v1/status.
+func (n *Node) Status() (NodeStatus, error) {
+	var s NodeStatus
+	err := getJSON(n.HTTP, "/v1/status", &s)
+	return s, err
+}
+
+// Alive returns the names of the members the node sees as alive (or
+// alive and leaving).
+func (s NodeStatus) Alive() []string {
+	var names []string
+	for _, m := range s.Members {
+		if m.State == "" || m.State == "alive" || m.State == "leaving" {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// SubmitReply is the answer to POST /v1/jobs: 201 with the job, or an
+// error with Error set.
+type SubmitReply struct {
+	Code   int              `json:"-"`
+	ID     string           `json:"id"`
+	Plan   string           `json:"plan"`
+	Status actors.JobStatus `json:"status"`
+	Error  string           `json:"error"`
+}
+
+// Submit posts a job spec (any JSON value) to the node.
+func (n *Node) Submit(spec any) (SubmitReply, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return SubmitReply{}, err
+	}
+	resp, err := client.Post("http://"+n.HTTP+"/v1/jobs", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return SubmitReply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return SubmitReply{}, err
+	}
+	var r SubmitReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return SubmitReply{}, fmt.Errorf("POST /v1/jobs: %s: %w: %s", resp.Status, err, b)
+	}
+	r.Code = resp.StatusCode
+	return r, nil
+}
+
+// Job returns GET /v1/jobs/{id}.
+func (n *Node) Job(id string) (actors.JobStatus, error) {
+	var s actors.JobStatus
+	err := getJSON(n.HTTP, "/v1/jobs/"+id, &s)
+	return s, err
+}
+
+// WaitJob polls the job until until returns true, or the job ends (done
+// or failed), or timeout passes.
+func (n *Node) WaitJob(id string, timeout time.Duration, until func(actors.JobStatus) bool) (actors.JobStatus, error) {
+	var st actors.JobStatus
+	err := Poll("job "+id, timeout, 50*time.Millisecond, func() (bool, error) {
+		var err error
+		st, err = n.Job(id)
+		if err != nil {
+			return false, err
+		}
+		return st.State == "done" || st.State == "failed" || (until != nil && until(st)), nil
+	})
+	return st, err
+}
+
+// Run runs `ppnode args...` to its end, for at most timeout (0:
+// CommandTimeout), and returns its stdout, or an error with its stderr.
+func Run(t testing.TB, timeout time.Duration, args ...string) (string, error) {
+	t.Helper()
+	if timeout <= 0 {
+		timeout = CommandTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: killed after %v", err, timeout)
+		}
+		return stdout.String(), fmt.Errorf("ppnode %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// Train runs `ppnode train --json args...` (for at most timeout, 0:
+// CommandTimeout) and decodes its last line.
+func Train(t testing.TB, timeout time.Duration, args ...string) (actors.JobResult, error) {
+	t.Helper()
+	out, err := Run(t, timeout, append([]string{"train", "--json"}, args...)...)
+	if err != nil {
+		return actors.JobResult{}, err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var r actors.JobResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		return r, fmt.Errorf("ppnode train: last line is not a result: %q", lines[len(lines)-1])
+	}
+	if r.WeightsSHA256 == "" {
+		return r, errors.New("ppnode train: result without weights_sha256")
+	}
+	return r, nil
+}

@@ -77,14 +77,21 @@ type Coordinator struct {
 	log  *slog.Logger
 
 	prof   *balance.ModelProfile
+	cl     *balance.Cluster // the cluster the plan was made for
 	plan   *balance.Plan
 	report *balance.Report
 	text   string // the plan's partition as a description
 	gen    uint64
 
-	copt       nn.Optimizer // the latest cut's optimizer state
-	cut        cut
-	persisting sync.WaitGroup // a cut being written to the store
+	copt    nn.Optimizer // the latest cut's optimizer state
+	cut     cut
+	cutCost time.Duration // what the last cut cost the pipeline
+
+	known      map[string]NodeInfo // every node seen, by name
+	speed      map[string]float64  // measured node speeds (see observe)
+	planStep   int                 // the step the current plan started at
+	streak     int                 // evaluations in a row that favoured a new plan
+	persisting sync.WaitGroup      // a cut being written to the store
 
 	xs     []*nn.Tensor // micro-batches and labels, reused step after step
 	ys     [][]int32
@@ -125,6 +132,7 @@ type JobStatus struct {
 	Cuts         int        `json:"cuts"`
 	CheckpointMS float64    `json:"checkpoint_ms,omitempty"`
 	Recoveries   []Recovery `json:"recoveries,omitempty"`
+	Replans      []Replan   `json:"replans,omitempty"`
 }
 
 // StageStatus is one stage of a running job.
@@ -173,7 +181,8 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1, failed: make(chan string, 16)}
+	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1, failed: make(chan string, 16),
+		speed: map[string]float64{}, known: map[string]NodeInfo{}}
 	c.status = JobStatus{ID: spec.ID, State: "planning", Model: spec.Model, Total: job.Total, Started: time.Now()}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
@@ -203,11 +212,25 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 
 // makePlan searches a plan over nodes with the job's profile.
 func (c *Coordinator) makePlan(nodes []NodeInfo) error {
-	s := c.spec
+	cl := c.clusterOf(nodes)
+	res, err := c.search(cl)
+	if err != nil {
+		return err
+	}
+	return c.adopt(res, cl)
+}
+
+// clusterOf describes nodes to the planner: the fastest first, at most
+// MaxNodes, each at its measured speed if it ran a stage of this job, else
+// at its GEMM speed relative to this node's.
+func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
+	for _, n := range nodes {
+		c.known[n.Name] = n
+	}
 	nodes = slices.Clone(nodes)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].GFLOPS > nodes[j].GFLOPS })
-	if s.MaxNodes > 0 && len(nodes) > s.MaxNodes {
-		nodes = nodes[:s.MaxNodes]
+	if m := c.spec.MaxNodes; m > 0 && len(nodes) > m {
+		nodes = nodes[:m]
 	}
 	cl := &balance.Cluster{DefaultLink: balance.DefaultLink}
 	for _, n := range nodes {
@@ -215,8 +238,17 @@ func (c *Coordinator) makePlan(nodes []NodeInfo) error {
 		if c.cfg.GFLOPS > 0 && n.GFLOPS > 0 {
 			np.Speed = n.GFLOPS / c.cfg.GFLOPS
 		}
+		if v, ok := c.speed[n.Name]; ok {
+			np.Speed = v
+		}
 		cl.Nodes = append(cl.Nodes, np)
 	}
+	return cl
+}
+
+// search finds the best plan for cl with the job's partitioner.
+func (c *Coordinator) search(cl *balance.Cluster) (*balance.Result, error) {
+	s := c.spec
 	part := s.Partition
 	if part == "auto" {
 		part = balance.GraphPP
@@ -226,24 +258,28 @@ func (c *Coordinator) makePlan(nodes []NodeInfo) error {
 		Optimizer: s.Optimizer, Model: s.Model,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSpec, err)
+		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
 	}
-	c.plan, c.report, c.text = res.Plan, res.Report, res.Spec
-	c.stages = nil
-	byName := map[string]NodeInfo{}
-	for _, n := range nodes {
-		byName[n.Name] = n
-	}
-	for _, sp := range c.plan.Stages {
-		if _, ok := byName[sp.Node]; !ok {
-			return specErr("the plan puts stage %d on %q, which is not a node of this job", sp.ID, sp.Node)
+	for _, sp := range res.Plan.Stages {
+		if !slices.ContainsFunc(cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
+			return nil, specErr("the plan puts stage %d on %q, which is not a node of this job", sp.ID, sp.Node)
 		}
+	}
+	return res, nil
+}
+
+// adopt makes res, planned for cl, the job's plan (its stages start with
+// the next start).
+func (c *Coordinator) adopt(res *balance.Result, cl *balance.Cluster) error {
+	stages := make([]*nn.Stage, 0, len(res.Plan.Stages))
+	for _, sp := range res.Plan.Stages {
 		st, err := c.job.Graph.Stage(sp.Layers)
 		if err != nil {
 			return err
 		}
-		c.stages = append(c.stages, st)
+		stages = append(stages, st)
 	}
+	c.plan, c.report, c.text, c.cl, c.stages = res.Plan, res.Report, res.Spec, cl, stages
 	c.mu.Lock()
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
@@ -295,6 +331,7 @@ func (c *Coordinator) Status() JobStatus {
 	s.Stages = slices.Clone(s.Stages)
 	s.Accuracy = slices.Clone(s.Accuracy)
 	s.Recoveries = slices.Clone(s.Recoveries)
+	s.Replans = slices.Clone(s.Replans)
 	return s
 }
 
@@ -306,14 +343,8 @@ func (c *Coordinator) setState(state string) {
 
 func (c *Coordinator) header() *Header { return &Header{JobId: c.spec.ID, Generation: c.gen} }
 
-func (c *Coordinator) node(name string) NodeInfo {
-	for _, n := range c.cfg.Nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	return NodeInfo{}
-}
+// node is what the coordinator last learnt about a node.
+func (c *Coordinator) node(name string) NodeInfo { return c.known[name] }
 
 // Run trains the job to its end and returns the result. Cancelling ctx
 // stops it: the stages are stopped and Run returns ctx's error.
@@ -504,6 +535,18 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		if c.cfg.OnStep != nil {
 			c.cfg.OnStep(g)
 		}
+		c.observe(timings)
+		if err := c.maybeRebalance(g, acc); err != nil {
+			var re errRecover
+			if !errors.As(err, &re) {
+				return nil, err
+			}
+			if err := c.recover(ctx, g, time.Now(), err); err != nil {
+				return nil, err
+			}
+			g, acc = c.cut.steps, c.cut.acc
+			continue
+		}
 		if s.EvalEachEpoch && g%j.StepsPerEpoch == 0 && g < j.Total {
 			acc, err := c.evaluate(g, acc)
 			if err != nil {
@@ -623,6 +666,7 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 	}
 	c.cut = cut{steps: g, acc: acc}
 	cost := time.Since(t0)
+	c.cutCost = cost
 	c.mu.Lock()
 	c.status.LatestCut, c.status.Cuts = g, c.status.Cuts+1
 	c.status.CheckpointMS = float64(cost.Microseconds()) / 1e3
@@ -868,6 +912,7 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
 		}
 	}
+	c.planStep, c.streak = c.cut.steps, 0
 	r := Recovery{Cause: cause.Error(), Step: g, Replayed: g - c.cut.steps, Plan: c.text, At: detected,
 		DetectMS:  float64(detected.Sub(stepStart).Microseconds()) / 1e3,
 		RestoreMS: float64(time.Since(detected).Microseconds()) / 1e3}

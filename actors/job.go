@@ -58,6 +58,9 @@ type JobSpec struct {
 	Schedule string `json:"schedule,omitempty"`
 	// MaxNodes bounds the nodes the job may use (0: all).
 	MaxNodes int `json:"max_nodes,omitempty"`
+	// NoRebalance keeps the first plan (an automatic plan otherwise
+	// follows the measured node speeds and the nodes that join and leave).
+	NoRebalance bool `json:"no_rebalance,omitempty"`
 	// CheckpointEvery is the interval of consistent cuts in steps (0:
 	// chosen from their measured cost, about 2% of the training time).
 	CheckpointEvery int `json:"checkpoint_every,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 // testCluster is n actor systems in this process, each hosting stages, all
 // on one data plane.
 type testCluster struct {
+	hosts   []*StageHost
 	systems []*System
 	nodes   []NodeInfo
 	dp      DataPlane
@@ -29,6 +31,7 @@ func newTestCluster(t testing.TB, n int, dp DataPlane) *testCluster {
 	quiet := slog.New(slog.DiscardHandler)
 	for i := range n {
 		host := &StageHost{DataPlane: dp, Threads: 1, Logger: quiet}
+		tc.hosts = append(tc.hosts, host)
 		sys, err := Start(Config{Kinds: map[string]*actor.Props{StageKind: StageProps(host)}, Logger: quiet, LogLevel: slog.LevelError})
 		if err != nil {
 			t.Fatal(err)
@@ -302,5 +305,110 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	}
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights after the takeover %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
+	}
+}
+
+// A node that slows down mid-job (an emulated 4x slowdown from step 10) is
+// given less work within 20 steps; the weights are those of the run
+// without any plan change.
+func TestRebalancesWhenANodeSlowsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 60 steps")
+	}
+	tc := newTestCluster(t, 3, &TCP{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Width, spec.Batch, spec.SyntheticSamples = "slow", 128, 48, 2880
+	spec.Steps, spec.CheckpointEvery = 60, 10
+	want := localSHA(t, spec)
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+			if step == 10 {
+				tc.hosts[2].SetSlowdown(4)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.Plan()
+	if len(first.Stages) < 2 {
+		t.Skipf("the planner uses %d node(s) for this model here; nothing to rebalance", len(first.Stages))
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Status()
+	t.Logf("first plan %s; replans %+v", res.Plan, st.Replans)
+	if len(st.Replans) == 0 || st.Replans[0].Step > 30 {
+		t.Fatalf("no re-plan within 20 steps of the slowdown: %+v", st.Replans)
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights with re-plans %s, single process %s", res.WeightsSHA256[:16], want[:16])
+	}
+}
+
+// A node whose speed flickers between two values every two steps makes at
+// most one plan change.
+func TestFlickeringSpeedReplansAtMostOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 80 steps")
+	}
+	tc := newTestCluster(t, 3, &TCP{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Width, spec.Batch, spec.SyntheticSamples = "flicker", 128, 48, 3840
+	spec.Steps, spec.CheckpointEvery = 80, 10
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+			if step >= 10 {
+				tc.hosts[2].SetSlowdown([]float64{1, 2}[(step/2)%2])
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Status(); len(st.Replans) > 1 {
+		t.Fatalf("%d re-plans for a flickering node: %+v", len(st.Replans), st.Replans)
+	}
+}
+
+// A fast node that joins mid-job is taken into the plan.
+func TestUsesANodeThatJoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 50 steps")
+	}
+	tc := newTestCluster(t, 3, &TCP{})
+	tc.hosts[0].SetSlowdown(3)
+	tc.hosts[1].SetSlowdown(3)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Width, spec.Batch, spec.SyntheticSamples = "join", 128, 48, 2400
+	spec.Steps, spec.CheckpointEvery = 50, 10
+	want := localSHA(t, spec)
+	var joined atomic.Bool
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:2], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler),
+		LiveNodes: func() []NodeInfo {
+			if joined.Load() {
+				return tc.nodes
+			}
+			return tc.nodes[:2]
+		},
+		OnStep: func(step int) { joined.Store(step >= 10) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Status()
+	if len(st.Replans) == 0 || !strings.Contains(res.Plan, "@c") {
+		t.Fatalf("the joined node c is not used: plan %s, replans %+v", res.Plan, st.Replans)
+	}
+	t.Logf("replans %+v", st.Replans)
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights with re-plans %s, single process %s", res.WeightsSHA256[:16], want[:16])
 	}
 }

@@ -80,6 +80,9 @@ type stageEngine struct {
 
 	box   *inbox
 	peers map[int]*peer
+	// pause, if set, is called after each pass with its duration (the
+	// host's emulated slowdown).
+	pause func(time.Duration)
 }
 
 func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
@@ -234,6 +237,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 		case balance.OpForward:
 			t0 := time.Now()
 			e.outs[m] = e.st.Forward(&ctx, m, e.ins[m])
+			e.slow(t0)
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
@@ -283,6 +287,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				e.dout[k] = e.outputGrad(m, k, o)
 			}
 			e.gin[m] = e.st.Backward(&ctx, m, e.dout)
+			e.slow(t0)
 			res.backwardNs += int64(time.Since(t0))
 		case balance.OpSendGrad:
 			for _, name := range in.Tensors {
@@ -312,6 +317,12 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
+}
+
+func (e *stageEngine) slow(t0 time.Time) {
+	if e.pause != nil {
+		e.pause(time.Since(t0))
+	}
 }
 
 // outputGrad is the gradient of output k for micro-batch m: the loss's for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +22,21 @@ type StageHost struct {
 	// job sets its own.
 	Threads int
 	Logger  *slog.Logger
+	// Slowdown, when above 1, makes the stages' compute take that many
+	// times longer (each forward and backward pass is followed by a pause
+	// of (Slowdown-1) times its duration): a slower machine, emulated
+	// where CPU quotas are not available (tests, demos). Change it at any
+	// time with SetSlowdown.
+	slowdown atomic.Uint64
+}
+
+// SetSlowdown sets the host's emulated slowdown factor (1: none).
+func (h *StageHost) SetSlowdown(f float64) { h.slowdown.Store(math.Float64bits(f)) }
+
+func (h *StageHost) pause(d time.Duration) {
+	if f := math.Float64frombits(h.slowdown.Load()); f > 1 {
+		time.Sleep(time.Duration(float64(d) * (f - 1)))
+	}
 }
 
 // StageProps returns the props of the stage kind for a node.
@@ -157,6 +173,9 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	var eng *stageEngine
 	if err == nil {
 		eng, err = newStageEngine(spec, a.host.Threads)
+		if err == nil {
+			eng.pause = a.host.pause
+		}
 	}
 	if err != nil {
 		rep.Error = err.Error()

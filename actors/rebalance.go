@@ -14,7 +14,8 @@ import (
 // those speeds. It adopts the plan at a step boundary, through a cut at
 // that very step (so nothing is replayed), when
 //
-//   - a node of the plan is leaving the cluster (at once), or
+//   - a node of the plan is leaving the cluster (at once, whatever the
+//     partitioner), or
 //   - the new plan's predicted step is at least MinGain shorter than the
 //     current plan's predicted step at the measured speeds, and the
 //     migration pays for itself within MaxPayback steps, two evaluations
@@ -95,7 +96,7 @@ func (c *Coordinator) candidates() []NodeInfo {
 // and, if warranted, moves the job to a better plan. It returns an error
 // only if the job cannot go on; a failed move recovers from the cut.
 func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
-	if !c.rebalances() || g >= c.job.Total {
+	if g >= c.job.Total {
 		return nil
 	}
 	nodes := c.candidates()
@@ -106,7 +107,7 @@ func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
 			break
 		}
 	}
-	if leaving == "" && (g-c.planStep < rebalanceCooldown || g%rebalanceEvery != 0) {
+	if leaving == "" && (!c.rebalances() || g-c.planStep < rebalanceCooldown || g%rebalanceEvery != 0) {
 		return nil
 	}
 	cl := c.clusterOf(nodes)

@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +30,45 @@ type StageHost struct {
 	// where CPU quotas are not available (tests, demos). Change it at any
 	// time with SetSlowdown.
 	slowdown atomic.Uint64
+
+	mu     sync.Mutex
+	stages int           // stages set up and not yet shut down
+	idle   chan struct{} // closed while stages == 0; nil until the first stage
+}
+
+func (h *StageHost) stageUp() {
+	h.mu.Lock()
+	h.stages++
+	if h.idle == nil || h.stages == 1 {
+		h.idle = make(chan struct{})
+	}
+	h.mu.Unlock()
+}
+
+func (h *StageHost) stageDown() {
+	h.mu.Lock()
+	if h.stages--; h.stages == 0 {
+		close(h.idle)
+	}
+	h.mu.Unlock()
+}
+
+// WaitIdle waits until the host runs no stage (a leaving node lets its
+// stages be moved away first) or ctx ends.
+func (h *StageHost) WaitIdle(ctx context.Context) error {
+	h.mu.Lock()
+	idle := h.idle
+	busy := h.stages > 0
+	h.mu.Unlock()
+	if !busy {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // SetSlowdown sets the host's emulated slowdown factor (1: none).
@@ -205,6 +246,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	}
 	a.eng = eng
 	a.gate = NewGate(spec.Job.ID, spec.Generation)
+	a.host.stageUp()
 	return rep
 }
 
@@ -334,4 +376,5 @@ func (a *stageActor) shutdown() {
 	}
 	a.eng.close()
 	a.eng = nil
+	a.host.stageDown()
 }

@@ -89,6 +89,7 @@ type Agent struct {
 	profile cluster.Profile
 	sys     *actors.System
 	dp      *actors.TCP
+	host    *actors.StageHost
 	node    *cluster.Node
 	store   *tensorio.Store
 	httpLn  net.Listener
@@ -203,6 +204,7 @@ func Start(cfg Config) (a *Agent, err error) {
 
 	a.dp = &actors.TCP{Host: dataHost}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log}
+	a.host = host
 	a.sys, err = actors.Start(actors.Config{
 		Bind: cfg.ActorBind, Advertise: actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(host)},
@@ -261,8 +263,15 @@ func (a *Agent) watch() {
 				addr = actorAddr[m.Name]
 			}
 			delete(actorAddr, m.Name)
-			if m.Name != a.cfg.Name && addr != "" && addr != a.sys.Address() {
-				a.sys.EndpointTerminated(addr)
+			if ev.Kind == cluster.EventFailed {
+				// A leaving node keeps its stages until they are moved
+				// away; a failed one is gone: its jobs recover now.
+				for _, j := range a.runningJobs() {
+					j.c.NodeFailed(m.Name)
+				}
+				if m.Name != a.cfg.Name && addr != "" && addr != a.sys.Address() {
+					a.sys.EndpointTerminated(addr)
+				}
 			}
 		}
 		a.log.Info("nodes: member "+strings.ToLower(strings.TrimPrefix(ev.Kind.String(), "Event")), "member", m.Name, "gossip", m.Addr)
@@ -351,7 +360,7 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	a.mu.Unlock()
 
 	c, err := actors.NewCoordinator(spec, actors.CoordinatorConfig{
-		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(),
+		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store,
 		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log,
 	})
 	a.mu.Lock()
@@ -393,6 +402,19 @@ func checkID(id string) error {
 		}
 	}
 	return nil
+}
+
+// runningJobs are the jobs this node coordinates whose coordinator exists.
+func (a *Agent) runningJobs() []*job {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*job
+	for _, j := range a.jobs {
+		if j != nil {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // Job returns the status of a job this node coordinates.
@@ -517,7 +539,7 @@ func toProfile(p cluster.Profile) Profile {
 // Leave announces to the cluster that this node leaves, then stops it as
 // Close does. ctx bounds the announcement.
 func (a *Agent) Leave(ctx context.Context) error {
-	return a.stop(func() error { return a.node.Leave(ctx) })
+	return a.stop(true, func() error { return a.node.Leave(ctx) })
 }
 
 // Close stops the node without announcing it (others see a failure):
@@ -528,10 +550,10 @@ func (a *Agent) Leave(ctx context.Context) error {
 // goroutines abandoned.
 // Calling it again does nothing.
 func (a *Agent) Close() error {
-	return a.stop(a.node.Close)
+	return a.stop(false, a.node.Close)
 }
 
-func (a *Agent) stop(leave func() error) error {
+func (a *Agent) stop(leaving bool, leave func() error) error {
 	a.stopOnce.Do(func() {
 		a.mu.Lock()
 		a.closed = true
@@ -560,6 +582,15 @@ func (a *Agent) stop(leave func() error) error {
 			a.log.Warn("nodes: jobs still running after the grace period; stopping under them", "grace", StopGrace)
 		}
 		grace.Stop()
+		if leaving {
+			// The coordinators elsewhere move this node's stages away at
+			// their next step; stopping before would fail their jobs.
+			ctx, cancel := context.WithTimeout(context.Background(), StopGrace)
+			if err := a.host.WaitIdle(ctx); err != nil {
+				a.log.Warn("nodes: stages still here after the grace period; stopping under them", "grace", StopGrace)
+			}
+			cancel()
+		}
 		a.sys.Stop()
 		a.loops.Wait()
 		a.stopErr = errors.Join(errs...)

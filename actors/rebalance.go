@@ -19,20 +19,21 @@ import (
 //   - the new plan's predicted step is at least MinGain shorter than the
 //     current plan's predicted step at the measured speeds, and the
 //     migration pays for itself within MaxPayback steps, two evaluations
-//     in a row (hysteresis: a speed flickering around a threshold does not
-//     make plans flip back and forth), and at least Cooldown steps after
-//     the last change.
+//     in a row, and at least a cool-down after the last change that
+//     doubles with every change (hysteresis: a speed flickering around a
+//     threshold, or noisy measurements, do not make plans flip back and
+//     forth).
 //
 // Moving goes through the coordinator: the cut gathers every stage's state
 // and the new stages are restored from it. A failure while moving falls
 // back to recovery from that cut.
 const (
 	rebalanceEvery    = 5    // steps between evaluations
-	rebalanceCooldown = 20   // steps after a plan change before the next
+	rebalanceCooldown = 20   // steps after the first plan change before the next; doubles with each
 	rebalanceMinGain  = 0.10 // predicted step time saved, at least
 	rebalanceStreak   = 2    // evaluations in a row that must agree
 	rebalancePayback  = 50   // steps within which moving must pay off
-	speedSmoothing    = 0.3  // weight of the newest measurement
+	speedSmoothing    = 0.2  // weight of the newest measurement
 )
 
 // Replan is one change of a running job's plan.
@@ -107,7 +108,10 @@ func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
 			break
 		}
 	}
-	if leaving == "" && (!c.rebalances() || g-c.planStep < rebalanceCooldown || g%rebalanceEvery != 0) {
+	c.mu.Lock()
+	cooldown := rebalanceCooldown << min(len(c.status.Replans), 6)
+	c.mu.Unlock()
+	if leaving == "" && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
 		return nil
 	}
 	cl := c.clusterOf(nodes)

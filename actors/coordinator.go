@@ -146,6 +146,8 @@ type StageStatus struct {
 	BackwardMS float64 `json:"backward_ms"`
 	UpdateMS   float64 `json:"update_ms"`
 	WaitMS     float64 `json:"wait_ms"`
+	// WallMS is the stage's whole step, from StepBegin to its end.
+	WallMS float64 `json:"wall_ms"`
 }
 
 // EpochAcc is the test accuracy after an epoch.
@@ -1030,6 +1032,7 @@ func (c *Coordinator) recordStep(step int, loss, rate float64, timings []*StageT
 		}
 		st.ForwardMS, st.BackwardMS = sm(st.ForwardMS, t.GetForwardNs()), sm(st.BackwardMS, t.GetBackwardNs())
 		st.UpdateMS, st.WaitMS = sm(st.UpdateMS, t.GetUpdateNs()), sm(st.WaitMS, t.GetWaitNs())
+		st.WallMS = sm(st.WallMS, t.GetWallNs())
 	}
 }
 

@@ -472,6 +472,7 @@ type StageTiming struct {
 	BackwardNs    int64                  `protobuf:"varint,3,opt,name=backward_ns,json=backwardNs,proto3" json:"backward_ns,omitempty"`
 	UpdateNs      int64                  `protobuf:"varint,4,opt,name=update_ns,json=updateNs,proto3" json:"update_ns,omitempty"`
 	WaitNs        int64                  `protobuf:"varint,5,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"` // time blocked on the data plane
+	WallNs        int64                  `protobuf:"varint,6,opt,name=wall_ns,json=wallNs,proto3" json:"wall_ns,omitempty"` // the whole step on the stage, from StepBegin to its end
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -537,6 +538,13 @@ func (x *StageTiming) GetUpdateNs() int64 {
 func (x *StageTiming) GetWaitNs() int64 {
 	if x != nil {
 		return x.WaitNs
+	}
+	return 0
+}
+
+func (x *StageTiming) GetWallNs() int64 {
+	if x != nil {
+		return x.WallNs
 	}
 	return 0
 }
@@ -1144,7 +1152,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12#\n" +
 	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
-	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\x99\x01\n" +
+	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\xb2\x01\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -1152,7 +1160,8 @@ const file_ppnode_proto_rawDesc = "" +
 	"\vbackward_ns\x18\x03 \x01(\x03R\n" +
 	"backwardNs\x12\x1b\n" +
 	"\tupdate_ns\x18\x04 \x01(\x03R\bupdateNs\x12\x17\n" +
-	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\"\xfc\x01\n" +
+	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\x12\x17\n" +
+	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\"\xfc\x01\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +

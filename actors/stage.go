@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -78,6 +79,14 @@ type stageEngine struct {
 	labels   [][]int32
 	zeros    map[string]*nn.Tensor
 
+	// slot is the nn.Stage slot of each micro-batch: a slot is taken at a
+	// forward pass and freed by the backward pass, so a stage keeps only as
+	// many micro-batches' activations as its schedule has in flight (1F1B:
+	// S-k on stage k; GPipe: M). reused marks the micro-batches whose slot
+	// served an earlier one in the same step.
+	slot   []int
+	reused []bool
+
 	box   *inbox
 	peers map[int]*peer
 	// pause, if set, is called after each pass with its duration (the
@@ -142,6 +151,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if e.M != spec.Job.MicroBatches {
 		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, spec.Job.MicroBatches)
 	}
+	e.slot, e.reused = assignSlots(p.Program, e.M)
 	if e.be, err = spec.Job.NewBackend(threads); err != nil {
 		return nil, err
 	}
@@ -163,6 +173,30 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	}
 	e.dout = make([]*nn.Tensor, len(st.Outputs))
 	return e, nil
+}
+
+// assignSlots gives each micro-batch the lowest slot free at its forward
+// pass; a backward pass frees its micro-batch's slot.
+func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
+	slot, reused = make([]int, M), make([]bool, M)
+	var free []int // free slots, ascending
+	next := 0
+	for _, in := range prog {
+		switch in.Op {
+		case balance.OpForward:
+			if len(free) > 0 {
+				slot[in.Micro], free = free[0], free[1:]
+				reused[in.Micro] = true
+			} else {
+				slot[in.Micro] = next
+				next++
+			}
+		case balance.OpBackward:
+			i, _ := slices.BinarySearch(free, slot[in.Micro])
+			free = slices.Insert(free, i, slot[in.Micro])
+		}
+	}
+	return slot, reused
 }
 
 // incoming lists the stages that send to this one (balance.Coordinator
@@ -204,7 +238,7 @@ func (e *stageEngine) close() {
 
 // stepResult is what a step reports.
 type stepResult struct {
-	forwardNs, backwardNs, updateNs, waitNs int64
+	forwardNs, backwardNs, updateNs, waitNs, wallNs int64
 	loss                                    float64
 	correct, samples                        int64
 }
@@ -218,6 +252,8 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
 		}
 	}()
+	start := time.Now()
+	defer func() { res.wallNs = int64(time.Since(start)) }()
 	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.spec.Job.Seed, Step: global}
 	p := e.spec.Plan
 	for _, in := range p.Program {
@@ -236,7 +272,16 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 		case balance.OpForward:
 			t0 := time.Now()
-			e.outs[m] = e.st.Forward(&ctx, m, e.ins[m])
+			if e.reused[m] {
+				// The slot's tensors of an earlier micro-batch may still
+				// be queued for sending.
+				for _, pr := range e.peers {
+					if err := pr.flush(); err != nil {
+						return res, err
+					}
+				}
+			}
+			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
 			e.slow(t0)
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
@@ -286,7 +331,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			for k, o := range p.Outputs {
 				e.dout[k] = e.outputGrad(m, k, o)
 			}
-			e.gin[m] = e.st.Backward(&ctx, m, e.dout)
+			e.gin[m] = e.st.Backward(&ctx, e.slot[m], e.dout)
 			e.slow(t0)
 			res.backwardNs += int64(time.Since(t0))
 		case balance.OpSendGrad:
@@ -585,6 +630,10 @@ func (p *peer) send(tag Tag, t *nn.Tensor) error {
 	}
 	p.wg.Add(1)
 	p.q <- sendItem{tag, t}
+	// Let the sender write it now: with one CPU per node (GOMAXPROCS=1)
+	// it would otherwise wait until the compute goroutine blocks or is
+	// preempted, up to a whole pass later, and the next stage would idle.
+	runtime.Gosched()
 	return nil
 }
 

@@ -133,7 +133,7 @@ func (a *stageActor) Receive(c actor.Context) {
 		}
 		a.runAsync(c, msg.GetHeader(), func() *StepDone {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
-			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs}
+			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs}
 			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
 				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples}
 			if err != nil {

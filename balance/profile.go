@@ -175,52 +175,92 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	p.GFLOPS = MeasureGEMM(be, 256, 50*time.Millisecond)
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
 	rng := rand.New(rand.NewPCG(1, 2))
+	// Each layer runs as a stage of its own on random inputs. The passes
+	// are timed as training runs them, one micro-batch through every layer
+	// forward and back through every layer in reverse, repeated: a layer's
+	// weights are then as cold as in a pipeline stage, where the other
+	// layers' weights and activations pass through the caches between two
+	// uses of it (timing one layer over and over keeps its weights in cache
+	// and measured skinny GEMMs up to a quarter too fast).
 	type sample struct{ fwd, bwd, slot float64 }
+	type layerRun struct {
+		st      *nn.Stage
+		in, out []*nn.Tensor
+	}
 	meas := make([][]sample, len(g.Nodes))
-	for i, n := range g.Nodes {
-		st, err := g.Stage([]string{n.Name})
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range sizes {
-			in := make([]*nn.Tensor, len(st.Inputs))
+	for _, b := range sizes {
+		runs := make([]layerRun, len(g.Nodes))
+		for i, n := range g.Nodes {
+			st, err := g.Stage([]string{n.Name})
+			if err != nil {
+				return nil, err
+			}
+			r := layerRun{st: st, in: make([]*nn.Tensor, len(st.Inputs)), out: make([]*nn.Tensor, len(st.Outputs))}
 			for k, name := range st.Inputs {
-				shape := shapeOf(g, name)
-				in[k] = randomTensor(rng, append([]int{b}, shape...))
+				r.in[k] = randomTensor(rng, append([]int{b}, shapeOf(g, name)...))
 			}
-			dout := make([]*nn.Tensor, len(st.Outputs))
 			for k, name := range st.Outputs {
-				dout[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
+				r.out[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
 			}
-			st.Forward(ctx, 0, in) // warm up slot 0
-			st.Backward(ctx, 0, dout)
-			// Memory of one micro-batch in flight: what a fresh slot allocates.
+			st.Forward(ctx, 0, r.in) // warm up slot 0
+			st.Backward(ctx, 0, r.out)
+			runs[i] = r
+		}
+		// Memory of one micro-batch in flight: what a fresh slot allocates.
+		slots := make([]float64, len(g.Nodes))
+		for i, r := range runs {
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			st.Forward(ctx, 1, in)
-			st.Backward(ctx, 1, dout)
+			r.st.Forward(ctx, 1, r.in)
+			r.st.Backward(ctx, 1, r.out)
 			runtime.ReadMemStats(&m1)
-			slot := float64(m1.TotalAlloc - m0.TotalAlloc)
-			var fw, bw []float64
-			start := time.Now()
-			for r := 0; r < o.MaxReps && (r < o.MinReps || time.Since(start) < o.MinTime); r++ {
+			slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
+		}
+		fw, bw := make([][]float64, len(g.Nodes)), make([][]float64, len(g.Nodes))
+		start := time.Now()
+		for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
+			for i, r := range runs {
 				t0 := time.Now()
-				st.Forward(ctx, 0, in)
-				t1 := time.Now()
-				st.Backward(ctx, 0, dout)
-				t2 := time.Now()
-				fw = append(fw, t1.Sub(t0).Seconds())
-				bw = append(bw, t2.Sub(t1).Seconds())
+				r.st.Forward(ctx, 0, r.in)
+				fw[i] = append(fw[i], time.Since(t0).Seconds())
 			}
+			for i := len(runs) - 1; i >= 0; i-- {
+				t0 := time.Now()
+				runs[i].st.Backward(ctx, 0, runs[i].out)
+				bw[i] = append(bw[i], time.Since(t0).Seconds())
+			}
+		}
+		for i, n := range g.Nodes {
+			s := sample{median(fw[i]), median(bw[i]), slots[i]}
 			if !n.RequiresGrad {
-				clear(bw)
+				s.bwd = 0
 			}
-			meas[i] = append(meas[i], sample{median(fw), median(bw), slot})
+			meas[i] = append(meas[i], s)
 		}
 	}
 	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 1e-12, Momentum: 0.9, Threads: be.Threads()})
 	if err != nil {
 		return nil, err
+	}
+	// The optimizer's step, timed the same way: every layer's update in
+	// turn, repeated.
+	upd := make([][]float64, len(g.Nodes))
+	params := make([][]*nn.Param, len(g.Nodes))
+	for i, n := range g.Nodes {
+		for _, q := range n.Layer.Params() {
+			if q.Trainable() {
+				params[i] = append(params[i], q)
+			}
+		}
+	}
+	for r := 0; r < o.MinReps; r++ {
+		for i, ps := range params {
+			if len(ps) > 0 {
+				t0 := time.Now()
+				opt.Step(ps)
+				upd[i] = append(upd[i], time.Since(t0).Seconds())
+			}
+		}
 	}
 	for i, n := range g.Nodes {
 		lp := staticProfile(g, n)
@@ -229,21 +269,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		lp.SlotBytes = max(ms[len(ms)-1].slot/float64(bmax), float64(lp.OutputBytes))
 		lp.Forward = fit(sizes, ms[0].fwd, ms[len(ms)-1].fwd)
 		lp.Backward = fit(sizes, ms[0].bwd, ms[len(ms)-1].bwd)
-		var ps []*nn.Param
-		for _, q := range n.Layer.Params() {
-			if q.Trainable() {
-				ps = append(ps, q)
-			}
-		}
-		if len(ps) > 0 {
-			var ts []float64
-			for r := 0; r < o.MinReps; r++ {
-				t0 := time.Now()
-				opt.Step(ps)
-				ts = append(ts, time.Since(t0).Seconds())
-			}
-			lp.Update = median(ts)
-		}
+		lp.Update = median(upd[i])
 		p.Layers = append(p.Layers, lp)
 	}
 	return p, nil

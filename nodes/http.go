@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/ppnode/ppnode/actors"
 )
@@ -62,6 +63,11 @@ func (a *Agent) handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
+	// Go's profiler, for an operator looking into a slow node (the API
+	// listens on loopback unless told otherwise).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

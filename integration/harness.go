@@ -129,6 +129,7 @@ type Node struct {
 	ready  chan Ready    // the parsed ready line, once
 	exited chan struct{} // closed when the process has been waited for
 	err    error         // the process's exit, valid after exited
+	killed bool          // by Kill, on the test goroutine
 }
 
 // Exited is closed when the node's process has ended.
@@ -348,7 +349,7 @@ func (c *Cluster) Stop(n *Node) error {
 }
 
 func (n *Node) exitError() error {
-	if n.err != nil {
+	if n.err != nil && !n.killed { // a node the test killed was meant to die
 		return fmt.Errorf("node %s: %v; stderr:\n%s", n.opts.Name, n.err, n.stderr.tail(30))
 	}
 	return nil
@@ -361,6 +362,7 @@ func (c *Cluster) Kill(n *Node) {
 	c.mu.Unlock()
 	n.cmd.Process.Kill()
 	<-n.exited
+	n.killed = true
 	RemoveCgroup(n.cgroup)
 }
 

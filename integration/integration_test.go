@@ -176,16 +176,8 @@ func TestJoinDuringJob(t *testing.T) {
 	if st.State != "done" || st.Result == nil {
 		t.Fatalf("job %s: %s %s", rep.ID, st.State, st.Error)
 	}
-	local, err := spec.Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := local.TrainLocal(1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Result.WeightsSHA256 != want.WeightsSHA256 {
-		t.Errorf("weights %s with a node joining, %s in one process", st.Result.WeightsSHA256, want.WeightsSHA256)
+	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {
+		t.Errorf("weights %s with a node joining, %s in one process", st.Result.WeightsSHA256, want)
 	}
 	if slices.Contains(st.Result.Nodes, joined.Name) {
 		t.Errorf("the job used the node that joined during it: %v", st.Result.Nodes)

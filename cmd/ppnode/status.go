@@ -110,6 +110,17 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			if j.Result != nil {
 				fmt.Fprintf(w, "  result: test accuracy %.4f, weights %s\n", j.Result.TestAccuracy, j.Result.WeightsSHA256)
 			}
+			if j.Cuts > 0 {
+				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, last cost %.0f ms)\n", j.LatestCut, j.Cuts, j.CheckpointMS)
+			}
+			for _, r := range j.Recoveries {
+				fmt.Fprintf(w, "  recovery at step %d: %s; detected after %.0f ms, restored in %.0f ms, %d steps replayed; plan %s\n",
+					r.Step, r.Cause, r.DetectMS, r.RestoreMS, r.Replayed, r.Plan)
+			}
+			for _, r := range j.Replans {
+				fmt.Fprintf(w, "  re-plan at step %d: %s; predicted gain %.0f%%, move predicted %.0f ms, took %.0f ms; plan %s\n",
+					r.Step, r.Reason, 100*r.Gain, r.CostMS, r.MovedMS, r.Plan)
+			}
 			if len(j.Stages) == 0 {
 				continue
 			}

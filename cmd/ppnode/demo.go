@@ -42,6 +42,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	micro := fs.Int("micro-batches", 4, "micro-batches per mini-batch")
 	dataSet := fs.String("data", "mnist", "data set")
 	noQuota := fs.Bool("no-quota", false, "run the nodes without CPU quotas")
+	cut := fs.Float64("cut-at", 0.4, "with quotas: cut the second node's CPU quota to 25% at this fraction of the job (0: never), to show the plan follow")
 	minAcc := fs.Float64("min-accuracy", 0.95, "fail if the test accuracy is below this (0: no check)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -161,6 +162,10 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if !isTerminal(stderr) {
 		// followJob draws its progress bar on terminals only.
 		go demoProgress(ctx, via, spec.ID, stderr)
+	}
+	if quotas != nil && *cut > 0 && len(nodes) > 1 {
+		// Not the first node: it coordinates the job.
+		go demoCutQuota(ctx, via, spec.ID, nodes[1], *cut, stderr)
 	}
 	var out outcome
 	select {
@@ -396,6 +401,37 @@ func demoProgress(ctx context.Context, via, id string, w io.Writer) {
 		if st.Total > 0 && st.Step > 0 && 10*st.Step/st.Total > last {
 			last = 10 * st.Step / st.Total
 			fmt.Fprintf(w, "  step %d/%d  loss %.4f  %.0f samples/s\n", st.Step, st.Total, st.Loss, st.SamplesPerSec)
+		}
+	}
+}
+
+// demoCutQuota cuts n's CPU quota to a quarter of a CPU once the job has
+// run the fraction at of its steps: another program taking the machine.
+// The coordinator measures the slowdown and moves layers off n.
+func demoCutQuota(ctx context.Context, via, id string, n *demoNode, at float64, w io.Writer) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var st actors.JobStatus
+		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil || st.Total == 0 {
+			continue
+		}
+		if st.State == "done" || st.State == "failed" {
+			return
+		}
+		if float64(st.Step) >= at*float64(st.Total) {
+			err := os.WriteFile(filepath.Join(n.cgroup, "cpu.cfs_quota_us"), []byte("25000"), 0)
+			if err != nil {
+				fmt.Fprintf(w, "could not cut node %s's CPU quota: %v\n", n.name, err)
+			} else {
+				fmt.Fprintf(w, "step %d: node %s's CPU quota cut to 25%% (another program takes its machine); the plan follows\n", st.Step, n.name)
+			}
+			return
 		}
 	}
 }

@@ -186,3 +186,11 @@ func (p *progress) done() {
 		fmt.Fprintln(p.w)
 	}
 }
+
+// note prints a line of news (a re-plan, a recovery) above the bar.
+func (p *progress) note(msg string) {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	fmt.Fprintln(p.w, msg)
+}

@@ -96,7 +96,7 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 	bar := newProgress(stderr, max(sub.Status.Total, 1), asJSON)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	failures := 0
+	failures, seenRecoveries, seenReplans := 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -118,6 +118,16 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 			continue
 		}
 		failures = 0
+		// Plan changes as they happen (stderr, like the plan itself).
+		for ; seenRecoveries < len(st.Recoveries); seenRecoveries++ {
+			r := st.Recoveries[seenRecoveries]
+			bar.note(fmt.Sprintf("recovered at step %d (%s): %d steps replayed, restored in %.0f ms; plan %s",
+				r.Step, r.Cause, r.Replayed, r.RestoreMS, r.Plan))
+		}
+		for ; seenReplans < len(st.Replans); seenReplans++ {
+			r := st.Replans[seenReplans]
+			bar.note(fmt.Sprintf("re-planned at step %d: %s; plan %s (moved in %.0f ms)", r.Step, r.Reason, r.Plan, r.MovedMS))
+		}
 		if st.Step > 0 {
 			bar.update(st.Step, st.Loss, st.SamplesPerSec)
 		}

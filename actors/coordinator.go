@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -1062,10 +1061,7 @@ func (c *Coordinator) teardown() {
 
 // Describe is a one-line summary of the plan.
 func (c *Coordinator) Describe() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s, %s, M=%d: ", c.text, c.plan.Schedule, c.plan.MicroBatches)
-	fmt.Fprintf(&b, "predicted %.1f ms/step", c.report.StepTime*1e3)
-	return b.String()
+	return fmt.Sprintf("%s, %s, M=%d: predicted %.1f ms/step", c.text, c.plan.Schedule, c.plan.MicroBatches, c.report.StepTime*1e3)
 }
 
 // waitAll waits for the futures' replies and checks each with check (called

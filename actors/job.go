@@ -257,8 +257,8 @@ type JobResult struct {
 	Plan          string   `json:"plan,omitempty"`
 	Schedule      string   `json:"schedule,omitempty"`
 	Nodes         []string `json:"nodes,omitempty"`
-	// PredictedStepMS is the simulator's step time for the plan, MeasuredStepMS
-	// the median measured one (pipelined jobs only).
+	// PredictedStepMS is the simulator's step time for the plan (pipelined
+	// jobs only), MeasuredStepMS the median measured one.
 	PredictedStepMS float64 `json:"predicted_step_ms,omitempty"`
 	MeasuredStepMS  float64 `json:"measured_step_ms,omitempty"`
 }
@@ -281,9 +281,12 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	start := time.Now()
 	var last nn.StepResult
 	var correct, seen int
+	steps := make([]float64, 0, j.Total)
 	for g := 0; g < j.Total; g++ {
+		t0 := time.Now()
 		opt.SetLR(j.LR.At(g))
 		last = tr.Step(j.Loader, g/j.StepsPerEpoch, g%j.StepsPerEpoch, g)
+		steps = append(steps, time.Since(t0).Seconds())
 		correct += last.Correct
 		seen += last.Samples
 		if progress != nil {
@@ -298,6 +301,6 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
 		Backend: be.Name(), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
-		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()),
+		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: median(steps) * 1e3,
 	}, nil
 }

@@ -239,8 +239,8 @@ func (e *stageEngine) close() {
 // stepResult is what a step reports.
 type stepResult struct {
 	forwardNs, backwardNs, updateNs, waitNs, wallNs int64
-	loss                                    float64
-	correct, samples                        int64
+	loss                                            float64
+	correct, samples                                int64
 }
 
 // step runs the program once: one training step with learning rate lr.

@@ -34,6 +34,7 @@ const (
 	rebalanceStreak   = 2    // evaluations in a row that must agree
 	rebalancePayback  = 50   // steps within which moving must pay off
 	speedSmoothing    = 0.2  // weight of the newest measurement
+	speedCap          = 1.25 // measured speed over the start-up GEMM speed, at most
 )
 
 // Replan is one change of a running job's plan.
@@ -78,6 +79,13 @@ func (c *Coordinator) observe(timings []*StageTiming) {
 			continue
 		}
 		v := c.cl.Nodes[i].Speed * pred / busy
+		// A node whose stage idles part of the time can look faster than
+		// it is: under a CPU quota (or a share of a machine) short bursts
+		// run at full speed until the quota is used up. Its GEMM speed,
+		// measured over whole quota periods at start, bounds it.
+		if n := c.node(node); n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
+			v = min(v, speedCap*n.GFLOPS/c.cfg.GFLOPS)
+		}
 		if old, ok := c.speed[node]; ok {
 			v = (1-speedSmoothing)*old + speedSmoothing*v
 		}

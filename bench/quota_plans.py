@@ -38,10 +38,11 @@ def main():
         ratios, steady = [], []
         for r in range(a.rounds):
             uni = train(http, a.steps, "uniform", ["--no-rebalance"])
+            first = train(http, a.steps, "auto", ["--no-rebalance"])
             auto = train(http, a.steps, "auto", [])
             ratios.append(auto["samples_per_sec"] / uni["samples_per_sec"])
             steady.append(uni["measured_step_ms"] / auto["measured_step_ms"])
-            for name, res in (("uniform", uni), ("auto", auto)):
+            for name, res in (("uniform", uni), ("auto, first plan kept", first), ("auto", auto)):
                 print(f"| {r + 1} | {name} | `{res['plan']}` ({res['schedule']}) | {res['samples_per_sec']:.0f} | "
                       f"{res['measured_step_ms']:.0f} | {res['predicted_step_ms']:.0f} |", flush=True)
         print(f"auto / uniform: overall {statistics.median(ratios):.2f} (runs {', '.join(f'{x:.2f}' for x in ratios)}), "

@@ -78,6 +78,12 @@ func DefaultSpec() JobSpec {
 	}
 }
 
+// Bounds of a job spec.
+const (
+	MaxBatch            = 1 << 16
+	MaxSyntheticSamples = 1 << 22
+)
+
 // ErrSpec wraps every problem with a job spec.
 var ErrSpec = errors.New("bad job spec")
 
@@ -102,6 +108,20 @@ func (s *JobSpec) Normalize() error {
 	}
 	if s.Width < 0 || math.IsNaN(s.Width) || math.IsInf(s.Width, 0) {
 		return specErr("width %v", s.Width)
+	}
+	// Bounds before anything is allocated: a spec comes from the network,
+	// and a node must refuse what would exhaust its memory, not die of it.
+	maxWidth := 16.0
+	if s.Model == "mlp32" {
+		maxWidth = 1 << 14
+	}
+	switch {
+	case s.Width > maxWidth:
+		return specErr("width %v is over %v for %s", s.Width, maxWidth, s.Model)
+	case s.Batch > MaxBatch:
+		return specErr("batch %d is over %d", s.Batch, MaxBatch)
+	case s.SyntheticSamples < 0 || s.SyntheticSamples > MaxSyntheticSamples:
+		return specErr("synthetic samples %d: want 0 to %d", s.SyntheticSamples, MaxSyntheticSamples)
 	}
 	switch s.Optimizer {
 	case "adam", "sgd":

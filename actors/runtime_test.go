@@ -159,7 +159,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		{func(s *JobSpec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }, "c"},
 		{func(s *JobSpec) { s.MicroBatches = 100 }, "micro-batches"},
 		{func(s *JobSpec) { s.Width = 1e9 }, "width"},
-		{func(s *JobSpec) { s.Batch, s.MicroBatches = 1 << 30, 4 }, "batch"},
+		{func(s *JobSpec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
 		{func(s *JobSpec) { s.SyntheticSamples = -5 }, "synthetic samples"},
 	}
 	for _, c := range cases {

@@ -50,8 +50,11 @@ type CoordinatorConfig struct {
 	// cluster's live members); otherwise Nodes. Either way only nodes that
 	// answer a ping are used.
 	LiveNodes func() []NodeInfo
-	// Store, if set, keeps the consistent cuts on disk.
-	Store *tensorio.Store
+	// Store, if set, keeps the consistent cuts on disk; Replicate, if
+	// set, then sends each cut to another node (a copy that outlives this
+	// node).
+	Store     *tensorio.Store
+	Replicate func(*tensorio.Checkpoint) error
 	// Resume, if set, is a cut of this job to continue from (a coordinator
 	// taking a job over); Generation is then the first plan generation to
 	// use, above any its predecessor used.
@@ -677,6 +680,11 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 		c.persisting.Go(func() {
 			if _, err := c.cfg.Store.Save(ck); err != nil {
 				c.log.Warn("writing a checkpoint", "step", g, "err", err)
+			}
+			if c.cfg.Replicate != nil {
+				if err := c.cfg.Replicate(ck); err != nil {
+					c.log.Warn("replicating a checkpoint", "step", g, "err", err)
+				}
 			}
 		})
 	}

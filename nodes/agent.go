@@ -2,9 +2,11 @@ package nodes
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,7 +363,7 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	a.mu.Unlock()
 
 	c, err := actors.NewCoordinator(spec, actors.CoordinatorConfig{
-		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store,
+		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store, Replicate: a.replicate,
 		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log,
 	})
 	a.mu.Lock()
@@ -402,6 +405,43 @@ func checkID(id string) error {
 		}
 	}
 	return nil
+}
+
+// replicate sends a cut to one other live node that keeps checkpoints,
+// the first by name (a deterministic choice a successor can find again).
+func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
+	var peers []cluster.Member
+	for _, m := range a.node.Members() {
+		if m.Name != a.cfg.Name && m.State == cluster.StateAlive && !m.Leaving && m.MetaErr == nil && m.Meta.Tags["http"] != "" {
+			peers = append(peers, m)
+		}
+	}
+	if len(peers) == 0 {
+		return errors.New("nodes: no other node to replicate to")
+	}
+	slices.SortFunc(peers, func(x, y cluster.Member) int { return strings.Compare(x.Name, y.Name) })
+	var buf bytes.Buffer
+	if err := tensorio.WriteCheckpoint(&buf, ck); err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range peers {
+		req, err := http.NewRequestWithContext(a.ctx, http.MethodPut, "http://"+m.Meta.Tags["http"]+"/v1/checkpoints/"+ck.JobID, bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			err = fmt.Errorf("%s answered %s", m.Name, resp.Status)
+		}
+		errs = append(errs, err) // next peer: this one may keep no checkpoints
+	}
+	return fmt.Errorf("nodes: replicating step %d of %s: %w", ck.Step, ck.JobID, errors.Join(errs...))
 }
 
 // runningJobs are the jobs this node coordinates whose coordinator exists.

@@ -175,6 +175,13 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 	if got := st.Result.Nodes; len(got) != 3 {
 		t.Fatalf("result nodes %v, want 3", got)
 	}
+	// The coordinator's cuts are replicated to the first other node by name.
+	if ck, err := as[0].Store().Latest(sub.ID, ""); err != nil || ck.Step != int64(st.Total) {
+		t.Fatalf("replica on node a: %v (err %v), want the cut at step %d", ck, err, st.Total)
+	}
+	if code := call(t, "PUT", "http://"+as[0].HTTPAddr()+"/v1/checkpoints/"+sub.ID, []byte("not a checkpoint"), nil); code != http.StatusBadRequest {
+		t.Errorf("PUT of a corrupt checkpoint: %d, want 400", code)
+	}
 
 	var status Status
 	if code := call(t, "GET", api+"/v1/status", nil, &status); code != http.StatusOK {

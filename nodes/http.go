@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 
 	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // MaxBodyBytes bounds a request body.
@@ -63,12 +64,44 @@ func (a *Agent) handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
+	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.putCheckpoint)
 	// Go's profiler, for an operator looking into a slow node (the API
 	// listens on loopback unless told otherwise).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// MaxCheckpointBytes bounds a replicated checkpoint.
+const MaxCheckpointBytes = 8 << 30
+
+// putCheckpoint keeps a replica of another node's consistent cut: the body
+// is a tensorio checkpoint file of job {job}, verified before it is stored.
+func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
+	if a.store == nil {
+		writeError(w, http.StatusServiceUnavailable, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
+		return
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, err)
+		return
+	}
+	ck, err := tensorio.ReadCheckpoint(b)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if job := r.PathValue("job"); ck.JobID != job || checkID(job) != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job))
+		return
+	}
+	if _, err := a.store.Save(ck); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {

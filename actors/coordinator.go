@@ -99,9 +99,11 @@ type Coordinator struct {
 	ys     [][]int32
 	labels []*nn.Tensor
 
-	pids   []*actor.PID
-	links  map[int]Link // to each stage
-	stages []*nn.Stage  // the coordinator's view of each stage (for gathering)
+	feeds     []int // stages that read the graph input
+	lossStage int
+	pids      []*actor.PID
+	links     map[int]Link // to each stage
+	stages    []*nn.Stage  // the coordinator's view of each stage (for gathering)
 
 	mu     sync.Mutex
 	status JobStatus
@@ -284,6 +286,7 @@ func (c *Coordinator) adopt(res *balance.Result, cl *balance.Cluster) error {
 		stages = append(stages, st)
 	}
 	c.plan, c.report, c.text, c.cl, c.stages = res.Plan, res.Report, res.Spec, cl, stages
+	c.feeds, c.lossStage = feedTargets(res.Plan)
 	c.mu.Lock()
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
@@ -616,17 +619,17 @@ func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *pro
 	for k, pid := range c.pids {
 		dones[k] = c.cfg.System.Actor.Root.RequestFuture(pid, &StepBegin{Header: c.header(), Step: uint64(g), MicroBatches: uint32(M), Lr: j.LR.At(g)}, timeout)
 	}
-	feeds, lossStage := c.feedTargets()
+	input, _ := tensorID(j.Graph, j.Graph.InputNames[0])
 	for m := 0; m < M; m++ {
 		c.xs[m], c.ys[m] = j.Loader.Micro(epoch, step, m, c.xs[m], c.ys[m])
 		c.labels[m] = labelTensor(c.ys[m], c.labels[m])
-		for _, k := range feeds {
-			if err := c.links[k].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: c.inputID()}, c.xs[m]); err != nil {
+		for _, k := range c.feeds {
+			if err := c.links[k].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: input}, c.xs[m]); err != nil {
 				return 0, nil, fmt.Errorf("step %d: feeding stage %d: %w", g, k, err)
 			}
 		}
-		if err := c.links[lossStage].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
-			return 0, nil, fmt.Errorf("step %d: labels to stage %d: %w", g, lossStage, err)
+		if err := c.links[c.lossStage].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
+			return 0, nil, fmt.Errorf("step %d: labels to stage %d: %w", g, c.lossStage, err)
 		}
 	}
 	var loss float64
@@ -772,23 +775,13 @@ func (c *Coordinator) evaluate(g int, acc progressAcc) (float64, error) {
 // gather reads every stage's state (with withOpt, optimizer state too)
 // into the coordinator's model and c.copt.
 func (c *Coordinator) gather(withOpt bool) error {
-	state := c.stateLists(withOpt)
-	return c.forEachStage(func(k int) error {
-		f := c.cfg.System.Actor.Root.RequestFuture(c.pids[k], &GatherWeights{Header: c.header(), Optimizer: withOpt}, c.cfg.Timeout)
-		reply := abortOnFailure(f, c.links[k])
-		for i, t := range state[k] {
-			tag, got, err := c.links[k].Recv(t)
-			if err != nil {
-				err = explain(err, reply)
-				return fmt.Errorf("gathering stage %d: %w", k, err)
-			}
-			if tag.Kind != KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
-				return fmt.Errorf("gathering stage %d: got %v %d of shape %v, want state tensor %d of shape %v",
-					k, tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
-			}
+	return c.moveState("gathering", withOpt, &GatherWeights{Header: c.header(), Optimizer: withOpt}, func(lk Link, i int, t *nn.Tensor) error {
+		tag, got, err := lk.Recv(t)
+		if err != nil {
+			return err
 		}
-		if err := <-reply; err != nil {
-			return fmt.Errorf("gathering stage %d: %w", k, err)
+		if tag.Kind != KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
+			return fmt.Errorf("got %v %d of shape %v, want state tensor %d of shape %v", tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
 		}
 		return nil
 	})
@@ -846,18 +839,26 @@ func (c *Coordinator) restoreAll() error {
 	if c.cut.steps == 0 {
 		return nil // every stage starts from the seed's initial state
 	}
-	state := c.stateLists(true)
+	return c.moveState("restoring", true, &RestoreStage{Header: c.header(), Steps: int64(c.cut.steps)}, func(lk Link, i int, t *nn.Tensor) error {
+		return lk.Send(Tag{Kind: KindWeights, Tensor: uint32(i)}, t)
+	})
+}
+
+// moveState moves every stage's state tensors over its coordinator link,
+// one call of move per tensor, while the stage serves the request msg; a
+// stage that fails or refuses closes the transfer (see
+// abortOnFailure).
+func (c *Coordinator) moveState(what string, withOpt bool, msg proto.Message, move func(lk Link, i int, t *nn.Tensor) error) error {
+	state := c.stateLists(withOpt)
 	return c.forEachStage(func(k int) error {
-		f := c.cfg.System.Actor.Root.RequestFuture(c.pids[k], &RestoreStage{Header: c.header(), Steps: int64(c.cut.steps)}, c.cfg.Timeout)
-		reply := abortOnFailure(f, c.links[k])
+		reply := abortOnFailure(c.cfg.System.Actor.Root.RequestFuture(c.pids[k], msg, c.cfg.Timeout), c.links[k])
 		for i, t := range state[k] {
-			if err := c.links[k].Send(Tag{Kind: KindWeights, Tensor: uint32(i)}, t); err != nil {
-				err = explain(err, reply)
-				return fmt.Errorf("restoring stage %d: %w", k, err)
+			if err := move(c.links[k], i, t); err != nil {
+				return fmt.Errorf("%s stage %d: %w", what, k, explain(err, reply))
 			}
 		}
 		if err := <-reply; err != nil {
-			return fmt.Errorf("restoring stage %d: %w", k, err)
+			return fmt.Errorf("%s stage %d: %w", what, k, err)
 		}
 		return nil
 	})
@@ -987,15 +988,10 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-func (c *Coordinator) inputID() uint32 {
-	id, _ := tensorID(c.job.Graph, c.job.Graph.InputNames[0])
-	return id
-}
-
-// feedTargets returns the stages that read the graph input and the loss
-// stage.
-func (c *Coordinator) feedTargets() (feeds []int, loss int) {
-	for k, sp := range c.plan.Stages {
+// feedTargets returns the stages of p that read the graph input and the
+// loss stage.
+func feedTargets(p *balance.Plan) (feeds []int, loss int) {
+	for k, sp := range p.Stages {
 		for _, in := range sp.Program {
 			if in.Op == balance.OpRecvAct && in.Peer == balance.Coordinator {
 				feeds = append(feeds, k)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,7 +284,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 	want := a.eng.outgoing()
 	for _, d := range msg.GetDial() {
 		to := int(d.GetTo())
-		if int(d.GetFrom()) != me || !containsInt(want, to) || a.eng.peers[to] != nil {
+		if int(d.GetFrom()) != me || !slices.Contains(want, to) || a.eng.peers[to] != nil {
 			return fmt.Errorf("stage %d: unexpected link %d -> %d", me, d.GetFrom(), to)
 		}
 		lk, err := a.host.DataPlane.Dial(d.GetAddr(), stageHello(spec, me, to), a.linkOptions(spec))
@@ -315,15 +316,6 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 	}
 	a.closeListeners()
 	return nil
-}
-
-func containsInt(s []int, x int) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // runAsync runs f on a goroutine and sends its reply to the requester;

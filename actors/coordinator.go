@@ -663,8 +663,11 @@ func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *pro
 // checkpoint makes the state after step g the latest consistent cut: every
 // stage's parameters and optimizer state are gathered into the
 // coordinator's model (the pipeline is drained between steps, so the cut
-// is consistent) and, with a store, written to disk in the background.
-// It returns what the cut cost the pipeline.
+// is consistent). Recovery may use it at once, from memory. With a store
+// it is then written to disk and replicated (cfg.Replicate) in the
+// background, and reported as the latest cut (JobStatus.LatestCut, Cuts)
+// only once every copy is written and acknowledged; without a store, at
+// once. It returns what the cut cost the pipeline.
 func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) {
 	t0 := time.Now()
 	c.persisting.Wait() // the model's tensors are the previous cut's until written
@@ -675,22 +678,30 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 	cost := time.Since(t0)
 	c.cutCost = cost
 	c.mu.Lock()
-	c.status.LatestCut, c.status.Cuts = g, c.status.Cuts+1
 	c.status.CheckpointMS = float64(cost.Microseconds()) / 1e3
-	c.mu.Unlock()
-	if c.cfg.Store != nil {
-		ck := c.checkpointFile(g)
-		c.persisting.Go(func() {
-			if _, err := c.cfg.Store.Save(ck); err != nil {
-				c.log.Warn("writing a checkpoint", "step", g, "err", err)
-			}
-			if c.cfg.Replicate != nil {
-				if err := c.cfg.Replicate(ck); err != nil {
-					c.log.Warn("replicating a checkpoint", "step", g, "err", err)
-				}
-			}
-		})
+	if c.cfg.Store == nil {
+		c.status.LatestCut, c.status.Cuts = g, c.status.Cuts+1
 	}
+	c.mu.Unlock()
+	if c.cfg.Store == nil {
+		return cost, nil
+	}
+	ck := c.checkpointFile(g)
+	c.persisting.Go(func() {
+		if _, err := c.cfg.Store.Save(ck); err != nil {
+			c.log.Warn("writing a checkpoint; the cut is not durable", "step", g, "err", err)
+			return
+		}
+		if c.cfg.Replicate != nil {
+			if err := c.cfg.Replicate(ck); err != nil {
+				c.log.Warn("replicating a checkpoint; the cut is not durable", "step", g, "err", err)
+				return
+			}
+		}
+		c.mu.Lock()
+		c.status.LatestCut, c.status.Cuts = max(c.status.LatestCut, g), c.status.Cuts+1
+		c.mu.Unlock()
+	})
 	return cost, nil
 }
 

@@ -64,6 +64,11 @@ type JobSpec struct {
 	// CheckpointEvery is the interval of consistent cuts in steps (0:
 	// chosen from their measured cost, about 2% of the training time).
 	CheckpointEvery int `json:"checkpoint_every,omitempty"`
+	// Replicas is the number of copies of each consistent cut and of the
+	// job's record: the coordinator's own and Replicas-1 on other nodes
+	// (0: DefaultReplicas; 1 to MaxReplicas). A job survives the loss of
+	// its coordinator's node when Replicas >= 2.
+	Replicas int `json:"replicas"`
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
@@ -82,6 +87,8 @@ func DefaultSpec() JobSpec {
 const (
 	MaxBatch            = 1 << 16
 	MaxSyntheticSamples = 1 << 22
+	DefaultReplicas     = 2
+	MaxReplicas         = 8
 )
 
 // ErrSpec wraps every problem with a job spec.
@@ -139,6 +146,12 @@ func (s *JobSpec) Normalize() error {
 	}
 	if s.Threads < 0 || s.MaxNodes < 0 || s.CheckpointEvery < 0 {
 		return specErr("negative threads, max nodes or checkpoint interval")
+	}
+	if s.Replicas == 0 {
+		s.Replicas = DefaultReplicas
+	}
+	if s.Replicas < 1 || s.Replicas > MaxReplicas {
+		return specErr("replicas %d: want 1 to %d copies of each cut", s.Replicas, MaxReplicas)
 	}
 	if s.Partition == "" {
 		s.Partition = "auto"

@@ -19,11 +19,74 @@
 // controller), [RequireCPUQuota] skips the test and says why.
 //
 // Every wait has a deadline and waits on an event: a ready line, a
-// process exit, an HTTP answer. After each test the harness stops its
-// nodes (SIGTERM, SIGKILL after a deadline, and an error if a node needed
-// it or exited non-zero), removes their cgroups and checks for leaks: no
-// child process of the test binary is left and nothing listens on a
-// node's ports any more.
+// process exit, an HTTP answer, a log line. After each test the harness
+// stops its nodes (SIGCONT to a paused one, SIGTERM, SIGKILL after a
+// deadline, and an error if a node needed it or exited non-zero), removes
+// their cgroups and checks for leaks: no child process of the test binary
+// is left and nothing listens on a node's ports any more.
+//
+// Faults: [Cluster.Kill] (SIGKILL), [Cluster.Pause] and [Cluster.Resume]
+// (SIGSTOP, SIGCONT), [Cluster.Stop] (SIGTERM: a graceful leave), and,
+// between nodes in network namespaces, [Network.Cut] and
+// [Network.Restore].
+//
+// # Network namespaces
+//
+// [NewNetCluster] runs each node in a network namespace of its own,
+// joined to a bridge in a hub namespace by a veth pair (10.213.0.0/24; the
+// hub's bridge is .1, the nodes .11, .12, ...). The root namespace is left
+// alone: the test reaches the nodes' HTTP APIs through sockets it opens
+// inside the hub namespace. [Network.Cut] drops every packet between two
+// nodes, both ways, with an htb qdisc on each one's egress whose class for
+// the other's address ends in a pfifo of limit 0 (this kernel has neither
+// netem nor the gact drop action, nor iptables or nft tools); TCP
+// connections stay open and silent, as on a cut cable. Namespaces are
+// named ppnt-<pid>-<seq>-<node>; they are removed after the nodes are
+// stopped (the test fails if a process is still in one, or one is left),
+// and a later test run removes those of a test process that died. Without
+// root, ip, tc or the kernel's support, [RequireNetns] skips the test and
+// says why; every other test runs on 127.0.0.1 as before.
+//
+// # Scenarios
+//
+// Fault-injection tests are scripts in testdata/scenarios/*.txt, run by
+// [RunScenarios] (TestScenarios), one subtest per file; a failure names the
+// file and line. One statement a line; words are separated by blanks, a
+// word with blanks is quoted ("..."), # starts a comment:
+//
+//	slow                           skipped with -short
+//	start N [threads=T] [quota=Q,...] [netns]
+//	                               nodes a, b, c, ... (netns: each in its
+//	                               own network namespace); waits until a
+//	                               sees them all
+//	train MODEL key=value...       submits one deterministic job to a (or
+//	                               via=NODE): width data samples batch
+//	                               micro epochs steps partition schedule
+//	                               checkpoint_every optimizer lr seed
+//	                               max_nodes no_rebalance id
+//	at step N ACTION               waits until the job has trained N steps
+//	                               and trains, then does ACTION
+//	kill|stop|cont|leave NODE      SIGKILL, SIGSTOP, SIGCONT, SIGTERM (and
+//	                               waits until it has left)
+//	cut link X Y, restore link X Y (netns clusters)
+//	wait recovery N                N recoveries listed and a step completed
+//	                               after the last
+//	wait state PREFIX              e.g. paused (a recovery attempt failed)
+//	wait alive NODE MEMBER         NODE sees MEMBER alive
+//	wait log NODE "TEXT"           a line of NODE's stderr holds TEXT
+//	expect done|failed CHECK...    waits for the job's end, then checks:
+//	                               recoveries replans (counts), replayed
+//	                               recovery_ms (every recovery's), sha
+//	                               (=fault-free: the job trained in this
+//	                               process), cause replan error (~ TEXT:
+//	                               contains); ops = < <= > >= ~
+//
+// The waits take within=D (defaults: 2 min for the job's steps, 3 min for
+// its end, 30 s for other events). The scenario reads its job's status
+// every 10 ms; after the run it logs, for each fault, a line starting
+// "measure:" with the time from the fault to the first step completed
+// after the recovery that followed it (seen from the test, within the 10
+// ms), the coordinator's detect and restore times and the steps replayed.
 //
 // # Tests
 //
@@ -37,4 +100,13 @@
 // answered 400 with a clear message, and no job starts. `ppnode demo`
 // runs a short job and leaves no process or cgroup behind. With -short a
 // reduced set of exactness cases runs.
+//
+// Faults (scenarios): a stage node killed mid-job; two killed one after
+// the other; one hung (SIGSTOP) until the job recovered without it, then
+// continued, its old stage fenced off by the plan generation; the link
+// between two stage nodes cut until a recovery attempt failed on it, then
+// restored; a graceful leave. Each job ends with the weights of the run
+// without the fault and replays at most K steps per recovery. With -short
+// only the single kill runs. TestNetworkCut checks the cut itself: only
+// the two nodes lose each other, both ways, until Restore.
 package integration

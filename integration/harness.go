@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,6 +131,10 @@ type Node struct {
 	exited chan struct{} // closed when the process has been waited for
 	err    error         // the process's exit, valid after exited
 	killed bool          // by Kill, on the test goroutine
+	client *http.Client  // reaches the node's HTTP API
+
+	mu     sync.Mutex // guards paused
+	paused bool       // by Pause (SIGSTOP), until Resume
 }
 
 // Exited is closed when the node's process has ended.
@@ -141,9 +146,11 @@ type Cluster struct {
 	t   testing.TB
 	bin string
 
+	net *Network // nil: nodes run in this network namespace, on 127.0.0.1
+
 	mu    sync.Mutex // guards nodes and ports
 	nodes []*Node
-	ports []int // every port a node announced
+	ports []int // every port a node announced (outside namespaces)
 }
 
 // NewCluster returns an empty cluster; nodes join with Join.
@@ -156,19 +163,42 @@ func NewCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// NewNetCluster returns an empty cluster whose nodes each run in a
+// network namespace of their own (see [Network]); the test is skipped
+// where namespaces cannot be made. The namespaces are removed after the
+// nodes are stopped.
+func NewNetCluster(t testing.TB) *Cluster {
+	t.Helper()
+	nw := NewNetwork(t) // its cleanup runs after the cluster's
+	c := NewCluster(t)
+	c.net = nw
+	return c
+}
+
+// Network is the cluster's namespaces, or nil.
+func (c *Cluster) Network() *Network { return c.net }
+
 // StartCluster starts one node per option: the first alone, the others
 // at once with the first as their seed. Nodes without a name are called
 // a, b, c, ...
 func StartCluster(t testing.TB, opts ...NodeOptions) *Cluster {
 	t.Helper()
 	c := NewCluster(t)
+	c.StartAll(opts...)
+	return c
+}
+
+// StartAll starts nodes as StartCluster does, in an empty cluster.
+func (c *Cluster) StartAll(opts ...NodeOptions) {
+	t := c.t
+	t.Helper()
 	for i := range opts {
 		if opts[i].Name == "" {
 			opts[i].Name = string(rune('a' + i))
 		}
 	}
 	if len(opts) == 0 {
-		return c
+		return
 	}
 	c.Join(opts[0])
 	var started []*Node
@@ -184,7 +214,6 @@ func StartCluster(t testing.TB, opts ...NodeOptions) *Cluster {
 			t.Fatal(err)
 		}
 	}
-	return c
 }
 
 // Join starts a node and waits for its ready line.
@@ -233,12 +262,21 @@ func (c *Cluster) seed() string {
 }
 
 // Start starts a node without waiting for it: `ppnode join` on
-// 127.0.0.1 port 0, seeded by the first running node.
+// 127.0.0.1 port 0 (in a cluster with a Network: on the node's address in
+// its namespace), seeded by the first running node.
 func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	if o.Name == "" {
 		o.Name = string(rune('a' + len(c.Nodes())))
 	}
-	args := []string{"join", "--name", o.Name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+	host := "127.0.0.1"
+	if c.net != nil {
+		ip, err := c.net.AddNode(o.Name)
+		if err != nil {
+			return nil, err
+		}
+		host = ip
+	}
+	args := []string{"join", "--name", o.Name, "--bind", host + ":0", "--http", host + ":0"}
 	if s := c.seed(); s != "" {
 		args = append(args, "--seeds", s)
 	}
@@ -246,15 +284,22 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 		args = append(args, "--threads", strconv.Itoa(o.Threads))
 	}
 	args = append(args, o.Args...)
-	n := &Node{opts: o, ready: make(chan Ready, 1), exited: make(chan struct{})}
+	n := &Node{opts: o, ready: make(chan Ready, 1), exited: make(chan struct{}), client: client}
 	name, argv := c.bin, args
+	if c.net != nil {
+		var err error
+		if name, argv, err = c.net.Command(o.Name, c.bin, args); err != nil {
+			return nil, err
+		}
+		n.client = c.net.Client()
+	}
 	if o.CPUQuota > 0 {
 		dir, err := MakeCgroup(fmt.Sprintf("ppnode-test-%d-%s", os.Getpid(), o.Name), o.CPUQuota)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: CPU quota: %w", o.Name, err)
 		}
 		n.cgroup = dir
-		name, argv = InCgroup(dir, c.bin, args)
+		name, argv = InCgroup(dir, name, argv)
 	}
 	n.stdout = newLineLog(200, func(line string) {
 		rest, ok := strings.CutPrefix(line, "ready ")
@@ -286,7 +331,7 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
 	c.mu.Unlock()
-	c.t.Logf("node %s: started pid %d: ppnode %s (quota %v)", o.Name, n.cmd.Process.Pid, strings.Join(args, " "), o.CPUQuota)
+	c.t.Logf("node %s: started pid %d: ppnode %s (quota %v%s)", o.Name, n.cmd.Process.Pid, strings.Join(args, " "), o.CPUQuota, map[bool]string{true: ", own network namespace"}[c.net != nil])
 	return n, nil
 }
 
@@ -324,16 +369,19 @@ func (n *Node) ports() []int {
 // Stop sends SIGTERM and waits for the node to leave; after StopTimeout
 // it kills it. It returns an error if the node had to be killed or
 // exited with a failure. Stopping a stopped node returns its first
-// result again.
+// result again. A paused node is resumed first.
 func (c *Cluster) Stop(n *Node) error {
-	c.mu.Lock()
-	c.ports = append(c.ports, n.ports()...)
-	c.mu.Unlock()
+	c.notePorts(n)
 	defer RemoveCgroupAfter(n.cgroup, n.exited)
 	select {
 	case <-n.exited:
 		return n.exitError()
 	default:
+	}
+	if n.isPaused() {
+		if err := c.Resume(n); err != nil {
+			return err
+		}
 	}
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	timer := time.NewTimer(StopTimeout)
@@ -355,15 +403,83 @@ func (n *Node) exitError() error {
 	return nil
 }
 
-// Kill kills the node with SIGKILL (a crash) and waits for it.
-func (c *Cluster) Kill(n *Node) {
+// notePorts records the node's ports for the leak check; in a namespace
+// they are not this process's (the namespace's removal is checked).
+func (c *Cluster) notePorts(n *Node) {
+	if c.net != nil {
+		return
+	}
 	c.mu.Lock()
 	c.ports = append(c.ports, n.ports()...)
 	c.mu.Unlock()
+}
+
+// Pause stops the node with SIGSTOP (a hung machine): it neither computes
+// nor answers, and its sockets stay open.
+func (c *Cluster) Pause(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.paused {
+		return fmt.Errorf("node %s is already paused", n.opts.Name)
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("node %s: SIGSTOP: %w", n.opts.Name, err)
+	}
+	n.paused = true
+	return nil
+}
+
+// Resume continues a paused node with SIGCONT.
+func (c *Cluster) Resume(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.paused {
+		return fmt.Errorf("node %s is not paused", n.opts.Name)
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("node %s: SIGCONT: %w", n.opts.Name, err)
+	}
+	n.paused = false
+	return nil
+}
+
+func (n *Node) isPaused() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.paused
+}
+
+// Kill kills the node with SIGKILL (a crash) and waits for it.
+func (c *Cluster) Kill(n *Node) {
+	c.notePorts(n)
 	n.cmd.Process.Kill()
 	<-n.exited
 	n.killed = true
+	n.mu.Lock()
+	n.paused = false
+	n.mu.Unlock()
 	RemoveCgroup(n.cgroup)
+}
+
+// WaitLog waits for a line of the node's stderr that contains substr,
+// among its last lines or to come, and returns it.
+func (n *Node) WaitLog(substr string, timeout time.Duration) (string, error) {
+	ch := n.stderr.watch(substr)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case line := <-ch:
+		return line, nil
+	case <-n.exited:
+		select {
+		case line := <-ch:
+			return line, nil
+		default:
+		}
+		return "", fmt.Errorf("node %s exited (%v) before it logged %q", n.opts.Name, n.err, substr)
+	case <-timer.C:
+		return "", fmt.Errorf("node %s did not log %q within %v", n.opts.Name, substr, timeout)
+	}
 }
 
 // stopAll stops every node that still runs, the last started first, and
@@ -557,9 +673,16 @@ type lineLog struct {
 	max    int
 	onLine func(string)
 
-	mu      sync.Mutex // guards partial and lines
+	mu      sync.Mutex // guards partial, lines and watches
 	partial []byte
 	lines   []string
+	watches []lineWatch
+}
+
+// lineWatch waits for a line containing substr.
+type lineWatch struct {
+	substr string
+	ch     chan string // buffered: gets the first such line
 }
 
 func newLineLog(max int, onLine func(string)) *lineLog {
@@ -582,6 +705,13 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		if len(l.lines) > l.max {
 			l.lines = l.lines[len(l.lines)-l.max:]
 		}
+		l.watches = slices.DeleteFunc(l.watches, func(w lineWatch) bool {
+			if strings.Contains(line, w.substr) {
+				w.ch <- line
+				return true
+			}
+			return false
+		})
 	}
 	l.mu.Unlock()
 	if l.onLine != nil {
@@ -590,6 +720,22 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// watch returns a channel that gets the first of the kept lines, or of
+// the lines to come, that contains substr.
+func (l *lineLog) watch(substr string) <-chan string {
+	ch := make(chan string, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			ch <- line
+			return ch
+		}
+	}
+	l.watches = append(l.watches, lineWatch{substr, ch})
+	return ch
 }
 
 func (l *lineLog) tail(n int) string {
@@ -628,7 +774,7 @@ func Poll(what string, timeout, interval time.Duration, cond func() (bool, error
 var client = &http.Client{Timeout: 10 * time.Second}
 
 // getJSON decodes the JSON answer of GET http://addr/path into v.
-func getJSON(addr, path string, v any) error {
+func getJSON(client *http.Client, addr, path string, v any) error {
 	resp, err := client.Get("http://" + addr + path)
 	if err != nil {
 		return err
@@ -663,7 +809,7 @@ type NodeStatus struct {
 // Status returns the node's GET /v1/status.
 func (n *Node) Status() (NodeStatus, error) {
 	var s NodeStatus
-	err := getJSON(n.HTTP, "/v1/status", &s)
+	err := getJSON(n.client, n.HTTP, "/v1/status", &s)
 	return s, err
 }
 
@@ -695,7 +841,7 @@ func (n *Node) Submit(spec any) (SubmitReply, error) {
 	if err != nil {
 		return SubmitReply{}, err
 	}
-	resp, err := client.Post("http://"+n.HTTP+"/v1/jobs", "application/json", bytes.NewReader(body))
+	resp, err := n.client.Post("http://"+n.HTTP+"/v1/jobs", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return SubmitReply{}, err
 	}
@@ -715,7 +861,7 @@ func (n *Node) Submit(spec any) (SubmitReply, error) {
 // Job returns GET /v1/jobs/{id}.
 func (n *Node) Job(id string) (actors.JobStatus, error) {
 	var s actors.JobStatus
-	err := getJSON(n.HTTP, "/v1/jobs/"+id, &s)
+	err := getJSON(n.client, n.HTTP, "/v1/jobs/"+id, &s)
 	return s, err
 }
 

@@ -2,11 +2,9 @@ package nodes
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -103,12 +101,15 @@ type Agent struct {
 	loops  sync.WaitGroup // event loop and HTTP server
 	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
 
-	mu      sync.Mutex // guards jobs, order, seq, closed and changed
+	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records and the jobs' rec
 	jobs    map[string]*job
 	order   []string // job ids in submission order
 	seq     int
 	closed  bool
 	changed chan struct{} // closed and replaced at every membership event
+	// records are the records of jobs coordinated elsewhere that this
+	// node holds (see failover.go).
+	records map[string]*JobRecord
 
 	stopOnce sync.Once
 	stopErr  error
@@ -119,6 +120,18 @@ type job struct {
 	c      *actors.Coordinator
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned
+
+	// rec is the job's record as last sent to its holders (guarded by
+	// Agent.mu); takeover is how this node got the job (nil: submitted
+	// here); superseded is set when a newer coordinator took it over
+	// (guarded by Agent.mu).
+	rec        JobRecord
+	takeover   *Takeover
+	superseded bool
+	movedTo    string // the coordinator that superseded this node
+	// dropped are former holders told that they no longer hold the job
+	// (used by the persisting goroutine and, after it, Run's).
+	dropped []string
 }
 
 // Start starts a node: it measures the node, starts the actor system, the
@@ -174,7 +187,8 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 
-	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{})}
+	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{}),
+		records: map[string]*JobRecord{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -220,11 +234,14 @@ func Start(cfg Config) (a *Agent, err error) {
 	if a.httpLn, err = net.Listen("tcp", cfg.HTTP); err != nil {
 		return nil, fmt.Errorf("nodes: HTTP: %w", err)
 	}
+	tags := map[string]string{tagHTTP: a.httpLn.Addr().String()}
+	if a.store != nil {
+		tags[tagStore] = "1"
+	}
 	a.node, err = cluster.Start(cluster.Config{
 		Name: cfg.Name, BindAddr: cfg.Bind, AdvertiseAddr: cfg.Advertise, Seeds: cfg.Seeds,
 		Meta: cluster.Meta{
-			ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile,
-			Tags: map[string]string{"http": a.httpLn.Addr().String()},
+			ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile, Tags: tags,
 		},
 		SecretKey: key, Logger: cfg.Logger,
 	})
@@ -246,8 +263,15 @@ func Start(cfg Config) (a *Agent, err error) {
 	return a, nil
 }
 
+// Tags of the gossiped node metadata.
+const (
+	tagHTTP  = "http"  // the HTTP API's host:port
+	tagStore = "store" // "1": the node keeps checkpoints (it can hold cuts)
+)
+
 // watch follows the membership: members that fail or leave have their
-// actor endpoints terminated.
+// actor endpoints terminated, and the jobs whose coordinator they were
+// are taken over (see failover.go).
 func (a *Agent) watch() {
 	defer a.loops.Done()
 	actorAddr := map[string]string{} // member name -> its last known actor address
@@ -276,6 +300,7 @@ func (a *Agent) watch() {
 					a.sys.EndpointTerminated(addr)
 				}
 			}
+			a.considerTakeovers()
 		}
 		a.log.Info("nodes: member "+strings.ToLower(strings.TrimPrefix(ev.Kind.String(), "Event")), "member", m.Name, "gossip", m.Addr)
 		a.mu.Lock()
@@ -340,7 +365,10 @@ var (
 
 // Submit plans spec over the live members and starts it in the
 // background; this node coordinates it. An empty spec.ID gets a unique
-// one. A bad spec (wrapping actors.ErrSpec) starts nothing.
+// one. A bad spec (wrapping actors.ErrSpec) starts nothing. The job's
+// record goes to the nodes that will hold its copies before Submit
+// returns (a holder that does not answer is logged, and sent the record
+// again with the next cut).
 func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	a.mu.Lock()
 	if a.closed {
@@ -354,7 +382,8 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 		a.mu.Unlock()
 		return nil, err
 	}
-	if _, ok := a.jobs[spec.ID]; ok {
+	_, coordinated := a.jobs[spec.ID]
+	if _, held := a.records[spec.ID]; coordinated || held {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrJobID, spec.ID)
 	}
@@ -362,86 +391,84 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	a.runs.Add(1)
 	a.mu.Unlock()
 
-	c, err := actors.NewCoordinator(spec, actors.CoordinatorConfig{
-		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store, Replicate: a.replicate,
-		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log,
-	})
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err == nil && a.closed {
-		err = ErrClosed
+	c, err := actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0))
+	if err == nil {
+		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
 	}
 	if err != nil {
+		a.mu.Lock()
 		delete(a.jobs, spec.ID)
+		a.mu.Unlock()
 		a.runs.Done()
 		return nil, err
 	}
+	rec := JobRecord{ID: spec.ID, Spec: spec, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
+	rec.Holders = chooseHolders(nil, peerNames(a.peers()), spec.Replicas-1)
+	if err := a.launch(c, rec, rec, nil); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// coordinatorConfig configures a coordinator of this node; resume and gen
+// are CoordinatorConfig's Resume and Generation (a takeover's).
+func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64) actors.CoordinatorConfig {
+	return actors.CoordinatorConfig{
+		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store, Replicate: a.replicate,
+		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen,
+	}
+}
+
+// launch starts a planned job whose id is reserved in a.jobs (with a.runs
+// counting it): it sends the record rec to the holders (and to those of
+// prev, the record they knew before, if they are no longer holders) and
+// runs the job in the background. It releases the reservation if the node
+// is closing.
+func (a *Agent) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Takeover) error {
+	id := rec.ID
+	a.mu.Lock()
+	if a.closed {
+		delete(a.jobs, id)
+		a.mu.Unlock()
+		a.runs.Done()
+		return ErrClosed
+	}
 	ctx, cancel := context.WithCancel(a.ctx)
-	j := &job{c: c, cancel: cancel, done: make(chan struct{})}
-	a.jobs[spec.ID] = j
-	a.order = append(a.order, spec.ID)
-	a.log.Info("nodes: job planned", "job", spec.ID, "plan", c.Describe())
+	j := &job{c: c, cancel: cancel, done: make(chan struct{}), rec: prev.clone(), takeover: takeover}
+	a.jobs[id] = j
+	a.order = append(a.order, id)
+	a.mu.Unlock()
+	a.log.Info("nodes: job planned", "job", id, "plan", c.Describe(), "holders", rec.Holders)
+	a.sendRecord(j, rec, recordTimeout)
 	go func() {
 		defer a.runs.Done()
 		defer close(j.done)
 		defer cancel()
 		res, err := c.Run(ctx)
 		if err != nil {
-			a.log.Warn("nodes: job failed", "job", spec.ID, "err", err)
-			return
+			a.log.Warn("nodes: job failed", "job", id, "err", err)
+		} else {
+			a.log.Info("nodes: job done", "job", id, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
 		}
-		a.log.Info("nodes: job done", "job", spec.ID, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
+		a.finish(j, res, err)
 	}()
-	return c, nil
+	return nil
 }
 
 func checkID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrBadID)
+	}
 	if len(id) > maxIDBytes {
 		return fmt.Errorf("%w: longer than %d bytes", ErrBadID, maxIDBytes)
 	}
 	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("%w: %q (use letters, digits, '-', '_' and '.')", ErrBadID, id)
+		// The checkpoint store's rule: the id names a directory.
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("%w: %q (use letters, digits, '-' and '_')", ErrBadID, id)
 		}
 	}
 	return nil
-}
-
-// replicate sends a cut to one other live node that keeps checkpoints,
-// the first by name (a deterministic choice a successor can find again).
-func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
-	var peers []cluster.Member
-	for _, m := range a.node.Members() {
-		if m.Name != a.cfg.Name && m.State == cluster.StateAlive && !m.Leaving && m.MetaErr == nil && m.Meta.Tags["http"] != "" {
-			peers = append(peers, m)
-		}
-	}
-	if len(peers) == 0 {
-		return errors.New("nodes: no other node to replicate to")
-	}
-	slices.SortFunc(peers, func(x, y cluster.Member) int { return strings.Compare(x.Name, y.Name) })
-	var buf bytes.Buffer
-	if err := tensorio.WriteCheckpoint(&buf, ck); err != nil {
-		return err
-	}
-	var errs []error
-	for _, m := range peers {
-		req, err := http.NewRequestWithContext(a.ctx, http.MethodPut, "http://"+m.Meta.Tags["http"]+"/v1/checkpoints/"+ck.JobID, bytes.NewReader(buf.Bytes()))
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return nil
-			}
-			err = fmt.Errorf("%s answered %s", m.Name, resp.Status)
-		}
-		errs = append(errs, err) // next peer: this one may keep no checkpoints
-	}
-	return fmt.Errorf("nodes: replicating step %d of %s: %w", ck.Step, ck.JobID, errors.Join(errs...))
 }
 
 // runningJobs are the jobs this node coordinates whose coordinator exists.
@@ -457,19 +484,48 @@ func (a *Agent) runningJobs() []*job {
 	return out
 }
 
-// Job returns the status of a job this node coordinates.
-func (a *Agent) Job(id string) (actors.JobStatus, error) {
-	a.mu.Lock()
-	j := a.jobs[id]
-	a.mu.Unlock()
-	if j == nil {
-		return actors.JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+// JobStatus is a job as the node that coordinates it reports it: the
+// coordinator's progress, and where the job's copies are.
+type JobStatus struct {
+	actors.JobStatus
+	// Coordinator is this node; Holders are the nodes that keep the job's
+	// record and a copy of its cuts.
+	Coordinator string   `json:"coordinator"`
+	Holders     []string `json:"holders"`
+	Replicas    int      `json:"replicas"`
+	// Takeover, if set, is how this node took the job over from a dead
+	// coordinator.
+	Takeover *Takeover `json:"takeover,omitempty"`
+	// MovedTo, if set, is the node that took the job over from this one
+	// (this node had been declared dead): follow the job there.
+	MovedTo string `json:"moved_to,omitempty"`
+}
+
+// status returns j's status; a.mu must be held.
+func (a *Agent) status(j *job) JobStatus {
+	st := JobStatus{JobStatus: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.Spec.Replicas,
+		MovedTo: j.movedTo}
+	if j.takeover != nil {
+		t := *j.takeover
+		st.Takeover = &t
 	}
-	return j.c.Status(), nil
+	return st
+}
+
+// Job returns the status of a job this node coordinates.
+func (a *Agent) Job(id string) (JobStatus, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j := a.jobs[id]
+	if j == nil {
+		return JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	return a.status(j), nil
 }
 
 // Cancel asks a job this node coordinates to stop; it stops at its next
-// step.
+// step, and its record tells the holders that it failed (they do not take
+// it over).
 func (a *Agent) Cancel(id string) error {
 	a.mu.Lock()
 	j := a.jobs[id]
@@ -482,48 +538,52 @@ func (a *Agent) Cancel(id string) error {
 }
 
 // Wait waits until a job this node coordinates has ended or ctx is done.
-func (a *Agent) Wait(ctx context.Context, id string) (actors.JobStatus, error) {
+func (a *Agent) Wait(ctx context.Context, id string) (JobStatus, error) {
 	a.mu.Lock()
 	j := a.jobs[id]
 	a.mu.Unlock()
 	if j == nil {
-		return actors.JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+		return JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
 	}
+	var err error
 	select {
 	case <-j.done:
-		return j.c.Status(), nil
 	case <-ctx.Done():
-		return j.c.Status(), ctx.Err()
+		err = ctx.Err()
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status(j), err
 }
 
 // Jobs returns the status of the jobs this node coordinates, oldest
 // first.
-func (a *Agent) Jobs() []actors.JobStatus {
+func (a *Agent) Jobs() []JobStatus {
 	a.mu.Lock()
-	var js []*job
+	defer a.mu.Unlock()
+	out := make([]JobStatus, 0, len(a.order))
 	for _, id := range a.order {
-		js = append(js, a.jobs[id])
-	}
-	a.mu.Unlock()
-	out := make([]actors.JobStatus, 0, len(js))
-	for _, j := range js {
-		out = append(out, j.c.Status())
+		if j := a.jobs[id]; j != nil {
+			out = append(out, a.status(j))
+		}
 	}
 	return out
 }
 
 // Status is a node's view of itself and the cluster (GET /v1/status).
 type Status struct {
-	Name    string             `json:"name"`
-	Version string             `json:"version"`
-	Gossip  string             `json:"gossip"`
-	Actors  string             `json:"actors"`
-	HTTP    string             `json:"http"`
-	DataDir string             `json:"data_dir,omitempty"`
-	Profile Profile            `json:"profile"`
-	Members []MemberStatus     `json:"members"`
-	Jobs    []actors.JobStatus `json:"jobs"`
+	Name    string         `json:"name"`
+	Version string         `json:"version"`
+	Gossip  string         `json:"gossip"`
+	Actors  string         `json:"actors"`
+	HTTP    string         `json:"http"`
+	DataDir string         `json:"data_dir,omitempty"`
+	Profile Profile        `json:"profile"`
+	Members []MemberStatus `json:"members"`
+	Jobs    []JobStatus    `json:"jobs"`
+	// Records are the records of jobs coordinated elsewhere that this
+	// node holds.
+	Records []JobRecord `json:"records,omitempty"`
 }
 
 // Profile is a node's measured speed and size.
@@ -549,10 +609,10 @@ type MemberStatus struct {
 func (a *Agent) Status() Status {
 	s := Status{
 		Name: a.cfg.Name, Version: Version, Gossip: a.node.Addr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
-		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(),
+		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(), Records: a.Records(),
 	}
 	for _, m := range a.node.Members() {
-		ms := MemberStatus{Name: m.Name, Gossip: m.Addr, Actors: m.Meta.ActorAddr, HTTP: m.Meta.Tags["http"],
+		ms := MemberStatus{Name: m.Name, Gossip: m.Addr, Actors: m.Meta.ActorAddr, HTTP: m.Meta.Tags[tagHTTP],
 			Version: m.Meta.Version, Profile: toProfile(m.Meta.Profile)}
 		switch {
 		case m.State == cluster.StateAlive && m.Leaving:

@@ -20,7 +20,8 @@
 // there receive Terminated (protoactor's remote has no keepalive).
 //
 // Leave and Close stop, in order: new submissions, the jobs this node
-// coordinates (a job notices at its next step), the HTTP server, the
+// coordinates (a job notices at its next step; its record is left
+// running, so a holder takes it over, see below), the HTTP server, the
 // membership, and the actor system; they return once every goroutine and
 // listener of the agent is gone.
 //
@@ -36,12 +37,70 @@
 //	                      more stages than nodes (nothing is started);
 //	                      409 for an id in use. Training then runs in this
 //	                      node and survives the client.
-//	GET    /v1/jobs       [actors.JobStatus] of the jobs this node coordinates
-//	GET    /v1/jobs/{id}  actors.JobStatus; 404 if unknown
-//	DELETE /v1/jobs/{id}  cancels the job (it stops at its next step): 202
-//	GET    /v1/status     [Status]: the node, the members, the jobs
+//	GET    /v1/jobs       [JobStatus] of the jobs this node coordinates
+//	GET    /v1/jobs/{id}  JobStatus (actors.JobStatus with the coordinator,
+//	                      holders and takeover); 404 if this node does not
+//	                      coordinate it
+//	DELETE /v1/jobs/{id}  cancels the job (it stops at its next step; its
+//	                      record says failed, so it is not taken over): 202
+//	GET    /v1/status     [Status]: the node, the members (with their HTTP
+//	                      addresses), the jobs, the records held
+//	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
+//	                      checkpoint file, verified before it is kept): 204
+//	GET    /v1/checkpoints/{job}         [CutList]: the steps of the cuts kept
+//	GET    /v1/checkpoints/{job}/{step}  the cut's file as stored (the
+//	                      reader verifies it)
+//	PUT    /v1/jobrecords/{id}  a [JobRecord] from the job's coordinator:
+//	                      204; 400 for a bad record, 409 for one older than
+//	                      the record held
+//	GET    /v1/jobrecords       the records this node holds
+//	GET    /v1/jobrecords/{id}  the record held, or the one this node sent
+//	                      as the job's coordinator; 404 otherwise
 //
 // Floats that JSON cannot carry (a diverged job's NaN loss) are sent as 0.
 //
-// Request bodies are limited to 1 MiB.
+// Request bodies are limited to 1 MiB (checkpoints to MaxCheckpointBytes).
+//
+// # Coordinator failover
+//
+// A job has Spec.Replicas copies (default 2): the coordinator's own
+// store, and Replicas-1 holders, other live nodes with a store chosen
+// deterministically (the current holders while they answer, then the
+// others by name). At submission, before the 201, the coordinator sends
+// the holders the job's [JobRecord]: the normalised spec, the coordinator,
+// the holders, the newest plan generation, the state. With every cut it
+// writes its own copy, PUTs the cut to the holders, then the record (with
+// the cut's generation); the cut becomes the job's latest consistent cut
+// (JobStatus.LatestCut) only once all of this is acknowledged. All of it
+// runs in the background: the pipeline only waits if the previous cut is
+// still being written when the next one is gathered. When the job ends
+// the record says done (with the result) or failed.
+//
+// A holder that sees the coordinator's node fail or leave (memberlist)
+// computes the successor: the holder with the smallest name among the
+// members it sees alive and not leaving. Every holder computes the same
+// from the same record, so no message is needed to agree; a holder that
+// fails later makes the others compute again. Only the successor acts: it
+// takes the newest cut whose copy verifies (its own copies, then the other
+// live holders', newest step first, its own first at equal steps; a
+// damaged file is skipped for an older step or another copy; a fetched
+// copy replaces the local one), or none (the job restarts from step 0),
+// creates an actors.Coordinator with Resume and a Generation of a new
+// term (the high 32 bits of a generation count the takeovers, so the
+// successor's plans are above anything its predecessor used, even after
+// its last record), and runs it under the same job id, as if submitted
+// there: the job is in its GET /v1/jobs with a [Takeover]. The new record
+// goes to the new holders, to the former ones (who drop it if no longer
+// holders) and to the former coordinator: one that was wrongly declared
+// dead stops its run when it hears of the newer term (fencing), and its
+// GET /v1/jobs/{id} then names the new coordinator (moved_to). A record
+// older than the one held (lower term, or lower revision in the same term)
+// is refused with 409.
+//
+// Deterministic replay makes the final weights those of a run without
+// the fault. Limits: records are kept in memory only (a holder that
+// restarts forgets them); a job whose coordinator and all holders die is
+// lost; `ppnode train --via` finds the successor by asking every member it
+// knows (GET /v1/jobs/{id}, then /v1/jobrecords/{id} for a job that ended
+// meanwhile).
 package nodes

@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strconv"
 
 	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/tensorio"
@@ -34,7 +36,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		js := a.Jobs()
 		for i := range js {
-			finite(&js[i])
+			finite(&js[i].JobStatus)
 		}
 		writeJSON(w, http.StatusOK, js)
 	})
@@ -44,7 +46,7 @@ func (a *Agent) handler() http.Handler {
 			writeError(w, http.StatusNotFound, err)
 			return
 		}
-		finite(&st)
+		finite(&st.JobStatus)
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -54,17 +56,31 @@ func (a *Agent) handler() http.Handler {
 			return
 		}
 		st, _ := a.Job(id)
-		finite(&st)
+		finite(&st.JobStatus)
 		writeJSON(w, http.StatusAccepted, st)
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
 		for i := range st.Jobs {
-			finite(&st.Jobs[i])
+			finite(&st.Jobs[i].JobStatus)
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.putCheckpoint)
+	mux.HandleFunc("GET /v1/checkpoints/{job}", a.listCheckpoints)
+	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", a.getCheckpoint)
+	mux.HandleFunc("PUT /v1/jobrecords/{id}", a.putRecord)
+	mux.HandleFunc("GET /v1/jobrecords", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.Records())
+	})
+	mux.HandleFunc("GET /v1/jobrecords/{id}", func(w http.ResponseWriter, r *http.Request) {
+		rec, err := a.Record(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rec)
+	})
 	// Go's profiler, for an operator looking into a slow node (the API
 	// listens on loopback unless told otherwise).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -99,6 +115,94 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := a.store.Save(ck); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listCheckpoints answers which cuts of job {job} this node keeps.
+func (a *Agent) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	job := r.PathValue("job")
+	if err := checkID(job); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if a.store == nil {
+		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
+		return
+	}
+	steps, err := a.store.Steps(job, "")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, CutList{Job: job, Steps: append([]int64{}, steps...)})
+}
+
+// getCheckpoint sends the checkpoint file of job {job} at step {step} as
+// it is on disk (the receiver verifies it).
+func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+	job := r.PathValue("job")
+	if err := checkID(job); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	step, err := strconv.ParseInt(r.PathValue("step"), 10, 64)
+	if err != nil || step < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: step %q: want a non-negative integer", r.PathValue("step")))
+		return
+	}
+	if a.store == nil {
+		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
+		return
+	}
+	f, err := os.Open(a.store.Path(job, "", step))
+	if err != nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("nodes: no checkpoint of job %q at step %d here", job, step))
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if fi, err := f.Stat(); err == nil {
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	}
+	io.Copy(w, f)
+}
+
+// putRecord keeps the record of a job coordinated elsewhere (see
+// acceptRecord): 204; 400 for a bad record, 409 for one older than the
+// record held, 413 for a body over MaxBodyBytes.
+func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
+	var rec JobRecord
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", ErrRecord, MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", ErrRecord, err))
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", ErrRecord))
+		return
+	}
+	if id := r.PathValue("id"); rec.ID != id {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: record of job %q sent as job %q", ErrRecord, rec.ID, id))
+		return
+	}
+	if err := rec.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := a.acceptRecord(rec); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, ErrStaleRecord) {
+			code = http.StatusConflict
+		}
+		writeError(w, code, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -178,10 +282,17 @@ func finite(st *actors.JobStatus) {
 	}
 	if st.Result != nil {
 		r := *st.Result
-		for _, f := range []*float64{&r.TrainLoss, &r.TrainAccuracy, &r.TestAccuracy, &r.SamplesPerSec,
-			&r.Seconds, &r.Epochs, &r.PredictedStepMS, &r.MeasuredStepMS} {
-			fix(f)
-		}
+		finiteResult(&r)
 		st.Result = &r
+	}
+}
+
+// finiteResult replaces the floats of r that JSON cannot carry by 0.
+func finiteResult(r *actors.JobResult) {
+	for _, f := range []*float64{&r.TrainLoss, &r.TrainAccuracy, &r.TestAccuracy, &r.SamplesPerSec,
+		&r.Seconds, &r.Epochs, &r.PredictedStepMS, &r.MeasuredStepMS} {
+		if math.IsNaN(*f) || math.IsInf(*f, 0) {
+			*f = 0
+		}
 	}
 }

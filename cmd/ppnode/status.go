@@ -113,6 +113,16 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			if j.Cuts > 0 {
 				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, last cost %.0f ms)\n", j.LatestCut, j.Cuts, j.CheckpointMS)
 			}
+			if j.Replicas > 0 {
+				fmt.Fprintf(w, "  copies of the cuts and the job record: %d wanted; held by %s and %v\n", j.Replicas, st.Name, j.Holders)
+			}
+			if tk := j.Takeover; tk != nil {
+				fmt.Fprintf(w, "  taken over from %s at %s: resumed from step %d (%s), generation %d, ready in %.0f ms\n",
+					tk.From, tk.At.Format(time.TimeOnly), tk.Step, tk.Source, tk.Generation, tk.PrepareMS)
+			}
+			if j.MovedTo != "" {
+				fmt.Fprintf(w, "  moved to %s (this node was declared dead and the job taken over)\n", j.MovedTo)
+			}
 			for _, r := range j.Recoveries {
 				fmt.Fprintf(w, "  recovery at step %d: %s; detected after %.0f ms, restored in %.0f ms, %d steps replayed; plan %s\n",
 					r.Step, r.Cause, r.DetectMS, r.RestoreMS, r.Replayed, r.Plan)
@@ -135,6 +145,12 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 	}
 	if njobs == 0 {
 		fmt.Fprintln(w, "\nno jobs")
+	}
+	for _, st := range all {
+		for _, r := range st.Records {
+			fmt.Fprintf(w, "%s holds the record of job %s: %s, coordinator %s, holders %v, generation %d\n",
+				st.Name, r.ID, r.State, r.Coordinator, r.Holders, r.Generation)
+		}
 	}
 	for name, err := range cs.Unreachable {
 		fmt.Fprintf(w, "(could not ask %s for its jobs: %s)\n", name, err)

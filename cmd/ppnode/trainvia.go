@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +29,7 @@ type clusterFlags struct {
 	schedule  string
 	maxNodes  int
 	ckptEvery int
+	replicas  int
 	fixed     bool
 }
 
@@ -36,6 +39,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b or graph")
 	fs.IntVar(&c.maxNodes, "max-nodes", 0, "use at most this many nodes (0: as many as help)")
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its measured cost, ~2% of the time)")
+	fs.IntVar(&c.replicas, "replicas", actors.DefaultReplicas, fmt.Sprintf("copies of each consistent cut and of the job's record, the coordinator's own included (1 to %d); with 2 or more the job survives the loss of its coordinator's node", actors.MaxReplicas))
 	fs.BoolVar(&c.fixed, "no-rebalance", false, "keep the first plan (otherwise an automatic plan follows measured speeds, joins and leaves)")
 }
 
@@ -52,8 +56,11 @@ func trainVia(spec actors.JobSpec, f *trainFlags, c *clusterFlags, stdout, stder
 	if c.maxNodes < 0 || c.ckptEvery < 0 {
 		return usagef("--max-nodes and --checkpoint-every want 0 or more")
 	}
+	if c.replicas < 1 || c.replicas > actors.MaxReplicas {
+		return usagef("--replicas %d: want 1 to %d", c.replicas, actors.MaxReplicas)
+	}
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
-	spec.CheckpointEvery, spec.NoRebalance = c.ckptEvery, c.fixed
+	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
 	_, err := followJob(c.via, spec, f.json, stdout, stderr)
 	var se specError
 	if errors.As(err, &se) {
@@ -62,16 +69,30 @@ func trainVia(spec actors.JobSpec, f *trainFlags, c *clusterFlags, stdout, stder
 	return err
 }
 
-// pollEvery is how often followJob asks for the job's progress.
-const pollEvery = 300 * time.Millisecond
+// How followJob follows a job.
+const (
+	// pollEvery is how often followJob asks for the job's progress.
+	pollEvery = 300 * time.Millisecond
+	// lostAfter is how many failed polls in a row make followJob look for
+	// the job on the other nodes (the coordinator's node may be dead).
+	lostAfter = 3
+	// searchFor bounds that search: failure detection, then the successor
+	// reading the cut and planning.
+	searchFor = 2 * time.Minute
+	// refreshEvery is how many polls pass between refreshes of the member
+	// list.
+	refreshEvery = 10
+)
 
 // followJob submits spec through the node whose HTTP address is via, shows
 // the plan on stderr and a progress bar while the job trains, and prints
 // the result with printResult (asJSON: the JSON of `train --local`, with
-// plan, schedule and nodes). On SIGINT it stops following and returns an
-// error saying the job keeps running in the cluster. A job that fails
-// returns its error; a refused spec returns an error that wraps
-// actors.ErrSpec.
+// plan, schedule and nodes). If the coordinator's node stops answering, it
+// asks the other members for the job until the node that took it over
+// answers, says so on stderr, and follows the job there. On SIGINT it
+// stops following and returns an error saying the job keeps running in the
+// cluster. A job that fails returns its error; a refused spec returns an
+// error that wraps actors.ErrSpec.
 func followJob(via string, spec actors.JobSpec, asJSON bool, stdout, stderr io.Writer) (*actors.JobResult, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -93,31 +114,63 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 	for _, s := range sub.Status.Stages {
 		fmt.Fprintf(stderr, "  stage %d on %s: %s\n", s.ID, s.Node, s.Layers)
 	}
+	f := &follower{id: sub.ID, cur: via, members: map[string]string{}}
+	f.refresh(ctx, via)
 	bar := newProgress(stderr, max(sub.Status.Total, 1), asJSON)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	failures, seenRecoveries, seenReplans := 0, 0, 0
+	failures, polls, seenRecoveries, seenReplans := 0, 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
 			bar.done()
 			return nil, fmt.Errorf("interrupted: job %s keeps running in the cluster (see ppnode status --via %s; stop it with DELETE http://%s/v1/jobs/%s)",
-				sub.ID, via, via, sub.ID)
+				sub.ID, f.cur, f.cur, sub.ID)
 		case <-tick.C:
 		}
-		var st actors.JobStatus
-		if err := api.do(ctx, http.MethodGet, "/v1/jobs/"+sub.ID, nil, &st, 10*time.Second); err != nil {
+		var st nodes.JobStatus
+		err := newAPI(f.cur).do(ctx, http.MethodGet, "/v1/jobs/"+sub.ID, nil, &st, 10*time.Second)
+		if err == nil && st.MovedTo != "" {
+			err = fmt.Errorf("the job moved to %s", st.MovedTo) // this node was declared dead
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				continue // the select above reports the interruption
 			}
 			var ae *apiError
-			if failures++; failures >= 10 || (errors.As(err, &ae) && ae.code == http.StatusNotFound) {
-				bar.done()
-				return nil, fmt.Errorf("lost track of job %s: %w", sub.ID, err)
+			if failures++; failures < lostAfter && (!errors.As(err, &ae) || ae.code != http.StatusNotFound) {
+				continue
 			}
-			continue
+			lost := f.name(f.cur)
+			found, rec, serr := f.search(ctx)
+			if serr != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				bar.done()
+				return nil, fmt.Errorf("lost track of job %s after %s stopped answering (%v): %w", sub.ID, lost, err, serr)
+			}
+			if rec != nil { // the job ended while nobody was asked
+				bar.done()
+				if rec.State == nodes.RecordDone {
+					return rec.Result, printResult(rec.Result, asJSON, stdout, stderr)
+				}
+				return nil, fmt.Errorf("job %s failed: %s", sub.ID, rec.Error)
+			}
+			st = found
+			if name := f.name(f.cur); name != lost {
+				msg := fmt.Sprintf("coordinator %s lost; job taken over by %s", lost, name)
+				if tk := st.Takeover; tk != nil && tk.To == name {
+					msg += fmt.Sprintf(" from step %d", tk.Step)
+				}
+				bar.note(msg)
+			}
+			seenRecoveries, seenReplans = 0, 0 // the new coordinator's own
 		}
 		failures = 0
+		if polls++; polls%refreshEvery == 0 {
+			f.refresh(ctx, f.cur)
+		}
 		// Plan changes as they happen (stderr, like the plan itself).
 		for ; seenRecoveries < len(st.Recoveries); seenRecoveries++ {
 			r := st.Recoveries[seenRecoveries]
@@ -141,6 +194,76 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 		case "failed":
 			bar.done()
 			return nil, fmt.Errorf("job %s failed: %s", sub.ID, st.Error)
+		}
+	}
+}
+
+// follower keeps what followJob knows about the cluster: the node that
+// coordinates the job and the members' HTTP addresses.
+type follower struct {
+	id      string
+	cur     string            // HTTP address of the node followed
+	members map[string]string // member name -> HTTP address
+}
+
+// name is the member name of an HTTP address (the address if unknown).
+func (f *follower) name(addr string) string {
+	for n, a := range f.members {
+		if a == addr {
+			return n
+		}
+	}
+	return addr
+}
+
+// refresh learns the members' HTTP addresses from the node at addr
+// (GET /v1/status); members that are gone are kept, in case they are
+// back. It reports whether the node answered.
+func (f *follower) refresh(ctx context.Context, addr string) bool {
+	var st nodes.Status
+	if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/status", nil, &st, 3*time.Second); err != nil {
+		return false
+	}
+	f.members[st.Name] = addr
+	for _, m := range st.Members {
+		if m.HTTP != "" {
+			f.members[m.Name] = m.HTTP
+		}
+	}
+	return true
+}
+
+// search asks every known member, in name order, for the job until one
+// coordinates it (found, and f.cur is that node) or a holder's record says
+// it has ended (rec), for at most searchFor.
+func (f *follower) search(ctx context.Context) (found nodes.JobStatus, rec *nodes.JobRecord, err error) {
+	ctx, cancel := context.WithTimeout(ctx, searchFor)
+	defer cancel()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	refreshed := false
+	for {
+		names := slices.Sorted(maps.Keys(f.members))
+		for _, n := range names {
+			addr := f.members[n]
+			var st nodes.JobStatus
+			if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/jobs/"+f.id, nil, &st, 2*time.Second); err == nil && st.MovedTo == "" {
+				f.cur = addr
+				return st, nil, nil
+			}
+			var r nodes.JobRecord
+			if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/jobrecords/"+f.id, nil, &r, 2*time.Second); err == nil &&
+				(r.State == nodes.RecordDone && r.Result != nil || r.State == nodes.RecordFailed) {
+				return found, &r, nil
+			}
+			if !refreshed {
+				refreshed = f.refresh(ctx, addr) // members that joined since
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return found, nil, fmt.Errorf("no node of %v coordinates the job after %v", names, searchFor)
+		case <-tick.C:
 		}
 	}
 }

@@ -1,0 +1,577 @@
+package nodes
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// Timeouts of the failover traffic between nodes.
+const (
+	// recordTimeout bounds sending a job record to one node.
+	recordTimeout = 5 * time.Second
+	// fetchTimeout bounds reading a cut from another node.
+	fetchTimeout = 2 * time.Minute
+	// maxFinishedRecords bounds the records of ended jobs a node keeps.
+	maxFinishedRecords = 64
+)
+
+// peer is another member that can hold copies of a job.
+type peer struct{ name, http string }
+
+// peers are the other members that can hold a job's copies: alive, not
+// leaving, with an HTTP API and a checkpoint store; sorted by name.
+func (a *Agent) peers() []peer {
+	var out []peer
+	for _, m := range a.node.Members() {
+		if m.Name != a.cfg.Name && m.State == cluster.StateAlive && !m.Leaving && m.MetaErr == nil &&
+			m.Meta.Tags[tagHTTP] != "" && m.Meta.Tags[tagStore] == "1" {
+			out = append(out, peer{m.Name, m.Meta.Tags[tagHTTP]})
+		}
+	}
+	slices.SortFunc(out, func(x, y peer) int { return strings.Compare(x.name, y.name) })
+	return out
+}
+
+func peerNames(ps []peer) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.name
+	}
+	return out
+}
+
+// memberHTTP returns the HTTP addresses of the members this node believes
+// alive, by name.
+func (a *Agent) memberHTTP() map[string]string {
+	out := map[string]string{}
+	for _, m := range a.node.Members() {
+		if m.State == cluster.StateAlive && m.MetaErr == nil && m.Meta.Tags[tagHTTP] != "" {
+			out[m.Name] = m.Meta.Tags[tagHTTP]
+		}
+	}
+	return out
+}
+
+// replicate is the coordinators' CoordinatorConfig.Replicate: it sends a
+// cut of a job this node coordinates to Spec.Replicas-1 other nodes (the
+// current holders while they can take it, then the others by name), then
+// the job's record with the holders that acknowledged the cut and the
+// cut's plan generation. It fails unless as many holders acknowledged as
+// the cluster has nodes to hold copies (with fewer such nodes than asked,
+// every one of them).
+func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
+	a.mu.Lock()
+	j := a.jobs[ck.JobID]
+	var rec JobRecord
+	if j != nil {
+		rec = j.rec.clone()
+	}
+	a.mu.Unlock()
+	if j == nil {
+		return fmt.Errorf("nodes: replicating a cut of job %q, which this node does not coordinate", ck.JobID)
+	}
+	want := rec.Spec.Replicas - 1
+	peers := a.peers()
+	byName := map[string]string{}
+	for _, p := range peers {
+		byName[p.name] = p.http
+	}
+	order := chooseHolders(rec.Holders, peerNames(peers), len(peers))
+	var body []byte
+	if want > 0 && len(order) > 0 {
+		var buf bytes.Buffer
+		if err := tensorio.WriteCheckpoint(&buf, ck); err != nil {
+			return err
+		}
+		body = buf.Bytes()
+	}
+	var holders []string
+	var errs []error
+	for _, name := range order {
+		if len(holders) == want {
+			break
+		}
+		err := a.put(a.ctx, byName[name], "/v1/checkpoints/"+ck.JobID, "application/octet-stream", body, fetchTimeout)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue // the next node by name takes its place
+		}
+		holders = append(holders, name)
+	}
+	if gen, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
+		rec.Generation = max(rec.Generation, gen)
+	}
+	rec.Holders = holders
+	rec.Revision++
+	failed := a.sendRecord(j, rec, recordTimeout)
+	if len(holders) < min(want, len(order)) {
+		return fmt.Errorf("nodes: step %d of %s has %d of %d replicas: %w", ck.Step, ck.JobID, len(holders), want, errors.Join(errs...))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("nodes: the record of %s did not reach %v", ck.JobID, failed)
+	}
+	if len(holders) < want {
+		a.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.Spec.Replicas, "holders", holders)
+	}
+	return nil
+}
+
+// sendRecord makes rec the record of job j and sends it to rec's holders,
+// to former holders (who then drop their copy), and to the job's former
+// coordinators if they are alive again (which makes them stop theirs: see
+// acceptRecord). It returns the holders that did not acknowledge it.
+// Calls for one job must not overlap.
+func (a *Agent) sendRecord(j *job, rec JobRecord, timeout time.Duration) (failed []string) {
+	a.mu.Lock()
+	prev := j.rec.Holders
+	if !j.superseded {
+		j.rec = rec.clone()
+	}
+	a.mu.Unlock()
+	targets := slices.Clone(rec.Holders)
+	for _, h := range append(slices.Clone(prev), j.dropped...) {
+		if !slices.Contains(rec.Holders, h) && !slices.Contains(targets, h) {
+			targets = append(targets, h)
+		}
+	}
+	j.dropped = nil
+	for _, t := range rec.Takeovers {
+		if t.From != a.cfg.Name && !slices.Contains(targets, t.From) {
+			targets = append(targets, t.From)
+		}
+	}
+	body, err := json.Marshal(rec)
+	if err != nil { // a result that JSON cannot carry
+		a.log.Error("nodes: encoding a job record", "job", rec.ID, "err", err)
+		return rec.Holders
+	}
+	addrs := a.memberHTTP()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range targets {
+		holder := slices.Contains(rec.Holders, name)
+		addr, ok := addrs[name]
+		if !ok {
+			if holder {
+				failed = append(failed, name)
+			} else if slices.Contains(prev, name) {
+				j.dropped = append(j.dropped, name) // tell it when it is back
+			}
+			continue
+		}
+		wg.Go(func() {
+			err := a.put(context.WithoutCancel(a.ctx), addr, "/v1/jobrecords/"+rec.ID, "application/json", body, timeout)
+			if err != nil && holder {
+				a.log.Warn("nodes: sending a job record", "job", rec.ID, "to", name, "err", err)
+				mu.Lock()
+				failed = append(failed, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// finish tells the holders how job j ended, unless this node is shutting
+// down (the job did not end: a holder takes it over) or another node took
+// the job over.
+func (a *Agent) finish(j *job, res *actors.JobResult, runErr error) {
+	a.mu.Lock()
+	superseded := j.superseded
+	rec := j.rec.clone()
+	a.mu.Unlock()
+	if superseded || a.ctx.Err() != nil {
+		return
+	}
+	rec.Revision++
+	if runErr != nil {
+		rec.State, rec.Error = RecordFailed, runErr.Error()
+		if len(rec.Error) > maxErrorBytes {
+			rec.Error = rec.Error[:maxErrorBytes]
+		}
+	} else {
+		r := *res
+		finiteResult(&r)
+		rec.State, rec.Result = RecordDone, &r
+	}
+	if failed := a.sendRecord(j, rec, recordTimeout); len(failed) > 0 {
+		a.log.Warn("nodes: the end of a job is not known to all its holders", "job", rec.ID, "missing", failed)
+	}
+}
+
+// put sends body to http://addr+path with PUT and expects 204.
+func (a *Agent) put(ctx context.Context, addr, path, contentType string, body []byte, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		var e ErrorReply
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s: %s", resp.Status, e.Error)
+		}
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return nil
+}
+
+// Records returns the records this node holds for jobs coordinated
+// elsewhere, by job id.
+func (a *Agent) Records() []JobRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]JobRecord, 0, len(a.records))
+	for _, r := range a.records {
+		out = append(out, r.clone())
+	}
+	slices.SortFunc(out, func(x, y JobRecord) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// Record returns the record of a job: the one this node holds, or, for a
+// job it coordinates, the one it last sent.
+func (a *Agent) Record(id string) (JobRecord, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j := a.jobs[id]; j != nil {
+		return j.rec.clone(), nil
+	}
+	if r := a.records[id]; r != nil {
+		return r.clone(), nil
+	}
+	return JobRecord{}, fmt.Errorf("%w: %q", ErrNoJob, id)
+}
+
+// acceptRecord keeps a job record sent by the job's coordinator (rec is
+// valid). A record older than the one held is refused (ErrStaleRecord).
+// A node that is not among the holders drops its copy. A newer record of a
+// job this node coordinates names another coordinator: this node was
+// declared dead and its job taken over, so it stops its own run (fencing).
+func (a *Agent) acceptRecord(rec JobRecord) error {
+	a.mu.Lock()
+	if j, ok := a.jobs[rec.ID]; ok {
+		switch {
+		case j == nil:
+			a.mu.Unlock()
+			return fmt.Errorf("%w: job %q is being planned or taken over here", ErrStaleRecord, rec.ID)
+		case rec.Coordinator == a.cfg.Name || !rec.supersedes(&j.rec):
+			a.mu.Unlock()
+			return fmt.Errorf("%w: job %q: this node coordinates it at generation %d revision %d, the record is of generation %d revision %d",
+				ErrStaleRecord, rec.ID, j.rec.Generation, j.rec.Revision, rec.Generation, rec.Revision)
+		}
+		if !j.superseded {
+			a.log.Warn("nodes: another node took over a job of this node; stopping it", "job", rec.ID, "coordinator", rec.Coordinator)
+			j.superseded = true
+			j.cancel()
+		}
+		j.movedTo = rec.Coordinator
+	}
+	if old := a.records[rec.ID]; old != nil && !rec.supersedes(old) {
+		a.mu.Unlock()
+		return fmt.Errorf("%w: job %q: held generation %d revision %d, sent generation %d revision %d",
+			ErrStaleRecord, rec.ID, old.Generation, old.Revision, rec.Generation, rec.Revision)
+	}
+	if !slices.Contains(rec.Holders, a.cfg.Name) {
+		delete(a.records, rec.ID)
+		a.mu.Unlock()
+		return nil
+	}
+	r := rec.clone()
+	a.records[rec.ID] = &r
+	a.pruneRecords()
+	a.mu.Unlock()
+	if rec.State == RecordRunning {
+		a.considerTakeovers() // its coordinator may be gone already
+	}
+	return nil
+}
+
+// pruneRecords drops the oldest records of ended jobs beyond
+// maxFinishedRecords (by id: job ids carry no time). a.mu must be held.
+func (a *Agent) pruneRecords() {
+	var ended []string
+	for id, r := range a.records {
+		if r.State != RecordRunning {
+			ended = append(ended, id)
+		}
+	}
+	if len(ended) <= maxFinishedRecords {
+		return
+	}
+	slices.Sort(ended)
+	for _, id := range ended[:len(ended)-maxFinishedRecords] {
+		delete(a.records, id)
+	}
+}
+
+// considerTakeovers starts a takeover of every running job whose record
+// this node holds, whose coordinator is no longer a member, and whose
+// successor is this node.
+func (a *Agent) considerTakeovers() {
+	members := map[string]bool{} // name -> usable as a successor
+	for _, m := range a.node.Members() {
+		members[m.Name] = m.State == cluster.StateAlive && !m.Leaving && m.MetaErr == nil
+	}
+	usable := func(name string) bool { return members[name] }
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	for id, r := range a.records {
+		if _, present := members[r.Coordinator]; present || r.State != RecordRunning {
+			continue
+		}
+		if s := successor(r, usable); s != a.cfg.Name {
+			a.log.Info("nodes: a job's coordinator is gone; another holder takes it over", "job", id, "coordinator", r.Coordinator, "successor", s)
+			continue
+		}
+		if j, ok := a.jobs[id]; ok && (j == nil || !j.superseded || !isClosed(j.done)) {
+			continue // taken over already, or still running here
+		}
+		a.jobs[id] = nil // reserved until the takeover starts the job or gives up
+		a.order = slices.DeleteFunc(a.order, func(o string) bool { return o == id })
+		a.runs.Add(1)
+		go a.takeOver(r.clone())
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// takeOver makes this node the coordinator of the job of rec, whose
+// coordinator died: it reads the newest complete, verified cut it can find
+// (its own copies, then those of the other holders), plans the job over
+// the live nodes with a generation of a new term, and runs it as if it
+// had been submitted here. Without any cut the job restarts from step 0.
+// The reservation of the job's id in a.jobs and one count of a.runs are
+// the caller's, handed over.
+func (a *Agent) takeOver(rec JobRecord) {
+	t0 := time.Now()
+	a.log.Warn("nodes: taking over a job whose coordinator is gone", "job", rec.ID, "coordinator", rec.Coordinator)
+	ck, source := a.latestCut(rec)
+	gen := rec.Generation
+	var step int64
+	if ck != nil {
+		step = ck.Step
+		if g, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
+			gen = max(gen, g)
+		}
+	}
+	gen = nextTerm(gen)
+	tk := Takeover{From: rec.Coordinator, To: a.cfg.Name, Step: step, Source: source, Generation: gen, At: t0}
+	next := rec.clone()
+	next.Coordinator, next.Generation, next.Revision = a.cfg.Name, gen, 1
+	next.Takeovers = append(next.Takeovers, tk)
+	if n := len(next.Takeovers); n > maxTakeovers {
+		next.Takeovers = next.Takeovers[n-maxTakeovers:]
+	}
+	c, err := actors.NewCoordinator(rec.Spec, a.coordinatorConfig(ck, gen))
+	if err != nil {
+		a.mu.Lock()
+		delete(a.jobs, rec.ID)
+		closed := a.closed
+		a.mu.Unlock()
+		a.runs.Done()
+		if closed {
+			return // a holder still alive takes it over
+		}
+		a.log.Error("nodes: taking over a job failed", "job", rec.ID, "err", err)
+		next.Holders = slices.DeleteFunc(next.Holders, func(h string) bool { return h == a.cfg.Name })
+		next.State, next.Error = RecordFailed, fmt.Sprintf("taking the job over on %s: %v", a.cfg.Name, err)
+		if len(next.Error) > maxErrorBytes {
+			next.Error = next.Error[:maxErrorBytes]
+		}
+		a.sendRecord(&job{rec: rec}, next, recordTimeout)
+		return
+	}
+	tk.PrepareMS = float64(time.Since(t0).Microseconds()) / 1e3
+	next.Takeovers[len(next.Takeovers)-1] = tk
+	next.Holders = chooseHolders(slices.DeleteFunc(slices.Clone(rec.Holders), func(h string) bool { return h == a.cfg.Name }),
+		peerNames(a.peers()), rec.Spec.Replicas-1)
+	a.mu.Lock()
+	delete(a.records, rec.ID)
+	a.mu.Unlock()
+	// The record's former holders hear of the new coordinator through
+	// sendRecord: launch's job starts with the old holders as j.rec.
+	old := rec.clone()
+	old.Holders = slices.DeleteFunc(old.Holders, func(h string) bool { return h == a.cfg.Name })
+	if err := a.launch(c, old, next, &tk); err != nil {
+		return
+	}
+	a.log.Warn("nodes: took a job over", "job", rec.ID, "from", rec.Coordinator, "step", step, "source", source,
+		"generation", gen, "prepare_ms", tk.PrepareMS, "holders", next.Holders)
+}
+
+// cutSource is a copy of a cut: in this node's store (http == "") or on
+// another node.
+type cutSource struct {
+	node, http string
+	step       int64
+}
+
+// latestCut returns the newest complete, verified cut of rec's job that
+// this node or another live holder keeps, and says where it was found. A
+// copy that is damaged or cannot be read is skipped for the next newest
+// (this node's copy first at equal steps). With no usable copy it returns
+// nil: the job restarts from step 0.
+func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
+	var srcs []cutSource
+	var skipped []string
+	if a.store != nil {
+		steps, err := a.store.Steps(rec.ID, "")
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("own store: %v", err))
+		}
+		for _, st := range steps {
+			srcs = append(srcs, cutSource{node: a.cfg.Name, step: st})
+		}
+	}
+	addrs := a.memberHTTP()
+	for _, h := range rec.Holders {
+		addr, ok := addrs[h]
+		if h == a.cfg.Name || !ok {
+			continue
+		}
+		var list CutList
+		if err := a.getJSON(addr, "/v1/checkpoints/"+rec.ID, &list, recordTimeout); err != nil {
+			a.log.Warn("nodes: asking a holder for its cuts", "job", rec.ID, "holder", h, "err", err)
+			continue
+		}
+		for _, st := range list.Steps {
+			srcs = append(srcs, cutSource{node: h, http: addr, step: st})
+		}
+	}
+	slices.SortStableFunc(srcs, func(x, y cutSource) int {
+		if c := cmp.Compare(y.step, x.step); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.http, y.http) // own copy ("") first
+	})
+	for _, s := range srcs {
+		ck, err := a.readCut(rec.ID, s)
+		if err != nil {
+			a.log.Warn("nodes: skipping a damaged or unreadable cut", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
+			skipped = append(skipped, fmt.Sprintf("step %d on %s", s.step, s.node))
+			continue
+		}
+		where := "this node's store"
+		if s.http != "" {
+			where = "the replica on " + s.node
+			if a.store != nil {
+				if _, err := a.store.Save(ck); err != nil {
+					a.log.Warn("nodes: keeping a fetched cut", "job", rec.ID, "step", s.step, "err", err)
+				}
+			}
+		}
+		if len(skipped) > 0 {
+			where += " (skipped " + strings.Join(skipped, ", ") + ")"
+		}
+		return ck, where
+	}
+	if len(skipped) > 0 {
+		return nil, "no usable cut (skipped " + strings.Join(skipped, ", ") + "): restarted"
+	}
+	return nil, "no cut yet: restarted"
+}
+
+// readCut reads and verifies one copy of a cut.
+func (a *Agent) readCut(id string, s cutSource) (*tensorio.Checkpoint, error) {
+	var ck *tensorio.Checkpoint
+	if s.http == "" {
+		var err error
+		if ck, err = a.store.Load(id, "", s.step); err != nil {
+			return nil, err
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/v1/checkpoints/%s/%d", s.http, id, s.step), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s", resp.Status)
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxCheckpointBytes+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > MaxCheckpointBytes {
+			return nil, fmt.Errorf("over %d bytes", int64(MaxCheckpointBytes))
+		}
+		if ck, err = tensorio.ReadCheckpoint(b); err != nil {
+			return nil, err
+		}
+	}
+	if ck.JobID != id || ck.Step != s.step || ck.Part != "" {
+		return nil, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
+	}
+	return ck, nil
+}
+
+// getJSON decodes the JSON answer of GET http://addr+path into v.
+func (a *Agent) getJSON(addr, path string, v any, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(a.ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// CutList is the answer to GET /v1/checkpoints/{job}: the steps of the
+// job's whole-model cuts this node keeps (not verified), oldest first.
+type CutList struct {
+	Job   string  `json:"job"`
+	Steps []int64 `json:"steps"`
+}

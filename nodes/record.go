@@ -1,0 +1,228 @@
+package nodes
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ppnode/ppnode/actors"
+)
+
+// JobRecord is what the nodes holding copies of a job know about it: enough
+// for one of them to take the job over when its coordinator's node dies
+// (see the package documentation, "Coordinator failover"). The coordinator
+// sends it to the holders at submission, with every cut and when the job
+// ends (PUT /v1/jobrecords/{id}).
+type JobRecord struct {
+	ID string `json:"id"`
+	// Spec is the job's normalised spec (Spec.ID is ID).
+	Spec actors.JobSpec `json:"spec"`
+	// Coordinator is the node that runs the job; Holders are the other
+	// nodes that keep this record and a copy of every cut (at most
+	// Spec.Replicas-1 of them).
+	Coordinator string   `json:"coordinator"`
+	Holders     []string `json:"holders"`
+	// Generation is the newest plan generation the coordinator is known to
+	// have used. Its high 32 bits are the coordinator's term: every
+	// takeover starts a new term, so the successor's plans are newer than
+	// anything its predecessor sent (see nextTerm).
+	Generation uint64 `json:"generation"`
+	// Revision counts the coordinator's updates within its term.
+	Revision uint64 `json:"revision"`
+	// State is running, done or failed; a failed job has Error, a done
+	// one Result.
+	State  string            `json:"state"`
+	Error  string            `json:"error,omitempty"`
+	Result *actors.JobResult `json:"result,omitempty"`
+	// Takeovers are the job's coordinator changes, oldest first.
+	Takeovers []Takeover `json:"takeovers,omitempty"`
+}
+
+// States of a [JobRecord].
+const (
+	RecordRunning = "running"
+	RecordDone    = "done"
+	RecordFailed  = "failed"
+)
+
+// Takeover is one change of a job's coordinator after its node died.
+type Takeover struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Step is the cut the successor resumed from (0: it restarted the
+	// job, no cut being available); Source says where that cut was read.
+	Step       int64     `json:"step"`
+	Source     string    `json:"source"`
+	Generation uint64    `json:"generation"`
+	At         time.Time `json:"at"`
+	// PrepareMS is the time from the successor's decision to take the job
+	// over to its coordinator being ready to start the stages (finding
+	// and verifying the cut, loading the data, profiling, planning).
+	PrepareMS float64 `json:"prepare_ms"`
+}
+
+// Errors about job records.
+var (
+	ErrRecord      = errors.New("nodes: bad job record")
+	ErrStaleRecord = errors.New("nodes: stale job record")
+)
+
+// Bounds of a job record.
+const (
+	maxNameBytes  = 256
+	maxErrorBytes = 4096
+	maxTakeovers  = 64
+	// termShift places a coordinator's term in the high bits of a plan
+	// generation.
+	termShift = 32
+)
+
+func recordErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrRecord, fmt.Sprintf(format, a...))
+}
+
+// checkName checks a node name that came from the network.
+func checkName(what, name string) error {
+	if name == "" || len(name) > maxNameBytes || !utf8.ValidString(name) ||
+		strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) }) {
+		return recordErr("%s %q: want 1 to %d printable bytes", what, name, maxNameBytes)
+	}
+	return nil
+}
+
+// Validate checks a record that came from the network or from disk, and
+// normalises its spec.
+func (r *JobRecord) Validate() error {
+	if err := checkID(r.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrRecord, err)
+	}
+	if r.Spec.ID != r.ID {
+		return recordErr("spec of job %q in the record of job %q", r.Spec.ID, r.ID)
+	}
+	if err := r.Spec.Normalize(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRecord, err)
+	}
+	if err := checkName("coordinator", r.Coordinator); err != nil {
+		return err
+	}
+	if len(r.Holders) > r.Spec.Replicas-1 {
+		return recordErr("%d holders for %d replicas (at most replicas-1 besides the coordinator)", len(r.Holders), r.Spec.Replicas)
+	}
+	for i, h := range r.Holders {
+		if err := checkName("holder", h); err != nil {
+			return err
+		}
+		if h == r.Coordinator {
+			return recordErr("the coordinator %q is also a holder", h)
+		}
+		if slices.Contains(r.Holders[:i], h) {
+			return recordErr("holder %q is listed twice", h)
+		}
+	}
+	if r.Generation == 0 {
+		return recordErr("generation 0 (plan generations start at 1)")
+	}
+	switch r.State {
+	case RecordRunning, RecordFailed:
+		if r.Result != nil {
+			return recordErr("a %s job with a result", r.State)
+		}
+	case RecordDone:
+		if r.Result == nil {
+			return recordErr("a done job without a result")
+		}
+	default:
+		return recordErr("state %q: want %s, %s or %s", r.State, RecordRunning, RecordDone, RecordFailed)
+	}
+	if len(r.Error) > maxErrorBytes {
+		return recordErr("error message of %d bytes (at most %d)", len(r.Error), maxErrorBytes)
+	}
+	if len(r.Takeovers) > maxTakeovers {
+		return recordErr("%d takeovers (at most %d)", len(r.Takeovers), maxTakeovers)
+	}
+	for _, t := range r.Takeovers {
+		if err := checkName("takeover from", t.From); err != nil {
+			return err
+		}
+		if err := checkName("takeover to", t.To); err != nil {
+			return err
+		}
+		if t.Step < 0 || len(t.Source) > maxErrorBytes {
+			return recordErr("takeover at step %d from %d bytes of source", t.Step, len(t.Source))
+		}
+	}
+	return nil
+}
+
+// clone returns a deep copy of r (the parts that are changed in place).
+func (r JobRecord) clone() JobRecord {
+	r.Holders = slices.Clone(r.Holders)
+	r.Takeovers = slices.Clone(r.Takeovers)
+	if r.Result != nil {
+		res := *r.Result
+		res.Nodes = slices.Clone(res.Nodes)
+		r.Result = &res
+	}
+	return r
+}
+
+// term is the coordinator term of a plan generation.
+func term(gen uint64) uint64 { return gen >> termShift }
+
+// nextTerm is the first plan generation of a coordinator that takes over a
+// job whose predecessors used generations up to the largest of gens: the
+// first of the next term. A coordinator changes its plan far fewer than
+// 2^32 times, so the successor's generations are above all of its
+// predecessor's, including those it used after the record was last sent.
+func nextTerm(gens ...uint64) uint64 {
+	return (term(slices.Max(append(gens, 0))) + 1) << termShift
+}
+
+// supersedes reports whether record r may replace record old of the same
+// job: it is of a later coordinator term, or of the same term and not an
+// older revision (a repeated update is accepted again).
+func (r *JobRecord) supersedes(old *JobRecord) bool {
+	if t, o := term(r.Generation), term(old.Generation); t != o {
+		return t > o
+	}
+	return r.Revision >= old.Revision
+}
+
+// successor is the node that takes over the job of record r, whose
+// coordinator is gone: the holder with the smallest name among those
+// usable reports usable. Every holder computes it from the same record and
+// (once gossip settles) the same membership, so they agree without
+// talking. It returns "" if no holder is usable.
+func successor(r *JobRecord, usable func(name string) bool) string {
+	best := ""
+	for _, h := range r.Holders {
+		if usable(h) && (best == "" || h < best) {
+			best = h
+		}
+	}
+	return best
+}
+
+// chooseHolders picks the n nodes that keep copies of a job: those of
+// current that are still candidates, in their order, then the other
+// candidates (sorted by name), the first first. Keeping the current
+// holders avoids moving copies when a node joins; filling up by name makes
+// the choice deterministic.
+func chooseHolders(current, candidates []string, n int) []string {
+	out := []string{}
+	for _, h := range current {
+		if len(out) < n && slices.Contains(candidates, h) && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	for _, h := range candidates {
+		if len(out) < n && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}

@@ -772,6 +772,7 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 		tick := time.NewTicker(watchInterval)
 		defer tick.Stop()
 		var failingSince time.Time
+		var lastState string
 		for {
 			st, err := n.Job(id)
 			now := time.Now()
@@ -780,6 +781,10 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 			case err == nil:
 				failingSince = time.Time{}
 				w.st, w.seen = st, true
+				if st.State != lastState {
+					t.Logf("job %s: %s at step %d", id, st.State, st.Step)
+					lastState = st.State
+				}
 				for k := len(w.after); k < len(st.Recoveries); k++ {
 					if st.Step == st.Recoveries[k].Step && st.State != "done" {
 						break

@@ -129,9 +129,11 @@ type job struct {
 	takeover   *Takeover
 	superseded bool
 	movedTo    string // the coordinator that superseded this node
-	// dropped are former holders told that they no longer hold the job
-	// (used by the persisting goroutine and, after it, Run's).
-	dropped []string
+	// dropped are former holders not yet told that they no longer hold
+	// the job; warnedFew is set once a lack of holders was logged (both
+	// used by the persisting goroutine and, after it, Run's).
+	dropped   []string
+	warnedFew bool
 }
 
 // Start starts a node: it measures the node, starts the actor system, the

@@ -125,7 +125,8 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("nodes: the record of %s did not reach %v", ck.JobID, failed)
 	}
-	if len(holders) < want {
+	if len(holders) < want && !j.warnedFew {
+		j.warnedFew = true
 		a.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.Spec.Replicas, "holders", holders)
 	}
 	return nil

@@ -1,0 +1,288 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/nodes"
+)
+
+// failoverCluster starts nodes a, b and c, one thread each, each with a
+// checkpoint store in a directory of the test (returned by name).
+func failoverCluster(t *testing.T) (*Cluster, map[string]string) {
+	t.Helper()
+	dirs := map[string]string{}
+	var opts []NodeOptions
+	for _, name := range []string{"a", "b", "c"} {
+		dirs[name] = t.TempDir()
+		opts = append(opts, NodeOptions{Name: name, Threads: 1, Args: []string{"--data-dir", dirs[name]}})
+	}
+	c := StartCluster(t, opts...)
+	for _, name := range []string{"a", "b", "c"} {
+		waitMembers(t, c.Node(name), 3)
+	}
+	return c, dirs
+}
+
+// failoverSpec is TestKillStageNode's job: long enough to lose its
+// coordinator after the first cut and still train on.
+func failoverSpec() actors.JobSpec {
+	spec := actors.DefaultSpec()
+	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "mlp32", 64, "synthetic:8x8x1:4", 1024
+	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 32, 4, 10, 200
+	spec.Deterministic, spec.Threads = true, 1
+	spec.Partition, spec.Schedule, spec.CheckpointEvery = "uniform", "1f1b", 20
+	return spec
+}
+
+// trainArgs are the `ppnode train --via` flags of failoverSpec.
+func trainArgs(via string, replicas int) []string {
+	return []string{"train", "--json", "--via", via, "--deterministic", "--model", "mlp32", "--width", "64",
+		"--data", "synthetic:8x8x1:4", "--synthetic-samples", "1024", "--batch", "32", "--micro-batches", "4",
+		"--epochs", "10", "--steps", "200", "--threads", "1", "--partition", "uniform", "--schedule", "1f1b",
+		"--checkpoint-every", "20", "--replicas", strconv.Itoa(replicas)}
+}
+
+// trainClient is a `ppnode train --via` process.
+type trainClient struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan struct{} // closed when the process has been waited for
+	err            error         // its exit, valid after done
+}
+
+func startClient(t *testing.T, args []string) *trainClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	cl := &trainClient{done: make(chan struct{})}
+	cl.cmd = exec.CommandContext(ctx, Binary(t), args...)
+	cl.cmd.Stdout, cl.cmd.Stderr = &cl.stdout, &cl.stderr
+	cl.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cl.cmd.WaitDelay = 2 * time.Second
+	if err := cl.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		cl.err = cl.cmd.Wait()
+		close(cl.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-cl.done:
+		default:
+			cl.cmd.Process.Kill()
+			<-cl.done
+		}
+	})
+	return cl
+}
+
+// result waits for the client's exit and decodes its last line.
+func (cl *trainClient) result(t *testing.T) actors.JobResult {
+	t.Helper()
+	<-cl.done
+	if cl.err != nil {
+		t.Fatalf("ppnode train --via: %v\n%s", cl.err, cl.stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(cl.stdout.String()), "\n")
+	var r actors.JobResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil || r.WeightsSHA256 == "" {
+		t.Fatalf("ppnode train --via: last line is not a result: %q", lines[len(lines)-1])
+	}
+	return r
+}
+
+// waitDurableCut waits until a's job has a cut whose copies are all
+// acknowledged, and returns the job's status then.
+func waitDurableCut(t *testing.T, a *Node, cl *trainClient) actors.JobStatus {
+	t.Helper()
+	var job actors.JobStatus
+	err := Poll("a durable cut on a", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
+		select {
+		case <-cl.done:
+			return false, fmt.Errorf("the client ended before the kill: %v\n%s", cl.err, cl.stderr.String())
+		default:
+		}
+		st, err := a.Status()
+		if err != nil || len(st.Jobs) == 0 {
+			return false, err
+		}
+		job = st.Jobs[0]
+		return job.LatestCut >= 20 || job.State != "training" && job.Step > 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.State != "training" || job.Step >= job.Total-20 {
+		t.Fatalf("job %s at step %d/%d when it should lose its coordinator: make it longer", job.State, job.Step, job.Total)
+	}
+	return job
+}
+
+// cutFiles lists the steps of the cut files of job id in a node's store
+// directory, oldest first.
+func cutFiles(t *testing.T, dir, id string) []int64 {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "checkpoints", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".ckpt")
+		if !ok || strings.HasPrefix(name, ".") || strings.Contains(name, ".") {
+			continue
+		}
+		if s, err := strconv.ParseInt(name, 10, 64); err == nil {
+			steps = append(steps, s)
+		}
+	}
+	slices.Sort(steps)
+	return steps
+}
+
+// corruptCut flips bytes in the middle of a cut file.
+func corruptCut(t *testing.T, dir, id string, step int64) {
+	t.Helper()
+	path := filepath.Join(dir, "checkpoints", id, fmt.Sprintf("%019d.ckpt", step))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takenOver waits until b coordinates the job and has completed a step
+// after taking it over, and returns its status then and the time that
+// took from killed.
+func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobStatus, time.Duration) {
+	t.Helper()
+	var st nodes.JobStatus
+	err := Poll("the job's first step on b", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
+		if err := getJob(b.HTTP, id, &st); err != nil {
+			return false, nil // not taken over yet
+		}
+		return st.Takeover != nil && (int64(st.Step) > st.Takeover.Step || st.State == "done"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, time.Since(killed)
+}
+
+// getJob decodes GET /v1/jobs/{id} of the node at addr.
+func getJob(addr, id string, st *nodes.JobStatus) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/v1/jobs/" + id)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /v1/jobs/%s: %s", id, resp.Status)
+	}
+	return json.Unmarshal(b, st)
+}
+
+// SIGKILL of the coordinator's node after the first cut: the holder of the
+// job's record (b, the first other node by name) takes the job over from
+// that cut; the `ppnode train --via a` client finds it there, says so,
+// and ends with the weights of the run without the fault.
+func TestKillCoordinatorNode(t *testing.T) {
+	c, _ := failoverCluster(t)
+	spec := failoverSpec()
+	want := localSHA(t, spec)
+	cl := startClient(t, trainArgs(c.Node("a").HTTP, 2))
+	job := waitDurableCut(t, c.Node("a"), cl)
+	c.Kill(c.Node("a"))
+	killed := time.Now()
+	st, took := takenOver(t, c.Node("b"), job.ID, killed)
+	tk := st.Takeover
+	t.Logf("killed a at step %d (latest cut %d); b took over from step %d (%s) and completed a step %v after the kill (prepared in %.0f ms)",
+		job.Step, job.LatestCut, tk.Step, tk.Source, took, tk.PrepareMS)
+	if tk.From != "a" || tk.Step < int64(job.LatestCut) || tk.Step%20 != 0 || !strings.HasPrefix(tk.Source, "this node's store") {
+		t.Errorf("takeover %+v; want from a, from b's own copy of a cut at step >= %d", *tk, job.LatestCut)
+	}
+	if replayed := job.Step - int(tk.Step); replayed > 2*20 {
+		t.Errorf("%d steps replayed", replayed)
+	}
+	res := cl.result(t)
+	if res.WeightsSHA256 != want {
+		t.Errorf("weights %s after the coordinator's death, %s without it", res.WeightsSHA256, want)
+	}
+	line := fmt.Sprintf("coordinator a lost; job taken over by b from step %d", tk.Step)
+	if !strings.Contains(cl.stderr.String(), line) {
+		t.Errorf("the client did not say %q:\n%s", line, cl.stderr.String())
+	}
+}
+
+// The newest cut on the successor is damaged when the coordinator's node
+// dies: the successor skips it and resumes from the same step on the
+// other holder (replicas 3), or from an older cut, and the weights are
+// still the fault-free ones.
+func TestCorruptNewestCut(t *testing.T) {
+	c, dirs := failoverCluster(t)
+	spec := failoverSpec()
+	want := localSHA(t, spec)
+	cl := startClient(t, trainArgs(c.Node("a").HTTP, 3))
+	job := waitDurableCut(t, c.Node("a"), cl)
+	steps := cutFiles(t, dirs["b"], job.ID)
+	if len(steps) == 0 {
+		t.Fatalf("no cut file on b although the cut at step %d is durable", job.LatestCut)
+	}
+	newest := steps[len(steps)-1]
+	corruptCut(t, dirs["b"], job.ID, newest)
+	c.Kill(c.Node("a"))
+	killed := time.Now()
+	corrupted := []int64{newest}
+	// A cut that reached b between the corruption and the kill is newer:
+	// damage it too (the successor needs a second to see a fail).
+	for _, s := range cutFiles(t, dirs["b"], job.ID) {
+		if s > newest {
+			corruptCut(t, dirs["b"], job.ID, s)
+			corrupted = append(corrupted, s)
+		}
+	}
+	st, took := takenOver(t, c.Node("b"), job.ID, killed)
+	tk := st.Takeover
+	t.Logf("corrupted b's cuts %v, killed a at step %d; b took over from step %d (%s), first step %v after the kill",
+		corrupted, job.Step, tk.Step, tk.Source, took)
+	for _, s := range corrupted {
+		if !strings.Contains(tk.Source, fmt.Sprintf("step %d on b", s)) {
+			t.Errorf("takeover source %q does not say that b's damaged cut at step %d was skipped", tk.Source, s)
+		}
+	}
+	if tk.Step > slices.Max(corrupted) || tk.Step == 0 {
+		t.Errorf("resumed from step %d; want a verified cut, at most step %d", tk.Step, slices.Max(corrupted))
+	}
+	res := cl.result(t)
+	if res.WeightsSHA256 != want {
+		t.Errorf("weights %s after the takeover from a damaged store, %s without the fault", res.WeightsSHA256, want)
+	}
+	if !strings.Contains(cl.stderr.String(), "coordinator a lost; job taken over by b from step") {
+		t.Errorf("the client did not report the takeover:\n%s", cl.stderr.String())
+	}
+}

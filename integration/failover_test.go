@@ -107,9 +107,9 @@ func (cl *trainClient) result(t *testing.T) actors.JobResult {
 	return r
 }
 
-// waitDurableCut waits until a's job has a cut whose copies are all
-// acknowledged, and returns the job's status then.
-func waitDurableCut(t *testing.T, a *Node, cl *trainClient) actors.JobStatus {
+// waitDurableCut waits until a's job has a cut at step cut or later whose
+// copies are all acknowledged, and returns the job's status then.
+func waitDurableCut(t *testing.T, a *Node, cl *trainClient, cut int) actors.JobStatus {
 	t.Helper()
 	var job actors.JobStatus
 	err := Poll("a durable cut on a", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
@@ -123,7 +123,7 @@ func waitDurableCut(t *testing.T, a *Node, cl *trainClient) actors.JobStatus {
 			return false, err
 		}
 		job = st.Jobs[0]
-		return job.LatestCut >= 20 || job.State != "training" && job.Step > 0, nil
+		return job.LatestCut >= cut || job.State != "training" && job.Step > 0, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestKillCoordinatorNode(t *testing.T) {
 	spec := failoverSpec()
 	want := localSHA(t, spec)
 	cl := startClient(t, trainArgs(c.Node("a").HTTP, 2))
-	job := waitDurableCut(t, c.Node("a"), cl)
+	job := waitDurableCut(t, c.Node("a"), cl, 20)
 	c.Kill(c.Node("a"))
 	killed := time.Now()
 	st, took := takenOver(t, c.Node("b"), job.ID, killed)
@@ -241,48 +241,63 @@ func TestKillCoordinatorNode(t *testing.T) {
 
 // The newest cut on the successor is damaged when the coordinator's node
 // dies: the successor skips it and resumes from the same step on the
-// other holder (replicas 3), or from an older cut, and the weights are
-// still the fault-free ones.
+// other holder (replicas 3), or, being the only holder (replicas 2), from
+// its previous cut; the weights are still the fault-free ones.
 func TestCorruptNewestCut(t *testing.T) {
-	c, dirs := failoverCluster(t)
-	spec := failoverSpec()
-	want := localSHA(t, spec)
-	cl := startClient(t, trainArgs(c.Node("a").HTTP, 3))
-	job := waitDurableCut(t, c.Node("a"), cl)
-	steps := cutFiles(t, dirs["b"], job.ID)
-	if len(steps) == 0 {
-		t.Fatalf("no cut file on b although the cut at step %d is durable", job.LatestCut)
-	}
-	newest := steps[len(steps)-1]
-	corruptCut(t, dirs["b"], job.ID, newest)
-	c.Kill(c.Node("a"))
-	killed := time.Now()
-	corrupted := []int64{newest}
-	// A cut that reached b between the corruption and the kill is newer:
-	// damage it too (the successor needs a second to see a fail).
-	for _, s := range cutFiles(t, dirs["b"], job.ID) {
-		if s > newest {
-			corruptCut(t, dirs["b"], job.ID, s)
-			corrupted = append(corrupted, s)
-		}
-	}
-	st, took := takenOver(t, c.Node("b"), job.ID, killed)
-	tk := st.Takeover
-	t.Logf("corrupted b's cuts %v, killed a at step %d; b took over from step %d (%s), first step %v after the kill",
-		corrupted, job.Step, tk.Step, tk.Source, took)
-	for _, s := range corrupted {
-		if !strings.Contains(tk.Source, fmt.Sprintf("step %d on b", s)) {
-			t.Errorf("takeover source %q does not say that b's damaged cut at step %d was skipped", tk.Source, s)
-		}
-	}
-	if tk.Step > slices.Max(corrupted) || tk.Step == 0 {
-		t.Errorf("resumed from step %d; want a verified cut, at most step %d", tk.Step, slices.Max(corrupted))
-	}
-	res := cl.result(t)
-	if res.WeightsSHA256 != want {
-		t.Errorf("weights %s after the takeover from a damaged store, %s without the fault", res.WeightsSHA256, want)
-	}
-	if !strings.Contains(cl.stderr.String(), "coordinator a lost; job taken over by b from step") {
-		t.Errorf("the client did not report the takeover:\n%s", cl.stderr.String())
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		cut      int // the durable cut to wait for
+	}{
+		{"other replica", 3, 20},
+		{"previous cut", 2, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, dirs := failoverCluster(t)
+			spec := failoverSpec()
+			want := localSHA(t, spec)
+			cl := startClient(t, trainArgs(c.Node("a").HTTP, tc.replicas))
+			job := waitDurableCut(t, c.Node("a"), cl, tc.cut)
+			steps := cutFiles(t, dirs["b"], job.ID)
+			if len(steps) == 0 {
+				t.Fatalf("no cut file on b although the cut at step %d is durable", job.LatestCut)
+			}
+			newest := steps[len(steps)-1]
+			corruptCut(t, dirs["b"], job.ID, newest)
+			c.Kill(c.Node("a"))
+			killed := time.Now()
+			corrupted := []int64{newest}
+			// A cut that reached b between the corruption and the kill is
+			// newer: damage it too (the successor needs most of a second
+			// to see the failure).
+			for _, s := range cutFiles(t, dirs["b"], job.ID) {
+				if s > newest {
+					corruptCut(t, dirs["b"], job.ID, s)
+					corrupted = append(corrupted, s)
+				}
+			}
+			st, took := takenOver(t, c.Node("b"), job.ID, killed)
+			tk := st.Takeover
+			t.Logf("corrupted b's cuts %v, killed a at step %d; b took over from step %d (%s), first step %v after the kill",
+				corrupted, job.Step, tk.Step, tk.Source, took)
+			for _, s := range corrupted {
+				if !strings.Contains(tk.Source, fmt.Sprintf("step %d on b", s)) {
+					t.Errorf("takeover source %q does not say that b's damaged cut at step %d was skipped", tk.Source, s)
+				}
+			}
+			switch {
+			case tk.Step == 0 || tk.Step > slices.Max(corrupted):
+				t.Errorf("resumed from step %d; want a verified cut, at most step %d", tk.Step, slices.Max(corrupted))
+			case tc.replicas == 2 && (tk.Step >= slices.Min(corrupted) || !strings.HasPrefix(tk.Source, "this node's store")):
+				t.Errorf("resumed from step %d (%s); want b's own cut before step %d", tk.Step, tk.Source, slices.Min(corrupted))
+			}
+			res := cl.result(t)
+			if res.WeightsSHA256 != want {
+				t.Errorf("weights %s after the takeover from a damaged store, %s without the fault", res.WeightsSHA256, want)
+			}
+			if !strings.Contains(cl.stderr.String(), "coordinator a lost; job taken over by b from step") {
+				t.Errorf("the client did not report the takeover:\n%s", cl.stderr.String())
+			}
+		})
 	}
 }

@@ -403,6 +403,9 @@ func (a *Agent) takeOver(rec JobRecord) {
 		a.mu.Lock()
 		delete(a.jobs, rec.ID)
 		closed := a.closed
+		if !closed {
+			delete(a.records, rec.ID) // not a holder any more: no second attempt
+		}
 		a.mu.Unlock()
 		a.runs.Done()
 		if closed {

@@ -423,3 +423,24 @@ func TestCancelledJobIsNotTakenOver(t *testing.T) {
 		t.Fatal("b took over a cancelled job")
 	}
 }
+
+// A job that cannot run without the dead node (its partition names it) is
+// not taken over: the successor gives up with a clear log, keeps no job
+// and drops its copy of the record.
+func TestTakeoverOfAnUnplannableJobGivesUp(t *testing.T) {
+	as := startCluster(t, 2)
+	a, b := as[0], as[1]
+	spec := takeoverSpec("pinned")
+	spec.Partition = "fc1-fc16@a; fc17-fc32@b"
+	if _, err := a.Submit(spec); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "a durable cut", time.Minute, func() bool { st, _ := a.Job(spec.ID); return st.LatestCut >= 10 })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "b to give the job up", 30*time.Second, func() bool { _, err := b.Record(spec.ID); return err != nil })
+	if js := b.Jobs(); len(js) != 0 {
+		t.Fatalf("b runs %+v", js)
+	}
+}

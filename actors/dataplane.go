@@ -352,9 +352,7 @@ func (l *listener) Accept() (Link, error) {
 			return nil, err
 		}
 		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetNoDelay(true)
-			tc.SetKeepAlive(true)
-			tc.SetKeepAlivePeriod(5 * time.Second)
+			tuneTCP(tc)
 		}
 		lk, err := serverHandshake(c, l.want, l.o)
 		if err != nil {

@@ -41,14 +41,32 @@ func (p *TCP) Dial(addr string, h Hello, o Options) (Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := c.(*net.TCPConn)
-	tc.SetNoDelay(true)
-	tc.SetKeepAlive(true)
-	tc.SetKeepAlivePeriod(5 * time.Second)
+	tuneTCP(c.(*net.TCPConn))
 	lk, err := clientHandshake(c, h, o)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	return lk, nil
+}
+
+// Keepalive of the data plane's connections: a peer that stops answering
+// (its machine gone, the link cut: TCP itself notices neither while the
+// connection is idle) breaks an idle link within about
+// keepAliveIdle + keepAliveCount*keepAliveInterval (10 s), not the
+// system's default of minutes. A stopped or busy process's kernel still
+// answers: only the machine or the network failing breaks the link. A
+// stage cut off from its coordinator learns so from its idle coordinator
+// link and frees itself.
+const (
+	keepAliveIdle     = 5 * time.Second
+	keepAliveInterval = time.Second
+	keepAliveCount    = 5
+)
+
+// tuneTCP sets a data-plane connection's options: no Nagle delay (tensors
+// are flushed whole) and the keepalive above.
+func tuneTCP(tc *net.TCPConn) {
+	tc.SetNoDelay(true)
+	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount})
 }

@@ -37,10 +37,13 @@
 // hub's bridge is .1, the nodes .11, .12, ...). The root namespace is left
 // alone: the test reaches the nodes' HTTP APIs through sockets it opens
 // inside the hub namespace. [Network.Cut] drops every packet between two
-// nodes, both ways, with an htb qdisc on each one's egress whose class for
-// the other's address ends in a pfifo of limit 0 (this kernel has neither
-// netem nor the gact drop action, nor iptables or nft tools); TCP
-// connections stay open and silent, as on a cut cable. Namespaces are
+// nodes, both ways, in the hub: an htb qdisc on each node's hub-side veth
+// sends the packets from the other's address to a pfifo of limit 0 (this
+// kernel has neither netem nor the gact drop action, nor iptables or nft
+// tools). The senders' kernels see silence, as on a cut cable: TCP
+// connections stay open, retransmit and probe with backoff, and break only
+// by their own timeouts (a drop at the sender's own qdisc would read as
+// local congestion, which TCP retries forever). Namespaces are
 // named ppnt-<pid>-<seq>-<node>; they are removed after the nodes are
 // stopped (the test fails if a process is still in one, or one is left),
 // and a later test run removes those of a test process that died. Without
@@ -105,7 +108,9 @@
 // the other; one hung (SIGSTOP) until the job recovered without it, then
 // continued, its old stage fenced off by the plan generation; the link
 // between two stage nodes cut until a recovery attempt failed on it, then
-// restored; a graceful leave. Each job ends with the weights of the run
+// restored; the link between the coordinator's node and a stage node cut,
+// the old stage freeing itself once its coordinator link's keepalive
+// fails; a graceful leave. Each job ends with the weights of the run
 // without the fault and replays at most K steps per recovery. With -short
 // only the single kill runs. TestNetworkCut checks the cut itself: only
 // the two nodes lose each other, both ways, until Restore.

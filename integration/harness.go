@@ -482,10 +482,15 @@ func (n *Node) WaitLog(substr string, timeout time.Duration) (string, error) {
 	}
 }
 
-// stopAll stops every node that still runs, the last started first, and
-// reports failures. On a failed test it also logs each node's last stderr
+// stopAll restores the cut links, stops every node that still runs, the
+// last started first, and reports failures. On a failed test it also logs each node's last stderr
 // lines.
 func (c *Cluster) stopAll() {
+	if c.net != nil {
+		if err := c.net.RestoreAll(); err != nil {
+			c.t.Errorf("restoring the cut links: %v", err)
+		}
+	}
 	nodes := c.Nodes()
 	for i := len(nodes) - 1; i >= 0; i-- {
 		if err := c.Stop(nodes[i]); err != nil {

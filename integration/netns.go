@@ -35,11 +35,16 @@ import (
 // [Network.Client]), so that tests of several processes may run at once,
 // each with the same addresses in namespaces of its own.
 //
-// A cut link drops every IP packet between two nodes, both ways, at the
-// egress of each one's eth0 (an htb qdisc whose class for the other node's
-// address leads to a pfifo of limit 0; the kernel here has neither netem
-// nor the gact "drop" action). TCP connections are not closed by a cut:
-// the peers see silence, as on a real cut cable.
+// A cut link drops every IP packet between two nodes, both ways, in the
+// hub: on the egress of each node's hub-side veth (toward the node), an
+// htb qdisc sends the packets from the other node's address to a class
+// whose pfifo has limit 0 (the kernel here has neither netem nor the gact
+// "drop" action). The drop is the bridge's, after the sender's kernel
+// transmitted the packet: the sender sees silence, as on a cut cable. (A
+// drop at the sender's own qdisc would not do: TCP takes it for local
+// congestion and retransmits and probes forever without counting the
+// failures, so neither keepalive nor the retransmission limit would ever
+// break the connection.) TCP connections are not closed by a cut.
 
 // Subnet is the /24 of the namespaced nodes: the hub's bridge is .1, node
 // i (from 0) is .11+i.
@@ -70,8 +75,10 @@ type Network struct {
 
 type netnsNode struct {
 	ns, ip   string
-	blocked  map[string]bool // peer IPs this node's egress drops
-	filtered bool            // eth0 has the harness's qdisc
+	hub      string          // the hub namespace
+	port     string          // the node's veth in the hub
+	blocked  map[string]bool // source IPs dropped on their way to this node
+	filtered bool            // port has the harness's qdisc
 }
 
 var netnsProbe struct {
@@ -188,16 +195,16 @@ func (nw *Network) AddNode(name string) (string, error) {
 		nw.mu.Unlock()
 		return "", errors.New("more than 200 nodes in one network")
 	}
-	n := &netnsNode{ns: nw.prefix + name, ip: fmt.Sprintf("%s.%d", Subnet, 11+i), blocked: map[string]bool{}}
+	n := &netnsNode{ns: nw.prefix + name, ip: fmt.Sprintf("%s.%d", Subnet, 11+i), blocked: map[string]bool{},
+		hub: nw.hub, port: fmt.Sprintf("h%d", i)} // interface names in the hub: short and unique there
 	nw.nodes[name] = n
 	nw.mu.Unlock()
 	if err := nw.addNamespace(n.ns); err != nil {
 		return "", err
 	}
-	hostSide := fmt.Sprintf("h%d", i) // interface names live in the hub: short and unique there
 	for _, s := range [][]string{
-		{"ip", "link", "add", hostSide, "netns", nw.hub, "type", "veth", "peer", "name", "eth0", "netns", n.ns},
-		{"ip", "-n", nw.hub, "link", "set", hostSide, "master", "br0", "up"},
+		{"ip", "link", "add", n.port, "netns", nw.hub, "type", "veth", "peer", "name", "eth0", "netns", n.ns},
+		{"ip", "-n", nw.hub, "link", "set", n.port, "master", "br0", "up"},
 		{"ip", "-n", n.ns, "addr", "add", n.ip + "/24", "dev", "eth0"},
 		{"ip", "-n", n.ns, "link", "set", "eth0", "up"},
 	} {
@@ -257,27 +264,42 @@ func (nw *Network) setLink(x, y string, cut bool) error {
 	return nil
 }
 
-// applyFilter replaces the node's egress qdisc with one that drops the
-// packets to its blocked peers (none: the default qdisc again), in one
-// tc run (a cut takes effect at once).
+// RestoreAll restores every cut link (the cluster's cleanup does, so that
+// the nodes can leave as usual).
+func (nw *Network) RestoreAll() error {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	var errs []error
+	for _, n := range nw.nodes {
+		if len(n.blocked) > 0 {
+			clear(n.blocked)
+			errs = append(errs, n.applyFilter())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyFilter replaces the qdisc of the node's port in the hub with one
+// that drops the packets from its blocked peers (none: the default qdisc
+// again), in one tc run (a cut takes effect at once).
 func (n *netnsNode) applyFilter() error {
 	var batch strings.Builder
 	if n.filtered {
-		batch.WriteString("qdisc del dev eth0 root\n")
+		fmt.Fprintf(&batch, "qdisc del dev %s root\n", n.port)
 	}
 	if len(n.blocked) > 0 {
-		batch.WriteString("qdisc add dev eth0 root handle 1: htb default 1\n" +
-			"class add dev eth0 parent 1: classid 1:1 htb rate 10gbit quantum 60000\n" +
-			"class add dev eth0 parent 1: classid 1:2 htb rate 10gbit quantum 60000\n" +
-			"qdisc add dev eth0 parent 1:2 handle 2: pfifo limit 0\n")
+		fmt.Fprintf(&batch, "qdisc add dev %[1]s root handle 1: htb default 1\n"+
+			"class add dev %[1]s parent 1: classid 1:1 htb rate 10gbit quantum 60000\n"+
+			"class add dev %[1]s parent 1: classid 1:2 htb rate 10gbit quantum 60000\n"+
+			"qdisc add dev %[1]s parent 1:2 handle 2: pfifo limit 0\n", n.port)
 		for _, ip := range slices.Sorted(maps.Keys(n.blocked)) {
-			fmt.Fprintf(&batch, "filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst %s/32 flowid 1:2\n", ip)
+			fmt.Fprintf(&batch, "filter add dev %s parent 1: protocol ip prio 1 u32 match ip src %s/32 flowid 1:2\n", n.port, ip)
 		}
 	}
 	if batch.Len() == 0 {
 		return nil
 	}
-	if err := runInput(batch.String(), "ip", "netns", "exec", n.ns, "tc", "-batch", "-"); err != nil {
+	if err := runInput(batch.String(), "ip", "netns", "exec", n.hub, "tc", "-batch", "-"); err != nil {
 		return err
 	}
 	n.filtered = len(n.blocked) > 0

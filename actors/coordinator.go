@@ -107,8 +107,17 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	status JobStatus
-	inPlan map[string]bool // nodes of the current plan (guarded by mu)
+	inPlan map[string]bool // nodes of the current plan, and the previous one while moving (guarded by mu)
 	failed chan string     // nodes reported dead while in the plan
+
+	// Seams for tests and measurements: viaCut makes plan changes go
+	// through a cut (gather into the coordinator, restore from it) instead
+	// of moving state directly; onMove, if set, is called once a direct
+	// move has started the new stages, before any state moves; requested
+	// is a partition to move to at the next step boundary.
+	viaCut    bool
+	onMove    func()
+	requested string
 }
 
 // JobStatus is a job's progress, for `ppnode status` and the train client.
@@ -254,8 +263,13 @@ func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
 
 // search finds the best plan for cl with the job's partitioner.
 func (c *Coordinator) search(cl *balance.Cluster) (*balance.Result, error) {
+	return c.searchWith(cl, c.spec.Partition)
+}
+
+// searchWith finds the best plan for cl with partitioner part (a
+// partitioner's name or a partition).
+func (c *Coordinator) searchWith(cl *balance.Cluster, part string) (*balance.Result, error) {
 	s := c.spec
-	part := s.Partition
 	if part == "auto" {
 		part = balance.GraphPP
 	}
@@ -379,10 +393,19 @@ func (c *Coordinator) Run(ctx context.Context) (res *JobResult, err error) {
 
 // start spawns, sets up and connects the stages.
 func (c *Coordinator) start() error {
+	_, err := c.startStages(nil)
+	return err
+}
+
+// startStages spawns, sets up and connects the stages; sources, if set,
+// are where each stage's layers' state will come from (see migrate). It
+// returns the addresses at which each stage listens for that state.
+func (c *Coordinator) startStages(sources [][]StateSource) ([][]*LinkAddr, error) {
 	S := len(c.plan.Stages)
 	c.pids = make([]*actor.PID, S)
 	c.links = map[int]Link{}
 	listen := make([][]*LinkAddr, S)
+	migrate := make([][]*LinkAddr, S)
 	err := c.forEachStage(func(k int) error {
 		sp := c.plan.Stages[k]
 		addr := c.node(sp.Node).ActorAddr
@@ -391,8 +414,12 @@ func (c *Coordinator) start() error {
 			return fmt.Errorf("stage %d on %s: %w", k, sp.Node, err)
 		}
 		c.pids[k] = pid
-		b, err := marshalStageSpec(StageSpec{Job: c.spec, Generation: c.gen, Input: c.job.Set.Train.Shape,
-			Classes: c.job.Set.Classes, Graph: c.plan.Graph, Plan: sp})
+		spec := StageSpec{Job: c.spec, Generation: c.gen, Input: c.job.Set.Train.Shape,
+			Classes: c.job.Set.Classes, Graph: c.plan.Graph, Plan: sp}
+		if sources != nil {
+			spec.Sources = sources[k]
+		}
+		b, err := marshalStageSpec(spec)
 		if err != nil {
 			return err
 		}
@@ -407,14 +434,14 @@ func (c *Coordinator) start() error {
 		if rep.GetError() != "" {
 			return fmt.Errorf("stage %d on %s: %s", k, sp.Node, rep.GetError())
 		}
-		listen[k] = rep.GetListen()
+		listen[k], migrate[k] = rep.GetListen(), rep.GetMigrate()
 		c.mu.Lock()
 		c.status.Stages[k].Params = rep.GetParams()
 		c.mu.Unlock()
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The coordinator dials its link to every stage first; then every
 	// stage dials its downstream links and waits for its incoming ones.
@@ -426,21 +453,21 @@ func (c *Coordinator) start() error {
 				h := Hello{JobID: c.spec.ID, Generation: c.gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
 				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), h, Options{IOTimeout: c.cfg.StepTimeout})
 				if err != nil {
-					return fmt.Errorf("coordinator link to stage %d: %w", k, err)
+					return nil, fmt.Errorf("coordinator link to stage %d: %w", k, err)
 				}
 				c.links[k] = lk
 				continue
 			}
 			if from < 0 || from >= S {
-				return fmt.Errorf("stage %d listens for a link from unknown stage %d", k, from)
+				return nil, fmt.Errorf("stage %d listens for a link from unknown stage %d", k, from)
 			}
 			dials[from] = append(dials[from], la)
 		}
 		if c.links[k] == nil {
-			return fmt.Errorf("stage %d has no link from the coordinator", k)
+			return nil, fmt.Errorf("stage %d has no link from the coordinator", k)
 		}
 	}
-	return c.forEachStage(func(k int) error {
+	return migrate, c.forEachStage(func(k int) error {
 		r, err := c.request(c.pids[k], &ConnectStage{Header: c.header(), Dial: dials[k]}, c.cfg.Timeout)
 		if err != nil {
 			return fmt.Errorf("connecting stage %d: %w", k, err)
@@ -543,7 +570,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 			c.cfg.OnStep(g)
 		}
 		c.observe(timings)
-		if err := c.maybeRebalance(g, acc); err != nil {
+		if err := c.maybeRebalance(ctx, g, acc); err != nil {
 			var re errRecover
 			if !errors.As(err, &re) {
 				return nil, err
@@ -975,15 +1002,21 @@ func (c *Coordinator) replan() error {
 // are told to stop, their links are closed, and whatever they still send
 // carries an old generation.
 func (c *Coordinator) abandon() {
-	for _, lk := range c.links {
+	c.dropStages(c.pids, c.links)
+	c.links, c.pids = nil, nil
+}
+
+// dropStages tells stages to stop and closes the coordinator's links to
+// them, without waiting.
+func (c *Coordinator) dropStages(pids []*actor.PID, links map[int]Link) {
+	for _, lk := range links {
 		lk.Close()
 	}
-	for _, pid := range c.pids {
+	for _, pid := range pids {
 		if pid != nil {
 			_ = c.cfg.System.Send(pid, &StopStage{Header: c.header()})
 		}
 	}
-	c.links, c.pids = nil, nil
 }
 
 // Graph is the job's model as the coordinator holds it: after Run, the

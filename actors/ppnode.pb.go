@@ -779,11 +779,15 @@ func (x *SetupStage) GetSpec() []byte {
 }
 
 type SetupStageReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Listen        []*LinkAddr            `protobuf:"bytes,3,rep,name=listen,proto3" json:"listen,omitempty"`
-	Params        int64                  `protobuf:"varint,4,opt,name=params,proto3" json:"params,omitempty"` // trainable scalars of the stage
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Error  string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Listen []*LinkAddr            `protobuf:"bytes,3,rep,name=listen,proto3" json:"listen,omitempty"`
+	Params int64                  `protobuf:"varint,4,opt,name=params,proto3" json:"params,omitempty"` // trainable scalars of the stage
+	// The links on which the stage receives layer state from stages of the
+	// previous plan on other nodes (its spec's sources; from = the old
+	// stage): see SendState.
+	Migrate       []*LinkAddr `protobuf:"bytes,5,rep,name=migrate,proto3" json:"migrate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,6 +848,13 @@ func (x *SetupStageReply) GetParams() int64 {
 		return x.Params
 	}
 	return 0
+}
+
+func (x *SetupStageReply) GetMigrate() []*LinkAddr {
+	if x != nil {
+		return x.Migrate
+	}
+	return nil
 }
 
 // ConnectStage gives a stage the addresses of the links it dials (those
@@ -1012,6 +1023,352 @@ func (x *RestoreStage) GetSteps() int64 {
 	return 0
 }
 
+// StateTransfer is the state of some layers going from stage from of the
+// previous plan to stage to of the new plan.
+type StateTransfer struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	From   int32                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To     int32                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Layers []string               `protobuf:"bytes,3,rep,name=layers,proto3" json:"layers,omitempty"`
+	// Where the receiver listens (its SetupStageReply.migrate); empty: the
+	// two stages are on the same node and the state is handed over in
+	// process.
+	Addr          string `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateTransfer) Reset() {
+	*x = StateTransfer{}
+	mi := &file_ppnode_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateTransfer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateTransfer) ProtoMessage() {}
+
+func (x *StateTransfer) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateTransfer.ProtoReflect.Descriptor instead.
+func (*StateTransfer) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StateTransfer) GetFrom() int32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *StateTransfer) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *StateTransfer) GetLayers() []string {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *StateTransfer) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// SendState asks a stage of the previous plan to send the state of its
+// layers to the new plan's stages. Its header carries the new plan's
+// generation: from then on the stage refuses the previous plan's
+// messages. It answers with a StateMoved once every receiver has read
+// everything (a receiver closes the link when done).
+type SendState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Transfers     []*StateTransfer       `protobuf:"bytes,2,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // the whole move
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendState) Reset() {
+	*x = SendState{}
+	mi := &file_ppnode_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendState) ProtoMessage() {}
+
+func (x *SendState) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendState.ProtoReflect.Descriptor instead.
+func (*SendState) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SendState) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SendState) GetTransfers() []*StateTransfer {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+func (x *SendState) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// ReceiveState makes a freshly set-up and connected stage of a new plan
+// take the state of its layers from the sources of its spec and continue
+// after steps updates. It answers with a StateMoved.
+type ReceiveState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Steps         int64                  `protobuf:"varint,2,opt,name=steps,proto3" json:"steps,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveState) Reset() {
+	*x = ReceiveState{}
+	mi := &file_ppnode_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveState) ProtoMessage() {}
+
+func (x *ReceiveState) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveState.ProtoReflect.Descriptor instead.
+func (*ReceiveState) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReceiveState) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ReceiveState) GetSteps() int64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *ReceiveState) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// TransferStats is what one transfer moved, as its end counted it.
+type TransferStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          int32                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            int32                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Local         bool                   `protobuf:"varint,3,opt,name=local,proto3" json:"local,omitempty"` // handed over in process
+	Tensors       int64                  `protobuf:"varint,4,opt,name=tensors,proto3" json:"tensors,omitempty"`
+	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`                          // tensor data (4 bytes per float32)
+	WireBytes     int64                  `protobuf:"varint,6,opt,name=wire_bytes,json=wireBytes,proto3" json:"wire_bytes,omitempty"` // written to the link: tags, frame headers and data (0 in process; sender only)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferStats) Reset() {
+	*x = TransferStats{}
+	mi := &file_ppnode_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferStats) ProtoMessage() {}
+
+func (x *TransferStats) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferStats.ProtoReflect.Descriptor instead.
+func (*TransferStats) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TransferStats) GetFrom() int32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *TransferStats) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *TransferStats) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+func (x *TransferStats) GetTensors() int64 {
+	if x != nil {
+		return x.Tensors
+	}
+	return 0
+}
+
+func (x *TransferStats) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TransferStats) GetWireBytes() int64 {
+	if x != nil {
+		return x.WireBytes
+	}
+	return 0
+}
+
+type StateMoved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Transfers     []*TransferStats       `protobuf:"bytes,3,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateMoved) Reset() {
+	*x = StateMoved{}
+	mi := &file_ppnode_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateMoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateMoved) ProtoMessage() {}
+
+func (x *StateMoved) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateMoved.ProtoReflect.Descriptor instead.
+func (*StateMoved) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StateMoved) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *StateMoved) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StateMoved) GetTransfers() []*TransferStats {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
 // StopStage ends a stage actor: links close, buffers are freed.
 type StopStage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1022,7 +1379,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1391,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1404,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -1069,7 +1426,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1438,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1451,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{15}
+	return file_ppnode_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1179,12 +1536,13 @@ const file_ppnode_proto_rawDesc = "" +
 	"\n" +
 	"SetupStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
-	"\x04spec\x18\x02 \x01(\fR\x04spec\"\x9f\x01\n" +
+	"\x04spec\x18\x02 \x01(\fR\x04spec\"\xd2\x01\n" +
 	"\x0fSetupStageReply\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12/\n" +
 	"\x06listen\x18\x03 \x03(\v2\x17.ppnode.actors.LinkAddrR\x06listen\x12\x16\n" +
-	"\x06params\x18\x04 \x01(\x03R\x06params\"j\n" +
+	"\x06params\x18\x04 \x01(\x03R\x06params\x121\n" +
+	"\amigrate\x18\x05 \x03(\v2\x17.ppnode.actors.LinkAddrR\amigrate\"j\n" +
 	"\fConnectStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12+\n" +
 	"\x04dial\x18\x02 \x03(\v2\x17.ppnode.actors.LinkAddrR\x04dial\"\\\n" +
@@ -1193,7 +1551,35 @@ const file_ppnode_proto_rawDesc = "" +
 	"\toptimizer\x18\x02 \x01(\bR\toptimizer\"S\n" +
 	"\fRestoreStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
-	"\x05steps\x18\x02 \x01(\x03R\x05steps\":\n" +
+	"\x05steps\x18\x02 \x01(\x03R\x05steps\"_\n" +
+	"\rStateTransfer\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x05R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x05R\x02to\x12\x16\n" +
+	"\x06layers\x18\x03 \x03(\tR\x06layers\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\"\x95\x01\n" +
+	"\tSendState\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12:\n" +
+	"\ttransfers\x18\x02 \x03(\v2\x1c.ppnode.actors.StateTransferR\ttransfers\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"r\n" +
+	"\fReceiveState\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
+	"\x05steps\x18\x02 \x01(\x03R\x05steps\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\x98\x01\n" +
+	"\rTransferStats\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x05R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x05R\x02to\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\bR\x05local\x12\x18\n" +
+	"\atensors\x18\x04 \x01(\x03R\atensors\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x1d\n" +
+	"\n" +
+	"wire_bytes\x18\x06 \x01(\x03R\twireBytes\"\x8d\x01\n" +
+	"\n" +
+	"StateMoved\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12:\n" +
+	"\ttransfers\x18\x03 \x03(\v2\x1c.ppnode.actors.TransferStatsR\ttransfers\":\n" +
 	"\tStopStage\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\"Z\n" +
 	"\x03Ack\x12-\n" +
@@ -1220,7 +1606,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1237,8 +1623,13 @@ var file_ppnode_proto_goTypes = []any{
 	(*ConnectStage)(nil),    // 12: ppnode.actors.ConnectStage
 	(*GatherWeights)(nil),   // 13: ppnode.actors.GatherWeights
 	(*RestoreStage)(nil),    // 14: ppnode.actors.RestoreStage
-	(*StopStage)(nil),       // 15: ppnode.actors.StopStage
-	(*Ack)(nil),             // 16: ppnode.actors.Ack
+	(*StateTransfer)(nil),   // 15: ppnode.actors.StateTransfer
+	(*SendState)(nil),       // 16: ppnode.actors.SendState
+	(*ReceiveState)(nil),    // 17: ppnode.actors.ReceiveState
+	(*TransferStats)(nil),   // 18: ppnode.actors.TransferStats
+	(*StateMoved)(nil),      // 19: ppnode.actors.StateMoved
+	(*StopStage)(nil),       // 20: ppnode.actors.StopStage
+	(*Ack)(nil),             // 21: ppnode.actors.Ack
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -1252,17 +1643,23 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 8: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
 	1,  // 9: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
 	9,  // 10: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
-	1,  // 11: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
-	9,  // 12: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
-	1,  // 13: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 14: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
-	1,  // 15: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 16: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	9,  // 11: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
+	1,  // 12: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	9,  // 13: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 14: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 15: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 16: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
+	15, // 17: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
+	1,  // 18: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
+	1,  // 19: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
+	18, // 20: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
+	1,  // 21: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 22: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -1276,7 +1673,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

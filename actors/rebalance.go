@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -24,9 +25,12 @@ import (
 //     threshold, or noisy measurements, do not make plans flip back and
 //     forth).
 //
-// Moving goes through the coordinator: the cut gathers every stage's state
-// and the new stages are restored from it. A failure while moving falls
-// back to recovery from that cut.
+// Moving sends each layer's state (parameters and optimizer state) straight
+// from its old owner to its new one, over the data plane between nodes and
+// in process within a node; only the layers that change node cross the
+// network, and nothing passes through the coordinator (see migrate.go).
+// The latest cut stays the last periodic one; a failure while moving falls
+// back to recovery from it.
 const (
 	rebalanceEvery    = 5    // steps between evaluations
 	rebalanceCooldown = 20   // steps after the first plan change before the next; doubles with each
@@ -51,6 +55,25 @@ type Replan struct {
 	MovedMS float64            `json:"moved_ms"`
 	Plan    string             `json:"plan"`
 	Speeds  map[string]float64 `json:"speeds"`
+	// Method is how the state moved: "direct" (each layer's from its old
+	// owner to its new one) or "cut" (gathered into the coordinator and
+	// restored from it).
+	Method string `json:"method"`
+	// StateBytes is the state (parameters and optimizer state) of the
+	// layers that changed node: what has to cross the network. MovedBytes
+	// is the tensor data the move sent over data-plane links, counted on
+	// them as it was written (direct: per link in Links; cut: the whole
+	// state in and out of the coordinator), WireBytes the same with tags
+	// and frame headers. LocalBytes is the state handed over within a
+	// node.
+	StateBytes int64       `json:"state_bytes"`
+	MovedBytes int64       `json:"moved_bytes"`
+	WireBytes  int64       `json:"wire_bytes,omitempty"`
+	LocalBytes int64       `json:"local_bytes,omitempty"`
+	Links      []MovedLink `json:"links,omitempty"`
+	// PhasesMS splits MovedMS: direct: start (the new stages), transfer,
+	// stop (the old stages); cut: cut, start, restore.
+	PhasesMS map[string]float64 `json:"phases_ms,omitempty"`
 }
 
 // rebalances reports whether the job re-plans by itself: with a
@@ -103,8 +126,8 @@ func (c *Coordinator) candidates() []NodeInfo {
 
 // maybeRebalance runs after step g (the pipeline is drained): it evaluates
 // and, if warranted, moves the job to a better plan. It returns an error
-// only if the job cannot go on; a failed move recovers from the cut.
-func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
+// only if the job cannot go on; a failed move returns an errRecover.
+func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc) error {
 	if g >= c.job.Total {
 		return nil
 	}
@@ -116,35 +139,50 @@ func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
 			break
 		}
 	}
+	requested := c.requested
+	c.requested = ""
 	c.mu.Lock()
 	cooldown := rebalanceCooldown << min(len(c.status.Replans), 6)
 	c.mu.Unlock()
-	if leaving == "" && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
+	if leaving == "" && requested == "" && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
 		return nil
 	}
 	cl := c.clusterOf(nodes)
-	res, err := c.search(cl)
+	part := c.spec.Partition
+	if requested != "" {
+		part = requested
+	}
+	res, err := c.searchWith(cl, part)
 	if err != nil {
 		c.log.Warn("rebalancing: no plan", "err", err)
 		return nil
 	}
-	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{}}
+	mv, err := c.planMove(c.plan, res.Plan)
+	if err != nil {
+		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
+		return nil
+	}
+	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
+		StateBytes: mv.stateBytes, LocalBytes: mv.localBytes}
 	for _, n := range cl.Nodes {
 		r.Speeds[n.Name] = n.Speed
 	}
-	// What moving costs: a cut plus a restore, each about the last cut's
-	// measured cost, and starting the stages.
-	cost := 2*c.cutCost + 50*time.Millisecond
+	cost := c.moveCost(mv)
 	r.CostMS = float64(cost.Microseconds()) / 1e3
-	if leaving != "" {
+	cur, err := balance.Simulate(c.plan, c.job.Graph, c.prof, cl, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	if err == nil {
+		r.BeforeMS = cur.StepTime * 1e3
+		r.Gain = 1 - res.Report.StepTime/cur.StepTime
+	}
+	switch {
+	case leaving != "":
 		r.Reason = fmt.Sprintf("node %s is leaving", leaving)
-	} else {
-		cur, err := balance.Simulate(c.plan, c.job.Graph, c.prof, cl, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	case requested != "":
+		r.Reason = "requested: " + requested
+	default:
 		if err != nil {
 			return nil
 		}
-		r.BeforeMS = cur.StepTime * 1e3
-		r.Gain = 1 - res.Report.StepTime/cur.StepTime
 		saved := cur.StepTime - res.Report.StepTime
 		if res.Spec == c.text || r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
 			c.streak = 0
@@ -158,27 +196,69 @@ func (c *Coordinator) maybeRebalance(g int, acc progressAcc) error {
 	c.streak = 0
 	c.log.Info("re-planning", "step", g, "reason", r.Reason, "plan", res.Spec, "gain", r.Gain)
 	t0 := time.Now()
-	if _, err := c.checkpoint(g, acc); err != nil {
-		// The old plan broke while being cut: recover from the last cut.
-		return errRecover{err}
-	}
-	c.abandon()
-	c.gen++
-	if err := c.adopt(res, cl); err != nil {
-		return errRecover{err}
-	}
-	if err := c.start(); err != nil {
-		return errRecover{err}
-	}
-	if err := c.restoreAll(); err != nil {
-		return errRecover{err}
+	if c.viaCut {
+		r.Method, r.MovedBytes = "cut", 2*c.stateBytes()
+		r.LocalBytes = 0
+		if r.PhasesMS, err = c.moveThroughCut(g, acc, res, cl); err != nil {
+			return err
+		}
+	} else {
+		m, err := c.migrate(ctx, g, mv, res, cl)
+		if err != nil {
+			return err
+		}
+		r.Method, r.MovedBytes, r.WireBytes, r.Links, r.PhasesMS = "direct", m.moved, m.wire, m.links, m.phases
 	}
 	c.planStep = g
-	r.MovedMS = float64(time.Since(t0).Microseconds()) / 1e3
+	r.MovedMS = msSince(t0, time.Now())
+	c.log.Info("re-planned", "step", g, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
 	c.mu.Lock()
 	c.status.Replans = append(c.status.Replans, r)
 	c.mu.Unlock()
 	return nil
+}
+
+// moveCost predicts what moving as mv costs: starting the new stages and
+// sending the layers that change node, at the throughput the last cut
+// measured (a cut moves the whole state once), or at the default link's
+// bandwidth before the first cut. Moving through a cut costs about two
+// cuts.
+func (c *Coordinator) moveCost(mv *stateMove) time.Duration {
+	const startup = 50 * time.Millisecond
+	if c.viaCut {
+		return 2*c.cutCost + startup
+	}
+	bw := balance.DefaultLink.Bandwidth
+	if c.cutCost > 0 {
+		bw = float64(c.stateBytes()) / c.cutCost.Seconds()
+	}
+	return startup + time.Duration(float64(mv.stateBytes)/bw*float64(time.Second))
+}
+
+// moveThroughCut moves the job to the plan res the way a recovery does:
+// a cut at step g gathers every stage's state into the coordinator, the
+// old stages are abandoned, and the new ones are restored from the cut.
+// It is kept to compare with a direct move.
+func (c *Coordinator) moveThroughCut(g int, acc progressAcc, res *balance.Result, cl *balance.Cluster) (phases map[string]float64, err error) {
+	t0 := time.Now()
+	if _, err := c.checkpoint(g, acc); err != nil {
+		// The old plan broke while being cut: recover from the last cut.
+		return nil, errRecover{err}
+	}
+	c.abandon()
+	c.gen++
+	if err := c.adopt(res, cl); err != nil {
+		return nil, errRecover{err}
+	}
+	t1 := time.Now()
+	if err := c.start(); err != nil {
+		return nil, errRecover{err}
+	}
+	t2 := time.Now()
+	if err := c.restoreAll(); err != nil {
+		return nil, errRecover{err}
+	}
+	return map[string]float64{"cut": msSince(t0, t1), "start": msSince(t1, t2), "restore": msSince(t2, time.Now())}, nil
 }
 
 // errRecover says a plan change failed midway; the job recovers from its

@@ -28,6 +28,10 @@ type StageSpec struct {
 	Plan       balance.StagePlan `json:"plan"`
 	// IOTimeout bounds every data-plane read and write (default 10 min).
 	IOTimeout time.Duration `json:"io_timeout,omitempty"`
+	// Sources, when the job moves to this plan from a running one, say
+	// where the state of the stage's layers comes from (see
+	// ReceiveState); empty when the stage starts from the seed or a cut.
+	Sources []StateSource `json:"sources,omitempty"`
 }
 
 // labelsTensor is the tensor id of a micro-batch's labels on the link from
@@ -122,6 +126,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		if st.Outputs[k] != o.Name {
 			return nil, fmt.Errorf("stage %d: output %d is %q in the plan, %q in the model", p.ID, k, o.Name, st.Outputs[k])
 		}
+	}
+	if err := checkSources(p, spec.Sources); err != nil {
+		return nil, err
 	}
 	e := &stageEngine{spec: spec, g: g, st: st, params: st.Params(), id: map[string]uint32{},
 		inIdx: map[string]int{}, outIdx: map[string]int{}, zeros: map[string]*nn.Tensor{},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
+	"google.golang.org/protobuf/proto"
 )
 
 // StageKind is the actor kind of a pipeline stage; every node registers it
@@ -32,9 +33,10 @@ type StageHost struct {
 	// time with SetSlowdown.
 	slowdown atomic.Uint64
 
-	mu     sync.Mutex
-	stages int           // stages set up and not yet shut down
-	idle   chan struct{} // closed while stages == 0; nil until the first stage
+	mu       sync.Mutex    // guards stages, idle and handoffs
+	stages   int           // stages set up and not yet shut down
+	idle     chan struct{} // closed while stages == 0; nil until the first stage
+	handoffs map[handoffKey]*handoff
 }
 
 func (h *StageHost) stageUp() {
@@ -87,8 +89,8 @@ func StageProps(h *StageHost) *actor.Props {
 }
 
 // stageActor owns one stage of one job: it sets the stage up, connects its
-// links, and runs steps and weight gathers one at a time on a goroutine of
-// its own, so that its mailbox stays free for StopStage.
+// links, and runs steps, weight gathers and state moves one at a time on a
+// goroutine of its own, so that its mailbox stays free for StopStage.
 type stageActor struct {
 	host    *StageHost
 	self    *actor.PID
@@ -98,6 +100,12 @@ type stageActor struct {
 	lns     []Listener
 	accepts chan acceptResult
 	busy    chan struct{} // closed when the running step ends; nil when idle
+	// migLns listen for the links that bring the state of the stage's
+	// layers from the previous plan's stages (spec.Sources); migAccepts
+	// yields their links, once.
+	migLns     []Listener
+	migAccepts chan acceptResult
+	quit       chan struct{} // closed by shutdown: a running move gives up
 }
 
 type acceptResult struct {
@@ -132,7 +140,7 @@ func (a *stageActor) Receive(c actor.Context) {
 		if !a.admit(c, msg) {
 			return
 		}
-		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+		a.runAsync(c, msg.GetHeader(), func() proto.Message {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs}
 			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
@@ -146,7 +154,7 @@ func (a *stageActor) Receive(c actor.Context) {
 		if !a.admit(c, msg) {
 			return
 		}
-		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+		a.runAsync(c, msg.GetHeader(), func() proto.Message {
 			d := &StepDone{Header: msg.GetHeader()}
 			if err := a.eng.gather(msg.GetOptimizer()); err != nil {
 				d.Error = err.Error()
@@ -157,12 +165,34 @@ func (a *stageActor) Receive(c actor.Context) {
 		if !a.admit(c, msg) {
 			return
 		}
-		a.runAsync(c, msg.GetHeader(), func() *StepDone {
+		a.runAsync(c, msg.GetHeader(), func() proto.Message {
 			d := &StepDone{Header: msg.GetHeader()}
 			if err := a.eng.restore(msg.GetSteps()); err != nil {
 				d.Error = err.Error()
 			}
 			return d
+		})
+	case *SendState:
+		if !a.admit(c, msg) {
+			return
+		}
+		// The job moves to a newer plan: this stage only hands its state
+		// over from now on.
+		a.gate.Advance(msg.GetHeader().GetGeneration())
+		quit := a.quit
+		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+			stats, err := a.sendState(msg, quit)
+			return stateMoved(msg.GetHeader(), stats, err)
+		})
+	case *ReceiveState:
+		if !a.admit(c, msg) {
+			return
+		}
+		accepts, quit := a.migAccepts, a.quit
+		a.migAccepts = nil
+		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+			stats, err := a.receiveState(msg, accepts, quit)
+			return stateMoved(msg.GetHeader(), stats, err)
 		})
 	case *StopStage:
 		a.shutdown()
@@ -240,11 +270,33 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 			a.accepts <- acceptResult{from: f, lk: lk, err: err}
 		}()
 	}
+	migAccepts := make(chan acceptResult, len(spec.Sources))
+	a.migAccepts = migAccepts
+	for _, src := range spec.Sources {
+		if src.Local {
+			continue
+		}
+		h := Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
+		ln, err := a.host.DataPlane.Listen(h, a.linkOptions(spec))
+		if err != nil {
+			a.closeListeners()
+			a.closeMigrationListeners()
+			rep.Error = fmt.Sprintf("listen for the state from stage %d: %v", src.From, err)
+			return rep
+		}
+		a.migLns = append(a.migLns, ln)
+		rep.Migrate = append(rep.Migrate, &LinkAddr{Link: h.Link, From: int32(src.From), To: int32(me), Addr: ln.Addr()})
+		go func() {
+			lk, err := ln.Accept()
+			migAccepts <- acceptResult{from: src.From, lk: lk, err: err}
+		}()
+	}
 	for _, p := range eng.params {
 		if p.Trainable() {
 			rep.Params += int64(p.Value.Shape().TotalSize())
 		}
 	}
+	a.quit = make(chan struct{})
 	a.eng = eng
 	a.gate = NewGate(spec.Job.ID, spec.Generation)
 	a.host.stageUp()
@@ -320,7 +372,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 
 // runAsync runs f on a goroutine and sends its reply to the requester;
 // one at a time.
-func (a *stageActor) runAsync(c actor.Context, h *Header, f func() *StepDone) {
+func (a *stageActor) runAsync(c actor.Context, h *Header, f func() proto.Message) {
 	if a.busy != nil {
 		select {
 		case <-a.busy:
@@ -352,13 +404,23 @@ func (a *stageActor) closeListeners() {
 	a.lns = nil
 }
 
+// closeMigrationListeners stops listening for state from a previous plan.
+func (a *stageActor) closeMigrationListeners() {
+	for _, ln := range a.migLns {
+		ln.Close()
+	}
+	a.migLns = nil
+}
+
 // shutdown aborts a running step (its links close under it), waits for it
 // and frees everything. It is idempotent.
 func (a *stageActor) shutdown() {
 	a.closeListeners()
+	a.closeMigrationListeners()
 	if a.eng == nil {
 		return
 	}
+	close(a.quit)
 	for _, p := range a.eng.peers {
 		p.lk.Close()
 	}

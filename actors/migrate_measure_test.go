@@ -1,0 +1,110 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestMeasurePlanChange measures a real plan change of mlp32 at width
+// 1024 on 3 nodes over TCP (issue 7, acceptance 3): node c is slowed 4x,
+// a few steps measure the speeds, and the balancer's plan at those speeds
+// (B) differs from the plan made at equal speeds (A). The job then moves
+// A -> B -> A -> ... at successive step boundaries, in pairs (A -> B,
+// B -> A) of one method, direct or through a cut (gather into the
+// coordinator, restore from it), the methods in the order ABBA per round
+// after a first round that warms the heap up and is not counted. It
+// reports for each move its time, the state of the layers that changed
+// node and the bytes that crossed the network, then the median time of
+// each method. It is a measurement, not a test:
+//
+//	PPNODE_MEASURE=1 [PPNODE_MEASURE_ROUNDS=4] go test -tags openblas -count=1 -run TestMeasurePlanChange -v ./actors/
+func TestMeasurePlanChange(t *testing.T) {
+	if os.Getenv("PPNODE_MEASURE") == "" {
+		t.Skip("a measurement: set PPNODE_MEASURE=1")
+	}
+	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("PPNODE_MEASURE_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	const warm = 4
+	tc := newTestCluster(t, 3, &TCP{})
+	tc.hosts[2].SetSlowdown(4)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Width, spec.Batch, spec.MicroBatches = "measure-move", 1024, 48, 4
+	spec.Partition, spec.Schedule, spec.NoRebalance = "balanced", "1f1b", true
+	rounds++            // the first one warms up
+	moves := 4 * rounds // per round: a pair of each method
+	spec.Epochs, spec.Steps, spec.CheckpointEvery = 1, warm+moves+1, 1000
+	spec.SyntheticSamples = spec.Batch * spec.Steps
+	var c *Coordinator
+	var planA, planB string
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+			if step < warm {
+				return
+			}
+			if step == warm {
+				planA = c.text
+				res, err := c.searchWith(c.clusterOf(tc.nodes), spec.Partition)
+				if err != nil {
+					t.Errorf("planning at the measured speeds: %v", err)
+					return
+				}
+				planB = res.Spec
+				t.Logf("speeds %v: plan A %s; plan B %s", c.speed, planA, planB)
+			}
+			m := step - warm
+			if planA == planB || m >= moves {
+				return
+			}
+			round, pair := m/4, (m/2)%2
+			c.viaCut = pair != round%2 // ABBA: direct first in even rounds
+			c.requested = []string{planB, planA}[m%2]
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if planA == planB {
+		t.Skipf("the balancer keeps plan %s at the measured speeds", planA)
+	}
+	times := map[string][]float64{}
+	phases := map[string][]float64{}
+	for i, r := range c.Status().Replans {
+		dir := "A->B"
+		if r.Plan == planA {
+			dir = "B->A"
+		}
+		t.Logf("%-6s %s: %7.1f ms %v; state of the layers that changed node %s, over the network %s (%s with framing), within nodes %s",
+			r.Method, dir, r.MovedMS, r.PhasesMS, mib(r.StateBytes), mib(r.MovedBytes), mib(r.WireBytes), mib(r.LocalBytes))
+		if i >= 4 {
+			times[r.Method] = append(times[r.Method], r.MovedMS)
+			for k, v := range r.PhasesMS {
+				phases[r.Method+" "+k] = append(phases[r.Method+" "+k], v)
+			}
+		}
+		if r.Method == "direct" && r.MovedBytes != r.StateBytes {
+			t.Errorf("a direct move sent %d bytes for %d bytes of moved state", r.MovedBytes, r.StateBytes)
+		}
+	}
+	for _, m := range []string{"direct", "cut"} {
+		v := slices.Sorted(slices.Values(times[m]))
+		t.Logf("%s: median %.1f ms over %d moves %v", m, median(v), len(v), v)
+	}
+	for _, k := range slices.Sorted(maps.Keys(phases)) {
+		t.Logf("  %s: median %.1f ms", k, median(phases[k]))
+	}
+	if d, k := median(times["direct"]), median(times["cut"]); d > 0 {
+		t.Logf("a move through a cut takes %.2fx the time of a direct move", k/d)
+	}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }

@@ -1,0 +1,462 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// meteredTCP is the TCP data plane behind a byte-counting proxy: each
+// listener gets a proxy in front of it, so every byte of every link is
+// counted as it crosses a socket, per link id and direction.
+type meteredTCP struct {
+	TCP
+	mu      sync.Mutex
+	fwd     map[uint32]int64 // link id -> bytes from the dialer to the listener
+	back    map[uint32]int64 // and back
+	conns   map[uint32]int   // connections made per link id
+	pending sync.WaitGroup   // proxied connections still open
+}
+
+func newMeteredTCP() *meteredTCP {
+	return &meteredTCP{fwd: map[uint32]int64{}, back: map[uint32]int64{}, conns: map[uint32]int{}}
+}
+
+type proxyListener struct {
+	Listener
+	px net.Listener
+}
+
+func (p *proxyListener) Addr() string { return p.px.Addr().String() }
+func (p *proxyListener) Close() error {
+	p.px.Close()
+	return p.Listener.Close()
+}
+
+func (m *meteredTCP) Listen(want Hello, o Options) (Listener, error) {
+	ln, err := m.TCP.Listen(want, o)
+	if err != nil {
+		return nil, err
+	}
+	px, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := px.Accept()
+			if err != nil {
+				return
+			}
+			m.pending.Add(1)
+			go m.proxy(c, ln.Addr(), want.Link)
+		}
+	}()
+	return &proxyListener{Listener: ln, px: px}, nil
+}
+
+type countWriter struct {
+	w net.Conn
+	n func(int)
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n(n)
+	return n, err
+}
+
+// proxy forwards client to the listener at addr, counting; a side that
+// ends its stream has the end passed on (half close), as TCP would.
+func (m *meteredTCP) proxy(client net.Conn, addr string, link uint32) {
+	defer m.pending.Done()
+	defer client.Close()
+	server, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	m.mu.Lock()
+	m.conns[link]++
+	m.mu.Unlock()
+	count := func(dir map[uint32]int64) func(int) {
+		return func(n int) {
+			m.mu.Lock()
+			dir[link] += int64(n)
+			m.mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(countWriter{server, count(m.fwd)}, client)
+		server.(*net.TCPConn).CloseWrite()
+	})
+	wg.Go(func() {
+		io.Copy(countWriter{client, count(m.back)}, server)
+		client.(*net.TCPConn).CloseWrite()
+	})
+	wg.Wait()
+}
+
+// settle waits until every proxied connection is closed.
+func (m *meteredTCP) settle(t *testing.T) {
+	done := make(chan struct{})
+	go func() { m.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("proxied connections still open 10 s after the job")
+	}
+}
+
+// runMoves runs spec on the first n nodes of tc, moving the job to
+// moves[g] (a partition) after step g.
+func runMoves(t *testing.T, tc *testCluster, spec JobSpec, n int, moves map[int]string, cfg func(*Coordinator)) (*JobResult, *Coordinator) {
+	t.Helper()
+	var c *Coordinator
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:n], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+			if p, ok := moves[step]; ok {
+				c.requested = p
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg != nil {
+		cfg(c)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, c
+}
+
+// stateOf is the size of the parameters and Adam state (two moments per
+// trainable scalar) of the layers with names in [from, to] of g, the
+// number of those layers with state, and the framing (tag and frame
+// header) of their tensors on a link.
+func stateOf(t *testing.T, g *nn.Graph, from, to string) (bytes int64, layers int, framing int64) {
+	t.Helper()
+	in := false
+	for _, n := range g.Nodes {
+		if n.Name == from {
+			in = true
+		}
+		if in {
+			for _, p := range n.Layer.Params() {
+				k := int64(1)
+				if p.Trainable() {
+					k = 3
+				}
+				bytes += 4 * k * int64(p.Value.Shape().TotalSize())
+				framing += k * (tagLen + int64(tensorio.FrameHeaderLen(len(p.Value.Shape()))))
+			}
+			if len(n.Layer.Params()) > 0 {
+				layers++
+			}
+		}
+		if n.Name == to {
+			return bytes, layers, framing
+		}
+	}
+	t.Fatalf("no layers %s-%s", from, to)
+	return 0, 0, 0
+}
+
+// Moving one stage's boundary moves exactly the state of the layers that
+// change node over the network, counted on the sockets themselves, and
+// nothing for the layers that stay on their node; the weights are those
+// of one process.
+func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
+	dp := newMeteredTCP()
+	tc := newTestCluster(t, 3, dp)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Width, spec.Steps = "move-bytes", 48, 5
+	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "1f1b"
+	want := localSHA(t, spec)
+	j, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After step 2, fc17-fc20 go from b to c; everything else stays.
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, nil)
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights after the move %s, single process %s", res.WeightsSHA256[:16], want[:16])
+	}
+	st := c.Status()
+	if len(st.Replans) != 1 {
+		t.Fatalf("re-plans %+v, want one", st.Replans)
+	}
+	r := st.Replans[0]
+	t.Logf("re-plan: method %s, state %d B, moved %d B (%d on the wire), local %d B, %.1f ms; links %+v",
+		r.Method, r.StateBytes, r.MovedBytes, r.WireBytes, r.LocalBytes, r.MovedMS, r.Links)
+	moved, nMoved, framing := stateOf(t, j.Graph, "fc17", "fc20")
+	all, _, _ := stateOf(t, j.Graph, "fc1", "fc32")
+	if r.Method != "direct" || r.StateBytes != moved || r.MovedBytes != moved || r.LocalBytes != all-moved {
+		t.Errorf("method %s, state %d, moved %d, local %d bytes; want direct, %d, %d, %d",
+			r.Method, r.StateBytes, r.MovedBytes, r.LocalBytes, moved, moved, all-moved)
+	}
+	// One link crosses the network: old stage 1 (b) to new stage 2 (c).
+	var remote []MovedLink
+	for _, l := range r.Links {
+		if l.Local != (l.From == l.To) {
+			t.Errorf("link %+v: local %v between %s and %s", l, l.Local, l.From, l.To)
+		}
+		if !l.Local {
+			remote = append(remote, l)
+		}
+	}
+	if len(remote) != 1 || remote[0].FromStage != 1 || remote[0].ToStage != 2 || remote[0].Layers != "fc17-fc20" ||
+		remote[0].Tensors != int64(6*nMoved) || remote[0].Bytes != moved {
+		t.Fatalf("links over the network %+v, want one from stage 1 to stage 2 with fc17-fc20 (%d tensors, %d bytes)", remote, 6*nMoved, moved)
+	}
+	// On the sockets: the handshake, then per tensor a tag, a frame header
+	// and its data; a two-byte handshake reply back; no link for the
+	// layers that stayed.
+	dp.settle(t)
+	dp.mu.Lock()
+	defer dp.mu.Unlock()
+	hello, err := encodeHello(Hello{JobID: spec.ID, Generation: 2, Link: migrateLinkID(1, 2), From: 1, To: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remote[0].WireBytes != moved+framing {
+		t.Errorf("the sender counted %d bytes written, want %d of data and %d of tags and frame headers", remote[0].WireBytes, moved, framing)
+	}
+	wantWire := int64(len(hello)) + moved + framing
+	if got := dp.fwd[migrateLinkID(1, 2)]; got != wantWire || dp.back[migrateLinkID(1, 2)] != 2 {
+		t.Errorf("sockets carried %d bytes (%d back) on the move's link; want %d: handshake %d + data %d + tags and frame headers %d (2 back)",
+			got, dp.back[migrateLinkID(1, 2)], wantWire, len(hello), moved, framing)
+	}
+	for link, n := range dp.conns {
+		if link&(1<<31) != 0 && link != migrateLinkID(1, 2) {
+			t.Errorf("a move link %#x (%d connections, %d bytes) besides stage 1 -> 2", link, n, dp.fwd[link])
+		}
+	}
+}
+
+// After one or more moves (boundaries shift, stages swap nodes, the stage
+// count changes) the weights are those of one process, bit for bit, for
+// GPipe and 1F1B on mlp32 and a graph schedule on uno, with periodic cuts
+// in between.
+func TestMovesAreBitIdentical(t *testing.T) {
+	tc := newTestCluster(t, 4, &Inmem{})
+	cases := []struct {
+		model, schedule, start string
+		nodes                  int
+		moves                  map[int]string
+	}{
+		{"mlp32", "gpipe", "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", 3, map[int]string{
+			2: "fc1-fc12@c; fc13-fc20@a; fc21-fc32@b", // every stage changes node
+			3: "fc1-fc20@b; fc21-fc32@a",              // two stages
+			5: "fc1-fc5@a; fc6-fc25@b; fc26-fc32@c",
+		}},
+		{"mlp32", "1f1b", "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", 3, map[int]string{
+			2: "fc1-fc8@a; fc9-fc20@c; fc21-fc32@b",
+			4: "fc1-fc8@a; fc9-fc22@c; fc23-fc32@b",
+		}},
+		{"uno", "graph", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", 4, map[int]string{
+			2: "flatten + tower3.slice-tower3.fc3@b; tower2.slice-tower2.fc3@c; tower1.slice-tower1.fc3@d; concat-out@a",
+			4: "flatten + tower3.slice-tower3.fc3 + tower2.slice-tower2.fc3@a; tower1.slice-tower1.fc3@b; concat-out@c",
+		}},
+	}
+	if testing.Short() {
+		cases = cases[1:2]
+	}
+	for _, cs := range cases {
+		t.Run(cs.model+"/"+cs.schedule, func(t *testing.T) {
+			spec := smallSpec(cs.model)
+			spec.ID = "moves-" + cs.model + "-" + cs.schedule
+			spec.Partition, spec.Schedule = cs.start, cs.schedule
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 2, 7, 3
+			want := localSHA(t, spec)
+			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, nil)
+			st := c.Status()
+			for _, r := range st.Replans {
+				t.Logf("step %d: %s; state %d B moved as %d B over the network, %d B within nodes", r.Step, r.Plan, r.StateBytes, r.MovedBytes, r.LocalBytes)
+				if r.Method != "direct" || r.MovedBytes != r.StateBytes {
+					t.Errorf("re-plan at step %d: %s moved %d bytes for %d bytes of moving layers", r.Step, r.Method, r.MovedBytes, r.StateBytes)
+				}
+			}
+			if len(st.Replans) != len(cs.moves) || len(st.Recoveries) != 0 {
+				t.Fatalf("%d re-plans, %d recoveries; want %d and none: %+v", len(st.Replans), len(st.Recoveries), len(cs.moves), st.Recoveries)
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights after moves %s, single process %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
+	}
+}
+
+// failingPlane breaks every link that moves state after its first tensor.
+type failingPlane struct{ DataPlane }
+
+func (p failingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
+	lk, err := p.DataPlane.Dial(addr, h, o)
+	if err != nil || h.Link&(1<<31) == 0 {
+		return lk, err
+	}
+	return &breakingLink{Link: lk}, nil
+}
+
+type breakingLink struct {
+	Link
+	sent int
+}
+
+func (l *breakingLink) Send(tag Tag, t *nn.Tensor) error {
+	if l.sent++; l.sent > 1 {
+		l.Link.Close()
+		return errors.New("link cut by the test")
+	}
+	return l.Link.Send(tag, t)
+}
+
+// stallingPlane's links that move state never finish their first send
+// (until closed).
+type stallingPlane struct{ DataPlane }
+
+func (p stallingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
+	lk, err := p.DataPlane.Dial(addr, h, o)
+	if err != nil || h.Link&(1<<31) == 0 {
+		return lk, err
+	}
+	return stallingLink{lk}, nil
+}
+
+type stallingLink struct{ Link }
+
+func (l stallingLink) Send(Tag, *nn.Tensor) error {
+	<-l.Done()
+	return l.Err()
+}
+
+// A failure while moving (a node of the old plan dies, a link breaks, the
+// move times out) falls back to recovery from the latest cut; replay gives
+// the weights of the run without it.
+func TestFailedMoveRecovers(t *testing.T) {
+	cases := []struct {
+		name   string
+		dp     func() DataPlane
+		kill   bool
+		cause  string
+		config func(*CoordinatorConfig)
+	}{
+		{"node-dies/inmem", func() DataPlane { return &Inmem{} }, true, "", nil},
+		{"node-dies/tcp", func() DataPlane { return &TCP{} }, true, "", nil},
+		{"link-breaks", func() DataPlane { return failingPlane{&Inmem{}} }, false, "moving state", nil},
+		{"times-out", func() DataPlane { return stallingPlane{&TCP{}} }, false, "timed out",
+			func(c *CoordinatorConfig) { c.Timeout = 4 * time.Second }},
+	}
+	for _, cs := range cases {
+		t.Run(cs.name, func(t *testing.T) {
+			tc := newTestCluster(t, 3, cs.dp())
+			spec := smallSpec("mlp32")
+			spec.ID = "move-fails"
+			spec.Partition, spec.Schedule = "uniform", "1f1b"
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 3
+			want := localSHA(t, spec)
+			var c *Coordinator
+			var once sync.Once
+			cfg := CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+				Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+					if step == 5 { // the cut is at step 3: steps 3 and 4 replay
+						once.Do(func() { c.requested = "fc1-fc10@a; fc11-fc20@c; fc21-fc32@b" })
+					}
+				}}
+			if cs.config != nil {
+				cs.config(&cfg)
+			}
+			c, err := NewCoordinator(spec, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cs.kill {
+				// Node b holds an old stage whose layers go to c: it dies
+				// once the new stages are up, before any state moves.
+				c.onMove = func() { tc.systems[1].Stop() }
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := c.Status()
+			if len(st.Recoveries) != 1 || len(st.Replans) != 0 {
+				t.Fatalf("recoveries %+v, re-plans %+v; want one recovery and no re-plan", st.Recoveries, st.Replans)
+			}
+			r := st.Recoveries[0]
+			t.Logf("recovery: %+v", r)
+			if r.Step != 5 || r.Replayed != 2 || !strings.Contains(r.Cause, "changing the plan") || !strings.Contains(r.Cause, cs.cause) {
+				t.Errorf("recovery at step %d replayed %d for %q; want step 5, 2 replayed, a failed plan change (%q)", r.Step, r.Replayed, r.Cause, cs.cause)
+			}
+			if cs.kill && strings.Contains(r.Plan, "@b") {
+				t.Errorf("recovered onto %s, which uses the dead node b", r.Plan)
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights after the failed move %s, without it %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
+	}
+}
+
+// Moving through a cut (the path a move replaced) still works and moves
+// the whole state twice; kept for comparison.
+func TestMoveThroughCut(t *testing.T) {
+	tc := newTestCluster(t, 3, &Inmem{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Steps = "move-cut", 5
+	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "gpipe"
+	want := localSHA(t, spec)
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, func(c *Coordinator) { c.viaCut = true })
+	st := c.Status()
+	if len(st.Replans) != 1 || st.Replans[0].Method != "cut" || st.Replans[0].MovedBytes != 2*c.stateBytes() {
+		t.Fatalf("re-plans %+v, want one through a cut moving %d bytes", st.Replans, 2*c.stateBytes())
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
+	}
+}
+
+// A stage refuses state sources that do not fit its plan.
+func TestStageRefusesBadSources(t *testing.T) {
+	spec := smallSpec("mlp32")
+	if err := spec.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, 1, &Inmem{})
+	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := c.Plan().Stages[0]
+	for _, cs := range []struct {
+		srcs []StateSource
+		want string
+	}{
+		{[]StateSource{{From: 0, Layers: []string{"fc99"}}}, "not on this stage"},
+		{[]StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 1, Layers: []string{"fc1"}}}, "two state sources"},
+		{[]StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 0, Layers: []string{"fc2"}}}, "twice"},
+		{[]StateSource{{From: -1, Layers: []string{"fc1"}}}, "out of range"},
+		{[]StateSource{{From: 2}}, "no layers"},
+	} {
+		if err := checkSources(sp, cs.srcs); err == nil || !strings.Contains(err.Error(), cs.want) {
+			t.Errorf("sources %+v: error %v, want %q", cs.srcs, err, cs.want)
+		}
+	}
+	if err := checkSources(sp, []StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
+		t.Errorf("good sources refused: %v", err)
+	}
+}

@@ -369,7 +369,8 @@ func netnsNamed(prefix string) []string {
 
 // RemoveStaleNetns removes the namespaces that test processes no longer
 // running left behind (a test binary killed by its timeout runs no
-// cleanup).
+// cleanup; its nodes died with it, by their parent-death signal). A
+// namespace is freed once no process is left in it.
 func RemoveStaleNetns() {
 	for _, ns := range netnsNamed(netnsPrefix) {
 		pidS, _, _ := strings.Cut(strings.TrimPrefix(ns, netnsPrefix), "-")
@@ -379,9 +380,6 @@ func RemoveStaleNetns() {
 		}
 		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
 			continue // its test still runs
-		}
-		for _, p := range processesInNetns(ns) {
-			syscall.Kill(p, syscall.SIGKILL)
 		}
 		ipCmd("netns", "del", ns)
 	}

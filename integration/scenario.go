@@ -202,7 +202,7 @@ func options(words []string, allowed ...string) (map[string]string, error) {
 	for _, w := range words {
 		k, v, ok := strings.Cut(w, "=")
 		if !ok || !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("unknown option %q (have %s)", w, strings.Join(allowed, "= "))
+			return nil, fmt.Errorf("unknown option %q (have %s=)", w, strings.Join(allowed, "=, "))
 		}
 		if _, dup := m[k]; dup {
 			return nil, fmt.Errorf("option %s given twice", k)

@@ -58,13 +58,13 @@ func RunScenario(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	s := &scenario{t: t, name: strings.TrimSuffix(filepath.Base(path), ".txt")}
+	defer s.report() // a failed scenario's figures too
 	for _, st := range stmts {
 		t.Logf("%s:%d: %s", path, st.line, st.text)
 		if err := s.exec(st, st.words); err != nil {
 			t.Fatalf("%s:%d: %s: %v", path, st.line, st.text, err)
 		}
 	}
-	s.report()
 }
 
 // stmt is one statement of a scenario file.

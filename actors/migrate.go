@@ -344,6 +344,9 @@ func (a *stageActor) sendRemote(tr *StateTransfer, gen uint64, ts []*nn.Tensor, 
 func (a *stageActor) receiveState(msg *ReceiveState, accepts <-chan acceptResult, quit <-chan struct{}) ([]*TransferStats, error) {
 	e := a.eng
 	me := e.spec.Plan.ID
+	if msg.GetSteps() < 0 {
+		return nil, fmt.Errorf("stage %d: asked to continue after %d steps", me, msg.GetSteps())
+	}
 	deadline := moveTimeout(msg.GetTimeoutMs())
 	srcs := e.spec.Sources
 	covered := map[string]bool{}

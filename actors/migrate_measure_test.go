@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -83,8 +82,8 @@ func TestMeasurePlanChange(t *testing.T) {
 		if r.Plan == planA {
 			dir = "B->A"
 		}
-		t.Logf("%-6s %s: %7.1f ms %v; state of the layers that changed node %s, over the network %s (%s with framing), within nodes %s",
-			r.Method, dir, r.MovedMS, r.PhasesMS, mib(r.StateBytes), mib(r.MovedBytes), mib(r.WireBytes), mib(r.LocalBytes))
+		t.Logf("%-6s %s: %7.1f ms %v; state of the layers that changed node %d B, over the network %d B (%d B with framing), within nodes %d B",
+			r.Method, dir, r.MovedMS, r.PhasesMS, r.StateBytes, r.MovedBytes, r.WireBytes, r.LocalBytes)
 		if i >= 4 {
 			times[r.Method] = append(times[r.Method], r.MovedMS)
 			for k, v := range r.PhasesMS {
@@ -106,5 +105,3 @@ func TestMeasurePlanChange(t *testing.T) {
 		t.Logf("a move through a cut takes %.2fx the time of a direct move", k/d)
 	}
 }
-
-func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }

@@ -120,12 +120,16 @@ func (m *meteredTCP) settle(t *testing.T) {
 }
 
 // runMoves runs spec on the first n nodes of tc, moving the job to
-// moves[g] (a partition) after step g.
-func runMoves(t *testing.T, tc *testCluster, spec JobSpec, n int, moves map[int]string, cfg func(*Coordinator)) (*JobResult, *Coordinator) {
+// moves[g] (a partition) after step g; cfg, if set, adjusts the
+// coordinator before it runs, onStep is called after every step.
+func runMoves(t *testing.T, tc *testCluster, spec JobSpec, n int, moves map[int]string, cfg func(*Coordinator), onStep func(c *Coordinator, step int)) (*JobResult, *Coordinator) {
 	t.Helper()
 	var c *Coordinator
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:n], Threads: 1,
 		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
+			if onStep != nil {
+				onStep(c, step)
+			}
 			if p, ok := moves[step]; ok {
 				c.requested = p
 			}
@@ -190,8 +194,28 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// After step 2, fc17-fc20 go from b to c; everything else stays.
-	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, nil)
+	// After step 2, fc17-fc20 go from b to c; everything else stays. After
+	// step 3 the new stages refuse a message of the old plan generation
+	// (no reply) and answer one of theirs.
+	fenced := 0
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, nil, func(c *Coordinator, step int) {
+		if step != 3 {
+			return
+		}
+		for k, pid := range c.pids {
+			if _, err := tc.systems[0].Request(pid, &SendState{Header: &Header{JobId: spec.ID, Generation: c.gen - 1}}, 300*time.Millisecond); err == nil {
+				t.Errorf("stage %d of generation %d answered a message of generation %d", k, c.gen, c.gen-1)
+			}
+			r, err := tc.systems[0].Request(pid, &SendState{Header: &Header{JobId: spec.ID, Generation: c.gen}}, 10*time.Second)
+			if m, ok := r.(*StateMoved); err != nil || !ok || m.GetError() != "" {
+				t.Errorf("stage %d: a message of its generation got %v, %v", k, r, err)
+			}
+			fenced++
+		}
+	})
+	if fenced != 3 {
+		t.Errorf("probed %d stages of the new plan, want 3", fenced)
+	}
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights after the move %s, single process %s", res.WeightsSHA256[:16], want[:16])
 	}
@@ -282,7 +306,7 @@ func TestMovesAreBitIdentical(t *testing.T) {
 			spec.Partition, spec.Schedule = cs.start, cs.schedule
 			spec.Epochs, spec.Steps, spec.CheckpointEvery = 2, 7, 3
 			want := localSHA(t, spec)
-			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, nil)
+			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, nil, nil)
 			st := c.Status()
 			for _, r := range st.Replans {
 				t.Logf("step %d: %s; state %d B moved as %d B over the network, %d B within nodes", r.Step, r.Plan, r.StateBytes, r.MovedBytes, r.LocalBytes)
@@ -419,7 +443,7 @@ func TestMoveThroughCut(t *testing.T) {
 	spec.ID, spec.Steps = "move-cut", 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "gpipe"
 	want := localSHA(t, spec)
-	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, func(c *Coordinator) { c.viaCut = true })
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, func(c *Coordinator) { c.viaCut = true }, nil)
 	st := c.Status()
 	if len(st.Replans) != 1 || st.Replans[0].Method != "cut" || st.Replans[0].MovedBytes != 2*c.stateBytes() {
 		t.Fatalf("re-plans %+v, want one through a cut moving %d bytes", st.Replans, 2*c.stateBytes())

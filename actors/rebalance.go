@@ -12,8 +12,8 @@ import (
 // Rebalancing (DESIGN.md, "Re-planning is one mechanism"): the coordinator
 // keeps a smoothed speed per node from the stages' measured compute times,
 // and every few steps asks the balancer for a plan over the live nodes at
-// those speeds. It adopts the plan at a step boundary, through a cut at
-// that very step (so nothing is replayed), when
+// those speeds. It adopts the plan at a step boundary (the pipeline is
+// drained there, so nothing is replayed), when
 //
 //   - a node of the plan is leaving the cluster (at once, whatever the
 //     partitioner), or

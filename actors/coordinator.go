@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -472,7 +473,10 @@ func (c *Coordinator) startStages(sources [][]StateSource) ([][]*LinkAddr, error
 		if err != nil {
 			return fmt.Errorf("connecting stage %d: %w", k, err)
 		}
-		return ackErr(k, r)
+		if err := ackErr(k, r); err != nil {
+			return fmt.Errorf("connecting %w", err)
+		}
+		return nil
 	})
 }
 
@@ -482,6 +486,9 @@ func ackErr(k int, r proto.Message) error {
 		return fmt.Errorf("stage %d: unexpected reply %s", k, proto.MessageName(r))
 	}
 	if !a.GetOk() {
+		if prefix := fmt.Sprintf("stage %d: ", k); strings.HasPrefix(a.GetError(), prefix) {
+			return errors.New(a.GetError()) // the stage named itself
+		}
 		return fmt.Errorf("stage %d: %s", k, a.GetError())
 	}
 	return nil

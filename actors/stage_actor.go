@@ -350,7 +350,11 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 			return fmt.Errorf("stage %d: no address for its link to stage %d", me, to)
 		}
 	}
-	deadline := time.After(30 * time.Second)
+	// Every peer dials as soon as it is told to, and gives up after a
+	// dial and a handshake (HandshakeTimeout each): waiting longer only
+	// delays a recovery over a link that does not work.
+	wait := 2*a.linkOptions(spec).withDefaults().HandshakeTimeout + 2*time.Second
+	deadline := time.After(wait)
 	for range a.lns {
 		select {
 		case r := <-a.accepts:
@@ -363,7 +367,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 			}
 			a.eng.attach(r.from, r.lk, broken)
 		case <-deadline:
-			return fmt.Errorf("stage %d: its incoming links were not all connected within 30 s", me)
+			return fmt.Errorf("stage %d: its incoming links were not all connected within %v", me, wait)
 		}
 	}
 	a.closeListeners()

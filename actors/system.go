@@ -299,8 +299,15 @@ func (s *System) SpawnRemote(address string, req *SpawnStage, timeout time.Durat
 }
 
 // Ping asks the node at address whether its actor system answers within
-// timeout.
+// timeout. A node whose port refuses connections (its process is gone)
+// fails at once: the request alone would wait out the timeout, as remote
+// does not fail a request whose endpoint cannot connect.
 func (s *System) Ping(address string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", address, timeout)
+	if err != nil {
+		return fmt.Errorf("actors: ping %s: %w", address, err)
+	}
+	conn.Close()
 	r, err := s.Request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
 	if err != nil {
 		return err

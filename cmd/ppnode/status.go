@@ -128,8 +128,8 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 					r.Step, r.Cause, r.DetectMS, r.RestoreMS, r.Replayed, r.Plan)
 			}
 			for _, r := range j.Replans {
-				fmt.Fprintf(w, "  re-plan at step %d: %s; predicted gain %.0f%%, move predicted %.0f ms, took %.0f ms; plan %s\n",
-					r.Step, r.Reason, 100*r.Gain, r.CostMS, r.MovedMS, r.Plan)
+				fmt.Fprintf(w, "  re-plan at step %d: %s; predicted gain %.0f%%, move predicted %.0f ms, took %.0f ms, %s: %d of %d state bytes over the network; plan %s\n",
+					r.Step, r.Reason, 100*r.Gain, r.CostMS, r.MovedMS, r.Method, r.MovedBytes, r.StateBytes, r.Plan)
 			}
 			if len(j.Stages) == 0 {
 				continue

@@ -179,7 +179,7 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 		}
 		for ; seenReplans < len(st.Replans); seenReplans++ {
 			r := st.Replans[seenReplans]
-			bar.note(fmt.Sprintf("re-planned at step %d: %s; plan %s (moved in %.0f ms)", r.Step, r.Reason, r.Plan, r.MovedMS))
+			bar.note(fmt.Sprintf("re-planned at step %d: %s; plan %s (moved %d bytes in %.0f ms)", r.Step, r.Reason, r.Plan, r.MovedBytes, r.MovedMS))
 		}
 		if st.Step > 0 {
 			bar.update(st.Step, st.Loss, st.SamplesPerSec)

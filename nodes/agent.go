@@ -192,14 +192,15 @@ func Start(cfg Config) (a *Agent, err error) {
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{}),
 		records: map[string]*JobRecord{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
+	self := a // a is nil once an error is returned
 	defer func() {
 		if err != nil {
-			a.cancel()
-			if a.httpLn != nil {
-				a.httpLn.Close()
+			self.cancel()
+			if self.httpLn != nil {
+				self.httpLn.Close()
 			}
-			if a.sys != nil {
-				a.sys.Stop()
+			if self.sys != nil {
+				self.sys.Stop()
 			}
 		}
 	}()

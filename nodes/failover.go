@@ -113,6 +113,12 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		}
 		holders = append(holders, name)
 	}
+	if err := a.ctx.Err(); err != nil {
+		// This node is shutting down: the PUTs failed for that, not for
+		// the holders. A record without them would make them drop theirs
+		// and no one would take the job over.
+		return fmt.Errorf("nodes: step %d of %s not replicated: the node is shutting down", ck.Step, ck.JobID)
+	}
 	if gen, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
 		rec.Generation = max(rec.Generation, gen)
 	}

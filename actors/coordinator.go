@@ -947,12 +947,17 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 	for attempt := 0; ; attempt++ {
 		c.abandon()
 		c.gen++
+		t0 := time.Now()
 		err := c.replan()
+		t1 := time.Now()
+		var t2 time.Time
 		if err == nil {
 			if err = c.start(); err == nil {
+				t2 = time.Now()
 				err = c.restoreAll()
 			}
 		}
+		c.log.Info("recovery attempt", "attempt", attempt, "replan", t1.Sub(t0), "start", t2.Sub(t1), "restore", time.Since(t2), "err", err)
 		if err == nil {
 			for len(c.failed) > 0 { // reports about the old plan's nodes
 				<-c.failed

@@ -111,6 +111,11 @@ type Agent struct {
 	// node holds (see failover.go).
 	records map[string]*JobRecord
 
+	// cutMu guards cutRuns: the run of each job's cuts in the local store
+	// (see cuts.go).
+	cutMu   sync.Mutex
+	cutRuns map[string]string
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -190,7 +195,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{}),
-		records: map[string]*JobRecord{}}
+		records: map[string]*JobRecord{}, cutRuns: map[string]string{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	self := a // a is nil once an error is returned
 	defer func() {
@@ -371,7 +376,9 @@ var (
 // one. A bad spec (wrapping actors.ErrSpec) starts nothing. The job's
 // record goes to the nodes that will hold its copies before Submit
 // returns (a holder that does not answer is logged, and sent the record
-// again with the next cut).
+// again with the next cut). The submission is a new run of the id, with a
+// new [JobRecord].Run: cuts of the id left in the local store by an
+// earlier run are removed first.
 func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	a.mu.Lock()
 	if a.closed {
@@ -398,6 +405,12 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	if err == nil {
 		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
 	}
+	run := newRun()
+	if err == nil {
+		// A new run: cuts of this id left in the store by an earlier run
+		// must neither be taken for this run's nor outrank them.
+		err = a.claimCuts(spec.ID, run)
+	}
 	if err != nil {
 		a.mu.Lock()
 		delete(a.jobs, spec.ID)
@@ -405,7 +418,7 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 		a.runs.Done()
 		return nil, err
 	}
-	rec := JobRecord{ID: spec.ID, Spec: spec, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
+	rec := JobRecord{ID: spec.ID, Run: run, Spec: spec, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
 	rec.Holders = chooseHolders(nil, peerNames(a.peers()), spec.Replicas-1)
 	if err := a.launch(c, rec, rec, nil); err != nil {
 		return nil, err

@@ -39,8 +39,14 @@ func testLogger(t *testing.T) *slog.Logger {
 // ends.
 func start(t *testing.T, name string, seeds ...string) *Agent {
 	t.Helper()
+	return startIn(t, t.TempDir(), name, seeds...)
+}
+
+// startIn starts an agent as start does, with dataDir as its data dir.
+func startIn(t *testing.T, dataDir, name string, seeds ...string) *Agent {
+	t.Helper()
 	a, err := Start(Config{Name: name, Bind: "127.0.0.1:0", Seeds: seeds, HTTP: "127.0.0.1:0", Threads: 1,
-		ProfileFor: 20 * time.Millisecond, DataDir: t.TempDir(), Logger: testLogger(t), ActorLogLevel: slog.LevelError})
+		ProfileFor: 20 * time.Millisecond, DataDir: dataDir, Logger: testLogger(t), ActorLogLevel: slog.LevelError})
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -176,8 +182,12 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 		t.Fatalf("result nodes %v, want 3", got)
 	}
 	// The coordinator's cuts are replicated to the first other node by name.
-	if ck, err := as[0].Store().Latest(sub.ID, ""); err != nil || ck.Step != int64(st.Total) {
+	ck, err := as[0].Store().Latest(sub.ID, "")
+	if err != nil || ck.Step != int64(st.Total) {
 		t.Fatalf("replica on node a: %v (err %v), want the cut at step %d", ck, err, st.Total)
+	}
+	if rec, err := as[1].Record(sub.ID); err != nil || rec.Run == "" || ck.Meta[MetaRun] != rec.Run {
+		t.Errorf("replica on node a of run %q; the job's record %+v (%v)", ck.Meta[MetaRun], rec, err)
 	}
 	if code := call(t, "PUT", "http://"+as[0].HTTPAddr()+"/v1/checkpoints/"+sub.ID, []byte("not a checkpoint"), nil); code != http.StatusBadRequest {
 		t.Errorf("PUT of a corrupt checkpoint: %d, want 400", code)

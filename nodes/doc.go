@@ -46,8 +46,12 @@
 //	GET    /v1/status     [Status]: the node, the members (with their HTTP
 //	                      addresses), the jobs, the records held
 //	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
-//	                      checkpoint file, verified before it is kept): 204
-//	GET    /v1/checkpoints/{job}         [CutList]: the steps of the cuts kept
+//	                      checkpoint file with its run in the metadata,
+//	                      MetaRun; verified before it is kept): 204; 400
+//	                      without a run; 409 if another run of the job is
+//	                      in progress here
+//	GET    /v1/checkpoints/{job}         [CutList]: the steps of the cuts
+//	                      kept and their run
 //	GET    /v1/checkpoints/{job}/{step}  the cut's file as stored (the
 //	                      reader verifies it)
 //	PUT    /v1/jobrecords/{id}  a [JobRecord] from the job's coordinator:
@@ -96,6 +100,23 @@
 // GET /v1/jobs/{id} then names the new coordinator (moved_to). A record
 // older than the one held (lower term, or lower revision in the same term)
 // is refused with 409.
+//
+// Job ids may be chosen by the user and reused, and the store outlives
+// the node's process, so each run of a job (a submission; its takeovers
+// continue it) has a nonce, [JobRecord].Run. The replicas carry it in
+// their metadata (MetaRun; the coordinator's own copies are written by
+// actors without it). Each node's store keeps the cuts of one run per job
+// id: before a cut of run R is written there — the coordinator's at a
+// fresh submission, a holder's when it keeps R's record or receives a cut
+// of R, a successor's when it takes R over — the cuts of any other run of
+// the id are removed (and those of a run from before the process started,
+// which it cannot tell apart), so that an earlier run's higher steps can
+// neither be resumed from nor make the store's keep-last-N prune R's cuts.
+// A successor resumes only from cuts of its record's run: its own if its
+// store is R's, another holder's if its [CutList] says R, and never a copy
+// stamped with another run. A record of another run of an id replaces a
+// record (or a job here) that ended, and is refused with 409 while that
+// other run is in progress on the node.
 //
 // Deterministic replay makes the final weights those of a run without
 // the fault. Limits: records are kept in memory only (a holder that

@@ -68,8 +68,9 @@ func (a *Agent) memberHTTP() map[string]string {
 }
 
 // replicate is the coordinators' CoordinatorConfig.Replicate: it sends a
-// cut of a job this node coordinates to Spec.Replicas-1 other nodes (the
-// current holders while they can take it, then the others by name), then
+// cut of a job this node coordinates, stamped with the job's run
+// (MetaRun), to Spec.Replicas-1 other nodes (the current holders while
+// they can take it, then the others by name), then
 // the job's record with the holders that acknowledged the cut and the
 // cut's plan generation. It fails unless as many holders acknowledged as
 // the cluster has nodes to hold copies (with fewer such nodes than asked,
@@ -95,7 +96,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 	var body []byte
 	if want > 0 && len(order) > 0 {
 		var buf bytes.Buffer
-		if err := tensorio.WriteCheckpoint(&buf, ck); err != nil {
+		if err := tensorio.WriteCheckpoint(&buf, stamped(ck, rec.Run)); err != nil {
 			return err
 		}
 		body = buf.Bytes()
@@ -261,14 +262,16 @@ func (a *Agent) Records() []JobRecord {
 }
 
 // Record returns the record of a job: the one this node holds, or, for a
-// job it coordinates, the one it last sent.
+// job it coordinates, the one it last sent (of a job that ended here and
+// was submitted again elsewhere: the later run's, if held).
 func (a *Agent) Record(id string) (JobRecord, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if j := a.jobs[id]; j != nil {
+	j, r := a.jobs[id], a.records[id]
+	if j != nil && (r == nil || r.Run == j.rec.Run) {
 		return j.rec.clone(), nil
 	}
-	if r := a.records[id]; r != nil {
+	if r != nil { // held: the only record, or that of a later run than the job that ended here
 		return r.clone(), nil
 	}
 	return JobRecord{}, fmt.Errorf("%w: %q", ErrNoJob, id)
@@ -279,13 +282,20 @@ func (a *Agent) Record(id string) (JobRecord, error) {
 // A node that is not among the holders drops its copy. A newer record of a
 // job this node coordinates names another coordinator: this node was
 // declared dead and its job taken over, so it stops its own run (fencing).
+// A record of another run of the id (a new submission) replaces one of a
+// run that ended, here or as a held record, and is refused while the
+// other run is in progress here; a holder that keeps it removes the cuts
+// of other runs from its store (claimCuts) before it acknowledges.
 func (a *Agent) acceptRecord(rec JobRecord) error {
 	a.mu.Lock()
-	if j, ok := a.jobs[rec.ID]; ok {
+	if j, ok := a.jobs[rec.ID]; ok && (j == nil || j.rec.Run == rec.Run || !isClosed(j.done)) {
 		switch {
 		case j == nil:
 			a.mu.Unlock()
 			return fmt.Errorf("%w: job %q is being planned or taken over here", ErrStaleRecord, rec.ID)
+		case j.rec.Run != rec.Run:
+			a.mu.Unlock()
+			return fmt.Errorf("%w: job %q: this node coordinates another run of it (%s), not run %s", ErrStaleRecord, rec.ID, j.rec.Run, rec.Run)
 		case rec.Coordinator == a.cfg.Name || !rec.supersedes(&j.rec):
 			a.mu.Unlock()
 			return fmt.Errorf("%w: job %q: this node coordinates it at generation %d revision %d, the record is of generation %d revision %d",
@@ -298,13 +308,20 @@ func (a *Agent) acceptRecord(rec JobRecord) error {
 		}
 		j.movedTo = rec.Coordinator
 	}
-	if old := a.records[rec.ID]; old != nil && !rec.supersedes(old) {
+	if old := a.records[rec.ID]; old != nil && old.Run != rec.Run {
+		if old.State == RecordRunning {
+			a.mu.Unlock()
+			return fmt.Errorf("%w: job %q: this node holds another run of it (%s), still running, not run %s", ErrStaleRecord, rec.ID, old.Run, rec.Run)
+		}
+	} else if old != nil && !rec.supersedes(old) {
 		a.mu.Unlock()
 		return fmt.Errorf("%w: job %q: held generation %d revision %d, sent generation %d revision %d",
 			ErrStaleRecord, rec.ID, old.Generation, old.Revision, rec.Generation, rec.Revision)
 	}
 	if !slices.Contains(rec.Holders, a.cfg.Name) {
-		delete(a.records, rec.ID)
+		if old := a.records[rec.ID]; old == nil || old.Run == rec.Run {
+			delete(a.records, rec.ID)
+		}
 		a.mu.Unlock()
 		return nil
 	}
@@ -312,6 +329,9 @@ func (a *Agent) acceptRecord(rec JobRecord) error {
 	a.records[rec.ID] = &r
 	a.pruneRecords()
 	a.mu.Unlock()
+	if err := a.claimCuts(rec.ID, rec.Run); err != nil {
+		return err
+	}
 	if rec.State == RecordRunning {
 		a.considerTakeovers() // its coordinator may be gone already
 	}
@@ -358,8 +378,8 @@ func (a *Agent) considerTakeovers() {
 			a.log.Info("nodes: a job's coordinator is gone; another holder takes it over", "job", id, "coordinator", r.Coordinator, "successor", s)
 			continue
 		}
-		if j, ok := a.jobs[id]; ok && (j == nil || !j.superseded || !isClosed(j.done)) {
-			continue // taken over already, or still running here
+		if j, ok := a.jobs[id]; ok && (j == nil || !isClosed(j.done) || !j.superseded && j.rec.Run == r.Run) {
+			continue // taken over already, or still running here (an earlier run that ended here does not count)
 		}
 		a.jobs[id] = nil // reserved until the takeover starts the job or gives up
 		a.order = slices.DeleteFunc(a.order, func(o string) bool { return o == id })
@@ -404,7 +424,13 @@ func (a *Agent) takeOver(rec JobRecord) {
 	if n := len(next.Takeovers); n > maxTakeovers {
 		next.Takeovers = next.Takeovers[n-maxTakeovers:]
 	}
-	c, err := actors.NewCoordinator(rec.Spec, a.coordinatorConfig(ck, gen))
+	// The run's cuts go on in this store (its copies are of the run
+	// already, unless it had no record of it before).
+	err := a.claimCuts(rec.ID, rec.Run)
+	var c *actors.Coordinator
+	if err == nil {
+		c, err = actors.NewCoordinator(rec.Spec, a.coordinatorConfig(ck, gen))
+	}
 	if err != nil {
 		a.mu.Lock()
 		delete(a.jobs, rec.ID)
@@ -451,11 +477,14 @@ type cutSource struct {
 	step       int64
 }
 
-// latestCut returns the newest complete, verified cut of rec's job that
-// this node or another live holder keeps, and says where it was found. A
-// copy that is damaged or cannot be read is skipped for the next newest
-// (this node's copy first at equal steps). With no usable copy it returns
-// nil: the job restarts from step 0.
+// latestCut returns the newest complete, verified cut of rec's run of its
+// job that this node or another live holder keeps, and says where it was
+// found. A copy that is damaged or cannot be read is skipped for the next
+// newest (this node's copy first at equal steps), and so are the cuts of
+// other runs of the job id: this node's if its store is not claimed for
+// rec.Run, another holder's if its CutList names another run, and any
+// copy whose MetaRun is not rec.Run. With no usable copy it returns nil:
+// the job restarts from step 0.
 func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 	var srcs []cutSource
 	var skipped []string
@@ -463,6 +492,11 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		steps, err := a.store.Steps(rec.ID, "")
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("own store: %v", err))
+		}
+		if len(steps) > 0 && a.cutsRun(rec.ID) != rec.Run {
+			a.log.Warn("nodes: skipping the cuts of another run of the job", "job", rec.ID, "run", rec.Run, "steps", steps, "node", a.cfg.Name)
+			skipped = append(skipped, fmt.Sprintf("steps %v on %s (another run)", steps, a.cfg.Name))
+			steps = nil
 		}
 		for _, st := range steps {
 			srcs = append(srcs, cutSource{node: a.cfg.Name, step: st})
@@ -479,6 +513,11 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 			a.log.Warn("nodes: asking a holder for its cuts", "job", rec.ID, "holder", h, "err", err)
 			continue
 		}
+		if len(list.Steps) > 0 && list.Run != rec.Run {
+			a.log.Warn("nodes: skipping the cuts of another run of the job", "job", rec.ID, "run", rec.Run, "steps", list.Steps, "node", h, "their_run", list.Run)
+			skipped = append(skipped, fmt.Sprintf("steps %v on %s (another run)", list.Steps, h))
+			continue
+		}
 		for _, st := range list.Steps {
 			srcs = append(srcs, cutSource{node: h, http: addr, step: st})
 		}
@@ -490,7 +529,12 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		return cmp.Compare(x.http, y.http) // own copy ("") first
 	})
 	for _, s := range srcs {
-		ck, err := a.readCut(rec.ID, s)
+		ck, err := a.readCut(rec.ID, rec.Run, s)
+		if errors.Is(err, errOtherRun) {
+			a.log.Warn("nodes: skipping a cut of another run of the job", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
+			skipped = append(skipped, fmt.Sprintf("step %d on %s (another run)", s.step, s.node))
+			continue
+		}
 		if err != nil {
 			a.log.Warn("nodes: skipping a damaged or unreadable cut", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
 			skipped = append(skipped, fmt.Sprintf("step %d on %s", s.step, s.node))
@@ -500,7 +544,11 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		if s.http != "" {
 			where = "the replica on " + s.node
 			if a.store != nil {
-				if _, err := a.store.Save(ck); err != nil {
+				err := a.claimCuts(rec.ID, rec.Run)
+				if err == nil {
+					_, err = a.store.Save(ck)
+				}
+				if err != nil {
 					a.log.Warn("nodes: keeping a fetched cut", "job", rec.ID, "step", s.step, "err", err)
 				}
 			}
@@ -516,8 +564,13 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 	return nil, "no cut yet: restarted"
 }
 
-// readCut reads and verifies one copy of a cut.
-func (a *Agent) readCut(id string, s cutSource) (*tensorio.Checkpoint, error) {
+// errOtherRun is readCut's error for a copy stamped with another run.
+var errOtherRun = errors.New("a cut of another run")
+
+// readCut reads and verifies one copy of a cut of run run of job id. A
+// copy without MetaRun is taken as the run's: its source vouched for it
+// (latestCut).
+func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, error) {
 	var ck *tensorio.Checkpoint
 	if s.http == "" {
 		var err error
@@ -553,6 +606,9 @@ func (a *Agent) readCut(id string, s cutSource) (*tensorio.Checkpoint, error) {
 	if ck.JobID != id || ck.Step != s.step || ck.Part != "" {
 		return nil, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
 	}
+	if r, ok := ck.Meta[MetaRun]; ok && r != run {
+		return nil, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, r, run)
+	}
 	return ck, nil
 }
 
@@ -580,8 +636,11 @@ func (a *Agent) getJSON(addr, path string, v any, timeout time.Duration) error {
 }
 
 // CutList is the answer to GET /v1/checkpoints/{job}: the steps of the
-// job's whole-model cuts this node keeps (not verified), oldest first.
+// job's whole-model cuts this node keeps (not verified), oldest first,
+// and the run they are of ("": not known to this node's process, the
+// cuts of a run from before it started).
 type CutList struct {
 	Job   string  `json:"job"`
+	Run   string  `json:"run,omitempty"`
 	Steps []int64 `json:"steps"`
 }

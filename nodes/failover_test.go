@@ -37,7 +37,7 @@ func goodRecord() JobRecord {
 	s := smallSpec()
 	s.ID = "job-1"
 	s.Replicas = 3
-	return JobRecord{ID: "job-1", Spec: s, Coordinator: "a", Holders: []string{"b", "c"}, Generation: 1, Revision: 1, State: RecordRunning}
+	return JobRecord{ID: "job-1", Run: "run-1", Spec: s, Coordinator: "a", Holders: []string{"b", "c"}, Generation: 1, Revision: 1, State: RecordRunning}
 }
 
 // A job record from the network is checked field by field; what is wrong
@@ -53,6 +53,9 @@ func TestJobRecordValidation(t *testing.T) {
 		{"no holders", func(r *JobRecord) { r.Holders = nil }, ""},
 		{"bad id", func(r *JobRecord) { r.ID, r.Spec.ID = "../x", "../x" }, "bad job id"},
 		{"empty id", func(r *JobRecord) { r.ID, r.Spec.ID = "", "" }, "bad job id"},
+		{"no run", func(r *JobRecord) { r.Run = "" }, `run ""`},
+		{"bad run", func(r *JobRecord) { r.Run = "r/../x" }, `run "r/../x"`},
+		{"long run", func(r *JobRecord) { r.Run = strings.Repeat("r", 65) }, "1 to 64"},
 		{"spec of another job", func(r *JobRecord) { r.Spec.ID = "job-2" }, `spec of job "job-2"`},
 		{"bad spec", func(r *JobRecord) { r.Spec.Model = "gpt5" }, "unknown model"},
 		{"too many replicas", func(r *JobRecord) { r.Spec.Replicas = 9 }, "replicas 9"},
@@ -203,14 +206,19 @@ func TestPutJobRecord(t *testing.T) {
 	}
 }
 
-// testCut is a small whole-model checkpoint of job id at step.
-func testCut(id string, step int64) *tensorio.Checkpoint {
+// testCut is a small whole-model checkpoint of job id at step, a replica
+// of run run ("": a coordinator's own copy, without MetaRun).
+func testCut(id, run string, step int64) *tensorio.Checkpoint {
 	w := nn.New(4)
 	for i := range nn.F32(w) {
 		nn.F32(w)[i] = float32(step) + float32(i)
 	}
-	return &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
+	ck := &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
 		Meta: map[string]string{"generation": "3"}}
+	if run != "" {
+		ck.Meta[MetaRun] = run
+	}
+	return ck
 }
 
 // corrupt flips bytes in the middle of a file.
@@ -235,15 +243,22 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	as := startCluster(t, 2)
 	a, b := as[0], as[1]
 	const id = "cuts"
-	for _, ag := range as {
+	rec := goodRecord()
+	rec.ID, rec.Spec.ID, rec.Coordinator, rec.Holders = id, id, "gone", []string{"a", "b"}
+	for i, ag := range as {
+		if err := ag.claimCuts(id, rec.Run); err != nil {
+			t.Fatal(err)
+		}
 		for _, step := range []int64{10, 20} {
-			if _, err := ag.Store().Save(testCut(id, step)); err != nil {
+			run := rec.Run
+			if i == 0 {
+				run = "" // a's are copies of its own, as the coordinator of the run
+			}
+			if _, err := ag.Store().Save(testCut(id, run, step)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	rec := goodRecord()
-	rec.ID, rec.Spec.ID, rec.Coordinator, rec.Holders = id, id, "gone", []string{"a", "b"}
 	check := func(what string, wantStep int64, wantSource string) {
 		t.Helper()
 		ck, src := a.latestCut(rec)

@@ -93,7 +93,10 @@ func (a *Agent) handler() http.Handler {
 const MaxCheckpointBytes = 8 << 30
 
 // putCheckpoint keeps a replica of another node's consistent cut: the body
-// is a tensorio checkpoint file of job {job}, verified before it is stored.
+// is a tensorio checkpoint file of job {job} with its run (MetaRun),
+// verified before it is stored; the cuts of other runs of the job are
+// removed from the store first (claimCuts). 409 if another run of the job
+// is in progress here.
 func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 	if a.store == nil {
 		writeError(w, http.StatusServiceUnavailable, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
@@ -111,6 +114,19 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	if job := r.PathValue("job"); ck.JobID != job || checkID(job) != nil {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job))
+		return
+	}
+	run := ck.Meta[MetaRun]
+	if err := checkRun(run); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: checkpoint of job %q at step %d: metadata %q: %w", ck.JobID, ck.Step, MetaRun, err))
+		return
+	}
+	if err := a.runInUse(ck.JobID, run); err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	if err := a.claimCuts(ck.JobID, run); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	if _, err := a.store.Save(ck); err != nil {
@@ -136,7 +152,7 @@ func (a *Agent) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CutList{Job: job, Steps: append([]int64{}, steps...)})
+	writeJSON(w, http.StatusOK, CutList{Job: job, Run: a.cutsRun(job), Steps: append([]int64{}, steps...)})
 }
 
 // getCheckpoint sends the checkpoint file of job {job} at step {step} as

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,6 +20,12 @@ import (
 // ends (PUT /v1/jobrecords/{id}).
 type JobRecord struct {
 	ID string `json:"id"`
+	// Run tells this run of the job (one submission, with its takeovers)
+	// from earlier runs under the same id: a nonce drawn at submission
+	// and kept by takeovers. The cuts of the run carry it (the replicas
+	// in their metadata, MetaRun), and a successor only resumes from cuts
+	// of its record's run (see cuts.go).
+	Run string `json:"run"`
 	// Spec is the job's normalised spec (Spec.ID is ID).
 	Spec actors.JobSpec `json:"spec"`
 	// Coordinator is the node that runs the job; Holders are the other
@@ -76,6 +83,7 @@ const (
 	maxNameBytes  = 256
 	maxErrorBytes = 4096
 	maxTakeovers  = 64
+	maxRunBytes   = 64
 	// termShift places a coordinator's term in the high bits of a plan
 	// generation.
 	termShift = 32
@@ -84,6 +92,20 @@ const (
 func recordErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrRecord, fmt.Sprintf(format, a...))
 }
+
+// checkRun checks a run nonce that came from the network or from a
+// checkpoint file.
+func checkRun(run string) error {
+	if run == "" || len(run) > maxRunBytes || strings.ContainsFunc(run, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) {
+		return fmt.Errorf("run %q: want 1 to %d letters, digits, '-' or '_'", run, maxRunBytes)
+	}
+	return nil
+}
+
+// newRun draws the run nonce of a new submission.
+func newRun() string { return rand.Text() }
 
 // checkName checks a node name that came from the network.
 func checkName(what, name string) error {
@@ -98,6 +120,9 @@ func checkName(what, name string) error {
 // normalises its spec.
 func (r *JobRecord) Validate() error {
 	if err := checkID(r.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrRecord, err)
+	}
+	if err := checkRun(r.Run); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecord, err)
 	}
 	if r.Spec.ID != r.ID {

@@ -20,9 +20,11 @@ Run as root (after `make build`):
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -49,8 +51,12 @@ class Node:
         with open(f"{self.cg}/cpu.cfs_quota_us", "w") as f:
             f.write(str(int(100000 * quota)))
         threads = max(1, round(quota))
+        # A checkpoint store of its own (the default one, under the user's
+        # state directory, is shared by every node of that name), removed
+        # in stop().
+        self.data = tempfile.mkdtemp(prefix=f"ppnode-bench-{name}-")
         cmd = [PPNODE, "join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0",
-               "--threads", str(threads)]
+               "--threads", str(threads), "--data-dir", self.data]
         if seeds:
             cmd += ["--seeds", seeds]
         # The child moves itself into the cgroup before exec, so every
@@ -76,6 +82,7 @@ class Node:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
+        shutil.rmtree(self.data, ignore_errors=True)
         for _ in range(50):
             try:
                 os.rmdir(self.cg)

@@ -284,11 +284,30 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 		args = append(args, "--threads", strconv.Itoa(o.Threads))
 	}
 	args = append(args, o.Args...)
+	// A data dir of its own (the default one is shared by every node of
+	// that name), removed once the process has exited, unless the test
+	// gives one.
+	dataDir := ""
+	ownDir := true
+	for _, a := range o.Args {
+		if f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && f == "data-dir" {
+			ownDir = false
+		}
+	}
+	if ownDir {
+		d, err := os.MkdirTemp("", "ppnode-test-data-"+o.Name+"-")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: data dir: %w", o.Name, err)
+		}
+		dataDir = d
+		args = append(args, "--data-dir", d)
+	}
 	n := &Node{opts: o, ready: make(chan Ready, 1), exited: make(chan struct{}), client: client}
 	name, argv := c.bin, args
 	if c.net != nil {
 		var err error
 		if name, argv, err = c.net.Command(o.Name, c.bin, args); err != nil {
+			os.RemoveAll(dataDir)
 			return nil, err
 		}
 		n.client = c.net.Client()
@@ -296,6 +315,7 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	if o.CPUQuota > 0 {
 		dir, err := MakeCgroup(fmt.Sprintf("ppnode-test-%d-%s", os.Getpid(), o.Name), o.CPUQuota)
 		if err != nil {
+			os.RemoveAll(dataDir)
 			return nil, fmt.Errorf("node %s: CPU quota: %w", o.Name, err)
 		}
 		n.cgroup = dir
@@ -322,10 +342,14 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	n.cmd.WaitDelay = 2 * time.Second
 	if err := n.cmd.Start(); err != nil {
 		RemoveCgroup(n.cgroup)
+		os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("node %s: %w", o.Name, err)
 	}
 	go func() {
 		n.err = n.cmd.Wait()
+		if dataDir != "" {
+			os.RemoveAll(dataDir)
+		}
 		close(n.exited)
 	}()
 	c.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -58,7 +59,8 @@ type Config struct {
 	// HTTP is the API's host:port (default DefaultHTTP).
 	HTTP string
 	// DataDir holds the local checkpoint store (DataDir/checkpoints);
-	// empty: no store.
+	// empty: no store. One node process at a time may use it (Start
+	// takes a lock on DataDir/lock until the node stops).
 	DataDir string
 	// SecretFile is a gossip encryption key file (see
 	// cluster.ReadKeyFile); empty: gossip in the clear.
@@ -93,6 +95,7 @@ type Agent struct {
 	host    *actors.StageHost
 	node    *cluster.Node
 	store   *tensorio.Store
+	dirLock *os.File // holds the lock on the data dir; nil without one
 	httpLn  net.Listener
 	srv     *http.Server
 
@@ -207,6 +210,9 @@ func Start(cfg Config) (a *Agent, err error) {
 			if self.sys != nil {
 				self.sys.Stop()
 			}
+			if self.dirLock != nil {
+				self.dirLock.Close()
+			}
 		}
 	}()
 
@@ -222,6 +228,9 @@ func Start(cfg Config) (a *Agent, err error) {
 	a.log.Info("nodes: measured", "gflops", a.profile.GEMMGFLOPS, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
 
 	if cfg.DataDir != "" {
+		if a.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
 		if a.store, err = tensorio.OpenStore(filepath.Join(cfg.DataDir, "checkpoints"), CheckpointsKept); err != nil {
 			return nil, fmt.Errorf("nodes: %w", err)
 		}
@@ -267,7 +276,7 @@ func Start(cfg Config) (a *Agent, err error) {
 			a.log.Error("nodes: HTTP server", "err", err)
 		}
 	}()
-	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr())
+	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_dir", cfg.DataDir)
 	return a, nil
 }
 
@@ -709,10 +718,34 @@ func (a *Agent) stop(leaving bool, leave func() error) error {
 		}
 		a.sys.Stop()
 		a.loops.Wait()
+		if a.dirLock != nil {
+			a.dirLock.Close() // releases the data dir
+		}
 		a.stopErr = errors.Join(errs...)
 		a.log.Info("nodes: stopped", "err", a.stopErr)
 	})
 	return a.stopErr
+}
+
+// lockDataDir creates dir if needed and takes an exclusive lock on
+// dir/lock, which the returned file holds until it is closed (or the
+// process ends): two nodes must not share a checkpoint store.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("nodes: data dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("nodes: data dir %s is in use by another node (one data dir per node: give each its own)", dir)
+		}
+		return nil, fmt.Errorf("nodes: locking data dir %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // availableMemory is the memory this machine (or its cgroup) has for

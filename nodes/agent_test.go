@@ -372,3 +372,19 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	t.Logf("goroutines: %d before, %d after", before, runtime.NumGoroutine())
 }
+
+// Two nodes cannot share a data dir: the second start fails with a clear
+// error while the first runs; once it stopped, the dir can be used again.
+func TestDataDirIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	a := startIn(t, dir, "a")
+	_, err := Start(Config{Name: "a2", Bind: "127.0.0.1:0", HTTP: "127.0.0.1:0", Threads: 1, ProfileFor: time.Millisecond,
+		DataDir: dir, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "in use by another node") {
+		t.Fatalf("second node on the same data dir: %v, want it refused", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startIn(t, dir, "a")
+}

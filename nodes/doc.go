@@ -70,7 +70,11 @@
 // A job has Spec.Replicas copies (default 2): the coordinator's own
 // store, and Replicas-1 holders, other live nodes with a store chosen
 // deterministically (the current holders while they answer, then the
-// others by name). At submission, before the 201, the coordinator sends
+// others by name). A node has a store if it has a data dir
+// (Config.DataDir; `ppnode join` gives every node one by default): a
+// node without one holds no copies (so it never takes a job over), and
+// the jobs it coordinates have no durable cuts (a successor restarts them
+// from step 0). At submission, before the 201, the coordinator sends
 // the holders the job's [JobRecord]: the normalised spec, the coordinator,
 // the holders, the newest plan generation, the state. With every cut it
 // writes its own copy, PUTs the cut to the holders, then the record (with

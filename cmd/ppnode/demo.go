@@ -68,6 +68,13 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Each node's checkpoint store (coordinator failover needs one), in a
+	// directory of this run, removed once the nodes are stopped.
+	dataDir, err := os.MkdirTemp("", "ppnode-demo-data-")
+	if err != nil {
+		os.RemoveAll(logDir)
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
@@ -108,6 +115,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		for _, err := range errs {
 			fmt.Fprintf(stderr, "demo: %v\n", err)
 		}
+		os.RemoveAll(dataDir)
 		if !keepLogs && len(errs) == 0 {
 			os.RemoveAll(logDir)
 		}
@@ -129,7 +137,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			seeds = nodes[0].ready.Gossip
 		}
-		n, err := demoStart(exe, name, seeds, q, logDir)
+		n, err := demoStart(exe, name, seeds, q, logDir, filepath.Join(dataDir, name))
 		if err != nil {
 			return err
 		}
@@ -232,11 +240,12 @@ func demoMakeCgroup(name string, quota float64) (string, error) {
 	return dir, nil
 }
 
-// demoStart starts `exe join` for one node; with quota > 0 the process
-// enters its cgroup before it execs (a shell moves itself in, then execs
-// the node), so the node's start-up profile sees its quota.
-func demoStart(exe, name, seeds string, quota float64, logDir string) (*demoNode, error) {
-	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1"}
+// demoStart starts `exe join` for one node, with dataDir as its data dir;
+// with quota > 0 the process enters its cgroup before it execs (a shell
+// moves itself in, then execs the node), so the node's start-up profile
+// sees its quota.
+func demoStart(exe, name, seeds string, quota float64, logDir, dataDir string) (*demoNode, error) {
+	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--data-dir", dataDir}
 	if seeds != "" {
 		args = append(args, "--seeds", seeds)
 	}

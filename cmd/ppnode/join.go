@@ -11,9 +11,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/ppnode/ppnode/nodes"
 )
@@ -42,7 +44,9 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	fs.StringVar(&cfg.Advertise, "advertise", "", "gossip address others reach this node at (default: the bound one)")
 	fs.StringVar(&cfg.ActorBind, "actor-bind", "", "actor system address, host:port (default: --bind's host, any free port)")
 	fs.StringVar(&cfg.HTTP, "http", nodes.DefaultHTTP, "HTTP API address, host:port")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the local checkpoint store (default: none)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the node's checkpoint store, which keeps the consistent cuts of its jobs and copies of\n"+
+		"other nodes' (coordinator failover needs it); \"none\": no store (default: the user's state directory,\n"+
+		"$XDG_STATE_HOME/ppnode/<name>, else $HOME/.local/state/ppnode/<name>)")
 	fs.StringVar(&cfg.SecretFile, "secret-file", "", "gossip encryption key file (16, 24 or 32 bytes; raw, hex or base64)")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
@@ -61,6 +65,20 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	}
 	if cfg.Threads < 0 {
 		return cfg, 0, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
+	}
+	dataDirSet := false
+	fs.Visit(func(f *flag.Flag) { dataDirSet = dataDirSet || f.Name == "data-dir" })
+	switch {
+	case !dataDirSet:
+		dir, err := defaultDataDir(cfg.Name)
+		if err != nil {
+			return cfg, 0, usageError{err}
+		}
+		cfg.DataDir = dir
+	case cfg.DataDir == "none":
+		cfg.DataDir = ""
+	case cfg.DataDir == "":
+		return cfg, 0, usagef(`--data-dir "": give a directory, or "none" for no checkpoint store`)
 	}
 	for _, s := range strings.Split(seeds, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -88,6 +106,24 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	return cfg, level, nil
 }
 
+// defaultDataDir is a node's data dir when --data-dir is not given: a
+// directory per node name under the user's state directory
+// ($XDG_STATE_HOME if set to an absolute path, else $HOME/.local/state).
+func defaultDataDir(name string) (string, error) {
+	if name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsFunc(name, unicode.IsControl) {
+		return "", fmt.Errorf("--name %q cannot name the default data directory: give --data-dir (or --data-dir none)", name)
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(base) { // unset, or relative: ignored, as the XDG spec says
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no default data directory (%v): give --data-dir (or --data-dir none)", err)
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "ppnode", name), nil
+}
+
 func runJoin(args []string, stdout, stderr io.Writer) error {
 	cfg, level, err := joinConfig(args, stderr)
 	if err != nil {
@@ -99,6 +135,9 @@ func runJoin(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.DataDir == "" {
+		logger.Warn("no data dir (--data-dir none): no checkpoint store, so this node's jobs have no durable cuts and it holds no copies for coordinator failover")
+	}
 	a, err := nodes.Start(cfg)
 	if err != nil {
 		return err

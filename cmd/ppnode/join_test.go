@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +32,9 @@ func TestJoinFlagErrors(t *testing.T) {
 		{[]string{"join", "--name", "a", "--threads", "-2"}, "--threads"},
 		{[]string{"join", "--name", "a", "--log-level", "loud"}, "--log-level"},
 		{[]string{"join", "--nope"}, "flag provided but not defined"},
+		{[]string{"join", "--name", "a", "--data-dir", ""}, `--data-dir "": give a directory, or "none"`},
+		{[]string{"join", "--name", "a/b"}, "cannot name the default data directory"},
+		{[]string{"join", "--name", ".."}, "cannot name the default data directory"},
 		{[]string{"status"}, "--via"},
 		{[]string{"status", "--via", "nohost"}, "--via"},
 		{[]string{"train", "--via", "nohost"}, "--via"},
@@ -39,6 +44,31 @@ func TestJoinFlagErrors(t *testing.T) {
 		code := run(c.args, &out, &errb)
 		if code != 2 || !strings.Contains(errb.String(), c.msg) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", c.args, code, errb.String(), c.msg)
+		}
+	}
+}
+
+// A node's data dir defaults to a directory per node name under the
+// user's state directory; "none" turns the store off.
+func TestJoinDataDir(t *testing.T) {
+	state, home := t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home)
+	for _, c := range []struct {
+		xdg  string
+		args []string
+		want string
+	}{
+		{state, []string{"--name", "a"}, filepath.Join(state, "ppnode", "a")},
+		{"", []string{"--name", "b"}, filepath.Join(home, ".local", "state", "ppnode", "b")},
+		{"relative/state", []string{"--name", "b"}, filepath.Join(home, ".local", "state", "ppnode", "b")}, // not absolute: ignored
+		{state, []string{"--name", "a", "--data-dir", "/srv/ppnode"}, "/srv/ppnode"},
+		{state, []string{"--name", "a", "--data-dir=none"}, ""},
+		{state, []string{"--name", "a/b", "--data-dir", "none"}, ""},
+	} {
+		t.Setenv("XDG_STATE_HOME", c.xdg)
+		cfg, _, err := joinConfig(c.args, io.Discard)
+		if err != nil || cfg.DataDir != c.want {
+			t.Errorf("XDG_STATE_HOME=%q %v: data dir %q (%v), want %q", c.xdg, c.args, cfg.DataDir, err, c.want)
 		}
 	}
 }
@@ -115,6 +145,8 @@ func TestJoinRunsUntilSignal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends SIGINT to the test process")
 	}
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state) // the default data dir is under it
 	pr, pw := io.Pipe()
 	var errb bytes.Buffer
 	done := make(chan int, 1)
@@ -134,6 +166,13 @@ func TestJoinRunsUntilSignal(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"status", "--via", ready.HTTP, "--json"}, &out, io.Discard); code != 0 || !strings.Contains(out.String(), `"name":"j"`) {
 		t.Fatalf("status of the joined node: exit %d: %s", code, out.String())
+	}
+	dir := filepath.Join(state, "ppnode", "j")
+	if want, _ := json.Marshal(dir); !strings.Contains(out.String(), `"data_dir":`+string(want)) {
+		t.Errorf("status of the joined node does not show its default data dir %s: %s", dir, out.String())
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "checkpoints")); err != nil || !fi.IsDir() {
+		t.Errorf("no checkpoint store in the default data dir: %v", err)
 	}
 	go io.Copy(io.Discard, pr)
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {

@@ -521,7 +521,7 @@ func (c *Cluster) stopAll() {
 			c.t.Error(err)
 		}
 	}
-	if c.t.Failed() {
+	if c.t.Failed() || os.Getenv("PPNODE_TEST_LOGS") != "" {
 		for _, n := range nodes {
 			c.t.Logf("node %s stderr (last lines):\n%s", n.opts.Name, n.stderr.tail(40))
 		}

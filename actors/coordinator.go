@@ -57,8 +57,8 @@ type CoordinatorConfig struct {
 	Store     *tensorio.Store
 	Replicate func(*tensorio.Checkpoint) error
 	// Resume, if set, is a cut of this job to continue from (a coordinator
-	// taking a job over); Generation is then the first plan generation to
-	// use, above any its predecessor used.
+	// taking a job over); Generation, if set, is the first plan generation
+	// to use, above any a predecessor used (with or without a cut).
 	Resume     *tensorio.Checkpoint
 	Generation uint64
 	// OnStep, if set, is called after every completed step (on the
@@ -207,8 +207,8 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 		if err := c.loadCut(cfg.Resume); err != nil {
 			return nil, err
 		}
-		c.gen = max(cfg.Generation, 1)
 	}
+	c.gen = max(cfg.Generation, 1) // a successor's, with or without a cut
 	M := c.spec.MicroBatches
 	c.xs, c.ys, c.labels = make([]*nn.Tensor, M), make([][]int32, M), make([]*nn.Tensor, M)
 	be, err := c.spec.NewBackend(cfg.Threads)

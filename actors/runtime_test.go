@@ -309,6 +309,19 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights after the takeover %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
 	}
+	// A successor without any cut restarts the job, still above the
+	// generations the nodes have seen (100), or they refuse its stages.
+	third, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[2], DataPlane: tc.dp, Nodes: tc.nodes[1:], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler), Generation: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err = third.Run(context.Background()); err != nil {
+		t.Fatalf("a restart without a cut: %v", err)
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights after a restart %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
+	}
 }
 
 // A node that slows down mid-job (an emulated 4x slowdown from step 10) is

@@ -104,7 +104,7 @@ type Agent struct {
 	loops  sync.WaitGroup // event loop and HTTP server
 	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
 
-	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records and the jobs' rec
+	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records, httpOf and the jobs' rec
 	jobs    map[string]*job
 	order   []string // job ids in submission order
 	seq     int
@@ -113,6 +113,9 @@ type Agent struct {
 	// records are the records of jobs coordinated elsewhere that this
 	// node holds (see failover.go).
 	records map[string]*JobRecord
+	// httpOf is every member's last known HTTP address, by name (a
+	// failed member's too).
+	httpOf map[string]string
 
 	// cutMu guards cutRuns: the run of each job's cuts in the local store
 	// (see cuts.go).
@@ -198,7 +201,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{}),
-		records: map[string]*JobRecord{}, cutRuns: map[string]string{}}
+		records: map[string]*JobRecord{}, httpOf: map[string]string{}, cutRuns: map[string]string{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	self := a // a is nil once an error is returned
 	defer func() {
@@ -298,8 +301,15 @@ func (a *Agent) watch() {
 		case cluster.EventJoin, cluster.EventUpdate:
 			if m.MetaErr != nil {
 				a.log.Warn("nodes: member with bad metadata", "member", m.Name, "err", m.MetaErr)
-			} else if m.Meta.ActorAddr != "" {
-				actorAddr[m.Name] = m.Meta.ActorAddr
+			} else {
+				if m.Meta.ActorAddr != "" {
+					actorAddr[m.Name] = m.Meta.ActorAddr
+				}
+				if h := m.Meta.Tags[tagHTTP]; h != "" {
+					a.mu.Lock()
+					a.httpOf[m.Name] = h
+					a.mu.Unlock()
+				}
 			}
 		case cluster.EventLeave, cluster.EventFailed:
 			addr := m.Meta.ActorAddr

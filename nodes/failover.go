@@ -406,6 +406,17 @@ func isClosed(ch <-chan struct{}) bool {
 // the caller's, handed over.
 func (a *Agent) takeOver(rec JobRecord) {
 	t0 := time.Now()
+	if a.stillRuns(rec) {
+		// Declared failed but alive (a node starved of CPU can miss
+		// memberlist's probes): it rejoins by refuting, and a later
+		// failure is considered again.
+		a.log.Warn("nodes: a job's coordinator was declared failed but still runs the job; not taking it over", "job", rec.ID, "coordinator", rec.Coordinator)
+		a.mu.Lock()
+		delete(a.jobs, rec.ID)
+		a.mu.Unlock()
+		a.runs.Done()
+		return
+	}
 	a.log.Warn("nodes: taking over a job whose coordinator is gone", "job", rec.ID, "coordinator", rec.Coordinator)
 	ck, source := a.latestCut(rec)
 	gen := rec.Generation
@@ -469,6 +480,30 @@ func (a *Agent) takeOver(rec JobRecord) {
 	a.log.Warn("nodes: took a job over", "job", rec.ID, "from", rec.Coordinator, "step", step, "source", source,
 		"generation", gen, "prepare_ms", tk.PrepareMS, "holders", next.Holders)
 }
+
+// stillRuns reports whether rec's coordinator answers, at its last known
+// HTTP address, that it is running the job.
+func (a *Agent) stillRuns(rec JobRecord) bool {
+	a.mu.Lock()
+	addr := a.httpOf[rec.Coordinator]
+	a.mu.Unlock()
+	if addr == "" {
+		return false
+	}
+	var st struct {
+		State   string `json:"state"`
+		MovedTo string `json:"moved_to"`
+	}
+	if err := a.getJSON(addr, "/v1/jobs/"+rec.ID, &st, stillRunsTimeout); err != nil {
+		return false
+	}
+	return st.MovedTo == "" && st.State != "" && st.State != "done" && st.State != "failed"
+}
+
+// stillRunsTimeout bounds the question to a coordinator declared failed
+// (a dead node refuses the connection at once; a stopped one is given this
+// long).
+const stillRunsTimeout = 2 * time.Second
 
 // cutSource is a copy of a cut: in this node's store (http == "") or on
 // another node.

@@ -89,6 +89,9 @@ type Coordinator struct {
 	copt    nn.Optimizer // the latest cut's optimizer state
 	cut     cut
 	cutCost time.Duration // what the last cut cost the pipeline
+	// persisted is how long the last cut took to write and replicate
+	// (guarded by mu).
+	persisted time.Duration
 
 	known      map[string]NodeInfo // every node seen, by name
 	speed      map[string]float64  // measured node speeds (see observe)
@@ -563,10 +566,15 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		}
 		t0 := time.Now()
 		var err error
+		if autoK && len(steps) > 0 && g-c.cut.steps == K/2 {
+			// The previous cut's writing and replication has likely
+			// ended by now: count it in.
+			K = chooseK(c.cutCost+c.persistCost(), median(steps))
+		}
 		if g-c.cut.steps >= K {
 			var cost time.Duration
 			if cost, err = c.checkpoint(g, acc); err == nil && autoK && len(steps) > 0 {
-				K = chooseK(cost, median(steps))
+				K = chooseK(cost+c.persistCost(), median(steps))
 			}
 		}
 		var loss float64
@@ -640,6 +648,15 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: testAcc})
 	c.mu.Unlock()
 	return res, nil
+}
+
+// persistCost is how long writing and replicating the last cut took, in
+// the background: it competes with the stages for the node's CPU (all of
+// it under a CPU quota), so it counts in a cut's cost.
+func (c *Coordinator) persistCost() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.persisted
 }
 
 // chooseK is the checkpoint interval that keeps a cut's cost within 2% of
@@ -740,6 +757,12 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 	}
 	ck := c.checkpointFile(g)
 	c.persisting.Go(func() {
+		t0 := time.Now()
+		defer func() {
+			c.mu.Lock()
+			c.persisted = time.Since(t0)
+			c.mu.Unlock()
+		}()
 		if _, err := c.cfg.Store.Save(ck); err != nil {
 			c.log.Warn("writing a checkpoint; the cut is not durable", "step", g, "err", err)
 			return

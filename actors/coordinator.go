@@ -566,7 +566,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		}
 		t0 := time.Now()
 		var err error
-		if autoK && len(steps) > 0 && g-c.cut.steps == K/2 {
+		if autoK && c.cutCost > 0 && len(steps) > 0 && g-c.cut.steps == K/2 {
 			// The previous cut's writing and replication has likely
 			// ended by now: count it in.
 			K = chooseK(c.cutCost+c.persistCost(), median(steps))

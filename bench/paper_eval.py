@@ -62,7 +62,7 @@ class Node:
         # The child moves itself into the cgroup before exec, so every
         # thread it starts is limited.
         self.p = subprocess.Popen(["sh", "-c", f'echo $$ > {self.cg}/cgroup.procs && exec "$@"', "sh"] + cmd,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  stdout=subprocess.PIPE, stderr=open(os.environ.get("PPNODE_NODE_LOG", os.devnull) + (("." + name) if os.environ.get("PPNODE_NODE_LOG") else ""), "w"), text=True,
                                   env=dict(os.environ, GOMAXPROCS=str(threads)))
         deadline = time.time() + 60
         while time.time() < deadline:

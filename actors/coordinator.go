@@ -36,9 +36,9 @@ type CoordinatorConfig struct {
 	DataPlane DataPlane
 	// Nodes are the nodes the job may use.
 	Nodes []NodeInfo
-	// GFLOPS is this node's GEMM speed as measured at start (0: all nodes
-	// count as equally fast); the layer profile measured here is scaled to
-	// every node by its GFLOPS (see refGFLOPS).
+	// GFLOPS is this node's GEMM speed: the layer profile measured here is
+	// scaled to the others by their GFLOPS over this (0: all nodes count
+	// as equally fast).
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
@@ -254,8 +254,8 @@ func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
 	cl := &balance.Cluster{DefaultLink: balance.DefaultLink}
 	for _, n := range nodes {
 		np := balance.NodeProfile{Name: n.Name, Memory: n.Memory, Speed: 1}
-		if ref := c.refGFLOPS(); ref > 0 && n.GFLOPS > 0 {
-			np.Speed = n.GFLOPS / ref
+		if c.cfg.GFLOPS > 0 && n.GFLOPS > 0 {
+			np.Speed = n.GFLOPS / c.cfg.GFLOPS
 		}
 		if v, ok := c.speed[n.Name]; ok {
 			np.Speed = v
@@ -263,24 +263,6 @@ func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
 		cl.Nodes = append(cl.Nodes, np)
 	}
 	return cl
-}
-
-// refGFLOPS is the GEMM speed the layer profile's times correspond to
-// (a node of that speed has speed 1): the speed balance.Profile measured
-// beside the layers, in the same short bursts. The nodes' GFLOPS are
-// measured at start over whole CPU-quota periods; under a quota (a cgroup,
-// a share of a machine) short bursts run faster than that, and with this
-// node's start-up GFLOPS as the reference every plan was predicted up to
-// 1/quota too fast (a fresh plan on nodes at 60% and 25% of a CPU
-// measured half its prediction). 0: nodes count as equally fast.
-func (c *Coordinator) refGFLOPS() float64 {
-	if c.cfg.GFLOPS <= 0 {
-		return 0
-	}
-	if c.prof != nil && c.prof.GFLOPS > 0 {
-		return c.prof.GFLOPS
-	}
-	return c.cfg.GFLOPS
 }
 
 // search finds the best plan for cl with the job's partitioner.

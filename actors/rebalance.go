@@ -106,8 +106,8 @@ func (c *Coordinator) observe(timings []*StageTiming) {
 		// it is: under a CPU quota (or a share of a machine) short bursts
 		// run at full speed until the quota is used up. Its GEMM speed,
 		// measured over whole quota periods at start, bounds it.
-		if n := c.node(node); n.GFLOPS > 0 && c.refGFLOPS() > 0 {
-			v = min(v, speedCap*n.GFLOPS/c.refGFLOPS())
+		if n := c.node(node); n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
+			v = min(v, speedCap*n.GFLOPS/c.cfg.GFLOPS)
 		}
 		if old, ok := c.speed[node]; ok {
 			v = (1-speedSmoothing)*old + speedSmoothing*v

@@ -142,22 +142,33 @@ func rebalanceSpec(id string, steps int) actors.JobSpec {
 	return spec
 }
 
-// A node's CPU quota cut to 25% mid-job on 3 nodes: the plan changes
-// within 20 steps, moves work off that node, the throughput recovers, and
-// the weights are those of the run without any re-plan.
-func TestQuotaCutReplans(t *testing.T) {
+// startRebalanceJob starts one node per quota (a share of one CPU, one
+// thread each), submits spec to the first and follows its steps.
+func startRebalanceJob(t *testing.T, spec actors.JobSpec, quotas ...float64) (*Cluster, *stepClock) {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("-short: a 70-step job on CPU quotas")
+		t.Skip("-short: a job of tens of steps on CPU quotas")
 	}
 	RequireCPUQuota(t)
-	c := StartCluster(t, NodeOptions{Threads: 1, CPUQuota: 0.6}, NodeOptions{Threads: 1, CPUQuota: 0.6}, NodeOptions{Threads: 1, CPUQuota: 0.6})
-	waitMembers(t, c.Node("a"), 3)
-	spec := rebalanceSpec("quota-cut", 70)
+	opts := make([]NodeOptions, len(quotas))
+	for i, q := range quotas {
+		opts[i] = NodeOptions{Threads: 1, CPUQuota: q}
+	}
+	c := StartCluster(t, opts...)
+	waitMembers(t, c.Node("a"), len(quotas))
 	rep, err := c.Node("a").Submit(spec)
 	if err != nil || rep.Code != 201 {
 		t.Fatalf("POST /v1/jobs: %v %d %s", err, rep.Code, rep.Error)
 	}
-	sc := watchSteps(c.Node("a"), rep.ID)
+	return c, watchSteps(c.Node("a"), rep.ID)
+}
+
+// A node's CPU quota cut to 25% mid-job on 3 nodes: the plan changes
+// within 20 steps, moves work off that node, the throughput recovers, and
+// the weights are those of the run without any re-plan.
+func TestQuotaCutReplans(t *testing.T) {
+	spec := rebalanceSpec("quota-cut", 70)
+	c, sc := startRebalanceJob(t, spec, 0.6, 0.6, 0.6)
 	const cutAt = 20
 	before := sc.waitStep(t, cutAt)
 	setQuota(t, c.Node("b"), 0.25)
@@ -196,19 +207,9 @@ func TestQuotaCutReplans(t *testing.T) {
 // Nodes joining a running job: one too slow to be worth a plan change is
 // ignored; a fast one is used.
 func TestJoiningNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a long job on CPU quotas")
-	}
-	RequireCPUQuota(t)
-	c := StartCluster(t, NodeOptions{Threads: 1, CPUQuota: 0.5}, NodeOptions{Threads: 1, CPUQuota: 0.5})
-	waitMembers(t, c.Node("a"), 2)
 	spec := rebalanceSpec("joins", 90)
 	spec.MaxNodes = 3
-	rep, err := c.Node("a").Submit(spec)
-	if err != nil || rep.Code != 201 {
-		t.Fatalf("POST /v1/jobs: %v %d %s", err, rep.Code, rep.Error)
-	}
-	sc := watchSteps(c.Node("a"), rep.ID)
+	c, sc := startRebalanceJob(t, spec, 0.5, 0.5)
 	sc.waitStep(t, 3)
 	// A node at 8% of a CPU: at best 7% faster with it, under the 10%
 	// a plan change must gain.
@@ -241,18 +242,8 @@ func TestJoiningNodes(t *testing.T) {
 // A node whose speed flickers between two values every few steps makes at
 // most one plan change (hysteresis).
 func TestFlickeringSpeed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a long job on CPU quotas")
-	}
-	RequireCPUQuota(t)
-	c := StartCluster(t, NodeOptions{Threads: 1, CPUQuota: 0.5}, NodeOptions{Threads: 1, CPUQuota: 0.5}, NodeOptions{Threads: 1, CPUQuota: 0.5})
-	waitMembers(t, c.Node("a"), 3)
 	spec := rebalanceSpec("flicker", 110)
-	rep, err := c.Node("a").Submit(spec)
-	if err != nil || rep.Code != 201 {
-		t.Fatalf("POST /v1/jobs: %v %d %s", err, rep.Code, rep.Error)
-	}
-	sc := watchSteps(c.Node("a"), rep.ID)
+	c, sc := startRebalanceJob(t, spec, 0.5, 0.5, 0.5)
 	flips := 0
 	for s := 10; s < spec.Steps-10; s += 3 {
 		st := sc.waitStep(t, s)

@@ -17,7 +17,7 @@ else
   BACKEND_MSG := GEMM backend: pure Go (no libopenblas; run 'make deps' or 'apt-get install libopenblas-dev' for ~8x faster training)
 endif
 # Debian packages the tests and benchmarks use.
-DEB_PKGS := libopenblas-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler
+DEB_PKGS := libopenblas-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2
 
 .PHONY: all build demo test test-short bench deps check-go vet fmt clean
 

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -489,9 +488,6 @@ func ackErr(k int, r proto.Message) error {
 		return fmt.Errorf("stage %d: unexpected reply %s", k, proto.MessageName(r))
 	}
 	if !a.GetOk() {
-		if prefix := fmt.Sprintf("stage %d: ", k); strings.HasPrefix(a.GetError(), prefix) {
-			return errors.New(a.GetError()) // the stage named itself
-		}
 		return fmt.Errorf("stage %d: %s", k, a.GetError())
 	}
 	return nil

@@ -326,7 +326,7 @@ func stageWire(s int) uint32 {
 }
 
 // connect dials the links this stage sends on and waits for the ones it
-// receives on.
+// receives on. Its errors do not name the stage: the coordinator does.
 func (a *stageActor) connect(msg *ConnectStage) error {
 	if len(a.eng.peers) > 0 {
 		return fmt.Errorf("stage is already connected")
@@ -337,17 +337,17 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 	for _, d := range msg.GetDial() {
 		to := int(d.GetTo())
 		if int(d.GetFrom()) != me || !slices.Contains(want, to) || a.eng.peers[to] != nil {
-			return fmt.Errorf("stage %d: unexpected link %d -> %d", me, d.GetFrom(), to)
+			return fmt.Errorf("unexpected link %d -> %d", d.GetFrom(), to)
 		}
 		lk, err := a.host.DataPlane.Dial(d.GetAddr(), stageHello(spec, me, to), a.linkOptions(spec))
 		if err != nil {
-			return fmt.Errorf("stage %d: link to stage %d: %w", me, to, err)
+			return fmt.Errorf("link to stage %d: %w", to, err)
 		}
 		a.eng.attach(to, lk, nil)
 	}
 	for _, to := range want {
 		if a.eng.peers[to] == nil {
-			return fmt.Errorf("stage %d: no address for its link to stage %d", me, to)
+			return fmt.Errorf("no address for its link to stage %d", to)
 		}
 	}
 	// Every peer dials as soon as it is told to, and gives up after a
@@ -359,7 +359,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 		select {
 		case r := <-a.accepts:
 			if r.err != nil {
-				return fmt.Errorf("stage %d: link from stage %d: %w", me, r.from, r.err)
+				return fmt.Errorf("link from stage %d: %w", r.from, r.err)
 			}
 			var broken func(error)
 			if r.from == balance.Coordinator {
@@ -367,7 +367,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 			}
 			a.eng.attach(r.from, r.lk, broken)
 		case <-deadline:
-			return fmt.Errorf("stage %d: its incoming links were not all connected within %v", me, wait)
+			return fmt.Errorf("its incoming links were not all connected within %v", wait)
 		}
 	}
 	a.closeListeners()

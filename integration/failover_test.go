@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,7 +177,7 @@ func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobSta
 	t.Helper()
 	var st nodes.JobStatus
 	err := Poll("the job's first step on b", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
-		if err := getJob(b.HTTP, id, &st); err != nil {
+		if err := getJSON(client, b.HTTP, "/v1/jobs/"+id, &st); err != nil {
 			return false, nil // not taken over yet
 		}
 		return st.Takeover != nil && (int64(st.Step) > st.Takeover.Step || st.State == "done"), nil
@@ -188,23 +186,6 @@ func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobSta
 		t.Fatal(err)
 	}
 	return st, time.Since(killed)
-}
-
-// getJob decodes GET /v1/jobs/{id} of the node at addr.
-func getJob(addr, id string, st *nodes.JobStatus) error {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/v1/jobs/" + id)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /v1/jobs/%s: %s", id, resp.Status)
-	}
-	return json.Unmarshal(b, st)
 }
 
 // SIGKILL of the coordinator's node after the first cut: the holder of the

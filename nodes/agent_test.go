@@ -120,8 +120,8 @@ func localSHA(t *testing.T, spec actors.JobSpec) string {
 	return res.WeightsSHA256
 }
 
-// call sends a request to an agent's API and decodes the answer into out
-// (if not nil); it returns the status code.
+// call sends a request to an agent's API and decodes the answer, if any,
+// into out (if not nil); it returns the status code.
 func call(t *testing.T, method, url string, body []byte, out any) int {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
@@ -137,7 +137,7 @@ func call(t *testing.T, method, url string, body []byte, out any) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != nil {
+	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
 			t.Fatalf("%s %s: %d %q: %v", method, url, res.StatusCode, b, err)
 		}

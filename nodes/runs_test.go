@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -25,21 +24,8 @@ func putCut(t *testing.T, to *Agent, ck *tensorio.Checkpoint) (int, string) {
 	if err := tensorio.WriteCheckpoint(&buf, ck); err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest("PUT", "http://"+to.HTTPAddr()+"/v1/checkpoints/"+ck.JobID, &buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
 	var e ErrorReply
-	if len(b) > 0 {
-		_ = json.Unmarshal(b, &e)
-	}
-	return res.StatusCode, e.Error
+	return call(t, "PUT", "http://"+to.HTTPAddr()+"/v1/checkpoints/"+ck.JobID, buf.Bytes(), &e), e.Error
 }
 
 // putRecordTo sends rec to an agent (PUT /v1/jobrecords/{id}) and returns
@@ -50,21 +36,8 @@ func putRecordTo(t *testing.T, to *Agent, rec JobRecord) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest("PUT", "http://"+to.HTTPAddr()+"/v1/jobrecords/"+rec.ID, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
 	var e ErrorReply
-	if len(b) > 0 {
-		_ = json.Unmarshal(b, &e)
-	}
-	return res.StatusCode, e.Error
+	return call(t, "PUT", "http://"+to.HTTPAddr()+"/v1/jobrecords/"+rec.ID, body, &e), e.Error
 }
 
 func storeSteps(t *testing.T, a *Agent, id string) []int64 {

@@ -11,20 +11,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paper_eval import Node, PPNODE, wait_members  # noqa: E402
+import quota_plans  # noqa: E402
+from paper_eval import Node, wait_members  # noqa: E402
 
 
 def train(http, steps, every):
-    cmd = [PPNODE, "train", "--via", http, "--json", "--model", "mlp32", "--data", "mnist", "--batch", "128",
-           "--micro-batches", "8", "--steps", str(steps), "--optimizer", "sgd", "--momentum", "0.9",
-           "--no-rebalance", "--checkpoint-every", str(every)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return quota_plans.train(http, steps, "auto", ["--no-rebalance", "--checkpoint-every", str(every)])
 
 
 def status(http, job):

@@ -35,9 +35,11 @@ type CoordinatorConfig struct {
 	DataPlane DataPlane
 	// Nodes are the nodes the job may use.
 	Nodes []NodeInfo
-	// GFLOPS is this node's GEMM speed: the layer profile measured here is
-	// scaled to the others by their GFLOPS over this (0: all nodes count
-	// as equally fast).
+	// GFLOPS is this node's GEMM speed between the throttles of a CPU
+	// quota (balance.MeasureGEMMBurst), on the backend the nodes measured
+	// their GFLOPS with: the speed the layer profile measured here runs
+	// at. A node's speed is its GFLOPS (sustained, over whole quota
+	// periods) over this (0: all nodes count as equally fast).
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
@@ -252,16 +254,24 @@ func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
 	}
 	cl := &balance.Cluster{DefaultLink: balance.DefaultLink}
 	for _, n := range nodes {
-		np := balance.NodeProfile{Name: n.Name, Memory: n.Memory, Speed: 1}
-		if c.cfg.GFLOPS > 0 && n.GFLOPS > 0 {
-			np.Speed = n.GFLOPS / c.cfg.GFLOPS
-		}
+		np := balance.NodeProfile{Name: n.Name, Memory: n.Memory, Speed: c.gemmSpeed(n)}
 		if v, ok := c.speed[n.Name]; ok {
 			np.Speed = v
 		}
 		cl.Nodes = append(cl.Nodes, np)
 	}
 	return cl
+}
+
+// gemmSpeed is n's speed relative to the profile from GEMM speeds: its
+// sustained one (measured at its start over whole CPU-quota periods) over
+// this node's between throttles (the speed the profile's median layer
+// timings ran at), so that quotas count. Without them it is 1.
+func (c *Coordinator) gemmSpeed(n NodeInfo) float64 {
+	if n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
+		return n.GFLOPS / c.cfg.GFLOPS
+	}
+	return 1
 }
 
 // search finds the best plan for cl with the job's partitioner.

@@ -466,15 +466,19 @@ func (x *StepBegin) GetLr() float64 {
 }
 
 type StageTiming struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stage         int32                  `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
-	ForwardNs     int64                  `protobuf:"varint,2,opt,name=forward_ns,json=forwardNs,proto3" json:"forward_ns,omitempty"`
-	BackwardNs    int64                  `protobuf:"varint,3,opt,name=backward_ns,json=backwardNs,proto3" json:"backward_ns,omitempty"`
-	UpdateNs      int64                  `protobuf:"varint,4,opt,name=update_ns,json=updateNs,proto3" json:"update_ns,omitempty"`
-	WaitNs        int64                  `protobuf:"varint,5,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"` // time blocked on the data plane
-	WallNs        int64                  `protobuf:"varint,6,opt,name=wall_ns,json=wallNs,proto3" json:"wall_ns,omitempty"` // the whole step on the stage, from StepBegin to its end
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Stage      int32                  `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	ForwardNs  int64                  `protobuf:"varint,2,opt,name=forward_ns,json=forwardNs,proto3" json:"forward_ns,omitempty"`
+	BackwardNs int64                  `protobuf:"varint,3,opt,name=backward_ns,json=backwardNs,proto3" json:"backward_ns,omitempty"`
+	UpdateNs   int64                  `protobuf:"varint,4,opt,name=update_ns,json=updateNs,proto3" json:"update_ns,omitempty"`
+	WaitNs     int64                  `protobuf:"varint,5,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"` // time blocked on the data plane
+	WallNs     int64                  `protobuf:"varint,6,opt,name=wall_ns,json=wallNs,proto3" json:"wall_ns,omitempty"` // the whole step on the stage, from StepBegin to its end
+	// The GEMM speed (GFLOP/s) the node's CPU limit allows now: its speed
+	// between throttles times the share of its threads the limit leaves;
+	// 0 if it has no limit.
+	CapacityGflops float64 `protobuf:"fixed64,7,opt,name=capacity_gflops,json=capacityGflops,proto3" json:"capacity_gflops,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StageTiming) Reset() {
@@ -545,6 +549,13 @@ func (x *StageTiming) GetWaitNs() int64 {
 func (x *StageTiming) GetWallNs() int64 {
 	if x != nil {
 		return x.WallNs
+	}
+	return 0
+}
+
+func (x *StageTiming) GetCapacityGflops() float64 {
+	if x != nil {
+		return x.CapacityGflops
 	}
 	return 0
 }
@@ -1509,7 +1520,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12#\n" +
 	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
-	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\xb2\x01\n" +
+	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\xdb\x01\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -1518,7 +1529,8 @@ const file_ppnode_proto_rawDesc = "" +
 	"backwardNs\x12\x1b\n" +
 	"\tupdate_ns\x18\x04 \x01(\x03R\bupdateNs\x12\x17\n" +
 	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\x12\x17\n" +
-	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\"\xfc\x01\n" +
+	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\x12'\n" +
+	"\x0fcapacity_gflops\x18\a \x01(\x01R\x0ecapacityGflops\"\xfc\x01\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +

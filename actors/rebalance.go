@@ -104,10 +104,13 @@ func (c *Coordinator) observe(timings []*StageTiming) {
 		v := c.cl.Nodes[i].Speed * pred / busy
 		// A node whose stage idles part of the time can look faster than
 		// it is: under a CPU quota (or a share of a machine) short bursts
-		// run at full speed until the quota is used up. Its GEMM speed,
-		// measured over whole quota periods at start, bounds it.
-		if n := c.node(node); n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
-			v = min(v, speedCap*n.GFLOPS/c.cfg.GFLOPS)
+		// run at full speed until the quota is used up. What its CPU limit
+		// allows now bounds it, or else, a little above, its GEMM speed
+		// measured over whole quota periods at its start.
+		if capacity := t.GetCapacityGflops(); capacity > 0 && c.cfg.GFLOPS > 0 {
+			v = min(v, capacity/c.cfg.GFLOPS)
+		} else if n := c.node(node); n.GFLOPS > 0 {
+			v = min(v, speedCap*c.gemmSpeed(n))
 		}
 		if old, ok := c.speed[node]; ok {
 			v = (1-speedSmoothing)*old + speedSmoothing*v
@@ -184,6 +187,8 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 			return nil
 		}
 		saved := cur.StepTime - res.Report.StepTime
+		c.log.Debug("rebalancing: evaluated", "step", g, "plan", res.Spec, "gain", r.Gain, "before_ms", r.BeforeMS,
+			"after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", c.streak)
 		if res.Spec == c.text || r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
 			c.streak = 0
 			return nil

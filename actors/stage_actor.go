@@ -26,6 +26,10 @@ type StageHost struct {
 	// job sets its own.
 	Threads int
 	Logger  *slog.Logger
+	// Capacity, if set, returns the GEMM speed (GFLOP/s) the node's CPU
+	// limit allows now, 0 without a limit; stages report it with their
+	// timings every step.
+	Capacity func() float64
 	// Slowdown, when above 1, makes the stages' compute take that many
 	// times longer (each forward and backward pass is followed by a pause
 	// of (Slowdown-1) times its duration): a slower machine, emulated
@@ -143,6 +147,9 @@ func (a *stageActor) Receive(c actor.Context) {
 		a.runAsync(c, msg.GetHeader(), func() proto.Message {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs}
+			if a.host.Capacity != nil {
+				t.CapacityGflops = a.host.Capacity()
+			}
 			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
 				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples}
 			if err != nil {

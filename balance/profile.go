@@ -66,8 +66,11 @@ type ModelProfile struct {
 	Source  string `json:"source"`
 	Backend string `json:"backend,omitempty"`
 	Threads int    `json:"threads,omitempty"`
-	// GFLOPS is the reference node's GEMM speed (0 if unknown). A node
-	// profile with GFLOPS and no Speed gets Speed = its GFLOPS / this.
+	// GFLOPS is the reference node's GEMM speed (0 if unknown), measured
+	// as the layers are: a measured profile's is the median speed of single
+	// GEMMs (MeasureGEMMBurst), the speed between two throttles under a CPU
+	// quota. A node profile with GFLOPS (its sustained speed, MeasureGEMM)
+	// and no Speed gets Speed = its GFLOPS / this, which counts its quota.
 	GFLOPS float64 `json:"gflops,omitempty"`
 	// Sizes are the micro-batch sizes that were measured.
 	Sizes []int `json:"sizes,omitempty"`
@@ -172,7 +175,9 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	defer restore()
 
 	p := &ModelProfile{Graph: GraphHash(g), Source: "measured", Backend: be.Name(), Threads: be.Threads(), Sizes: sizes}
-	p.GFLOPS = MeasureGEMM(be, 256, 50*time.Millisecond)
+	// The layer timings below are medians: under a CPU quota they are the
+	// speed between throttles, and so is this reference.
+	p.GFLOPS = MeasureGEMMBurst(be, 256, 50*time.Millisecond)
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
 	rng := rand.New(rand.NewPCG(1, 2))
 	// Each layer runs as a stage of its own on random inputs. The passes
@@ -346,22 +351,49 @@ func snapshot(g *nn.Graph) func() {
 	}
 }
 
-// MeasureGEMM returns be's speed in GFLOP/s on n×n matrices, measured for
-// about d.
+// MeasureGEMM returns be's sustained speed in GFLOP/s on n×n matrices:
+// the GEMMs done in about d over the time they took. Over whole periods of
+// a CPU quota (100 ms by default) it counts the quota in: a node at 60% of
+// a CPU measures about 60% of the speed it has between throttles.
 func MeasureGEMM(be nn.Backend, n int, d time.Duration) float64 {
+	sustained, _ := MeasureGEMMSpeeds(be, n, d)
+	return sustained
+}
+
+// MeasureGEMMBurst returns be's speed in GFLOP/s on n×n matrices from the
+// median time of single GEMMs run for about d: the speed between two
+// throttles of a CPU quota, as the median layer timings of a profile are.
+func MeasureGEMMBurst(be nn.Backend, n int, d time.Duration) float64 {
+	_, burst := MeasureGEMMSpeeds(be, n, d)
+	return burst
+}
+
+// MeasureGEMMSpeeds runs n×n GEMMs on be for about d (at least twice,
+// after one to warm up) and returns both speeds in GFLOP/s: sustained
+// (MeasureGEMM) and burst (MeasureGEMMBurst).
+func MeasureGEMMSpeeds(be nn.Backend, n int, d time.Duration) (sustained, burst float64) {
+	times, total := gemmRuns(be, n, d)
+	flops := 2 * float64(n) * float64(n) * float64(n)
+	return flops * float64(len(times)) / total.Seconds() / 1e9, flops / median(times) / 1e9
+}
+
+// gemmRuns runs n×n GEMMs on be for about d (at least twice, after one to
+// warm up); it returns each one's time in seconds and the total.
+func gemmRuns(be nn.Backend, n int, d time.Duration) ([]float64, time.Duration) {
 	a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
 	for i := range a {
 		a[i] = float32(i%7) - 3
 		b[i] = float32(i%5) - 2
 	}
 	be.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
-	runs := 0
+	var times []float64
 	start := time.Now()
-	for time.Since(start) < d || runs < 2 {
+	for time.Since(start) < d || len(times) < 2 {
+		t0 := time.Now()
 		be.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
-		runs++
+		times = append(times, time.Since(t0).Seconds())
 	}
-	return 2 * float64(n) * float64(n) * float64(n) * float64(runs) / time.Since(start).Seconds() / 1e9
+	return times, time.Since(start)
 }
 
 // staticProfile fills what a layer's shape tells: sizes and FLOPs.

@@ -59,6 +59,8 @@ class Node:
                "--threads", str(threads), "--data-dir", self.data]
         if seeds:
             cmd += ["--seeds", seeds]
+        if os.environ.get("PPNODE_NODE_LOG"):
+            cmd += ["--log-level", "debug"]
         # The child moves itself into the cgroup before exec, so every
         # thread it starts is limited.
         self.p = subprocess.Popen(["sh", "-c", f'echo $$ > {self.cg}/cgroup.procs && exec "$@"', "sh"] + cmd,

@@ -88,7 +88,9 @@ def main():
     for r in range(a.rounds):
         at, st, cst = run([0.6, 0.6, 0.6], a.steps, cut=a.cut)
         cut_rate = rate(at, lo, hi)
-        replans = ", ".join(f"step {p['step']} (gain {p['gain']:.2f})" for p in st.get("replans", []))
+        replans = ", ".join(f"step {p['step']} (gain {p['gain']:.2f}; speeds " +
+                            " ".join(f"{n}={v:.2f}" for n, v in sorted(p["speeds"].items())) + ")"
+                            for p in st.get("replans", []))
         print(f"| {r + 1} | quota of b cut at step {cst['step']} | `{st['plan']}` | {replans or 'none'} | "
               f"{cut_rate:.2f} | |", flush=True)
         at, st, _ = run([0.6, 0.25, 0.6], a.steps)

@@ -90,14 +90,18 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	profile cluster.Profile
-	sys     *actors.System
-	dp      *actors.TCP
-	host    *actors.StageHost
-	node    *cluster.Node
-	store   *tensorio.Store
-	dirLock *os.File // holds the lock on the data dir; nil without one
-	httpLn  net.Listener
-	srv     *http.Server
+	// burstGFLOPS is the GEMM speed between the throttles of a CPU quota
+	// (profile.GEMMGFLOPS is over whole quota periods): the reference of
+	// the profiles this node's coordinators measure.
+	burstGFLOPS float64
+	sys         *actors.System
+	dp          *actors.TCP
+	host        *actors.StageHost
+	node        *cluster.Node
+	store       *tensorio.Store
+	dirLock     *os.File // holds the lock on the data dir; nil without one
+	httpLn      net.Listener
+	srv         *http.Server
 
 	ctx    context.Context // cancelled by Close and Leave: ends the jobs
 	cancel context.CancelFunc
@@ -223,12 +227,10 @@ func Start(cfg Config) (a *Agent, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
-	a.profile = cluster.Profile{
-		GEMMGFLOPS:  balance.MeasureGEMM(be, 256, cfg.ProfileFor),
-		MemoryBytes: availableMemory(),
-		Threads:     cfg.Threads,
-	}
-	a.log.Info("nodes: measured", "gflops", a.profile.GEMMGFLOPS, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
+	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, cfg.ProfileFor)
+	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: availableMemory(), Threads: cfg.Threads}
+	a.burstGFLOPS = burst
+	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
 
 	if cfg.DataDir != "" {
 		if a.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
@@ -240,7 +242,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a.dp = &actors.TCP{Host: dataHost}
-	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log}
+	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
 	a.host = host
 	a.sys, err = actors.Start(actors.Config{
 		Bind: cfg.ActorBind, Advertise: actorAdvertise,
@@ -445,12 +447,23 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 	return c, nil
 }
 
+// capacity is the GEMM speed this node's CPU limit allows now (see
+// cpuLimit), 0 without a limit: its speed between throttles times the
+// share of its threads the limit leaves.
+func (a *Agent) capacity() float64 {
+	cpus, ok := cpuLimit()
+	if !ok {
+		return 0
+	}
+	return a.burstGFLOPS * min(1, cpus/float64(a.cfg.Threads))
+}
+
 // coordinatorConfig configures a coordinator of this node; resume and gen
 // are CoordinatorConfig's Resume and Generation (a takeover's).
 func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64) actors.CoordinatorConfig {
 	return actors.CoordinatorConfig{
 		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store, Replicate: a.replicate,
-		GFLOPS: a.profile.GEMMGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen,
+		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen,
 	}
 }
 

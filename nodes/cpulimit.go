@@ -1,0 +1,152 @@
+package nodes
+
+import (
+	"bufio"
+	"bytes"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// A node in a container, or in a cgroup of its own, may have a CPU limit
+// (a CFS quota: so many microseconds of CPU per period). Under it, compute
+// runs at full speed until the period's quota is used up and then not at
+// all: a stage that idles part of each step looks as fast as an
+// unlimited node when timed, though it can sustain only the limit. The
+// coordinator bounds the speeds it measures by what the limit allows now
+// (a limit may change while a job runs), read here the way the Go runtime
+// reads it for GOMAXPROCS.
+
+// cpuLimit returns the CPU limit of this process's cgroup in CPUs (1.5:
+// one and a half CPUs), the smallest along the path from its cgroup up to
+// the hierarchy's root, cgroup v2 or v1 alike; ok is false if there is no
+// limit or it cannot be read.
+func cpuLimit() (cpus float64, ok bool) {
+	return cpuLimitIn(os.DirFS("/"))
+}
+
+// cpuLimitIn is cpuLimit on the file system root (for tests).
+func cpuLimitIn(root fs.FS) (float64, bool) {
+	cg, err := fs.ReadFile(root, "proc/self/cgroup")
+	if err != nil {
+		return 0, false
+	}
+	mounts, err := fs.ReadFile(root, "proc/self/mountinfo")
+	if err != nil {
+		return 0, false
+	}
+	var v1, v2 string // the process's cgroup in each hierarchy
+	haveV1, haveV2 := false, false
+	sc := bufio.NewScanner(bytes.NewReader(cg))
+	for sc.Scan() {
+		// hierarchy-ID:controller-list:cgroup-path
+		f := strings.SplitN(sc.Text(), ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2, haveV2 = f[2], true
+		} else if hasField(f[1], ",", "cpu") {
+			v1, haveV1 = f[2], true
+		}
+	}
+	best, found := math.Inf(1), false
+	sc = bufio.NewScanner(bytes.NewReader(mounts))
+	for sc.Scan() {
+		// id parent major:minor root mount-point options... - fstype source super-options
+		f := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range f {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || sep+3 >= len(f) {
+			continue
+		}
+		mroot, point, fstype, opts := f[3], f[4], f[sep+1], f[sep+3]
+		var cpus float64
+		var ok bool
+		switch {
+		case fstype == "cgroup2" && haveV2:
+			cpus, ok = walkLimit(root, point, mroot, v2, readV2)
+		case fstype == "cgroup" && haveV1 && hasField(opts, ",", "cpu"):
+			cpus, ok = walkLimit(root, point, mroot, v1, readV1)
+		}
+		if ok && cpus < best {
+			best, found = cpus, true
+		}
+	}
+	return best, found
+}
+
+// walkLimit reads the limit of cgroup cg and of each of its ancestors
+// visible under the mount point (whose root is mroot in the hierarchy) and
+// returns the smallest.
+func walkLimit(root fs.FS, point, mroot, cg string, read func(fs.FS, string) (float64, bool)) (float64, bool) {
+	rel, ok := strings.CutPrefix(path.Clean(cg), path.Clean(mroot))
+	if !ok {
+		return 0, false
+	}
+	dir := path.Join(strings.TrimPrefix(point, "/"), rel)
+	top := path.Clean(strings.TrimPrefix(point, "/"))
+	best, found := math.Inf(1), false
+	for {
+		if cpus, ok := read(root, dir); ok && cpus < best {
+			best, found = cpus, true
+		}
+		if dir == top || dir == "." || dir == "/" {
+			return best, found
+		}
+		dir = path.Dir(dir)
+	}
+}
+
+// readV2 reads cpu.max: "max 100000" (no limit) or "quota period".
+func readV2(root fs.FS, dir string) (float64, bool) {
+	b, err := fs.ReadFile(root, path.Join(dir, "cpu.max"))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 || f[0] == "max" {
+		return 0, false
+	}
+	return quotaCPUs(f[0], f[1])
+}
+
+// readV1 reads cpu.cfs_quota_us (-1: no limit) and cpu.cfs_period_us.
+func readV1(root fs.FS, dir string) (float64, bool) {
+	q, err := fs.ReadFile(root, path.Join(dir, "cpu.cfs_quota_us"))
+	if err != nil {
+		return 0, false
+	}
+	p, err := fs.ReadFile(root, path.Join(dir, "cpu.cfs_period_us"))
+	if err != nil {
+		return 0, false
+	}
+	return quotaCPUs(strings.TrimSpace(string(q)), strings.TrimSpace(string(p)))
+}
+
+func quotaCPUs(quota, period string) (float64, bool) {
+	q, err1 := strconv.ParseInt(quota, 10, 64)
+	p, err2 := strconv.ParseInt(period, 10, 64)
+	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
+		return 0, false
+	}
+	return float64(q) / float64(p), true
+}
+
+// hasField reports whether list, split at sep, contains x.
+func hasField(list, sep, x string) bool {
+	for f := range strings.SplitSeq(list, sep) {
+		if f == x {
+			return true
+		}
+	}
+	return false
+}

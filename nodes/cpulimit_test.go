@@ -1,0 +1,66 @@
+package nodes
+
+import (
+	"testing"
+	"testing/fstest"
+)
+
+func TestCPULimit(t *testing.T) {
+	v1Mounts := "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n" +
+		"32 30 0:29 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
+	v2Mounts := "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	for _, tc := range []struct {
+		name  string
+		files fstest.MapFS
+		want  float64 // 0: no limit
+	}{
+		{"v1 quota", fstest.MapFS{
+			"proc/self/cgroup":                          file("2:cpuacct:/\n1:cpu:/job/b\n0::/\n"),
+			"proc/self/mountinfo":                       file(v1Mounts),
+			"sys/fs/cgroup/cpu/job/b/cpu.cfs_quota_us":  file("25000\n"),
+			"sys/fs/cgroup/cpu/job/b/cpu.cfs_period_us": file("100000\n"),
+			"sys/fs/cgroup/cpu/job/cpu.cfs_quota_us":    file("-1\n"),
+			"sys/fs/cgroup/cpu/job/cpu.cfs_period_us":   file("100000\n"),
+			"sys/fs/cgroup/cpu/cpu.cfs_quota_us":        file("-1\n"),
+			"sys/fs/cgroup/cpu/cpu.cfs_period_us":       file("100000\n"),
+		}, 0.25},
+		{"v1 parent's quota is smaller", fstest.MapFS{
+			"proc/self/cgroup":    file("1:cpu,cpuacct:/job/b\n"),
+			"proc/self/mountinfo": file("31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"),
+			"sys/fs/cgroup/cpu,cpuacct/job/b/cpu.cfs_quota_us":  file("150000"),
+			"sys/fs/cgroup/cpu,cpuacct/job/b/cpu.cfs_period_us": file("100000"),
+			"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us":    file("50000"),
+			"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us":   file("100000"),
+		}, 0.5},
+		{"v2 cpu.max", fstest.MapFS{
+			"proc/self/cgroup":    file("0::/system.slice/ppnode.service\n"),
+			"proc/self/mountinfo": file(v2Mounts),
+			"sys/fs/cgroup/system.slice/ppnode.service/cpu.max": file("150000 100000\n"),
+			"sys/fs/cgroup/system.slice/cpu.max":                file("max 100000\n"),
+		}, 1.5},
+		{"v2 in a container (mount root is the cgroup)", fstest.MapFS{
+			"proc/self/cgroup":      file("0::/kubepods/pod1\n"),
+			"proc/self/mountinfo":   file("29 23 0:26 /kubepods/pod1 /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n"),
+			"sys/fs/cgroup/cpu.max": file("200000 100000\n"),
+		}, 2},
+		{"v2 no limit", fstest.MapFS{
+			"proc/self/cgroup":        file("0::/a\n"),
+			"proc/self/mountinfo":     file(v2Mounts),
+			"sys/fs/cgroup/a/cpu.max": file("max 100000\n"),
+		}, 0},
+		{"garbage", fstest.MapFS{
+			"proc/self/cgroup":      file("::::\n0::\nx\n"),
+			"proc/self/mountinfo":   file("- - -\n1 2 3\n" + v2Mounts),
+			"sys/fs/cgroup/cpu.max": file("12 zero\n"),
+		}, 0},
+		{"no proc", fstest.MapFS{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := cpuLimitIn(tc.files)
+			if ok != (tc.want > 0) || got != tc.want && ok {
+				t.Errorf("cpuLimitIn = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}

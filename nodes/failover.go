@@ -93,13 +93,9 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		byName[p.name] = p.http
 	}
 	order := chooseHolders(rec.Holders, peerNames(peers), len(peers))
-	var body []byte
-	if want > 0 && len(order) > 0 {
-		var buf bytes.Buffer
-		if err := tensorio.WriteCheckpoint(&buf, stamped(ck, rec.Run)); err != nil {
-			return err
-		}
-		body = buf.Bytes()
+	sck := stamped(ck, rec.Run)
+	if err := sck.Validate(); err != nil {
+		return err
 	}
 	var holders []string
 	var errs []error
@@ -107,7 +103,9 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		if len(holders) == want {
 			break
 		}
-		err := a.put(a.ctx, byName[name], "/v1/checkpoints/"+ck.JobID, "application/octet-stream", body, fetchTimeout)
+		// Encoded as it is sent: a cut is hundreds of MB.
+		err := a.putStream(a.ctx, byName[name], "/v1/checkpoints/"+ck.JobID, "application/octet-stream",
+			func(w io.Writer) error { return tensorio.WriteCheckpoint(w, sck) }, fetchTimeout)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue // the next node by name takes its place
@@ -225,9 +223,21 @@ func (a *Agent) finish(j *job, res *actors.JobResult, runErr error) {
 
 // put sends body to http://addr+path with PUT and expects 204.
 func (a *Agent) put(ctx context.Context, addr, path, contentType string, body []byte, timeout time.Duration) error {
+	return a.putBody(ctx, addr, path, contentType, bytes.NewReader(body), timeout)
+}
+
+// putStream is put with a body that write produces as it is sent.
+func (a *Agent) putStream(ctx context.Context, addr, path, contentType string, write func(io.Writer) error, timeout time.Duration) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(write(pw)) }()
+	defer pr.Close() // ends write if the request ends first
+	return a.putBody(ctx, addr, path, contentType, pr, timeout)
+}
+
+func (a *Agent) putBody(ctx context.Context, addr, path, contentType string, body io.Reader, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+path, body)
 	if err != nil {
 		return err
 	}

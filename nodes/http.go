@@ -102,35 +102,34 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes))
+	// The file streams to disk and is verified there: a cut is hundreds
+	// of MB, and this node is usually running a stage.
+	code := http.StatusInternalServerError
+	_, err := a.store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
+		code = http.StatusBadRequest
+		if job := r.PathValue("job"); ck.JobID != job || checkID(job) != nil {
+			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
+		}
+		run := ck.Meta[MetaRun]
+		if err := checkRun(run); err != nil {
+			return fmt.Errorf("nodes: checkpoint of job %q at step %d: metadata %q: %w", ck.JobID, ck.Step, MetaRun, err)
+		}
+		code = http.StatusConflict
+		if err := a.runInUse(ck.JobID, run); err != nil {
+			return err
+		}
+		code = http.StatusInternalServerError
+		return a.claimCuts(ck.JobID, run)
+	})
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		code = http.StatusRequestEntityTooLarge
+	case errors.Is(err, tensorio.ErrCorrupt):
+		code = http.StatusBadRequest
+	}
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, err)
-		return
-	}
-	ck, err := tensorio.ReadCheckpoint(b)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	if job := r.PathValue("job"); ck.JobID != job || checkID(job) != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job))
-		return
-	}
-	run := ck.Meta[MetaRun]
-	if err := checkRun(run); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: checkpoint of job %q at step %d: metadata %q: %w", ck.JobID, ck.Step, MetaRun, err))
-		return
-	}
-	if err := a.runInUse(ck.JobID, run); err != nil {
-		writeError(w, http.StatusConflict, err)
-		return
-	}
-	if err := a.claimCuts(ck.JobID, run); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
-	if _, err := a.store.Save(ck); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+		writeError(w, code, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

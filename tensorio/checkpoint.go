@@ -115,7 +115,10 @@ func validID(s string) bool {
 // part, a non-negative step, unique non-empty parameter names, unique
 // optimizer slots that belong to parameters of the checkpoint, and
 // contiguous tensors.
-func (c *Checkpoint) Validate() error {
+func (c *Checkpoint) Validate() error { return c.validate(true) }
+
+// validate is Validate, checking the tensors only if tensors.
+func (c *Checkpoint) validate(tensors bool) error {
 	if !validID(c.JobID) {
 		return fmt.Errorf("tensorio: checkpoint job ID %q is not 1 to 128 of [A-Za-z0-9_-]", c.JobID)
 	}
@@ -134,7 +137,7 @@ func (c *Checkpoint) Validate() error {
 			return fmt.Errorf("tensorio: checkpoint parameter %q appears twice", p.Name)
 		}
 		params[p.Name] = true
-		if _, err := tensorData(p.T); err != nil {
+		if _, err := tensorData(p.T); tensors && err != nil {
 			return fmt.Errorf("tensorio: checkpoint parameter %q: %w", p.Name, err)
 		}
 	}
@@ -151,7 +154,7 @@ func (c *Checkpoint) Validate() error {
 			return fmt.Errorf("tensorio: optimizer slot %q of %q appears twice", o.Slot, o.Param)
 		}
 		slots[k] = true
-		if _, err := tensorData(o.T); err != nil {
+		if _, err := tensorData(o.T); tensors && err != nil {
 			return fmt.Errorf("tensorio: optimizer slot %q of %q: %w", o.Slot, o.Param, err)
 		}
 	}
@@ -229,6 +232,19 @@ func WriteCheckpoint(w io.Writer, c *Checkpoint) error {
 // returns the complete checkpoint or an error wrapping ErrCorrupt that
 // names what is wrong; the tensors do not alias data.
 func ReadCheckpoint(data []byte) (*Checkpoint, error) {
+	return readCheckpoint(data, true)
+}
+
+// VerifyCheckpoint checks a checkpoint file held in data as ReadCheckpoint
+// does (layout, index, every frame and its checksum) without keeping its
+// tensors: the checkpoint it returns has the metadata and the parameter
+// and slot names, with nil tensors. It allocates no more than the largest
+// tensor.
+func VerifyCheckpoint(data []byte) (*Checkpoint, error) {
+	return readCheckpoint(data, false)
+}
+
+func readCheckpoint(data []byte, keep bool) (*Checkpoint, error) {
 	if len(data) < ckptHeaderLen+ckptFooterLen {
 		return nil, corruptWrap(io.ErrUnexpectedEOF, "checkpoint of %d bytes", len(data))
 	}
@@ -270,15 +286,28 @@ func ReadCheckpoint(data []byte) (*Checkpoint, error) {
 		}
 		frame := data[at : at+e.Length]
 		at += e.Length
-		t, n, err := DecodeFrame(frame, nil)
+		var (
+			t     *nn.Tensor
+			shape []int
+			n     int
+			err   error
+		)
+		if keep {
+			t, n, err = DecodeFrame(frame, nil)
+			if t != nil {
+				shape = t.Shape()
+			}
+		} else {
+			shape, n, err = checkFrame(frame)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", e.what(), err)
 		}
 		if int64(n) != e.Length {
 			return nil, corruptf("checkpoint %s: frame of %d bytes in a slot of %d", e.what(), n, e.Length)
 		}
-		if want := e.Shape; !nn.SameShape(t.Shape(), want) && !(len(want) == 0 && nn.SameShape(t.Shape(), []int{1})) {
-			return nil, corruptf("checkpoint %s: frame shape %v, index says %v", e.what(), t.Shape(), want)
+		if want := e.Shape; !nn.SameShape(shape, want) && !(len(want) == 0 && nn.SameShape(shape, []int{1})) {
+			return nil, corruptf("checkpoint %s: frame shape %v, index says %v", e.what(), shape, want)
 		}
 		if e.Slot == "" {
 			c.Params = append(c.Params, Named{Name: e.Name, T: t})
@@ -289,7 +318,7 @@ func ReadCheckpoint(data []byte) (*Checkpoint, error) {
 	if at != indexEnd-il {
 		return nil, corruptf("checkpoint has %d unaccounted bytes before its index", indexEnd-il-at)
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(keep); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return c, nil

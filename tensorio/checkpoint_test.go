@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -98,20 +99,87 @@ func TestCheckpointCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := buf.Bytes()
-	for i := range good {
-		b := bytes.Clone(good)
-		b[i] ^= 0x40
-		if _, err := ReadCheckpoint(b); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("byte %d flipped: %v", i, err)
+	for _, read := range []func([]byte) (*Checkpoint, error){ReadCheckpoint, VerifyCheckpoint} {
+		for i := range good {
+			b := bytes.Clone(good)
+			b[i] ^= 0x40
+			if _, err := read(b); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("byte %d flipped: %v", i, err)
+			}
+		}
+		for n := range len(good) {
+			if _, err := read(good[:n]); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("cut at %d: %v", n, err)
+			}
+		}
+		if _, err := read(append(bytes.Clone(good), 0)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("trailing byte: %v", err)
 		}
 	}
-	for n := range len(good) {
-		if _, err := ReadCheckpoint(good[:n]); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("cut at %d: %v", n, err)
+	v, err := VerifyCheckpoint(good)
+	if err != nil || v.JobID != c.JobID || v.Step != c.Step || len(v.Params) != len(c.Params) || len(v.Optim) != len(c.Optim) || v.Params[0].T != nil {
+		t.Fatalf("VerifyCheckpoint: %+v, %v", v, err)
+	}
+}
+
+// SaveFrom stores what it verifies and nothing else: not a damaged file,
+// not one its check refuses, not a stream that fails; no temporary stays.
+func TestStoreSaveFrom(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStore(dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(c *Checkpoint) []byte {
+		var buf bytes.Buffer
+		if err := WriteCheckpoint(&buf, c); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	for step := int64(1); step <= 3; step++ {
+		got, err := s.SaveFrom(bytes.NewReader(encode(testCheckpoint("job", step, 1000))), nil)
+		if err != nil || got.JobID != "job" || got.Step != step {
+			t.Fatalf("SaveFrom step %d: %+v %v", step, got, err)
 		}
 	}
-	if _, err := ReadCheckpoint(append(bytes.Clone(good), 0)); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("trailing byte: %v", err)
+	if steps, _ := s.Steps("job", ""); fmt.Sprint(steps) != "[2 3]" {
+		t.Fatalf("kept steps %v, want [2 3]", steps)
+	}
+	c, err := s.Latest("job", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, c, testCheckpoint("job", 3, 1000))
+
+	damaged := encode(testCheckpoint("job", 4, 1000))
+	damaged[len(damaged)/2] ^= 1
+	refused := errors.New("refused")
+	for name, tc := range map[string]struct {
+		r     io.Reader
+		check func(*Checkpoint) error
+		want  error
+	}{
+		"damaged":   {bytes.NewReader(damaged), nil, ErrCorrupt},
+		"truncated": {bytes.NewReader(encode(testCheckpoint("job", 4, 1000))[:5000]), nil, ErrCorrupt},
+		"refused": {bytes.NewReader(encode(testCheckpoint("job", 4, 1000))), func(c *Checkpoint) error {
+			if c.Step != 4 {
+				t.Errorf("check sees step %d", c.Step)
+			}
+			return refused
+		}, refused},
+		"failing reader": {io.MultiReader(bytes.NewReader(encode(testCheckpoint("job", 4, 1000))[:5000]), iotest.ErrReader(refused)), nil, refused},
+	} {
+		if _, err := s.SaveFrom(tc.r, tc.check); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	if steps, _ := s.Steps("job", ""); fmt.Sprint(steps) != "[2 3]" {
+		t.Errorf("kept steps %v after refused files, want [2 3]", steps)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	if len(left) != 0 {
+		t.Errorf("temporaries left: %v", left)
 	}
 }
 

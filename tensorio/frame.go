@@ -256,6 +256,27 @@ func DecodeFrame(b []byte, dst *nn.Tensor) (*nn.Tensor, int, error) {
 	return t, hl + h.encLen, nil
 }
 
+// checkFrame verifies the frame at the start of b as DecodeFrame does,
+// keeping nothing: a raw payload is only checksummed, others are decoded
+// into a tensor that is dropped. It returns the frame's shape and size.
+func checkFrame(b []byte) ([]int, int, error) {
+	h, hl, err := parseFrameHeader(b, MaxElements)
+	if err != nil || h.codec != CodecRaw {
+		t, n, err := DecodeFrame(b, nil) // its errors, or the decoding
+		if err != nil {
+			return nil, 0, err
+		}
+		return t.Shape(), n, nil
+	}
+	if len(b)-hl < h.encLen {
+		return nil, 0, corruptWrap(io.ErrUnexpectedEOF, "truncated frame: %d of %d payload bytes", len(b)-hl, h.encLen)
+	}
+	if got := crc(b[hl : hl+h.encLen]); got != h.payloadCRC {
+		return nil, 0, corruptf("frame payload checksum %08x, want %08x", got, h.payloadCRC)
+	}
+	return h.shape(), hl + h.encLen, nil
+}
+
 // FrameInfo describes a frame without decoding its payload.
 type FrameInfo struct {
 	DType      DType

@@ -172,6 +172,10 @@ func FuzzReadCheckpoint(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ReadCheckpoint(data)
+		// Verifying without keeping the tensors accepts exactly the same.
+		if _, verr := VerifyCheckpoint(data); (verr == nil) != (err == nil) {
+			t.Fatalf("ReadCheckpoint: %v; VerifyCheckpoint: %v", err, verr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error does not wrap ErrCorrupt: %v", err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,11 @@ func OpenStore(dir string, keep int) (*Store, error) {
 	}
 	for _, j := range jobs {
 		if !j.IsDir() {
+			if strings.HasPrefix(j.Name(), ".") && strings.Contains(j.Name(), ".tmp-") { // SaveFrom's
+				if err := os.Remove(filepath.Join(dir, j.Name())); err != nil {
+					return nil, err
+				}
+			}
 			continue
 		}
 		files, err := os.ReadDir(filepath.Join(dir, j.Name()))
@@ -88,21 +94,83 @@ func (s *Store) Save(c *Checkpoint) (string, error) {
 	if err := SaveCheckpoint(path, c); err != nil {
 		return "", err
 	}
-	steps, err := s.Steps(c.JobID, c.Part)
+	return path, s.prune(c.JobID, c.Part)
+}
+
+// prune removes the checkpoints of job and part beyond the newest keep.
+func (s *Store) prune(job, part string) error {
+	steps, err := s.Steps(job, part)
 	if err != nil {
-		return path, err
+		return err
 	}
-	if len(steps) > s.keep {
-		for _, st := range steps[:len(steps)-s.keep] {
-			if err := os.Remove(s.Path(c.JobID, c.Part, st)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return path, err
-			}
-		}
-		if err := syncDir(filepath.Join(s.dir, c.JobID)); err != nil {
-			return path, err
+	if len(steps) <= s.keep {
+		return nil
+	}
+	for _, st := range steps[:len(steps)-s.keep] {
+		if err := os.Remove(s.Path(job, part, st)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
-	return path, nil
+	return syncDir(filepath.Join(s.dir, job))
+}
+
+// SaveFrom stores the checkpoint file read from r as Save stores a
+// checkpoint, without holding its tensors in memory: the bytes go to a
+// temporary file, which is verified (VerifyCheckpoint), offered to check
+// (if not nil; an error refuses it), synced and renamed into place. It
+// returns the checkpoint's metadata and names (nil tensors). On any error
+// nothing is stored; errors of the bytes wrap ErrCorrupt, r's and check's
+// are returned as they are.
+func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpoint, err error) {
+	f, err := os.CreateTemp(s.dir, ".recv"+ckptExt+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = io.CopyBuffer(f, r, make([]byte, 1<<20)); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(tmp) // from the page cache
+	if err != nil {
+		return nil, err
+	}
+	if c, err = VerifyCheckpoint(data); err != nil {
+		return nil, err
+	}
+	data = nil
+	if check != nil {
+		if err = check(c); err != nil {
+			return nil, err
+		}
+	}
+	if err = f.Sync(); err != nil {
+		return nil, err
+	}
+	if err = f.Close(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dir := filepath.Join(s.dir, c.JobID)
+	if err = os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err = os.Rename(tmp, s.Path(c.JobID, c.Part, c.Step)); err != nil {
+		return nil, err
+	}
+	if err = syncDir(dir); err != nil {
+		return c, err
+	}
+	if err = syncDir(s.dir); err != nil {
+		return c, err
+	}
+	return c, s.prune(c.JobID, c.Part)
 }
 
 // Steps lists, in ascending order, the steps for which the store holds a

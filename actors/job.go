@@ -62,7 +62,8 @@ type JobSpec struct {
 	// follows the measured node speeds and the nodes that join and leave).
 	NoRebalance bool `json:"no_rebalance,omitempty"`
 	// CheckpointEvery is the interval of consistent cuts in steps (0:
-	// chosen from their measured cost, about 2% of the training time).
+	// chosen from their cost, about 2% of the training time; estimated
+	// from the state's size until a cut is measured).
 	CheckpointEvery int `json:"checkpoint_every,omitempty"`
 	// Replicas is the number of copies of each consistent cut and of the
 	// job's record: the coordinator's own and Replicas-1 on other nodes

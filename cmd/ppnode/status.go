@@ -111,7 +111,12 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 				fmt.Fprintf(w, "  result: test accuracy %.4f, weights %s\n", j.Result.TestAccuracy, j.Result.WeightsSHA256)
 			}
 			if j.Cuts > 0 {
-				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, last cost %.0f ms)\n", j.LatestCut, j.Cuts, j.CheckpointMS)
+				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, every %d steps; the last paused the pipeline %.0f ms, written and copied in %.0f ms",
+					j.LatestCut, j.Cuts, j.CheckpointEvery, j.CheckpointMS, j.PersistMS)
+				if j.CutCostMS > 0 {
+					fmt.Fprintf(w, ", cost the steps %.0f ms", j.CutCostMS)
+				}
+				fmt.Fprintln(w, ")")
 			}
 			if j.Replicas > 0 {
 				fmt.Fprintf(w, "  copies of the cuts and the job record: %d wanted; held by %s and %v\n", j.Replicas, st.Name, j.Holders)

@@ -16,7 +16,8 @@ type NodeProfile struct {
 	// the model profile (2 = twice as fast). If zero, it is GFLOPS divided
 	// by the model profile's GFLOPS.
 	Speed float64 `json:"speed,omitempty"`
-	// GFLOPS is the node's measured GEMM speed (see MeasureGEMM).
+	// GFLOPS is the node's measured sustained GEMM speed (see
+	// MeasureGEMMSpeeds).
 	GFLOPS float64 `json:"gflops,omitempty"`
 	// Memory is the memory available for training, in bytes (0: no limit).
 	Memory int64 `json:"memory_bytes,omitempty"`

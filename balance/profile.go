@@ -69,8 +69,9 @@ type ModelProfile struct {
 	// GFLOPS is the reference node's GEMM speed (0 if unknown), measured
 	// as the layers are: a measured profile's is the median speed of single
 	// GEMMs (MeasureGEMMBurst), the speed between two throttles under a CPU
-	// quota. A node profile with GFLOPS (its sustained speed, MeasureGEMM)
-	// and no Speed gets Speed = its GFLOPS / this, which counts its quota.
+	// quota. A node profile with GFLOPS (its sustained speed, see
+	// MeasureGEMMSpeeds) and no Speed gets Speed = its GFLOPS / this,
+	// which counts its quota.
 	GFLOPS float64 `json:"gflops,omitempty"`
 	// Sizes are the micro-batch sizes that were measured.
 	Sizes []int `json:"sizes,omitempty"`
@@ -351,15 +352,6 @@ func snapshot(g *nn.Graph) func() {
 	}
 }
 
-// MeasureGEMM returns be's sustained speed in GFLOP/s on n×n matrices:
-// the GEMMs done in about d over the time they took. Over whole periods of
-// a CPU quota (100 ms by default) it counts the quota in: a node at 60% of
-// a CPU measures about 60% of the speed it has between throttles.
-func MeasureGEMM(be nn.Backend, n int, d time.Duration) float64 {
-	sustained, _ := MeasureGEMMSpeeds(be, n, d)
-	return sustained
-}
-
 // MeasureGEMMBurst returns be's speed in GFLOP/s on n×n matrices from the
 // median time of single GEMMs run for about d: the speed between two
 // throttles of a CPU quota, as the median layer timings of a profile are.
@@ -369,8 +361,10 @@ func MeasureGEMMBurst(be nn.Backend, n int, d time.Duration) float64 {
 }
 
 // MeasureGEMMSpeeds runs n×n GEMMs on be for about d (at least twice,
-// after one to warm up) and returns both speeds in GFLOP/s: sustained
-// (MeasureGEMM) and burst (MeasureGEMMBurst).
+// after one to warm up) and returns both speeds in GFLOP/s: sustained, the
+// GEMMs done over the time they took, which over whole periods of a CPU
+// quota (100 ms by default) counts the quota in (a node at 60% of a CPU
+// measures about 60% of its burst speed), and burst (MeasureGEMMBurst).
 func MeasureGEMMSpeeds(be nn.Backend, n int, d time.Duration) (sustained, burst float64) {
 	times, total := gemmRuns(be, n, d)
 	flops := 2 * float64(n) * float64(n) * float64(n)

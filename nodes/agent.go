@@ -94,6 +94,9 @@ type Agent struct {
 	// (profile.GEMMGFLOPS is over whole quota periods): the reference of
 	// the profiles this node's coordinators measure.
 	burstGFLOPS float64
+	limitMu     sync.Mutex // guards limit and limitAt (see capacity)
+	limit       float64
+	limitAt     time.Time
 	sys         *actors.System
 	dp          *actors.TCP
 	host        *actors.StageHost
@@ -449,13 +452,19 @@ func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
 
 // capacity is the GEMM speed this node's CPU limit allows now (see
 // cpuLimit), 0 without a limit: its speed between throttles times the
-// share of its threads the limit leaves.
+// share of its threads the limit leaves. Stages ask every step; the limit
+// is read at most once a second.
 func (a *Agent) capacity() float64 {
-	cpus, ok := cpuLimit()
-	if !ok {
-		return 0
+	a.limitMu.Lock()
+	defer a.limitMu.Unlock()
+	if now := time.Now(); now.Sub(a.limitAt) >= time.Second {
+		a.limitAt = now
+		a.limit = 0
+		if cpus, ok := cpuLimit(); ok {
+			a.limit = a.burstGFLOPS * min(1, cpus/float64(a.cfg.Threads))
+		}
 	}
-	return a.burstGFLOPS * min(1, cpus/float64(a.cfg.Threads))
+	return a.limit
 }
 
 // coordinatorConfig configures a coordinator of this node; resume and gen

@@ -92,13 +92,14 @@ type Coordinator struct {
 	cutCost time.Duration // what the last cut cost the pipeline
 	// cutMeasured is what the last cut measurably cost the steps around
 	// it (see cutWindow; 0: not measured).
-	cutMeasured     time.Duration
-	persistsStarted int   // cuts handed to the store (persistsDone: ended)
-	stateSize       int64 // bytes of parameters and optimizer state (0: not counted yet)
-	// persisted is how long the last cut took to write and replicate,
-	// finished how many persists ended (both guarded by mu).
-	persisted time.Duration
-	finished  int
+	cutMeasured time.Duration
+	// persisted is closed when the last cut has been written and
+	// copied, or failed to be (closed already without a store).
+	persisted chan struct{}
+	stateSize int64 // bytes of parameters and optimizer state (0: not counted yet)
+	// persistTime is how long the last cut took to write and replicate
+	// (guarded by mu).
+	persistTime time.Duration
 
 	known      map[string]NodeInfo // every node seen, by name
 	speed      map[string]float64  // measured node speeds (see observe)
@@ -578,17 +579,17 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		}
 		t0 := time.Now()
 		var err error
-		if autoK && len(steps) >= autoKSteps && (c.cutCost == 0 || g-c.cut.steps == K/2) {
-			// Until the first cut, with every step timed (the first ones
-			// are slow); after a cut, halfway to the next, when its
-			// writing and replication has likely ended and its measured
-			// time replaces the estimate.
+		if n := len(steps); autoK && n >= autoKSteps && (c.cutCost == 0 && n&(n-1) == 0 || g-c.cut.steps == K/2) {
+			// Until the first cut, at 4, 8, 16... steps timed (the first
+			// ones are slow); after a cut, halfway to the next, when its
+			// writing and replication has likely ended.
 			setK(chooseK(c.expectedCutCost(), median(steps)))
 		}
 		if g-c.cut.steps >= K {
 			if _, err = c.checkpoint(g, acc); err == nil && autoK && len(steps) >= autoKSteps {
-				setK(chooseK(c.expectedCutCost(), median(steps)))
-				win = cutWindow{open: true, start: len(steps), med: median(steps), persists: c.persistsStarted}
+				med := median(steps)
+				setK(chooseK(c.expectedCutCost(), med))
+				win = cutWindow{open: true, start: len(steps), med: med, persisted: c.persisted}
 			}
 		}
 		var loss float64
@@ -611,7 +612,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		dt := time.Since(t0)
 		run += dt
 		steps = append(steps, dt.Seconds())
-		if cost, ok := win.measure(steps, c.persistsDone()); ok {
+		if cost, ok := win.measure(steps); ok {
 			c.cutMeasured = max(cost, c.cutCost)
 			c.mu.Lock()
 			c.status.CutCostMS = float64(c.cutMeasured.Microseconds()) / 1e3
@@ -679,7 +680,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 func (c *Coordinator) persistCost() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.persisted
+	return c.persistTime
 }
 
 const (
@@ -729,22 +730,27 @@ func cutCost(stateBytes int64, pause, persist, measured time.Duration, persists 
 // it they can under a CPU quota): on nodes at 30% of a CPU a cut slowed the
 // steps around it by about twice its pause and persist time.
 type cutWindow struct {
-	open     bool
-	start    int     // index of the cut's step in steps
-	med      float64 // median step before the cut, seconds
-	persists int     // persists started, this cut's included
+	open      bool
+	start     int             // index of the cut's step in steps
+	med       float64         // median step before the cut, seconds
+	persisted <-chan struct{} // closed when the cut is written and copied
 }
 
 // maxCutWindow bounds a window that a persist never ends.
 const maxCutWindow = 1000
 
-// measure returns the cut's cost once its persist has ended (done
-// persists in all; one more step is counted after it) and closes the
-// window.
-func (w *cutWindow) measure(steps []float64, done int) (time.Duration, bool) {
-	n := len(steps) - w.start
-	if !w.open || (done < w.persists && n < maxCutWindow) {
+// measure returns the cut's cost once its persist has ended (the step
+// during which it ended counts) and closes the window.
+func (w *cutWindow) measure(steps []float64) (time.Duration, bool) {
+	if !w.open {
 		return 0, false
+	}
+	select {
+	case <-w.persisted:
+	default:
+		if len(steps)-w.start < maxCutWindow {
+			return 0, false
+		}
 	}
 	w.open = false
 	var excess float64
@@ -752,14 +758,6 @@ func (w *cutWindow) measure(steps []float64, done int) (time.Duration, bool) {
 		excess += max(0, s-w.med)
 	}
 	return time.Duration(excess * float64(time.Second)), true
-}
-
-// persistsDone is how many cuts handed to the store have been written
-// and copied, or failed to be.
-func (c *Coordinator) persistsDone() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.finished
 }
 
 // chooseK is the checkpoint interval that keeps a cut's cost within 2% of
@@ -855,19 +853,21 @@ func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) 
 		c.status.LatestCut, c.status.Cuts = g, c.status.Cuts+1
 	}
 	c.mu.Unlock()
+	done := make(chan struct{})
+	c.persisted = done
 	if c.cfg.Store == nil {
+		close(done)
 		return cost, nil
 	}
 	ck := c.checkpointFile(g)
-	c.persistsStarted++
 	c.persisting.Go(func() {
 		t0 := time.Now()
 		defer func() {
 			c.mu.Lock()
-			c.finished++
-			c.persisted = time.Since(t0)
-			c.status.PersistMS = float64(c.persisted.Microseconds()) / 1e3
+			c.persistTime = time.Since(t0)
+			c.status.PersistMS = float64(c.persistTime.Microseconds()) / 1e3
 			c.mu.Unlock()
+			close(done)
 		}()
 		if _, err := c.cfg.Store.Save(ck); err != nil {
 			c.log.Warn("writing a checkpoint; the cut is not durable", "step", g, "err", err)

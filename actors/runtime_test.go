@@ -468,17 +468,19 @@ func TestAutomaticCheckpointInterval(t *testing.T) {
 // before it, counted until it has been written and copied.
 func TestCutWindow(t *testing.T) {
 	steps := []float64{0.1, 0.1, 0.1, 0.1}
-	w := cutWindow{open: true, start: len(steps), med: 0.1, persists: 3}
+	persisted := make(chan struct{})
+	w := cutWindow{open: true, start: len(steps), med: 0.1, persisted: persisted}
 	steps = append(steps, 0.4) // the cut's pause is in this step
-	if _, ok := w.measure(steps, 2); ok {
+	if _, ok := w.measure(steps); ok {
 		t.Fatal("measured before the cut's persist ended")
 	}
 	steps = append(steps, 0.15, 0.08) // faster steps do not pay it back
-	cost, ok := w.measure(steps, 3)
+	close(persisted)
+	cost, ok := w.measure(steps)
 	if !ok || cost != 350*time.Millisecond {
 		t.Fatalf("cost %v %v, want 350ms", cost, ok)
 	}
-	if _, ok := w.measure(steps, 3); ok {
+	if _, ok := w.measure(steps); ok {
 		t.Fatal("measured twice")
 	}
 }

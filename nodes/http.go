@@ -102,12 +102,17 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
+	job := r.PathValue("job")
+	if err := checkID(job); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	// The file streams to disk and is verified there: a cut is hundreds
 	// of MB, and this node is usually running a stage.
 	code := http.StatusInternalServerError
 	_, err := a.store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
 		code = http.StatusBadRequest
-		if job := r.PathValue("job"); ck.JobID != job || checkID(job) != nil {
+		if ck.JobID != job {
 			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
 		}
 		run := ck.Meta[MetaRun]

@@ -16,34 +16,66 @@ func writeFileAtomic(path string, write func(w io.Writer) error) (err error) {
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	t, err := createTemp(dir, base)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
+			t.abort()
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(t.f, 1<<20)
 	if err = write(bw); err != nil {
 		return err
 	}
 	if err = bw.Flush(); err != nil {
 		return err
 	}
-	if err = f.Sync(); err != nil {
+	return t.commit(path)
+}
+
+// tempFile is a file written under a temporary name and then committed
+// under its final one (or aborted).
+type tempFile struct {
+	f    *os.File
+	name string
+}
+
+// createTemp creates ".<base>.tmp-*" in dir (OpenStore removes leftovers).
+func createTemp(dir, base string) (*tempFile, error) {
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	return &tempFile{f: f, name: f.Name()}, nil
+}
+
+// commit syncs the file, renames it to path and syncs the directories
+// involved.
+func (t *tempFile) commit(path string) error {
+	if err := t.f.Sync(); err != nil {
 		return err
 	}
-	if err = f.Close(); err != nil {
+	if err := t.f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err := os.Rename(t.name, path); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	if from, to := filepath.Dir(t.name), filepath.Dir(path); from != to {
+		if err := syncDir(from); err != nil {
+			return err
+		}
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// abort closes and removes the file (after a failed commit, whatever is
+// left of it).
+func (t *tempFile) abort() {
+	t.f.Close()
+	os.Remove(t.name)
 }
 
 // syncDir makes a rename or removal in dir durable.

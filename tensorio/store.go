@@ -115,60 +115,44 @@ func (s *Store) prune(job, part string) error {
 }
 
 // SaveFrom stores the checkpoint file read from r as Save stores a
-// checkpoint, without holding its tensors in memory: the bytes go to a
-// temporary file, which is verified (VerifyCheckpoint), offered to check
-// (if not nil; an error refuses it), synced and renamed into place. It
-// returns the checkpoint's metadata and names (nil tensors). On any error
-// nothing is stored; errors of the bytes wrap ErrCorrupt, r's and check's
-// are returned as they are.
+// checkpoint, without decoding its tensors: the bytes go to a temporary
+// file, which is read back once and verified (VerifyCheckpoint), offered to
+// check (if not nil; an error refuses it), synced and renamed into place.
+// It returns the checkpoint's metadata and names (nil tensors). On any
+// error nothing is stored; errors of the bytes wrap ErrCorrupt, r's and
+// check's are returned as they are.
 func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpoint, err error) {
-	f, err := os.CreateTemp(s.dir, ".recv"+ckptExt+".tmp-*")
+	t, err := createTemp(s.dir, "recv"+ckptExt)
 	if err != nil {
 		return nil, err
 	}
-	tmp := f.Name()
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
+			t.abort()
 		}
 	}()
-	if _, err = io.CopyBuffer(f, r, make([]byte, 1<<20)); err != nil {
+	if _, err = io.CopyBuffer(t.f, r, make([]byte, 1<<20)); err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(tmp) // from the page cache
+	data, err := os.ReadFile(t.name) // from the page cache
 	if err != nil {
 		return nil, err
 	}
 	if c, err = VerifyCheckpoint(data); err != nil {
 		return nil, err
 	}
-	data = nil
 	if check != nil {
 		if err = check(c); err != nil {
 			return nil, err
 		}
 	}
-	if err = f.Sync(); err != nil {
-		return nil, err
-	}
-	if err = f.Close(); err != nil {
-		return nil, err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dir := filepath.Join(s.dir, c.JobID)
-	if err = os.MkdirAll(dir, 0o755); err != nil {
+	if err = os.MkdirAll(filepath.Join(s.dir, c.JobID), 0o755); err != nil {
 		return nil, err
 	}
-	if err = os.Rename(tmp, s.Path(c.JobID, c.Part, c.Step)); err != nil {
+	if err = t.commit(s.Path(c.JobID, c.Part, c.Step)); err != nil {
 		return nil, err
-	}
-	if err = syncDir(dir); err != nil {
-		return c, err
-	}
-	if err = syncDir(s.dir); err != nil {
-		return c, err
 	}
 	return c, s.prune(c.JobID, c.Part)
 }

@@ -282,3 +282,38 @@ func TestCorruptNewestCut(t *testing.T) {
 		})
 	}
 }
+
+// A node hung long enough to be declared failed (its ping unanswered),
+// then continued, rejoins; a job submitted afterwards runs stages on it
+// and finishes. (Session 4 saw a job stay "starting" after a node came
+// back; the endpoint to it had been dropped while it was away.)
+func TestJobOnAReturnedNode(t *testing.T) {
+	c, _ := failoverCluster(t)
+	a, n := c.Node("a"), c.Node("c")
+	if err := c.Pause(n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WaitLog("cluster: member failed, confirmed", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resume(n); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, a, 3)
+	spec := failoverSpec()
+	spec.ID, spec.Steps = "after-return", 40
+	rep, err := a.Submit(spec)
+	if err != nil || rep.Code != 201 {
+		t.Fatalf("submit: %v %+v", err, rep)
+	}
+	if !strings.Contains(rep.Plan, "@c") {
+		t.Fatalf("plan %s does not use the returned node c", rep.Plan)
+	}
+	st, err := a.WaitJob(rep.ID, 2*time.Minute, nil)
+	if err != nil || st.State != "done" {
+		t.Fatalf("job on the returned node: %v, state %s %s", err, st.State, st.Error)
+	}
+	if len(st.Recoveries) != 0 {
+		t.Errorf("recoveries %+v", st.Recoveries)
+	}
+}

@@ -168,8 +168,12 @@ func (em *endpointManager) endpointEvent(evn interface{}) {
 		em.remote.Logger().Debug("EndpointManager received endpoint terminated event, removing endpoint", slog.Any("message", evn))
 		em.removeEndpoint(msg)
 	case *EndpointConnectedEvent:
-		endpoint := em.ensureConnected(msg.Address)
-		em.remote.actorSystem.Root.Send(endpoint.watcher, msg)
+		// ppnode patch: upstream called ensureConnected, which creates
+		// an endpoint if there is none: a writer whose endpoint was
+		// removed while it connected then made a new one for nothing.
+		if v, ok := em.connections.Load(msg.Address); ok {
+			em.remote.actorSystem.Root.Send(v.(*endpointLazy).Get().watcher, msg)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,6 +29,10 @@ type endpointWriter struct {
 	conn    *grpc.ClientConn
 	stream  Remoting_ReceiveClient
 	remote  *Remote
+	// closing is set before this writer closes its own connection, so
+	// that the stream's reader does not report the close as a lost
+	// connection (ppnode patch, see PATCHES.md).
+	closing atomic.Bool
 }
 
 type restartAfterConnectFailure struct {
@@ -133,6 +138,14 @@ func (state *endpointWriter) initializeInternal() error {
 			switch {
 			case errors.Is(err, io.EOF):
 				state.remote.Logger().Debug("EndpointWriter stream completed", slog.String("address", state.address))
+				return
+			case err != nil && state.closing.Load():
+				// ppnode patch: this writer closed the connection itself
+				// (it is stopping). Publishing EndpointTerminatedEvent
+				// here would remove whatever endpoint now serves the
+				// address: a newer one, whose stop then removes the next,
+				// and so on, leaving a dead one in place.
+				state.remote.Logger().Debug("EndpointWriter stream closed", slog.String("address", state.address))
 				return
 			case err != nil:
 				state.remote.Logger().Error("EndpointWriter lost connection", slog.String("address", state.address), slog.Any("error", err))
@@ -334,6 +347,7 @@ func (state *endpointWriter) Receive(ctx actor.Context) {
 
 func (state *endpointWriter) closeClientConn() {
 	state.remote.Logger().Info("EndpointWriter closing client connection", slog.String("address", state.address))
+	state.closing.Store(true) // ppnode patch
 	if state.stream != nil {
 		err := state.stream.CloseSend()
 		if err != nil {

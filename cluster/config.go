@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -24,6 +25,7 @@ const (
 	DefaultTCPTimeout          = 2 * time.Second
 	DefaultPushPullInterval    = 5 * time.Second
 	DefaultDeadNodeReclaimTime = time.Nanosecond
+	DefaultConfirmInterval     = 2 * time.Second
 	DefaultBindAddr            = "127.0.0.1:0"
 )
 
@@ -83,6 +85,21 @@ type Config struct {
 	// dead member is forgotten (30 s later).
 	DeadNodeReclaimTime time.Duration
 
+	// Confirm, if set, is asked before a member memberlist declared
+	// failed is reported as failed: it should check the member by other
+	// means (its actor port) and return nil if it answers. While it
+	// answers, the member stays in [Node.Members] and no EventFailed is
+	// sent; Confirm is asked again every ConfirmInterval until memberlist
+	// sees the member alive again (it refutes) or Confirm returns an
+	// error, which reports the failure. The fast defaults above can
+	// declare a member failed that is only starved of CPU; this keeps
+	// such a false alarm from starting a recovery. Confirm runs on its
+	// own goroutine; ctx ends when the node stops.
+	Confirm func(ctx context.Context, m Member) error
+	// ConfirmInterval is how often Confirm is asked again about a member
+	// it vouched for.
+	ConfirmInterval time.Duration
+
 	// observed, if set, is called for every change memberlist reports,
 	// from memberlist's goroutines: tests wait on it.
 	observed func(Event)
@@ -116,6 +133,9 @@ func (c Config) withDefaults() Config {
 	if c.PushPullInterval == 0 {
 		c.PushPullInterval = DefaultPushPullInterval
 	}
+	if c.ConfirmInterval == 0 {
+		c.ConfirmInterval = DefaultConfirmInterval
+	}
 	if c.DeadNodeReclaimTime == 0 {
 		c.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	}
@@ -136,6 +156,7 @@ func (c Config) validate() error {
 		{"GossipInterval", c.GossipInterval},
 		{"TCPTimeout", c.TCPTimeout},
 		{"PushPullInterval", c.PushPullInterval},
+		{"ConfirmInterval", c.ConfirmInterval},
 		{"DeadNodeReclaimTime", c.DeadNodeReclaimTime},
 	} {
 		if d.v < 0 {

@@ -31,6 +31,13 @@
 // where memberlist's stock LAN settings take 5.8-6.8 s. Every value can be
 // changed in [Config].
 //
+// Fast probes also declare failed a member that is only slow to answer
+// (starved of CPU by a small cgroup quota, or paused for a moment). With
+// [Config].Confirm set, a failure memberlist declares is first checked by
+// other means: while Confirm says the member answers, it stays in
+// [Node.Members] and no EventFailed is sent; memberlist's refutation then
+// brings it back without any event but an update.
+//
 // # Leave or failure
 //
 // memberlist reports a clean leave and a failure through one callback,

@@ -37,8 +37,16 @@ type Node struct {
 
 	setMu sync.Mutex // serialises SetMeta, so the last stored is the last announced
 
-	mu      sync.Mutex // guards members
+	mu      sync.Mutex // guards members, pending, confirmSeq and closing
 	members map[string]Member
+	pending map[string]uint64 // members whose failure Confirm is checking -> the check's number
+	closing bool              // set by stop: no new confirmer
+
+	confirm      func(context.Context, Member) error // Config.Confirm
+	confirmEvery time.Duration
+	confirmSeq   uint64
+	stopCtx      context.Context // ends when the node stops: confirmers' context
+	cancelStop   context.CancelFunc
 
 	life    sync.RWMutex // write-held by Leave and Close, read-held by calls into a running memberlist
 	stopped bool         // guarded by life
@@ -79,9 +87,14 @@ func Start(cfg Config) (*Node, error) {
 		meta:      cloneMeta(cfg.Meta),
 		metaBytes: metaBytes,
 		members:   make(map[string]Member),
+		pending:   make(map[string]uint64),
+
+		confirm:      cfg.Confirm,
+		confirmEvery: cfg.ConfirmInterval,
 
 		probeInterval: cfg.ProbeInterval,
 	}
+	n.stopCtx, n.cancelStop = context.WithCancel(context.Background())
 
 	std := newStdLogger(logger)
 	transport, port, err := newTransport(bindIP, bindPort, std)
@@ -392,6 +405,10 @@ func (n *Node) Close() error {
 // write-held. (memberlist's Leave panics after Shutdown: stopped guards.)
 func (n *Node) stop() error {
 	n.stopped = true
+	n.mu.Lock()
+	n.closing = true
+	n.mu.Unlock()
+	n.cancelStop()
 	err := n.ml.Shutdown()
 	n.queue.close()
 	close(n.done)
@@ -454,9 +471,17 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 	var kind EventKind
 	n.mu.Lock()
 	prev, known := n.members[m.Name]
+	_, vouched := n.pending[m.Name]
+	delete(n.pending, m.Name) // memberlist's news supersedes a running check
 	switch c {
 	case changeJoin:
 		kind = EventJoin
+		if vouched {
+			// Refuted a failure that was never reported: to the
+			// reader it was alive all along.
+			kind = EventUpdate
+			n.log.Info("cluster: a member memberlist declared failed is back; its failure was not reported", "member", m.Name)
+		}
 		n.members[m.Name] = m
 	case changeUpdate:
 		kind = EventUpdate
@@ -470,17 +495,70 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 			kind, m.State = EventLeave, StateLeft
 		}
 		m.Leaving = prev.Leaving
+		if kind == EventFailed && n.confirm != nil && known && !n.closing {
+			// Reported only once Confirm fails; until then it stays
+			// listed as it was.
+			n.confirmSeq++
+			n.pending[m.Name] = n.confirmSeq
+			n.wg.Add(1)
+			go n.confirmFailure(prev, m, n.confirmSeq)
+			n.log.Info("cluster: memberlist declared a member failed; checking it", "member", m.Name)
+			kind = 0
+			break
+		}
 		delete(n.members, m.Name)
 	}
 	n.mu.Unlock()
 	if kind == 0 {
 		return
 	}
+	n.report(kind, m)
+}
+
+// report queues an event about m.
+func (n *Node) report(kind EventKind, m Member) {
 	ev := Event{Kind: kind, Member: m, Time: time.Now()}
 	ev.Member.Meta = cloneMeta(m.Meta) // the table keeps m's Tags map
 	n.queue.push(ev)
 	if n.observed != nil {
 		n.observed(ev)
+	}
+}
+
+// confirmFailure asks Config.Confirm about a member memberlist declared
+// failed (listed as prev; gone is the failure to report) until the
+// member answers no more (the failure is reported), memberlist reports it
+// again (seq is then no longer pending: a refutation or a leave decides)
+// or the node stops.
+func (n *Node) confirmFailure(prev, gone Member, seq uint64) {
+	defer n.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for first := true; ; first = false {
+		select {
+		case <-n.stopCtx.Done():
+			return
+		case <-t.C:
+		}
+		err := n.confirm(n.stopCtx, prev)
+		n.mu.Lock()
+		if n.pending[prev.Name] != seq || n.stopCtx.Err() != nil {
+			n.mu.Unlock()
+			return
+		}
+		if err != nil {
+			delete(n.pending, prev.Name)
+			delete(n.members, prev.Name)
+			n.mu.Unlock()
+			n.log.Info("cluster: member failed, confirmed", "member", prev.Name, "err", err)
+			n.report(EventFailed, gone)
+			return
+		}
+		n.mu.Unlock()
+		if first {
+			n.log.Warn("cluster: a member memberlist declared failed answers; still listed", "member", prev.Name)
+		}
+		t.Reset(n.confirmEvery)
 	}
 }
 

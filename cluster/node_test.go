@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -448,5 +449,122 @@ func TestJoinErrors(t *testing.T) {
 	_ = a.Close()
 	if _, err := a.Join("127.0.0.1:1"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Join after Close: %v, want ErrClosed", err)
+	}
+}
+
+// confirmer is a Config.Confirm whose answer the test sets; every call is
+// signalled on asked.
+type confirmer struct {
+	answers atomic.Bool // true: the member answers
+	asked   chan string // the asked member's name, dropped when full
+}
+
+func newConfirmer() *confirmer { return &confirmer{asked: make(chan string, 16)} }
+
+func (cf *confirmer) confirm(ctx context.Context, m Member) error {
+	select {
+	case cf.asked <- m.Name:
+	default:
+	}
+	if cf.answers.Load() {
+		return nil
+	}
+	return errors.New("does not answer")
+}
+
+// TestConfirmHoldsBackAFailure: a member memberlist declares failed that
+// Confirm vouches for stays listed and is not reported failed, Confirm is
+// asked again, and once it says no the failure is reported.
+func TestConfirmHoldsBackAFailure(t *testing.T) {
+	cf := newConfirmer()
+	cf.answers.Store(true)
+	rec := newRecorder()
+	mod := func(cfg *Config) { cfg.Confirm, cfg.ConfirmInterval = cf.confirm, 50*time.Millisecond }
+	a := start(t, "a", testMeta(0), func(cfg *Config) { mod(cfg); cfg.observed = rec.observe })
+	c := start(t, "c", testMeta(2), nil, a.Addr())
+	awaitMembers(t, a, converge, "seeing a, c", hasNames("a", "c"))
+	_ = c.Close()
+	for range 3 { // the first check and two more
+		select {
+		case name := <-cf.asked:
+			if name != "c" {
+				t.Fatalf("Confirm asked about %s, want c", name)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Confirm not asked about the crashed member")
+		}
+	}
+	if got := names(a.Members()); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("members while Confirm vouches: %v, want a and c", got)
+	}
+	rec.mu.Lock()
+	for _, ev := range rec.events {
+		if ev.Kind == EventFailed {
+			t.Errorf("reported %v while Confirm vouches", ev)
+		}
+	}
+	rec.mu.Unlock()
+	t0 := time.Now()
+	cf.answers.Store(false)
+	ev := await(t, a, 2*time.Second, "failure of c", is(EventFailed, "c"))
+	if ev.Member.State != StateFailed {
+		t.Errorf("failure event state %v", ev.Member.State)
+	}
+	t.Logf("failure reported %v after Confirm stopped vouching", time.Since(t0).Round(time.Millisecond))
+	awaitMembers(t, a, converge, "seeing only a", hasNames("a"))
+}
+
+// TestConfirmEndsWhenTheMemberComesBack: while Confirm vouches for a
+// member memberlist declared failed, the member's return (here a restart
+// under its name) is an update, never a failure and a join.
+func TestConfirmEndsWhenTheMemberComesBack(t *testing.T) {
+	cf := newConfirmer()
+	cf.answers.Store(true)
+	rec := newRecorder()
+	a := start(t, "a", testMeta(0), func(cfg *Config) {
+		cfg.Confirm, cfg.ConfirmInterval, cfg.observed = cf.confirm, 50*time.Millisecond, rec.observe
+	})
+	c := start(t, "c", testMeta(2), nil, a.Addr())
+	awaitMembers(t, a, converge, "seeing a, c", hasNames("a", "c"))
+	_ = c.Close()
+	select {
+	case <-cf.asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Confirm not asked about the crashed member")
+	}
+	c2 := start(t, "c", testMeta(3), nil, a.Addr())
+	// The recorder sees events as reported (the channel may merge an
+	// update into an unread join).
+	var back Event
+	rec.await(t, converge, "c's return", func(evs []Event) bool {
+		i := slices.IndexFunc(evs, func(ev Event) bool { return ev.Member.Name == "c" && ev.Member.Addr == c2.Addr() })
+		if i >= 0 {
+			back = evs[i]
+		}
+		return i >= 0
+	})
+	if back.Kind != EventUpdate {
+		t.Errorf("c's return reported as %v, want EventUpdate", back.Kind)
+	}
+	// Confirm is no longer asked once the member is back.
+	for len(cf.asked) > 0 {
+		<-cf.asked
+	}
+	select {
+	case <-cf.asked:
+		// One check may have been in flight when c came back.
+		select {
+		case <-cf.asked:
+			t.Error("Confirm still asked after the member came back")
+		case <-time.After(300 * time.Millisecond):
+		}
+	case <-time.After(300 * time.Millisecond):
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, ev := range rec.events {
+		if ev.Member.Name == "c" && ev.Kind != EventJoin && ev.Kind != EventUpdate {
+			t.Errorf("reported %v about c", ev.Kind)
+		}
 	}
 }

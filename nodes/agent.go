@@ -269,6 +269,7 @@ func Start(cfg Config) (a *Agent, err error) {
 			ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile, Tags: tags,
 		},
 		SecretKey: key, Logger: cfg.Logger,
+		Confirm: a.answers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
@@ -286,6 +287,26 @@ func Start(cfg Config) (a *Agent, err error) {
 	}()
 	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_dir", cfg.DataDir)
 	return a, nil
+}
+
+// confirmTimeout bounds the direct check of a member memberlist declared
+// failed. A killed node's port refuses at once; a stopped or cut-off one
+// takes this long to be reported; a busy one has this long to answer.
+const confirmTimeout = 2 * time.Second
+
+// answers is the cluster's Config.Confirm: whether a member memberlist
+// declared failed still answers on its actor port. memberlist's fast
+// probes (100 ms) miss a node starved of CPU (a 30% quota writing a
+// checkpoint copy was declared failed); a recovery then would cost far
+// more than this check.
+func (a *Agent) answers(ctx context.Context, m cluster.Member) error {
+	if m.Meta.ActorAddr == "" {
+		return errors.New("no actor address")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return a.sys.Ping(m.Meta.ActorAddr, confirmTimeout)
 }
 
 // Tags of the gossiped node metadata.

@@ -15,9 +15,14 @@
 // Start measures the node's GEMM speed (about 0.3 s), starts the actor
 // system with the stage kind registered, opens the HTTP listener, and joins
 // the cluster with metadata that carries the actor address, the profile and
-// the HTTP address (tag "http"). A member that memberlist reports failed or
-// gone has its actor endpoint terminated, so that actors watching PIDs
-// there receive Terminated (protoactor's remote has no keepalive).
+// the HTTP address (tag "http"). Before a member memberlist declared failed
+// is believed failed, the agent pings its actor port (cluster's
+// Config.Confirm): a killed node refuses at once, a hung or cut-off one
+// gets 2 s; one that answers (a node starved of CPU misses memberlist's
+// 100 ms probes) stays a member and is asked again every 2 s until it
+// refutes. A member confirmed failed, or gone, has its actor endpoint
+// terminated, so that actors watching PIDs there receive Terminated
+// (protoactor's remote has no keepalive), and its jobs recover.
 //
 // Leave and Close stop, in order: new submissions, the jobs this node
 // coordinates (a job notices at its next step; its record is left

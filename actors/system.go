@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -298,24 +299,57 @@ func (s *System) SpawnRemote(address string, req *SpawnStage, timeout time.Durat
 	return actor.NewPID(rep.GetPidAddress(), rep.GetPidId()), nil
 }
 
+// pingRedial is how often Ping checks, while it waits for the answer,
+// that the node's port still accepts connections.
+const pingRedial = 50 * time.Millisecond
+
 // Ping asks the node at address whether its actor system answers within
 // timeout. A node whose port refuses connections (its process is gone)
 // fails at once: the request alone would wait out the timeout, as remote
-// does not fail a request whose endpoint cannot connect.
+// does not fail a request whose endpoint cannot connect. A process that
+// is being killed still accepts connections for a few milliseconds while
+// it exits, so the port is tried again every pingRedial until the answer
+// comes: a refusal then ends the wait too.
 func (s *System) Ping(address string, timeout time.Duration) error {
-	conn, err := net.DialTimeout("tcp", address, timeout)
-	if err != nil {
-		return fmt.Errorf("actors: ping %s: %w", address, err)
+	dial := func(timeout time.Duration) error {
+		conn, err := net.DialTimeout("tcp", address, timeout)
+		if err != nil {
+			return fmt.Errorf("actors: ping %s: %w", address, err)
+		}
+		conn.Close()
+		return nil
 	}
-	conn.Close()
-	r, err := s.Request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
-	if err != nil {
+	if err := dial(timeout); err != nil {
 		return err
 	}
-	if _, ok := r.(*Pong); !ok {
-		return fmt.Errorf("actors: ping %s: unexpected reply %s", address, proto.MessageName(r))
+	type answer struct {
+		r   proto.Message
+		err error
 	}
-	return nil
+	ch := make(chan answer, 1)
+	go func() {
+		r, err := s.Request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
+		ch <- answer{r, err}
+	}()
+	tick := time.NewTicker(pingRedial)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				return a.err
+			}
+			if _, ok := a.r.(*Pong); !ok {
+				return fmt.Errorf("actors: ping %s: unexpected reply %s", address, proto.MessageName(a.r))
+			}
+			return nil
+		case <-tick.C:
+			// Only a refusal counts: a slow dial is no answer yet.
+			if err := dial(pingRedial); errors.Is(err, syscall.ECONNREFUSED) {
+				return err
+			}
+		}
+	}
 }
 
 // EndpointTerminated tells the remote that the node at address is gone

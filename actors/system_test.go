@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -283,5 +284,55 @@ func TestShutdownNoLeak(t *testing.T) {
 			t.Fatalf("goroutines: %d before, %d after shutdown\n%s", before, n, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Ping answers for a live system, fails at once for a closed port, and
+// for a port that accepts connections but never answers (a process being
+// killed still does while it exits) fails as soon as the port refuses,
+// not at the timeout.
+func TestPing(t *testing.T) {
+	env := startPair(t)
+	if err := env.a.Ping(env.b.Address(), 5*time.Second); err != nil {
+		t.Fatalf("ping of a live system: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	accepted := make(chan net.Conn, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- env.a.Ping(addr, 5*time.Second) }()
+	<-accepted // the first dial got through; now the "process" exits
+	ln.Close()
+	for len(accepted) > 0 {
+		(<-accepted).Close()
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("ping of a silent port succeeded")
+		}
+		if took := time.Since(t0); took > time.Second {
+			t.Errorf("ping noticed the closed port after %v; want well under the 5 s timeout", took)
+		}
+		t.Logf("ping failed after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("ping did not return")
+	}
+	t0 = time.Now()
+	if err := env.a.Ping(addr, 5*time.Second); err == nil || time.Since(t0) > time.Second {
+		t.Errorf("ping of a closed port: %v after %v", err, time.Since(t0))
 	}
 }

@@ -135,10 +135,6 @@ func rebalanceSpec(id string, steps int) actors.JobSpec {
 	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 64, 4, 100, steps
 	spec.Deterministic, spec.Threads = true, 1
 	spec.Partition, spec.Schedule, spec.CheckpointEvery = "auto", "1f1b", 20
-	// One copy of each cut: replicating a cut to a node at 25% of a CPU
-	// starved it enough for memberlist to declare it failed (see the
-	// notes of issue 6); these tests are about re-planning.
-	spec.Replicas = 1
 	return spec
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -1156,7 +1157,12 @@ func (c *Coordinator) replan() error {
 	if len(nodes) == 0 {
 		return errors.New("no live node")
 	}
-	return c.makePlan(nodes)
+	err := c.makePlan(nodes)
+	if errors.Is(err, balance.ErrNoFit) {
+		// Not the spec's fault: the live nodes are too few or too small.
+		return fmt.Errorf("waiting for nodes: %s", strings.TrimPrefix(err.Error(), ErrSpec.Error()+": "))
+	}
+	return err
 }
 
 // abandon drops the current plan's stages without waiting for them: they

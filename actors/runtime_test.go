@@ -484,3 +484,78 @@ func TestCutWindow(t *testing.T) {
 		t.Fatal("measured twice")
 	}
 }
+
+// When the nodes left after a failure cannot hold the model, the job
+// pauses with a status that says so, and resumes from its latest cut once
+// enough nodes are there, with the weights of the run without failure.
+func TestPausesUntilNodesHoldTheModel(t *testing.T) {
+	tc := newTestCluster(t, 3, &Inmem{})
+	spec := smallSpec("mlp32")
+	spec.ID = "pause"
+	spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+	spec.Partition, spec.NoRebalance = "auto", true
+	want := localSHA(t, spec)
+	// What the whole model needs on one node; each node gets 70% of it,
+	// so the job needs two.
+	one, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:1], Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := one.Report().Stages[0].PeakMemory
+	nodes := slices.Clone(tc.nodes)
+	for i := range nodes {
+		nodes[i].Memory = int64(0.7 * need)
+	}
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	var (
+		mu     sync.Mutex
+		live   = []NodeInfo{a, b}
+		killed bool
+		paused string // the job's state when the replacement arrives
+		co     *Coordinator
+	)
+	cfg := CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []NodeInfo{a, b}, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler),
+		LiveNodes: func() []NodeInfo {
+			mu.Lock()
+			defer mu.Unlock()
+			if killed && len(live) == 1 && paused == "" && strings.HasPrefix(co.Status().State, "paused") {
+				// The recovery's first attempt found only a: c joins.
+				paused = co.Status().State
+				live = []NodeInfo{a, c}
+			}
+			return slices.Clone(live)
+		},
+		OnStep: func(step int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if step == 6 && !killed {
+				killed = true
+				tc.systems[1].Stop()
+				live = []NodeInfo{a}
+			}
+		}}
+	co, err = NewCoordinator(spec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(co.Status().Plan, "@b") {
+		t.Fatalf("plan %s does not need b", co.Status().Plan)
+	}
+	res, err := co.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := co.Status()
+	t.Logf("paused as %q; recoveries %+v", paused, st.Recoveries)
+	if !strings.HasPrefix(paused, "paused: waiting for nodes: ") || !strings.Contains(paused, "fits") {
+		t.Errorf("state while too few nodes hold the model: %q; want paused, saying what does not fit", paused)
+	}
+	if len(st.Recoveries) != 1 || !strings.Contains(st.Recoveries[0].Plan, "@c") {
+		t.Errorf("recoveries %+v; want one, onto a and c", st.Recoveries)
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("weights after the pause %s, without failure %s", res.WeightsSHA256[:16], want[:16])
+	}
+}

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -181,5 +182,22 @@ func TestSearchRespectsMemory(t *testing.T) {
 	}
 	if _, err := Search(g, prof, c, o); err == nil || !strings.Contains(err.Error(), "memory") {
 		t.Fatalf("got %v, want a memory error", err)
+	}
+}
+
+// A model that fits no partition over the nodes' memory is refused as
+// such (ErrNoFit, saying so), whatever the partitioner and schedule; not
+// as a partition that is not a chain.
+func TestNoFitIsReportedAsSuch(t *testing.T) {
+	g := build(t, "mlp32", zoo.Options{Width: 64})
+	prof := Analytic(g, AnalyticOptions{})
+	c := &Cluster{Nodes: []NodeProfile{{Name: "a", Speed: 1, Memory: 1 << 10}}}
+	for _, part := range []string{Balanced, GraphPP, Uniform} {
+		for _, sched := range []string{"1f1b", "gpipe", ""} {
+			_, err := Search(g, prof, c, Options{Partitioner: part, Schedule: sched, Batch: 32})
+			if !errors.Is(err, ErrNoFit) || strings.Contains(err.Error(), "chain") {
+				t.Errorf("%s, schedule %q: %v; want ErrNoFit", part, sched, err)
+			}
+		}
 	}
 }

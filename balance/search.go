@@ -168,7 +168,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 
 	var best *Result
 	var bestFit, bestAny *candidate
-	simulated := 0
+	simulated, chains := 0, 0 // chains: partitions skipped as not a chain of stages
 	for _, pr := range pairs {
 		M, kind, parts := pr.M, pr.kind, pr.parts
 		b := o.Batch / M
@@ -181,6 +181,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 					sched = GraphSchedule
 				}
 				if o.Schedule == "1f1b" && sched != OneFOneB {
+					chains++
 					continue
 				}
 			}
@@ -206,6 +207,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 				bestAny = cd
 			}
 		}
+	}
+	if simulated == 0 && chains == 0 {
+		// The partitioner found no partition whose stages fit their
+		// nodes' memory.
+		return nil, fmt.Errorf("%w: no partition over %d node(s) fits their memory (try more nodes, fewer micro-batches in flight or a smaller model)", ErrNoFit, len(nodes))
 	}
 	if simulated == 0 {
 		return nil, fmt.Errorf("%w: the 1f1b schedule needs stages that form a chain, and this partition is a DAG of stages; use --schedule graph", ErrPlan)

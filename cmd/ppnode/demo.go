@@ -169,7 +169,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	}()
 	if !isTerminal(stderr) {
 		// followJob draws its progress bar on terminals only.
-		go demoProgress(ctx, via, spec.ID, stderr)
+		go demoProgress(ctx, via, spec.ID, spec.Batch, stderr)
 	}
 	if quotas != nil && *cut > 0 && len(nodes) > 1 {
 		// Not the first node: it coordinates the job.
@@ -389,11 +389,12 @@ func demoWaitMembers(ctx context.Context, via string, want int) ([]demoMember, e
 }
 
 // demoProgress prints a progress line every tenth of the job, for
-// output that is not a terminal.
-func demoProgress(ctx context.Context, via, id string, w io.Writer) {
+// output that is not a terminal: the average rate since the start and the
+// rate since the previous line (which shows what a re-plan changed).
+func demoProgress(ctx context.Context, via, id string, batch int, w io.Writer) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last := -1
+	last, lastStep, lastAt := -1, 0, time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -409,7 +410,12 @@ func demoProgress(ctx context.Context, via, id string, w io.Writer) {
 		}
 		if st.Total > 0 && st.Step > 0 && 10*st.Step/st.Total > last {
 			last = 10 * st.Step / st.Total
-			fmt.Fprintf(w, "  step %d/%d  loss %.4f  %.0f samples/s\n", st.Step, st.Total, st.Loss, st.SamplesPerSec)
+			now := ""
+			if !lastAt.IsZero() && st.Step > lastStep {
+				now = fmt.Sprintf(" (%.0f since the last line)", float64((st.Step-lastStep)*batch)/time.Since(lastAt).Seconds())
+			}
+			lastStep, lastAt = st.Step, time.Now()
+			fmt.Fprintf(w, "  step %d/%d  loss %.4f  %.0f samples/s%s\n", st.Step, st.Total, st.Loss, st.SamplesPerSec, now)
 		}
 	}
 }

@@ -3,9 +3,8 @@ node's quota is cut to 25% at step CUT of a running job; the throughput over
 the 20 steps from CUT+20 is compared with a fresh job started on nodes that
 have those quotas from the beginning (its measured throughput over the same
 steps, and its plan's predicted step time). Runs alternate: cut, fresh, cut,
-fresh, ...; medians are reported. mlp32 width 512 on MNIST, one copy of each
-cut (copying every cut to the node at 25% starves it enough for memberlist
-to suspect it; that is a failover question, not this benchmark's).
+fresh, ...; medians are reported. mlp32 width 512 on MNIST, the default two
+copies of each cut.
 
 Run as root (after `make build`):
   /usr/bin/python3 bench/quota_cut.py [--rounds 3] [--cut 20] [--steps 80]
@@ -21,7 +20,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paper_eval import Node, wait_members  # noqa: E402
 
-SPEC = {"model": "mlp32", "width": 512, "replicas": 1, "data": "mnist", "batch": 128, "micro_batches": 8, "epochs": 1,
+SPEC = {"model": "mlp32", "width": 512, "data": "mnist", "batch": 128, "micro_batches": 8, "epochs": 1,
         "optimizer": "sgd", "momentum": 0.9, "partition": "auto", "standardize": True}
 
 

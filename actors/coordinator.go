@@ -573,6 +573,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		steps []float64
 		run   time.Duration // training time, recoveries included
 		win   cutWindow     // measuring the last cut's cost
+		rc    = replanCheck{replan: -1}
 	)
 	for g := c.cut.steps; g < j.Total; {
 		if err := ctx.Err(); err != nil {
@@ -607,12 +608,13 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 				return nil, err
 			}
 			g, acc = c.cut.steps, c.cut.acc
-			win.open = false
+			win.open, rc.replan = false, -1
 			continue
 		}
 		dt := time.Since(t0)
 		run += dt
 		steps = append(steps, dt.Seconds())
+		rc = c.follow(rc, steps)
 		if cost, ok := win.measure(steps); ok {
 			c.cutMeasured = max(cost, c.cutCost)
 			c.mu.Lock()
@@ -627,6 +629,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 			c.cfg.OnStep(g)
 		}
 		c.observe(timings)
+		replans := c.replans()
 		if err := c.maybeRebalance(ctx, g, acc); err != nil {
 			var re errRecover
 			if !errors.As(err, &re) {
@@ -636,8 +639,11 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 				return nil, err
 			}
 			g, acc = c.cut.steps, c.cut.acc
-			win.open = false
+			win.open, rc.replan = false, -1
 			continue
+		}
+		if c.replans() > replans {
+			rc = c.began(steps)
 		}
 		if s.EvalEachEpoch && g%j.StepsPerEpoch == 0 && g < j.Total {
 			acc, err := c.evaluate(g, acc)

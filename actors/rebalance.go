@@ -39,7 +39,44 @@ const (
 	rebalancePayback  = 50   // steps within which moving must pay off
 	speedSmoothing    = 0.2  // weight of the newest measurement
 	speedCap          = 1.25 // measured speed over the start-up GEMM speed, at most
+	replanWindow      = 20   // steps whose median step time a re-plan reports before and after it
 )
+
+// replanCheck follows the steps after a re-plan until its measured step
+// time is known.
+type replanCheck struct {
+	replan int // index in status.Replans; -1: nothing to follow
+	start  int // index of the first step after it
+}
+
+// replans is the number of re-plans so far.
+func (c *Coordinator) replans() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.status.Replans)
+}
+
+// began notes a re-plan that steps (all the job's step times so far)
+// end before: its measured step time before.
+func (c *Coordinator) began(steps []float64) replanCheck {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := len(c.status.Replans) - 1
+	c.status.Replans[i].MeasuredBeforeMS = 1e3 * median(steps[max(0, len(steps)-replanWindow):])
+	return replanCheck{replan: i, start: len(steps)}
+}
+
+// follow records the re-plan's measured step time after it once
+// replanWindow steps have run; it returns the check, ended if so.
+func (c *Coordinator) follow(rc replanCheck, steps []float64) replanCheck {
+	if rc.replan < 0 || len(steps)-rc.start < replanWindow {
+		return rc
+	}
+	c.mu.Lock()
+	c.status.Replans[rc.replan].MeasuredAfterMS = 1e3 * median(steps[rc.start:rc.start+replanWindow])
+	c.mu.Unlock()
+	return replanCheck{replan: -1}
+}
 
 // Replan is one change of a running job's plan.
 type Replan struct {
@@ -50,6 +87,12 @@ type Replan struct {
 	Gain     float64 `json:"gain"`
 	BeforeMS float64 `json:"before_ms"`
 	AfterMS  float64 `json:"after_ms"`
+	// MeasuredBeforeMS is the median of the last replanWindow steps
+	// before the re-plan, MeasuredAfterMS of the first replanWindow
+	// steps after it (0 until they have run, or if a recovery or another
+	// re-plan came first): whether the prediction held.
+	MeasuredBeforeMS float64 `json:"measured_before_ms,omitempty"`
+	MeasuredAfterMS  float64 `json:"measured_after_ms,omitempty"`
 	// CostMS is the predicted cost of moving, MovedMS what it took.
 	CostMS  float64            `json:"cost_ms"`
 	MovedMS float64            `json:"moved_ms"`

@@ -358,6 +358,9 @@ func TestRebalancesWhenANodeSlowsDown(t *testing.T) {
 	if len(st.Replans) == 0 || st.Replans[0].Step > 30 {
 		t.Fatalf("no re-plan within 20 steps of the slowdown: %+v", st.Replans)
 	}
+	if r := st.Replans[0]; r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
+		t.Errorf("re-plan at step %d of 60 without its measured step times: before %v ms, after %v ms", r.Step, r.MeasuredBeforeMS, r.MeasuredAfterMS)
+	}
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights with re-plans %s, single process %s", res.WeightsSHA256[:16], want[:16])
 	}

@@ -133,8 +133,12 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 					r.Step, r.Cause, r.DetectMS, r.RestoreMS, r.Replayed, r.Plan)
 			}
 			for _, r := range j.Replans {
-				fmt.Fprintf(w, "  re-plan at step %d: %s; predicted gain %.0f%%, move predicted %.0f ms, took %.0f ms, %s: %d of %d state bytes over the network; plan %s\n",
-					r.Step, r.Reason, 100*r.Gain, r.CostMS, r.MovedMS, r.Method, r.MovedBytes, r.StateBytes, r.Plan)
+				measured := ""
+				if r.MeasuredAfterMS > 0 {
+					measured = fmt.Sprintf(" (measured %.1f -> %.1f ms)", r.MeasuredBeforeMS, r.MeasuredAfterMS)
+				}
+				fmt.Fprintf(w, "  re-plan at step %d: %s; predicted gain %.0f%%%s, move predicted %.0f ms, took %.0f ms, %s: %d of %d state bytes over the network; plan %s\n",
+					r.Step, r.Reason, 100*r.Gain, measured, r.CostMS, r.MovedMS, r.Method, r.MovedBytes, r.StateBytes, r.Plan)
 			}
 			if len(j.Stages) == 0 {
 				continue

@@ -119,7 +119,7 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 	bar := newProgress(stderr, max(sub.Status.Total, 1), asJSON)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	failures, polls, seenRecoveries, seenReplans := 0, 0, 0, 0
+	failures, polls, seenRecoveries, seenReplans, seenMeasured := 0, 0, 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -165,7 +165,7 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 				}
 				bar.note(msg)
 			}
-			seenRecoveries, seenReplans = 0, 0 // the new coordinator's own
+			seenRecoveries, seenReplans, seenMeasured = 0, 0, 0 // the new coordinator's own
 		}
 		failures = 0
 		if polls++; polls%refreshEvery == 0 {
@@ -180,6 +180,12 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 		for ; seenReplans < len(st.Replans); seenReplans++ {
 			r := st.Replans[seenReplans]
 			bar.note(fmt.Sprintf("re-planned at step %d: %s; plan %s (moved %d bytes in %.0f ms)", r.Step, r.Reason, r.Plan, r.MovedBytes, r.MovedMS))
+		}
+		// And, once known, what they did to the step time.
+		for ; seenMeasured < len(st.Replans) && st.Replans[seenMeasured].MeasuredAfterMS > 0; seenMeasured++ {
+			r := st.Replans[seenMeasured]
+			bar.note(fmt.Sprintf("re-plan at step %d: median step %.1f ms before, %.1f ms after (predicted %.1f -> %.1f ms)",
+				r.Step, r.MeasuredBeforeMS, r.MeasuredAfterMS, r.BeforeMS, r.AfterMS))
 		}
 		if st.Step > 0 {
 			bar.update(st.Step, st.Loss, st.SamplesPerSec)

@@ -469,6 +469,7 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 	}
 	m.Meta, m.Leaving, m.MetaErr = decodeMeta(mn.Meta)
 	var kind EventKind
+	var note string // logged once n.mu is released
 	n.mu.Lock()
 	prev, known := n.members[m.Name]
 	_, vouched := n.pending[m.Name]
@@ -480,7 +481,7 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 			// Refuted a failure that was never reported: to the
 			// reader it was alive all along.
 			kind = EventUpdate
-			n.log.Info("cluster: a member memberlist declared failed is back; its failure was not reported", "member", m.Name)
+			note = "cluster: a member memberlist declared failed is back; its failure was not reported"
 		}
 		n.members[m.Name] = m
 	case changeUpdate:
@@ -502,13 +503,15 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 			n.pending[m.Name] = n.confirmSeq
 			n.wg.Add(1)
 			go n.confirmFailure(prev, m, n.confirmSeq)
-			n.log.Info("cluster: memberlist declared a member failed; checking it", "member", m.Name)
-			kind = 0
+			note, kind = "cluster: memberlist declared a member failed; checking it", 0
 			break
 		}
 		delete(n.members, m.Name)
 	}
 	n.mu.Unlock()
+	if note != "" {
+		n.log.Info(note, "member", m.Name)
+	}
 	if kind == 0 {
 		return
 	}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +100,9 @@ type Coordinator struct {
 	// persistTime is how long the last cut took to write and replicate
 	// (guarded by mu).
 	persistTime time.Duration
+	// replanCheck follows the last re-plan's steps (train's goroutine
+	// only).
+	replanCheck replanCheck
 
 	known      map[string]NodeInfo // every node seen, by name
 	speed      map[string]float64  // measured node speeds (see observe)
@@ -239,7 +241,9 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
 	}
 	c.prof.Model = spec.Model
-	if err := c.makePlan(cfg.Nodes); err != nil {
+	if err := c.makePlan(cfg.Nodes); errors.Is(err, balance.ErrNoFit) {
+		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+	} else if err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -305,6 +309,11 @@ func (c *Coordinator) searchWith(cl *balance.Cluster, part string) (*balance.Res
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
 		Optimizer: s.Optimizer, Model: s.Model,
 	})
+	if errors.Is(err, balance.ErrNoFit) {
+		// The nodes, not the spec: a recovery waits for more (see
+		// replan); a new job is refused (see NewCoordinator).
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
 	}
@@ -573,7 +582,6 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		steps []float64
 		run   time.Duration // training time, recoveries included
 		win   cutWindow     // measuring the last cut's cost
-		rc    = replanCheck{replan: -1}
 	)
 	for g := c.cut.steps; g < j.Total; {
 		if err := ctx.Err(); err != nil {
@@ -608,13 +616,13 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 				return nil, err
 			}
 			g, acc = c.cut.steps, c.cut.acc
-			win.open, rc.replan = false, -1
+			win.open, c.replanCheck.active = false, false
 			continue
 		}
 		dt := time.Since(t0)
 		run += dt
 		steps = append(steps, dt.Seconds())
-		rc = c.follow(rc, steps)
+		c.followReplan(steps)
 		if cost, ok := win.measure(steps); ok {
 			c.cutMeasured = max(cost, c.cutCost)
 			c.mu.Lock()
@@ -629,8 +637,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 			c.cfg.OnStep(g)
 		}
 		c.observe(timings)
-		replans := c.replans()
-		if err := c.maybeRebalance(ctx, g, acc); err != nil {
+		if err := c.maybeRebalance(ctx, g, acc, steps); err != nil {
 			var re errRecover
 			if !errors.As(err, &re) {
 				return nil, err
@@ -639,11 +646,8 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 				return nil, err
 			}
 			g, acc = c.cut.steps, c.cut.acc
-			win.open, rc.replan = false, -1
+			win.open, c.replanCheck.active = false, false
 			continue
-		}
-		if c.replans() > replans {
-			rc = c.began(steps)
 		}
 		if s.EvalEachEpoch && g%j.StepsPerEpoch == 0 && g < j.Total {
 			acc, err := c.evaluate(g, acc)
@@ -1165,8 +1169,7 @@ func (c *Coordinator) replan() error {
 	}
 	err := c.makePlan(nodes)
 	if errors.Is(err, balance.ErrNoFit) {
-		// Not the spec's fault: the live nodes are too few or too small.
-		return fmt.Errorf("waiting for nodes: %s", strings.TrimPrefix(err.Error(), ErrSpec.Error()+": "))
+		return fmt.Errorf("waiting for nodes: %w", err)
 	}
 	return err
 }

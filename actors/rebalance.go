@@ -45,37 +45,22 @@ const (
 // replanCheck follows the steps after a re-plan until its measured step
 // time is known.
 type replanCheck struct {
-	replan int // index in status.Replans; -1: nothing to follow
+	active bool
+	replan int // index in status.Replans
 	start  int // index of the first step after it
 }
 
-// replans is the number of re-plans so far.
-func (c *Coordinator) replans() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.status.Replans)
-}
-
-// began notes a re-plan that steps (all the job's step times so far)
-// end before: its measured step time before.
-func (c *Coordinator) began(steps []float64) replanCheck {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := len(c.status.Replans) - 1
-	c.status.Replans[i].MeasuredBeforeMS = 1e3 * median(steps[max(0, len(steps)-replanWindow):])
-	return replanCheck{replan: i, start: len(steps)}
-}
-
-// follow records the re-plan's measured step time after it once
-// replanWindow steps have run; it returns the check, ended if so.
-func (c *Coordinator) follow(rc replanCheck, steps []float64) replanCheck {
-	if rc.replan < 0 || len(steps)-rc.start < replanWindow {
-		return rc
+// followReplan records the last re-plan's measured step time after it
+// once replanWindow steps (all the job's step times so far) have run.
+func (c *Coordinator) followReplan(steps []float64) {
+	rc := c.replanCheck
+	if !rc.active || len(steps)-rc.start < replanWindow {
+		return
 	}
 	c.mu.Lock()
 	c.status.Replans[rc.replan].MeasuredAfterMS = 1e3 * median(steps[rc.start:rc.start+replanWindow])
 	c.mu.Unlock()
-	return replanCheck{replan: -1}
+	c.replanCheck.active = false
 }
 
 // Replan is one change of a running job's plan.
@@ -173,7 +158,7 @@ func (c *Coordinator) candidates() []NodeInfo {
 // maybeRebalance runs after step g (the pipeline is drained): it evaluates
 // and, if warranted, moves the job to a better plan. It returns an error
 // only if the job cannot go on; a failed move returns an errRecover.
-func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc) error {
+func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc, steps []float64) error {
 	if g >= c.job.Total {
 		return nil
 	}
@@ -260,8 +245,10 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 	c.planStep = g
 	r.MovedMS = msSince(t0, time.Now())
 	c.log.Info("re-planned", "step", g, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
+	r.MeasuredBeforeMS = 1e3 * median(steps[max(0, len(steps)-replanWindow):])
 	c.mu.Lock()
 	c.status.Replans = append(c.status.Replans, r)
+	c.replanCheck = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(steps)}
 	c.mu.Unlock()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -511,6 +512,11 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 		nodes[i].Memory = int64(0.7 * need)
 	}
 	a, b, c := nodes[0], nodes[1], nodes[2]
+	// A new job that no node set can hold is a bad spec for the cluster.
+	if _, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []NodeInfo{a}, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
+		t.Errorf("a job submitted to one node too small for it: %v; want ErrSpec wrapping balance.ErrNoFit", err)
+	}
 	var (
 		mu     sync.Mutex
 		live   = []NodeInfo{a, b}

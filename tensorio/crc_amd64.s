@@ -42,6 +42,9 @@ GLOBL kpoly<>(SB), RODATA, $16
 
 // LOAD4 loads the next 256 bytes at SI into Z11-Z14, STORE4 stores them
 // at DI, FOLD4 folds the accumulators Z1-Z4 (2048 bits apart) over them.
+// CRC3 runs the CRC32 instruction over a quadword of each of the three
+// scalar streams at R9, R9+R10 and R9+2*R10 into R12, R13 and BX; COPY3
+// also stores the quadwords at R11, R11+R10 and R11+2*R10 with MOV.
 #define LOAD4 \
 	VMOVDQU64 (SI), Z11; \
 	VMOVDQU64 64(SI), Z12; \
@@ -74,19 +77,65 @@ GLOBL kpoly<>(SB), RODATA, $16
 	VMOVNTDQ Z13, 128(DI); \
 	VMOVNTDQ Z14, 192(DI)
 
-// func crc32cFold(dst, src *byte, n int, crc uint32, mode int) uint32
+#define CRC3(off) \
+	CRC32Q off(R9), R12; \
+	CRC32Q off(R9)(R10*1), R13; \
+	CRC32Q off(R9)(R10*2), BX
+
+#define COPY3(off, MOV) \
+	MOVQ   off(R9), R8; \
+	MOV    R8, off(R11); \
+	CRC32Q R8, R12; \
+	MOVQ   off(R9)(R10*1), R8; \
+	MOV    R8, off(R11)(R10*1); \
+	CRC32Q R8, R13; \
+	MOVQ   off(R9)(R10*2), R8; \
+	MOV    R8, off(R11)(R10*2); \
+	CRC32Q R8, BX
+
+// SCALAR, SCALARCOPY and SCALARNT do 40 bytes of each stream (see
+// hybridBlock in crc.go).
+#define SCALAR CRC3(0); CRC3(8); CRC3(16); CRC3(24); CRC3(32)
+#define SCALARCOPY COPY3(0, MOVQ); COPY3(8, MOVQ); COPY3(16, MOVQ); COPY3(24, MOVQ); COPY3(32, MOVQ)
+#define SCALARNT COPY3(0, MOVNTIQ); COPY3(8, MOVNTIQ); COPY3(16, MOVNTIQ); COPY3(24, MOVNTIQ); COPY3(32, MOVNTIQ)
+
+// SHIFT sets reg to reg * x^(8L) mod P, for x^(8L-33) mod P in X7 (the
+// reflected product of two 32-bit values is one bit short, and CRC32Q
+// multiplies its operand by x^32). Clobbers X6 and R8.
+#define SHIFT(reg) \
+	MOVQ      reg, X6; \
+	PCLMULQDQ $0, X7, X6; \
+	MOVQ      X6, R8; \
+	XORL      reg, reg; \
+	CRC32Q    R8, reg
+
+// func crc32cHybrid(dst, src *byte, blocks int, crc uint32, mode int) uint32
 //
-// crc32cFold updates the raw (not inverted) CRC-32C state crc with the n
-// bytes at src, n a positive multiple of 256. Mode foldCopy also copies
-// them to dst, foldCopyNT copies them with non-temporal stores (dst must
-// be 64-byte aligned), foldHash does not copy. It needs AVX-512F and
-// VPCLMULQDQ.
-TEXT ·crc32cFold(SB), NOSPLIT, $0-44
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVL crc+24(FP), AX
-	MOVQ mode+32(FP), DX
+// crc32cHybrid updates the raw (not inverted) CRC-32C state crc with the
+// n = blocks*376 bytes at src, and copies them to dst as mode says
+// (foldHash: no copy; foldCopyNT: with non-temporal stores, dst 64-byte
+// aligned). The bytes are four regions: the first blocks*256 are folded
+// with VPCLMULQDQ into four 512-bit accumulators, and each of the three
+// others, of L = blocks*40 bytes, goes through a chain of CRC32
+// instructions; every iteration does 256 bytes of the first and 40 of
+// each stream, so the vector and the integer units work side by side.
+// At the end the four CRCs are joined as
+// ((cV x^8L + cA) x^8L + cB) x^8L + cC mod P, with x^8L mod P computed
+// in log(L) steps. It needs AVX-512F, VPCLMULQDQ and SSE4.2.
+TEXT ·crc32cHybrid(SB), NOSPLIT, $0-44
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  blocks+16(FP), CX
+	MOVL  crc+24(FP), AX
+	MOVQ  mode+32(FP), DX
+	MOVQ  CX, R10
+	SHLQ  $8, R10
+	LEAQ  (SI)(R10*1), R9  // the streams' source
+	LEAQ  (DI)(R10*1), R11 // and destination
+	IMUL3Q $40, CX, R10    // L
+	XORL  R12, R12
+	XORL  R13, R13
+	XORL  BX, BX
 
 	LOAD4
 	VMOVDQU64 Z11, Z1
@@ -94,20 +143,27 @@ TEXT ·crc32cFold(SB), NOSPLIT, $0-44
 	VMOVDQU64 Z13, Z3
 	VMOVDQU64 Z14, Z4
 	CMPQ DX, $1
-	JB   first
+	JB   firsthash
 	JA   firstnt
 	STORE4
-	JMP  firstdone
+	SCALARCOPY
+	JMP  firstcopied
 firstnt:
 	STORE4NT
-firstdone:
+	SCALARNT
+firstcopied:
 	ADDQ $256, DI
+	ADDQ $40, R11
+	JMP  first
+firsthash:
+	SCALAR
 
 first:
+	ADDQ   $40, R9
 	VMOVD  AX, X10
 	VPXORQ Z10, Z1, Z1
 	ADDQ   $256, SI
-	SUBQ   $256, CX
+	DECQ   CX
 	JZ     reduce
 	VMOVDQU64 k2048<>(SB), Z0
 	CMPQ   DX, $1
@@ -118,9 +174,12 @@ copyloop:
 	LOAD4
 	STORE4
 	FOLD4
+	SCALARCOPY
 	ADDQ $256, SI
 	ADDQ $256, DI
-	SUBQ $256, CX
+	ADDQ $40, R9
+	ADDQ $40, R11
+	DECQ CX
 	JNZ  copyloop
 	JMP  reduce
 
@@ -128,17 +187,22 @@ ntloop:
 	LOAD4
 	STORE4NT
 	FOLD4
+	SCALARNT
 	ADDQ $256, SI
 	ADDQ $256, DI
-	SUBQ $256, CX
+	ADDQ $40, R9
+	ADDQ $40, R11
+	DECQ CX
 	JNZ  ntloop
 	JMP  reduce
 
 hashloop:
 	LOAD4
 	FOLD4
+	SCALAR
 	ADDQ $256, SI
-	SUBQ $256, CX
+	ADDQ $40, R9
+	DECQ CX
 	JNZ  hashloop
 
 reduce:
@@ -198,6 +262,62 @@ reduce:
 	PAND      X3, X1
 	PCLMULQDQ $0, X0, X1
 	PXOR      X2, X1
-	PEXTRD    $1, X1, AX
-	MOVL      AX, ret+40(FP)
+	PEXTRD    $1, X1, SI // cV
+
+	// x^(8L-33) mod P into X7, by Peter Cawley's xnmodp ("Faster
+	// CRC32-C on x86"): the exponent is halved (less 16, as each
+	// squaring step below also multiplies by x^32) down to at most 191,
+	// its low bits pushed on a bit stack in DX; the power for the last
+	// exponent is a bit shifted into place and carried by CRC32 steps
+	// over zero words (x^32 each); then for each bit popped, the value
+	// is squared (PCLMULQDQ), multiplied by x if the bit is set, and
+	// reduced (CRC32Q).
+	LEAQ -33(R10*8), CX
+	MOVQ $-2, DX
+halve:
+	CMPQ CX, $191
+	JBE  halved
+	MOVQ CX, R8
+	ANDQ $1, R8
+	SHLQ $1, DX
+	ADDQ R8, DX
+	SHRQ $1, CX
+	SUBQ $16, CX
+	JMP  halve
+halved:
+	NOTQ DX
+	MOVQ CX, R8
+	ANDQ $31, CX
+	MOVL $0x80000000, AX
+	SHRL CX, AX
+	SHRQ $5, R8
+	XORL R9, R9
+zeros:
+	TESTQ  R8, R8
+	JZ     square
+	CRC32L R9, AX
+	DECQ   R8
+	JMP    zeros
+square:
+	MOVQ DX, CX
+	ANDQ $1, CX
+	SHRQ $1, DX
+	JZ   join
+	MOVQ      AX, X6
+	PCLMULQDQ $0, X6, X6
+	MOVQ      X6, R8
+	SHLQ      CX, R8
+	XORL      AX, AX
+	CRC32Q    R8, AX
+	JMP       square
+
+join:
+	MOVQ  AX, X7
+	SHIFT(SI)
+	XORL  R12, SI
+	SHIFT(SI)
+	XORL  R13, SI
+	SHIFT(SI)
+	XORL  BX, SI
+	MOVL  SI, ret+40(FP)
 	RET

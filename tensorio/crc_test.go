@@ -15,12 +15,12 @@ func TestCRC(t *testing.T) {
 		t.Log("no AVX-512 VPCLMULQDQ: testing the hash/crc32 fallback only")
 	}
 	r := rand.New(rand.NewPCG(31, 32))
-	buf := make([]byte, 1<<20+64)
+	buf := make([]byte, ntMin+1<<16)
 	for i := range buf {
 		buf[i] = byte(r.Uint32())
 	}
 	dst := make([]byte, len(buf)+64)
-	lengths := []int{0, 1, 255, 256, foldMin - 1, foldMin, foldMin + 1, foldMin + 255, foldMin + 256, 4096 + 100, 1 << 16, 1 << 20}
+	lengths := []int{0, 1, 255, 256, hybridMin - 1, hybridMin, hybridMin + 1, 3 * hybridBlock, 3*hybridBlock + 1, 4096 + 100, 1 << 16, 1 << 20, 1<<20 - 1, ntMin - 1, ntMin + 1000}
 	for _, n := range lengths {
 		for _, off := range []int{0, 1, 7, 8, 31, 63} {
 			src := buf[off : off+n]

@@ -12,6 +12,7 @@ package tensorio_test
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,7 +27,10 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-var writeReal = flag.Bool("write-real", false, "regenerate testdata/real/*.safetensors by training mlp32 and resnet50 (slow)")
+var (
+	writeReal = flag.Bool("write-real", false, "regenerate testdata/real/*.safetensors by training mlp32 and resnet50 (slow)")
+	bounds    = flag.String("bounds", "", `print the order-0 entropy bound of the ReLU activations of testdata/real ("recorded"), or of resnet50's trained on DATA for STEPS ("DATA:STEPS", e.g. "mnist:200"; slow)`)
+)
 
 const realDir = "testdata/real"
 
@@ -228,4 +232,84 @@ func loadRealSamples(tb testing.TB) []realSample {
 		}
 	}
 	return out
+}
+
+// TestEntropyBounds prints, for ReLU activations, what a lossless codec
+// coding each element on its own (order 0) can reach at best: a zero flag
+// per element, and each byte of a non-zero value coded by the frequencies
+// of its byte plane. It compares the bound with sparse and sparse+huff.
+func TestEntropyBounds(t *testing.T) {
+	var ts []tensorio.Named
+	switch data, steps, ok := strings.Cut(*bounds, ":"); {
+	case *bounds == "":
+		t.Skip(`run with -bounds recorded or -bounds DATA:STEPS`)
+	case *bounds == "recorded":
+		for _, s := range loadRealSamples(t) {
+			ts = append(ts, tensorio.Named{Name: s.name, T: s.t})
+		}
+	case ok:
+		m := realModels[1]
+		m.data = data
+		var err error
+		if m.steps, err = strconv.Atoi(steps); err != nil {
+			t.Fatal(err)
+		}
+		named, meta := captureReal(t, m)
+		t.Logf("resnet50 on %s, %d steps: loss %s", data, m.steps, meta["train_loss"])
+		for _, x := range named {
+			ts = append(ts, tensorio.Named{Name: "resnet50/" + x.Name, T: x.T})
+		}
+	default:
+		t.Fatalf("-bounds %q: want recorded or DATA:STEPS", *bounds)
+	}
+	for _, x := range ts {
+		if !strings.Contains(x.Name, "/act/") || strings.HasSuffix(x.Name, "fc16") {
+			continue // ReLU outputs only
+		}
+		v := nn.F32(x.T)
+		zeros, bits := order0Bits(v)
+		line := fmt.Sprintf("%s: %.1f%% zeros, order-0 bound %.2fx", x.Name, 100*zeros, float64(32*len(v))/bits)
+		for _, c := range []tensorio.Codec{tensorio.CodecSparse, tensorio.CodecSparseHuff} {
+			frame, err := tensorio.AppendFrame(nil, x.T, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line += fmt.Sprintf(", %v %.2fx", c, float64(4*len(v))/float64(len(frame)))
+		}
+		t.Log(line)
+	}
+}
+
+// order0Bits returns the fraction of zeros of v and the bits an order-0
+// code needs for v: the entropy of the zero flags plus, over the non-zero
+// values, the entropy of each of their four byte planes.
+func order0Bits(v []float32) (zeros, bits float64) {
+	var planes [4][256]int
+	nz := 0
+	for _, f := range v {
+		if f == 0 {
+			continue
+		}
+		u := math.Float32bits(f)
+		for i := range planes {
+			planes[i][byte(u>>(8*i))]++
+		}
+		nz++
+	}
+	h := func(counts []int, n int) float64 {
+		var e float64
+		for _, c := range counts {
+			if c > 0 {
+				p := float64(c) / float64(n)
+				e -= p * math.Log2(p)
+			}
+		}
+		return e
+	}
+	zeros = float64(len(v)-nz) / float64(len(v))
+	bits = float64(len(v)) * h([]int{len(v) - nz, nz}, len(v))
+	for i := range planes {
+		bits += float64(nz) * h(planes[i][:], nz)
+	}
+	return zeros, bits
 }

@@ -1108,7 +1108,7 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 		c.abandon()
 		c.gen++
 		t0 := time.Now()
-		err := c.replan()
+		err := c.replan(ctx)
 		t1 := time.Now()
 		var t2 time.Time
 		if err == nil {
@@ -1144,7 +1144,7 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 }
 
 // replan plans the job again over the nodes that answer now.
-func (c *Coordinator) replan() error {
+func (c *Coordinator) replan(ctx context.Context) error {
 	cands := c.cfg.Nodes
 	if c.cfg.LiveNodes != nil {
 		cands = c.cfg.LiveNodes()
@@ -1152,7 +1152,7 @@ func (c *Coordinator) replan() error {
 	live := make([]bool, len(cands))
 	var wg sync.WaitGroup
 	for i, n := range cands {
-		wg.Go(func() { live[i] = c.cfg.System.Ping(n.ActorAddr, time.Second) == nil })
+		wg.Go(func() { live[i] = c.cfg.System.Ping(ctx, n.ActorAddr, time.Second) == nil })
 	}
 	wg.Wait()
 	var nodes []NodeInfo

@@ -309,10 +309,12 @@ const pingRedial = 50 * time.Millisecond
 // does not fail a request whose endpoint cannot connect. A process that
 // is being killed still accepts connections for a few milliseconds while
 // it exits, so the port is tried again every pingRedial until the answer
-// comes: a refusal then ends the wait too.
-func (s *System) Ping(address string, timeout time.Duration) error {
+// comes: a refusal then ends the wait too. So does ctx ending, with its
+// error.
+func (s *System) Ping(ctx context.Context, address string, timeout time.Duration) error {
 	dial := func(timeout time.Duration) error {
-		conn, err := net.DialTimeout("tcp", address, timeout)
+		d := net.Dialer{Timeout: timeout}
+		conn, err := d.DialContext(ctx, "tcp", address)
 		if err != nil {
 			return fmt.Errorf("actors: ping %s: %w", address, err)
 		}
@@ -335,6 +337,8 @@ func (s *System) Ping(address string, timeout time.Duration) error {
 	defer tick.Stop()
 	for {
 		select {
+		case <-ctx.Done():
+			return fmt.Errorf("actors: ping %s: %w", address, ctx.Err())
 		case a := <-ch:
 			if a.err != nil {
 				return a.err

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -293,7 +294,7 @@ func TestShutdownNoLeak(t *testing.T) {
 // not at the timeout.
 func TestPing(t *testing.T) {
 	env := startPair(t)
-	if err := env.a.Ping(env.b.Address(), 5*time.Second); err != nil {
+	if err := env.a.Ping(context.Background(), env.b.Address(), 5*time.Second); err != nil {
 		t.Fatalf("ping of a live system: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -313,7 +314,7 @@ func TestPing(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() { done <- env.a.Ping(addr, 5*time.Second) }()
+	go func() { done <- env.a.Ping(context.Background(), addr, 5*time.Second) }()
 	<-accepted // the first dial got through; now the "process" exits
 	ln.Close()
 	for len(accepted) > 0 {
@@ -332,7 +333,31 @@ func TestPing(t *testing.T) {
 		t.Fatal("ping did not return")
 	}
 	t0 = time.Now()
-	if err := env.a.Ping(addr, 5*time.Second); err == nil || time.Since(t0) > time.Second {
+	if err := env.a.Ping(context.Background(), addr, 5*time.Second); err == nil || time.Since(t0) > time.Second {
 		t.Errorf("ping of a closed port: %v after %v", err, time.Since(t0))
+	}
+
+	// A port that accepts and never answers (a stopped process) holds a
+	// ping for its timeout, unless its context ends first.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 = time.Now()
+	err = env.a.Ping(ctx, silent.Addr().String(), 5*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 2*time.Second {
+		t.Errorf("ping of a silent port whose context ends after 200 ms: %v after %v", err, time.Since(t0))
 	}
 }

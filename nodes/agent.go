@@ -303,10 +303,7 @@ func (a *Agent) answers(ctx context.Context, m cluster.Member) error {
 	if m.Meta.ActorAddr == "" {
 		return errors.New("no actor address")
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return a.sys.Ping(m.Meta.ActorAddr, confirmTimeout)
+	return a.sys.Ping(ctx, m.Meta.ActorAddr, confirmTimeout)
 }
 
 // Tags of the gossiped node metadata.

@@ -6,14 +6,18 @@ import (
 )
 
 // Every checksum of the formats is a CRC-32C (Castagnoli). Where the CPU
-// has AVX-512 and VPCLMULQDQ (amd64), it is computed by folding 256-byte
+// has AVX-512 and VPCLMULQDQ (amd64), crc computes it by folding 256-byte
 // blocks with carry-less multiplications while the CRC32 instruction,
 // which runs on other execution units, does three more streams of the
-// input beside it (crc32cHybrid): about 76 GB/s here, against 55 for the
-// folding alone and 27 for hash/crc32's CRC32 instruction streams. copyCRC
-// computes it in the same pass as a copy, which then costs about what the
-// copy alone costs: a raw frame is read once. Elsewhere both fall back to
-// hash/crc32.
+// input beside it (crc32cHybrid): 63-80 GB/s on one core here, as the
+// machine's other load varies, 1.35-1.5 times the folding alone and about
+// 3 times hash/crc32's CRC32 instruction streams.
+// copyCRC computes it in the same pass as a copy, so that a raw frame is
+// read once, with the folding alone (crc32cFold): with the hybrid's extra
+// loads, stores and CRC32 instructions in the loop the copy was faster
+// only within the L2 cache of a quiet machine, and slower beyond L2 or
+// when the other hyperthread of the core was busy (BENCHMARKS.md).
+// Elsewhere both fall back to hash/crc32.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -21,18 +25,18 @@ const (
 	// hybridBlock is what one iteration of crc32cHybrid does: 256 bytes
 	// folded and 40 of each of its three CRC32 streams.
 	hybridBlock = 256 + 3*40
-	// hybridMin is the shortest input given to crc32cHybrid; shorter
-	// ones, and the tail of a longer one (under hybridBlock bytes), go
-	// through hash/crc32.
+	// hybridMin and foldMin are the shortest inputs given to crc32cHybrid
+	// and crc32cFold; shorter ones, and the tail of a longer one (under a
+	// block), go through hash/crc32.
 	hybridMin = 1536
+	foldMin   = 1024
 	// ntMin is the shortest copy made with non-temporal stores, which
 	// bypass the cache as the runtime's memmove does for large copies.
 	// Below it normal stores are faster; above it they cost 5-20% (the
 	// destination's lines are read before they are written).
 	ntMin = 4 << 20
 
-	// crc32cHybrid modes.
-	foldHash   = 0
+	// crc32cFold modes.
 	foldCopy   = 1
 	foldCopyNT = 2
 )
@@ -45,7 +49,7 @@ func crc(b []byte) uint32 { return crcUpdate(0, b) }
 func crcUpdate(c uint32, b []byte) uint32 {
 	if hasFold && len(b) >= hybridMin {
 		blocks := len(b) / hybridBlock
-		c = ^crc32cHybrid(nil, &b[0], blocks, ^c, foldHash)
+		c = ^crc32cHybrid(&b[0], blocks, ^c)
 		b = b[blocks*hybridBlock:]
 	}
 	return crc32.Update(c, castagnoli, b)
@@ -56,19 +60,18 @@ func crcUpdate(c uint32, b []byte) uint32 {
 func copyCRC(dst, src []byte) uint32 {
 	dst = dst[:len(src)]
 	var c uint32
-	if hasFold && len(src) >= hybridMin {
-		// Align dst to a cache line for the non-temporal stores, else
-		// src: a load across two lines costs more than a store.
-		mode, h := foldCopy, -uintptr(unsafe.Pointer(&src[0]))&63
+	if hasFold && len(src) >= foldMin {
+		mode := foldCopy
 		if len(src) >= ntMin {
-			mode, h = foldCopyNT, -uintptr(unsafe.Pointer(&dst[0]))&63
+			// Align dst to a cache line for the non-temporal stores.
+			h := int(-uintptr(unsafe.Pointer(&dst[0])) & 63)
+			copy(dst[:h], src[:h])
+			c = crc32.Update(c, castagnoli, src[:h])
+			dst, src = dst[h:], src[h:]
+			mode = foldCopyNT
 		}
-		copy(dst[:h], src[:h])
-		c = crc32.Update(c, castagnoli, src[:h])
-		dst, src = dst[h:], src[h:]
-		blocks := len(src) / hybridBlock
-		c = ^crc32cHybrid(&dst[0], &src[0], blocks, ^c, mode)
-		n := blocks * hybridBlock
+		n := len(src) &^ 255
+		c = ^crc32cFold(&dst[0], &src[0], n, ^c, mode)
 		dst, src = dst[n:], src[n:]
 	}
 	copy(dst, src)

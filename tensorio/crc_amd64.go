@@ -2,13 +2,20 @@
 
 package tensorio
 
-// crc32cHybrid updates the raw (not inverted) CRC-32C state crc with the
-// blocks*hybridBlock bytes at src, blocks > 0, and copies them to dst as
-// mode says (foldHash: no copy; foldCopyNT: dst 64-byte aligned). It
-// needs AVX-512F, VPCLMULQDQ and SSE4.2 (hasFold).
+// crc32cFold updates the raw (not inverted) CRC-32C state crc with the n
+// bytes at src, n a positive multiple of 256, and copies them to dst as
+// mode says (foldCopyNT: non-temporal stores, dst 64-byte aligned). It
+// needs AVX-512F and VPCLMULQDQ (hasFold).
 //
 //go:noescape
-func crc32cHybrid(dst, src *byte, blocks int, crc uint32, mode int) uint32
+func crc32cFold(dst, src *byte, n int, crc uint32, mode int) uint32
 
-// hasFold reports whether crc32cHybrid can run.
+// crc32cHybrid updates the raw CRC-32C state crc with the
+// blocks*hybridBlock bytes at src, blocks > 0. It needs AVX-512F,
+// VPCLMULQDQ and SSE4.2 (hasFold).
+//
+//go:noescape
+func crc32cHybrid(src *byte, blocks int, crc uint32) uint32
+
+// hasFold reports whether crc32cFold and crc32cHybrid can run.
 var hasFold = x86.avx512 && x86.vpclmulqdq && x86.pclmulqdq && x86.sse41 && x86.sse42

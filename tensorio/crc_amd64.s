@@ -43,8 +43,7 @@ GLOBL kpoly<>(SB), RODATA, $16
 // LOAD4 loads the next 256 bytes at SI into Z11-Z14, STORE4 stores them
 // at DI, FOLD4 folds the accumulators Z1-Z4 (2048 bits apart) over them.
 // CRC3 runs the CRC32 instruction over a quadword of each of the three
-// scalar streams at R9, R9+R10 and R9+2*R10 into R12, R13 and BX; COPY3
-// also stores the quadwords at R11, R11+R10 and R11+2*R10 with MOV.
+// streams at R9, R9+R10 and R9+2*R10 into R12, R13 and BX.
 #define LOAD4 \
 	VMOVDQU64 (SI), Z11; \
 	VMOVDQU64 64(SI), Z12; \
@@ -82,22 +81,8 @@ GLOBL kpoly<>(SB), RODATA, $16
 	CRC32Q off(R9)(R10*1), R13; \
 	CRC32Q off(R9)(R10*2), BX
 
-#define COPY3(off, MOV) \
-	MOVQ   off(R9), R8; \
-	MOV    R8, off(R11); \
-	CRC32Q R8, R12; \
-	MOVQ   off(R9)(R10*1), R8; \
-	MOV    R8, off(R11)(R10*1); \
-	CRC32Q R8, R13; \
-	MOVQ   off(R9)(R10*2), R8; \
-	MOV    R8, off(R11)(R10*2); \
-	CRC32Q R8, BX
-
-// SCALAR, SCALARCOPY and SCALARNT do 40 bytes of each stream (see
-// hybridBlock in crc.go).
+// SCALAR does 40 bytes of each stream (see hybridBlock in crc.go).
 #define SCALAR CRC3(0); CRC3(8); CRC3(16); CRC3(24); CRC3(32)
-#define SCALARCOPY COPY3(0, MOVQ); COPY3(8, MOVQ); COPY3(16, MOVQ); COPY3(24, MOVQ); COPY3(32, MOVQ)
-#define SCALARNT COPY3(0, MOVNTIQ); COPY3(8, MOVNTIQ); COPY3(16, MOVNTIQ); COPY3(24, MOVNTIQ); COPY3(32, MOVNTIQ)
 
 // SHIFT sets reg to reg * x^(8L) mod P, for x^(8L-33) mod P in X7 (the
 // reflected product of two 32-bit values is one bit short, and CRC32Q
@@ -109,33 +94,73 @@ GLOBL kpoly<>(SB), RODATA, $16
 	XORL      reg, reg; \
 	CRC32Q    R8, reg
 
-// func crc32cHybrid(dst, src *byte, blocks int, crc uint32, mode int) uint32
+// REDUCE reduces the accumulators Z1-Z4 to the CRC, left in bits 32-63 of
+// X1: Z1 is folded into Z2, Z3 and Z4 (512 bits apart), the four 128-bit
+// lanes of the remainder into X1 (as hash/crc32's ieeeCLMUL), 128 bits to
+// 64, and a Barrett reduction to 32. Clobbers X0-X5.
+#define REDUCE \
+	VMOVDQU64 k512<>(SB), Z0; \
+	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
+	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
+	VPTERNLOGD $0x96, Z2, Z5, Z1; \
+	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
+	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
+	VPTERNLOGD $0x96, Z3, Z5, Z1; \
+	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
+	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
+	VPTERNLOGD $0x96, Z4, Z5, Z1; \
+	VEXTRACTI32X4 $1, Z1, X2; \
+	VEXTRACTI32X4 $2, Z1, X3; \
+	VEXTRACTI32X4 $3, Z1, X4; \
+	VZEROUPPER; \
+	MOVOU     k128<>(SB), X0; \
+	MOVOA     X1, X5; \
+	PCLMULQDQ $0, X0, X1; \
+	PCLMULQDQ $0x11, X0, X5; \
+	PXOR      X5, X1; \
+	PXOR      X2, X1; \
+	MOVOA     X1, X5; \
+	PCLMULQDQ $0, X0, X1; \
+	PCLMULQDQ $0x11, X0, X5; \
+	PXOR      X5, X1; \
+	PXOR      X3, X1; \
+	MOVOA     X1, X5; \
+	PCLMULQDQ $0, X0, X1; \
+	PCLMULQDQ $0x11, X0, X5; \
+	PXOR      X5, X1; \
+	PXOR      X4, X1; \
+	PCMPEQB   X3, X3; \
+	PCLMULQDQ $1, X1, X0; \
+	PSRLDQ    $8, X1; \
+	PXOR      X0, X1; \
+	MOVOA     X1, X2; \
+	MOVQ      k64<>(SB), X0; \
+	PSRLQ     $32, X3; \
+	PSRLDQ    $4, X2; \
+	PAND      X3, X1; \
+	PCLMULQDQ $0, X0, X1; \
+	PXOR      X2, X1; \
+	MOVOU     kpoly<>(SB), X0; \
+	MOVOA     X1, X2; \
+	PAND      X3, X1; \
+	PCLMULQDQ $0x10, X0, X1; \
+	PAND      X3, X1; \
+	PCLMULQDQ $0, X0, X1; \
+	PXOR      X2, X1
+
+// func crc32cFold(dst, src *byte, n int, crc uint32, mode int) uint32
 //
-// crc32cHybrid updates the raw (not inverted) CRC-32C state crc with the
-// n = blocks*376 bytes at src, and copies them to dst as mode says
-// (foldHash: no copy; foldCopyNT: with non-temporal stores, dst 64-byte
-// aligned). The bytes are four regions: the first blocks*256 are folded
-// with VPCLMULQDQ into four 512-bit accumulators, and each of the three
-// others, of L = blocks*40 bytes, goes through a chain of CRC32
-// instructions; every iteration does 256 bytes of the first and 40 of
-// each stream, so the vector and the integer units work side by side.
-// At the end the four CRCs are joined as
-// ((cV x^8L + cA) x^8L + cB) x^8L + cC mod P, with x^8L mod P computed
-// in log(L) steps. It needs AVX-512F, VPCLMULQDQ and SSE4.2.
-TEXT ·crc32cHybrid(SB), NOSPLIT, $0-44
-	MOVQ  dst+0(FP), DI
-	MOVQ  src+8(FP), SI
-	MOVQ  blocks+16(FP), CX
-	MOVL  crc+24(FP), AX
-	MOVQ  mode+32(FP), DX
-	MOVQ  CX, R10
-	SHLQ  $8, R10
-	LEAQ  (SI)(R10*1), R9  // the streams' source
-	LEAQ  (DI)(R10*1), R11 // and destination
-	IMUL3Q $40, CX, R10    // L
-	XORL  R12, R12
-	XORL  R13, R13
-	XORL  BX, BX
+// crc32cFold updates the raw (not inverted) CRC-32C state crc with the n
+// bytes at src, n a positive multiple of 256, and copies them to dst:
+// with non-temporal stores in mode foldCopyNT (dst must be 64-byte
+// aligned), normal ones in mode foldCopy. It needs AVX-512F and
+// VPCLMULQDQ.
+TEXT ·crc32cFold(SB), NOSPLIT, $0-44
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL crc+24(FP), AX
+	MOVQ mode+32(FP), DX
 
 	LOAD4
 	VMOVDQU64 Z11, Z1
@@ -143,43 +168,30 @@ TEXT ·crc32cHybrid(SB), NOSPLIT, $0-44
 	VMOVDQU64 Z13, Z3
 	VMOVDQU64 Z14, Z4
 	CMPQ DX, $1
-	JB   firsthash
 	JA   firstnt
 	STORE4
-	SCALARCOPY
-	JMP  firstcopied
+	JMP  first
 firstnt:
 	STORE4NT
-	SCALARNT
-firstcopied:
-	ADDQ $256, DI
-	ADDQ $40, R11
-	JMP  first
-firsthash:
-	SCALAR
 
 first:
-	ADDQ   $40, R9
 	VMOVD  AX, X10
 	VPXORQ Z10, Z1, Z1
 	ADDQ   $256, SI
-	DECQ   CX
+	ADDQ   $256, DI
+	SUBQ   $256, CX
 	JZ     reduce
 	VMOVDQU64 k2048<>(SB), Z0
 	CMPQ   DX, $1
-	JB     hashloop
 	JA     ntloop
 
 copyloop:
 	LOAD4
 	STORE4
 	FOLD4
-	SCALARCOPY
 	ADDQ $256, SI
 	ADDQ $256, DI
-	ADDQ $40, R9
-	ADDQ $40, R11
-	DECQ CX
+	SUBQ $256, CX
 	JNZ  copyloop
 	JMP  reduce
 
@@ -187,82 +199,67 @@ ntloop:
 	LOAD4
 	STORE4NT
 	FOLD4
-	SCALARNT
 	ADDQ $256, SI
 	ADDQ $256, DI
-	ADDQ $40, R9
-	ADDQ $40, R11
-	DECQ CX
+	SUBQ $256, CX
 	JNZ  ntloop
-	JMP  reduce
 
-hashloop:
+reduce:
+	SFENCE // order the non-temporal stores, if any, before our return
+	REDUCE
+	PEXTRD $1, X1, AX
+	MOVL   AX, ret+40(FP)
+	RET
+
+// func crc32cHybrid(src *byte, blocks int, crc uint32) uint32
+//
+// crc32cHybrid updates the raw (not inverted) CRC-32C state crc with the
+// n = blocks*376 bytes at src, blocks > 0. The bytes are four regions: the
+// first blocks*256 are folded with VPCLMULQDQ into four 512-bit
+// accumulators, and each of the three others, of L = blocks*40 bytes,
+// goes through a chain of CRC32 instructions; every iteration does 256
+// bytes of the first and 40 of each stream, so the vector and the integer
+// units work side by side. At the end the four CRCs are joined as
+// ((cV x^8L + cA) x^8L + cB) x^8L + cC mod P, with x^8L mod P computed in
+// log(L) steps. It needs AVX-512F, VPCLMULQDQ and SSE4.2.
+TEXT ·crc32cHybrid(SB), NOSPLIT, $0-28
+	MOVQ   src+0(FP), SI
+	MOVQ   blocks+8(FP), CX
+	MOVL   crc+16(FP), AX
+	MOVQ   CX, R10
+	SHLQ   $8, R10
+	LEAQ   (SI)(R10*1), R9 // the streams
+	IMUL3Q $40, CX, R10    // L
+	XORL   R12, R12
+	XORL   R13, R13
+	XORL   BX, BX
+
+	LOAD4
+	VMOVDQU64 Z11, Z1
+	VMOVDQU64 Z12, Z2
+	VMOVDQU64 Z13, Z3
+	VMOVDQU64 Z14, Z4
+	SCALAR
+	VMOVD     AX, X10
+	VPXORQ    Z10, Z1, Z1
+	ADDQ      $256, SI
+	ADDQ      $40, R9
+	DECQ      CX
+	JZ        hreduce
+	VMOVDQU64 k2048<>(SB), Z0
+
+hloop:
 	LOAD4
 	FOLD4
 	SCALAR
 	ADDQ $256, SI
 	ADDQ $40, R9
 	DECQ CX
-	JNZ  hashloop
+	JNZ  hloop
 
-reduce:
-	SFENCE // order the non-temporal stores, if any, before our return
-	// Fold Z1 into Z2, Z3 and Z4 (512 bits apart), leaving one
-	// 512-bit remainder in Z1.
-	VMOVDQU64 k512<>(SB), Z0
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z2, Z5, Z1
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z3, Z5, Z1
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z4, Z5, Z1
-
-	VEXTRACTI32X4 $1, Z1, X2
-	VEXTRACTI32X4 $2, Z1, X3
-	VEXTRACTI32X4 $3, Z1, X4
-	VZEROUPPER
-
-	// Fold the four 128-bit lanes into X1 (as hash/crc32's ieeeCLMUL).
-	MOVOU     k128<>(SB), X0
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X2, X1
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X3, X1
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X4, X1
-
-	// 128 -> 64 bits, then Barrett reduction to 32.
-	PCMPEQB   X3, X3
-	PCLMULQDQ $1, X1, X0
-	PSRLDQ    $8, X1
-	PXOR      X0, X1
-	MOVOA     X1, X2
-	MOVQ      k64<>(SB), X0
-	PSRLQ     $32, X3
-	PSRLDQ    $4, X2
-	PAND      X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR      X2, X1
-	MOVOU     kpoly<>(SB), X0
-	MOVOA     X1, X2
-	PAND      X3, X1
-	PCLMULQDQ $0x10, X0, X1
-	PAND      X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR      X2, X1
-	PEXTRD    $1, X1, SI // cV
+hreduce:
+	REDUCE
+	PEXTRD $1, X1, SI // cV
 
 	// x^(8L-33) mod P into X7, by Peter Cawley's xnmodp ("Faster
 	// CRC32-C on x86"): the exponent is halved (less 16, as each
@@ -319,5 +316,5 @@ join:
 	XORL  R13, SI
 	SHIFT(SI)
 	XORL  BX, SI
-	MOVL  SI, ret+40(FP)
+	MOVL  SI, ret+24(FP)
 	RET

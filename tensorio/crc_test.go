@@ -20,7 +20,8 @@ func TestCRC(t *testing.T) {
 		buf[i] = byte(r.Uint32())
 	}
 	dst := make([]byte, len(buf)+64)
-	lengths := []int{0, 1, 255, 256, hybridMin - 1, hybridMin, hybridMin + 1, 3 * hybridBlock, 3*hybridBlock + 1, 4096 + 100, 1 << 16, 1 << 20, 1<<20 - 1, ntMin - 1, ntMin + 1000}
+	lengths := []int{0, 1, 255, 256, foldMin - 1, foldMin, foldMin + 1, foldMin + 255, foldMin + 256, hybridMin - 1, hybridMin, hybridMin + 1,
+		4 * hybridBlock, 4*hybridBlock + 1, 4096 + 100, 1 << 16, 1 << 20, 1<<20 - 1, ntMin - 1, ntMin + 1000}
 	for _, n := range lengths {
 		for _, off := range []int{0, 1, 7, 8, 31, 63} {
 			src := buf[off : off+n]
@@ -125,7 +126,7 @@ func x64DivP(p uint64) uint64 {
 }
 
 func BenchmarkCRC(b *testing.B) {
-	for _, n := range []int{64 << 10, 1 << 20, 4 << 20} {
+	for _, n := range []int{64 << 10, 512 << 10, 1 << 20, 4 << 20} {
 		src := make([]byte, n)
 		for i := range src {
 			src[i] = byte(i * 7)

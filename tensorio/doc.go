@@ -20,7 +20,7 @@
 // checksum covers the encoded bytes. Checksums are CRC-32C (Castagnoli,
 // [Checksum]); on amd64 with AVX-512 they fold 256-byte blocks with
 // carry-less multiplications while CRC32 instructions take three more
-// streams of the input (about 76 GB/s on one core here, three times
+// streams of the input (63-80 GB/s on one core here, about three times
 // hash/crc32), elsewhere hash/crc32 computes them.
 //
 // [AppendFrame] and [DecodeFrame] work on byte slices; [Writer] and

@@ -1155,6 +1155,9 @@ func (c *Coordinator) replan(ctx context.Context) error {
 		wg.Go(func() { live[i] = c.cfg.System.Ping(ctx, n.ActorAddr, time.Second) == nil })
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err // the pings were cut short: they say nothing of the nodes
+	}
 	var nodes []NodeInfo
 	for i, n := range cands {
 		if live[i] {

@@ -23,7 +23,9 @@ import (
 //     in a row, and at least a cool-down after the last change that
 //     doubles with every change (hysteresis: a speed flickering around a
 //     threshold, or noisy measurements, do not make plans flip back and
-//     forth).
+//     forth). The predicted gain counts only as far as the last re-plan's
+//     prediction held (realism): if it saved half the step time it
+//     predicted, the next must predict twice MinGain.
 //
 // Moving sends each layer's state (parameters and optimizer state) straight
 // from its old owner to its new one, over the data plane between nodes and
@@ -40,6 +42,30 @@ const (
 	speedSmoothing    = 0.2  // weight of the newest measurement
 	speedCap          = 1.25 // measured speed over the start-up GEMM speed, at most
 	replanWindow      = 20   // steps whose median step time a re-plan reports before and after it
+	realismFloor      = 0.25 // a missed prediction discounts the next ones' gains at most this far
+)
+
+// realism is the fraction of its predicted gain that the last measured
+// re-plan made by the measured speeds saved, within [realismFloor, 1]: 1
+// before any such re-plan has been measured, or if it saved what it
+// predicted or more.
+func realism(replans []Replan) float64 {
+	for i := len(replans) - 1; i >= 0; i-- {
+		r := replans[i]
+		if r.Trigger != TriggerSpeeds || r.Gain <= 0 || r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
+			continue
+		}
+		saved := 1 - r.MeasuredAfterMS/r.MeasuredBeforeMS
+		return min(1, max(realismFloor, saved/r.Gain))
+	}
+	return 1
+}
+
+// What made a re-plan (Replan.Trigger).
+const (
+	TriggerSpeeds    = "speeds"    // the measured speeds
+	TriggerLeaving   = "leaving"   // a node of the plan is leaving
+	TriggerRequested = "requested" // a user asked for another partitioner
 )
 
 // replanCheck follows the steps after a re-plan until its measured step
@@ -65,8 +91,9 @@ func (c *Coordinator) followReplan(steps []float64) {
 
 // Replan is one change of a running job's plan.
 type Replan struct {
-	Step   int    `json:"step"`
-	Reason string `json:"reason"`
+	Step    int    `json:"step"`
+	Reason  string `json:"reason"`
+	Trigger string `json:"trigger"` // TriggerSpeeds, TriggerLeaving or TriggerRequested
 	// Gain is the predicted fraction of step time saved; BeforeMS and
 	// AfterMS the predicted step times at the measured speeds.
 	Gain     float64 `json:"gain"`
@@ -174,6 +201,7 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 	c.requested = ""
 	c.mu.Lock()
 	cooldown := rebalanceCooldown << min(len(c.status.Replans), 6)
+	held := realism(c.status.Replans)
 	c.mu.Unlock()
 	if leaving == "" && requested == "" && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
 		return nil
@@ -207,24 +235,28 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 	}
 	switch {
 	case leaving != "":
-		r.Reason = fmt.Sprintf("node %s is leaving", leaving)
+		r.Trigger, r.Reason = TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
 	case requested != "":
-		r.Reason = "requested: " + requested
+		r.Trigger, r.Reason = TriggerRequested, "requested: "+requested
 	default:
 		if err != nil {
 			return nil
 		}
-		saved := cur.StepTime - res.Report.StepTime
-		c.log.Debug("rebalancing: evaluated", "step", g, "plan", res.Spec, "gain", r.Gain, "before_ms", r.BeforeMS,
-			"after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", c.streak)
-		if res.Spec == c.text || r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
+		saved := held * (cur.StepTime - res.Report.StepTime)
+		c.log.Debug("rebalancing: evaluated", "step", g, "plan", res.Spec, "gain", r.Gain, "realism", held,
+			"before_ms", r.BeforeMS, "after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", c.streak)
+		if res.Spec == c.text || held*r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
 			c.streak = 0
 			return nil
 		}
 		if c.streak++; c.streak < rebalanceStreak {
 			return nil
 		}
+		r.Trigger = TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
+		if held < 1 {
+			r.Reason += fmt.Sprintf(", counted as %.0f%% of that gain (the last re-plan's share)", 100*held)
+		}
 	}
 	c.streak = 0
 	c.log.Info("re-planning", "step", g, "reason", r.Reason, "plan", res.Spec, "gain", r.Gain)

@@ -154,6 +154,24 @@ func cutFiles(t *testing.T, dir, id string) []int64 {
 	return steps
 }
 
+// writingCut reports whether the store under dir is writing a file: a
+// cut it receives (".recv.ckpt.tmp-*" at its root) or one of job id's.
+func writingCut(t *testing.T, dir, id string) bool {
+	t.Helper()
+	for _, d := range []string{filepath.Join(dir, "checkpoints"), filepath.Join(dir, "checkpoints", id)} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // corruptCut flips bytes in the middle of a cut file.
 func corruptCut(t *testing.T, dir, id string, step int64) {
 	t.Helper()
@@ -239,6 +257,17 @@ func TestCorruptNewestCut(t *testing.T) {
 			want := localSHA(t, spec)
 			cl := startClient(t, trainArgs(c.Node("a").HTTP, tc.replicas))
 			job := waitDurableCut(t, c.Node("a"), cl, tc.cut)
+			// Freeze a, so that no cut starts after the corruption, and
+			// let b finish writing a cut whose bytes it already has (one a
+			// froze halfway stays unfinished, and is dropped once a dies).
+			// The successor cannot take over before a is killed: a frozen
+			// node holds the check of its failure for 2 s.
+			if err := c.Pause(c.Node("a")); err != nil {
+				t.Fatal(err)
+			}
+			_ = Poll("b's cut writes to end", time.Second, 10*time.Millisecond, func() (bool, error) {
+				return !writingCut(t, dirs["b"], job.ID), nil
+			})
 			steps := cutFiles(t, dirs["b"], job.ID)
 			if len(steps) == 0 {
 				t.Fatalf("no cut file on b although the cut at step %d is durable", job.LatestCut)
@@ -248,9 +277,8 @@ func TestCorruptNewestCut(t *testing.T) {
 			c.Kill(c.Node("a"))
 			killed := time.Now()
 			corrupted := []int64{newest}
-			// A cut that reached b between the corruption and the kill is
-			// newer: damage it too (the successor needs most of a second
-			// to see the failure).
+			// A cut that reached b after all is newer: damage it too (the
+			// successor needs most of a second to see the failure).
 			for _, s := range cutFiles(t, dirs["b"], job.ID) {
 				if s > newest {
 					corruptCut(t, dirs["b"], job.ID, s)

@@ -274,7 +274,12 @@ func TestEntropyBounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			line += fmt.Sprintf(", %v %.2fx", c, float64(4*len(v))/float64(len(frame)))
+			ratio := float64(4*len(v)) / float64(len(frame))
+			line += fmt.Sprintf(", %v %.2fx", c, ratio)
+			if c == tensorio.CodecSparse && ratio > float64(32*len(v))/bits {
+				// It spends a bit per element and 32 per non-zero value.
+				t.Errorf("%s: sparse %.3fx beats the order-0 bound", x.Name, ratio)
+			}
 		}
 		t.Log(line)
 	}
@@ -312,4 +317,19 @@ func order0Bits(v []float32) (zeros, bits float64) {
 		bits += float64(nz) * h(planes[i][:], nz)
 	}
 	return zeros, bits
+}
+
+func TestOrder0Bits(t *testing.T) {
+	// Half zeros and one non-zero value: a bit per element for the flag,
+	// nothing for the values.
+	if z, bits := order0Bits([]float32{0, 1, 0, 1}); z != 0.5 || bits != 4 {
+		t.Errorf("order0Bits(0, 1, 0, 1) = %v, %v; want 0.5, 4", z, bits)
+	}
+	// No zeros, and the low byte taking 4 values equally often: 2 bits
+	// each, the other planes constant.
+	v := []float32{math.Float32frombits(0x3f800000), math.Float32frombits(0x3f800001),
+		math.Float32frombits(0x3f800002), math.Float32frombits(0x3f800003)}
+	if z, bits := order0Bits(v); z != 0 || bits != 8 {
+		t.Errorf("order0Bits(%v) = %v, %v; want 0, 8", v, z, bits)
+	}
 }

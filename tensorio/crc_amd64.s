@@ -94,41 +94,37 @@ GLOBL kpoly<>(SB), RODATA, $16
 	XORL      reg, reg; \
 	CRC32Q    R8, reg
 
+// FOLD512 folds Z1 into z, 512 bits further on (constants in Z0), leaving
+// the sum in Z1; FOLD128 does the same for X1 and x, 128 bits apart.
+#define FOLD512(z) \
+	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
+	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
+	VPTERNLOGD $0x96, z, Z5, Z1
+
+#define FOLD128(x) \
+	MOVOA     X1, X5; \
+	PCLMULQDQ $0, X0, X1; \
+	PCLMULQDQ $0x11, X0, X5; \
+	PXOR      X5, X1; \
+	PXOR      x, X1
+
 // REDUCE reduces the accumulators Z1-Z4 to the CRC, left in bits 32-63 of
 // X1: Z1 is folded into Z2, Z3 and Z4 (512 bits apart), the four 128-bit
 // lanes of the remainder into X1 (as hash/crc32's ieeeCLMUL), 128 bits to
 // 64, and a Barrett reduction to 32. Clobbers X0-X5.
 #define REDUCE \
 	VMOVDQU64 k512<>(SB), Z0; \
-	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
-	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
-	VPTERNLOGD $0x96, Z2, Z5, Z1; \
-	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
-	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
-	VPTERNLOGD $0x96, Z3, Z5, Z1; \
-	VPCLMULQDQ $0x11, Z0, Z1, Z5; \
-	VPCLMULQDQ $0x00, Z0, Z1, Z1; \
-	VPTERNLOGD $0x96, Z4, Z5, Z1; \
+	FOLD512(Z2); \
+	FOLD512(Z3); \
+	FOLD512(Z4); \
 	VEXTRACTI32X4 $1, Z1, X2; \
 	VEXTRACTI32X4 $2, Z1, X3; \
 	VEXTRACTI32X4 $3, Z1, X4; \
 	VZEROUPPER; \
 	MOVOU     k128<>(SB), X0; \
-	MOVOA     X1, X5; \
-	PCLMULQDQ $0, X0, X1; \
-	PCLMULQDQ $0x11, X0, X5; \
-	PXOR      X5, X1; \
-	PXOR      X2, X1; \
-	MOVOA     X1, X5; \
-	PCLMULQDQ $0, X0, X1; \
-	PCLMULQDQ $0x11, X0, X5; \
-	PXOR      X5, X1; \
-	PXOR      X3, X1; \
-	MOVOA     X1, X5; \
-	PCLMULQDQ $0, X0, X1; \
-	PCLMULQDQ $0x11, X0, X5; \
-	PXOR      X5, X1; \
-	PXOR      X4, X1; \
+	FOLD128(X2); \
+	FOLD128(X3); \
+	FOLD128(X4); \
 	PCMPEQB   X3, X3; \
 	PCLMULQDQ $1, X1, X0; \
 	PSRLDQ    $8, X1; \

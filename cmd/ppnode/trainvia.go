@@ -181,9 +181,16 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 			r := st.Replans[seenReplans]
 			bar.note(fmt.Sprintf("re-planned at step %d: %s; plan %s (moved %d bytes in %.0f ms)", r.Step, r.Reason, r.Plan, r.MovedBytes, r.MovedMS))
 		}
-		// And, once known, what they did to the step time.
-		for ; seenMeasured < len(st.Replans) && st.Replans[seenMeasured].MeasuredAfterMS > 0; seenMeasured++ {
+		// And, once known, what they did to the step time. A re-plan
+		// followed by another before it was measured never will be.
+		for ; seenMeasured < len(st.Replans); seenMeasured++ {
 			r := st.Replans[seenMeasured]
+			if r.MeasuredAfterMS == 0 {
+				if seenMeasured == len(st.Replans)-1 {
+					break // may still be measured
+				}
+				continue
+			}
 			bar.note(fmt.Sprintf("re-plan at step %d: median step %.1f ms before, %.1f ms after (predicted %.1f -> %.1f ms)",
 				r.Step, r.MeasuredBeforeMS, r.MeasuredAfterMS, r.BeforeMS, r.AfterMS))
 		}

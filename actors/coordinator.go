@@ -15,6 +15,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,7 @@ type NodeInfo struct {
 // CoordinatorConfig configures a [Coordinator].
 type CoordinatorConfig struct {
 	System    *System
-	DataPlane DataPlane
+	DataPlane dataplane.DataPlane
 	// Nodes are the nodes the job may use.
 	Nodes []NodeInfo
 	// GFLOPS is this node's GEMM speed between the throttles of a CPU
@@ -117,8 +118,8 @@ type Coordinator struct {
 	feeds     []int // stages that read the graph input
 	lossStage int
 	pids      []*actor.PID
-	links     map[int]Link // to each stage
-	stages    []*nn.Stage  // the coordinator's view of each stage (for gathering)
+	links     map[int]dataplane.Link // to each stage
+	stages    []*nn.Stage            // the coordinator's view of each stage (for gathering)
 
 	mu     sync.Mutex
 	status JobStatus
@@ -440,7 +441,7 @@ func (c *Coordinator) start() error {
 func (c *Coordinator) startStages(sources [][]StateSource) ([][]*LinkAddr, error) {
 	S := len(c.plan.Stages)
 	c.pids = make([]*actor.PID, S)
-	c.links = map[int]Link{}
+	c.links = map[int]dataplane.Link{}
 	listen := make([][]*LinkAddr, S)
 	migrate := make([][]*LinkAddr, S)
 	err := c.forEachStage(func(k int) error {
@@ -487,8 +488,8 @@ func (c *Coordinator) startStages(sources [][]StateSource) ([][]*LinkAddr, error
 		for _, la := range listen[k] {
 			from := int(la.GetFrom())
 			if from == balance.Coordinator {
-				h := Hello{JobID: c.spec.ID, Generation: c.gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
-				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), h, Options{IOTimeout: c.cfg.StepTimeout})
+				h := dataplane.Hello{JobID: c.spec.ID, Generation: c.gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
+				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), h, dataplane.Options{IOTimeout: c.cfg.StepTimeout})
 				if err != nil {
 					return nil, fmt.Errorf("coordinator link to stage %d: %w", k, err)
 				}
@@ -805,11 +806,11 @@ func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *pro
 		c.xs[m], c.ys[m] = j.Loader.Micro(epoch, step, m, c.xs[m], c.ys[m])
 		c.labels[m] = labelTensor(c.ys[m], c.labels[m])
 		for _, k := range c.feeds {
-			if err := c.links[k].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: input}, c.xs[m]); err != nil {
+			if err := c.links[k].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: input}, c.xs[m]); err != nil {
 				return 0, nil, fmt.Errorf("step %d: feeding stage %d: %w", g, k, err)
 			}
 		}
-		if err := c.links[c.lossStage].Send(Tag{Kind: KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
+		if err := c.links[c.lossStage].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
 			return 0, nil, fmt.Errorf("step %d: labels to stage %d: %w", g, c.lossStage, err)
 		}
 	}
@@ -980,12 +981,12 @@ func (c *Coordinator) evaluate(g int, acc progressAcc) (float64, error) {
 // gather reads every stage's state (with withOpt, optimizer state too)
 // into the coordinator's model and c.copt.
 func (c *Coordinator) gather(withOpt bool) error {
-	return c.moveState("gathering", withOpt, &GatherWeights{Header: c.header(), Optimizer: withOpt}, func(lk Link, i int, t *nn.Tensor) error {
+	return c.moveState("gathering", withOpt, &GatherWeights{Header: c.header(), Optimizer: withOpt}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
 		tag, got, err := lk.Recv(t)
 		if err != nil {
 			return err
 		}
-		if tag.Kind != KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
+		if tag.Kind != dataplane.KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
 			return fmt.Errorf("got %v %d of shape %v, want state tensor %d of shape %v", tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
 		}
 		return nil
@@ -1009,7 +1010,7 @@ func explain(err error, reply <-chan error) error {
 // over lk; if the stage fails or refuses, lk is closed so that the other
 // end of the transfer does not wait for data that will not come. The
 // channel yields the failure, or nil.
-func abortOnFailure(f *actor.Future, lk Link) <-chan error {
+func abortOnFailure(f *actor.Future, lk dataplane.Link) <-chan error {
 	ch := make(chan error, 1)
 	go func() {
 		r, err := f.Result()
@@ -1044,8 +1045,8 @@ func (c *Coordinator) restoreAll() error {
 	if c.cut.steps == 0 {
 		return nil // every stage starts from the seed's initial state
 	}
-	return c.moveState("restoring", true, &RestoreStage{Header: c.header(), Steps: int64(c.cut.steps)}, func(lk Link, i int, t *nn.Tensor) error {
-		return lk.Send(Tag{Kind: KindWeights, Tensor: uint32(i)}, t)
+	return c.moveState("restoring", true, &RestoreStage{Header: c.header(), Steps: int64(c.cut.steps)}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+		return lk.Send(dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t)
 	})
 }
 
@@ -1053,7 +1054,7 @@ func (c *Coordinator) restoreAll() error {
 // one call of move per tensor, while the stage serves the request msg; a
 // stage that fails or refuses closes the transfer (see
 // abortOnFailure).
-func (c *Coordinator) moveState(what string, withOpt bool, msg proto.Message, move func(lk Link, i int, t *nn.Tensor) error) error {
+func (c *Coordinator) moveState(what string, withOpt bool, msg proto.Message, move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
 	state := c.stateLists(withOpt)
 	return c.forEachStage(func(k int) error {
 		reply := abortOnFailure(c.cfg.System.Actor.Root.RequestFuture(c.pids[k], msg, c.cfg.Timeout), c.links[k])
@@ -1187,7 +1188,7 @@ func (c *Coordinator) abandon() {
 
 // dropStages tells stages to stop and closes the coordinator's links to
 // them, without waiting.
-func (c *Coordinator) dropStages(pids []*actor.PID, links map[int]Link) {
+func (c *Coordinator) dropStages(pids []*actor.PID, links map[int]dataplane.Link) {
 	for _, lk := range links {
 		lk.Close()
 	}

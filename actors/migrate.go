@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
-	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -100,9 +100,7 @@ func (e *stageEngine) layerState(layers []string) ([]*nn.Tensor, error) {
 // data.
 func dataBytes(t *nn.Tensor) int64 { return 4 * int64(t.Shape().TotalSize()) }
 
-func wireBytes(t *nn.Tensor) int64 {
-	return tagLen + int64(tensorio.FrameHeaderLen(len(t.Shape()))) + dataBytes(t)
-}
+func wireBytes(t *nn.Tensor) int64 { return dataplane.RawWireBytes(t.Shape()) }
 
 // moveTimeout is a move's deadline from its message (default 2 min).
 func moveTimeout(ms int64) time.Time {
@@ -314,7 +312,7 @@ func (a *stageActor) sendState(msg *SendState, quit <-chan struct{}) ([]*Transfe
 func (a *stageActor) sendRemote(tr *StateTransfer, gen uint64, ts []*nn.Tensor, st *TransferStats, quit <-chan struct{}, deadline time.Time) error {
 	spec := a.eng.spec
 	from, to := int(tr.GetFrom()), int(tr.GetTo())
-	h := Hello{JobID: spec.Job.ID, Generation: gen, Link: migrateLinkID(from, to), From: stageWire(from), To: stageWire(to)}
+	h := dataplane.Hello{JobID: spec.Job.ID, Generation: gen, Link: migrateLinkID(from, to), From: stageWire(from), To: stageWire(to)}
 	lk, err := a.host.DataPlane.Dial(tr.GetAddr(), h, a.linkOptions(spec))
 	if err != nil {
 		return err
@@ -323,7 +321,7 @@ func (a *stageActor) sendRemote(tr *StateTransfer, gen uint64, ts []*nn.Tensor, 
 	stop, abortErr := closeOnAbort(lk, quit, deadline)
 	defer stop()
 	for i, t := range ts {
-		if err := lk.Send(Tag{Kind: KindWeights, Tensor: uint32(i)}, t); err != nil {
+		if err := lk.Send(dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t); err != nil {
 			return abortErr(err)
 		}
 		st.Bytes += dataBytes(t)
@@ -425,7 +423,7 @@ func (a *stageActor) receiveState(msg *ReceiveState, accepts <-chan acceptResult
 
 // recvState reads ts, in order, from lk and closes it: the sender's
 // receipt.
-func recvState(lk Link, ts []*nn.Tensor, st *TransferStats, quit <-chan struct{}, deadline time.Time) error {
+func recvState(lk dataplane.Link, ts []*nn.Tensor, st *TransferStats, quit <-chan struct{}, deadline time.Time) error {
 	defer lk.Close()
 	stop, abortErr := closeOnAbort(lk, quit, deadline)
 	defer stop()
@@ -435,7 +433,7 @@ func recvState(lk Link, ts []*nn.Tensor, st *TransferStats, quit <-chan struct{}
 		if err != nil {
 			return abortErr(err)
 		}
-		if tag.Kind != KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), shape) {
+		if tag.Kind != dataplane.KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), shape) {
 			return fmt.Errorf("got %v %d of shape %v, want state tensor %d of shape %v", tag.Kind, tag.Tensor, got.Shape(), i, shape)
 		}
 		st.Bytes += dataBytes(t)

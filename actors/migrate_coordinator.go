@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 )
 
 // MovedLink is one transfer of a plan change: the state of some layers
@@ -180,8 +181,8 @@ func (c *Coordinator) migrate(ctx context.Context, g int, mv *stateMove, res *ba
 		fs = append(fs, c.cfg.System.Actor.Root.RequestFuture(pid, msg, timeout))
 		who = append(who, fmt.Sprintf("old stage %d on %s", k, oldPlan.Stages[k].Node))
 	}
-	var links []Link
-	for _, m := range []map[int]Link{oldLinks, c.links} {
+	var links []dataplane.Link
+	for _, m := range []map[int]dataplane.Link{oldLinks, c.links} {
 		for _, lk := range m {
 			links = append(links, lk)
 		}
@@ -240,7 +241,7 @@ func (c *Coordinator) migrate(ctx context.Context, g int, mv *stateMove, res *ba
 // It fails at the first error, when a node of either plan is reported
 // dead, or when a coordinator link to a stage of either plan breaks (its
 // stage or node is gone).
-func (c *Coordinator) awaitMove(ctx context.Context, fs []*actor.Future, who []string, links []Link) ([]*StateMoved, error) {
+func (c *Coordinator) awaitMove(ctx context.Context, fs []*actor.Future, who []string, links []dataplane.Link) ([]*StateMoved, error) {
 	type result struct {
 		i   int
 		r   any
@@ -300,7 +301,7 @@ func (c *Coordinator) awaitMove(ctx context.Context, fs []*actor.Future, who []s
 // stopStages stops stages and waits (bounded) until each has, then closes
 // the coordinator's links to them (a stage whose coordinator link closes
 // stops by itself, and would not answer).
-func (c *Coordinator) stopStages(pids []*actor.PID, links map[int]Link) {
+func (c *Coordinator) stopStages(pids []*actor.PID, links map[int]dataplane.Link) {
 	var wg sync.WaitGroup
 	for _, pid := range pids {
 		if pid == nil {

@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/ppnode/ppnode/dataplane"
 )
 
 // TestMeasurePlanChange measures a real plan change of mlp32 at width
-// 1024 on 3 nodes over TCP (issue 7, acceptance 3): node c is slowed 4x,
+// 1024 on 3 nodes over dataplane.TCP (issue 7, acceptance 3): node c is slowed 4x,
 // a few steps measure the speeds, and the balancer's plan at those speeds
 // (B) differs from the plan made at equal speeds (A). The job then moves
 // A -> B -> A -> ... at successive step boundaries, in pairs (A -> B,
@@ -34,7 +36,7 @@ func TestMeasurePlanChange(t *testing.T) {
 		rounds = n
 	}
 	const warm = 4
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	tc.hosts[2].SetSlowdown(4)
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Width, spec.Batch, spec.MicroBatches = "measure-move", 1024, 48, 4

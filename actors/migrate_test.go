@@ -12,15 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
-	"github.com/ppnode/ppnode/tensorio"
 )
 
-// meteredTCP is the TCP data plane behind a byte-counting proxy: each
+// meteredTCP is the dataplane.TCP data plane behind a byte-counting proxy: each
 // listener gets a proxy in front of it, so every byte of every link is
 // counted as it crosses a socket, per link id and direction.
 type meteredTCP struct {
-	TCP
+	dataplane.TCP
 	mu      sync.Mutex
 	fwd     map[uint32]int64 // link id -> bytes from the dialer to the listener
 	back    map[uint32]int64 // and back
@@ -33,7 +33,7 @@ func newMeteredTCP() *meteredTCP {
 }
 
 type proxyListener struct {
-	Listener
+	dataplane.Listener
 	px net.Listener
 }
 
@@ -43,7 +43,7 @@ func (p *proxyListener) Close() error {
 	return p.Listener.Close()
 }
 
-func (m *meteredTCP) Listen(want Hello, o Options) (Listener, error) {
+func (m *meteredTCP) Listen(want dataplane.Hello, o dataplane.Options) (dataplane.Listener, error) {
 	ln, err := m.TCP.Listen(want, o)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func (c countWriter) Write(p []byte) (int, error) {
 }
 
 // proxy forwards client to the listener at addr, counting; a side that
-// ends its stream has the end passed on (half close), as TCP would.
+// ends its stream has the end passed on (half close), as dataplane.TCP would.
 func (m *meteredTCP) proxy(client net.Conn, addr string, link uint32) {
 	defer m.pending.Done()
 	defer client.Close()
@@ -166,7 +166,7 @@ func stateOf(t *testing.T, g *nn.Graph, from, to string) (bytes int64, layers in
 					k = 3
 				}
 				bytes += 4 * k * int64(p.Value.Shape().TotalSize())
-				framing += k * (tagLen + int64(tensorio.FrameHeaderLen(len(p.Value.Shape()))))
+				framing += k * (dataplane.RawWireBytes(p.Value.Shape()) - 4*int64(p.Value.Shape().TotalSize()))
 			}
 			if len(n.Layer.Params()) > 0 {
 				layers++
@@ -253,17 +253,16 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	dp.settle(t)
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
-	hello, err := encodeHello(Hello{JobID: spec.ID, Generation: 2, Link: migrateLinkID(1, 2), From: 1, To: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The dialer's hello: magic 4, version 1, id length 1, id, generation
+	// 8, link, from and to 4 each, CRC 4.
+	helloLen := int64(4 + 1 + 1 + len(spec.ID) + 8 + 3*4 + 4)
 	if remote[0].WireBytes != moved+framing {
 		t.Errorf("the sender counted %d bytes written, want %d of data and %d of tags and frame headers", remote[0].WireBytes, moved, framing)
 	}
-	wantWire := int64(len(hello)) + moved + framing
+	wantWire := helloLen + moved + framing
 	if got := dp.fwd[migrateLinkID(1, 2)]; got != wantWire || dp.back[migrateLinkID(1, 2)] != 2 {
-		t.Errorf("sockets carried %d bytes (%d back) on the move's link; want %d: handshake %d + data %d + tags and frame headers %d (2 back)",
-			got, dp.back[migrateLinkID(1, 2)], wantWire, len(hello), moved, framing)
+		t.Errorf("sockets carried %d bytes (%d back) on the move's link; want %d: hello %d + data %d + tags and frame headers %d (2 back)",
+			got, dp.back[migrateLinkID(1, 2)], wantWire, helloLen, moved, framing)
 	}
 	for link, n := range dp.conns {
 		if link&(1<<31) != 0 && link != migrateLinkID(1, 2) {
@@ -277,7 +276,7 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 // GPipe and 1F1B on mlp32 and a graph schedule on uno, with periodic cuts
 // in between.
 func TestMovesAreBitIdentical(t *testing.T) {
-	tc := newTestCluster(t, 4, &Inmem{})
+	tc := newTestCluster(t, 4, &dataplane.Inmem{})
 	cases := []struct {
 		model, schedule, start string
 		nodes                  int
@@ -326,9 +325,9 @@ func TestMovesAreBitIdentical(t *testing.T) {
 }
 
 // failingPlane breaks every link that moves state after its first tensor.
-type failingPlane struct{ DataPlane }
+type failingPlane struct{ dataplane.DataPlane }
 
-func (p failingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
+func (p failingPlane) Dial(addr string, h dataplane.Hello, o dataplane.Options) (dataplane.Link, error) {
 	lk, err := p.DataPlane.Dial(addr, h, o)
 	if err != nil || h.Link&(1<<31) == 0 {
 		return lk, err
@@ -337,11 +336,11 @@ func (p failingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
 }
 
 type breakingLink struct {
-	Link
+	dataplane.Link
 	sent int
 }
 
-func (l *breakingLink) Send(tag Tag, t *nn.Tensor) error {
+func (l *breakingLink) Send(tag dataplane.Tag, t *nn.Tensor) error {
 	if l.sent++; l.sent > 1 {
 		l.Link.Close()
 		return errors.New("link cut by the test")
@@ -351,9 +350,9 @@ func (l *breakingLink) Send(tag Tag, t *nn.Tensor) error {
 
 // stallingPlane's links that move state never finish their first send
 // (until closed).
-type stallingPlane struct{ DataPlane }
+type stallingPlane struct{ dataplane.DataPlane }
 
-func (p stallingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
+func (p stallingPlane) Dial(addr string, h dataplane.Hello, o dataplane.Options) (dataplane.Link, error) {
 	lk, err := p.DataPlane.Dial(addr, h, o)
 	if err != nil || h.Link&(1<<31) == 0 {
 		return lk, err
@@ -361,9 +360,9 @@ func (p stallingPlane) Dial(addr string, h Hello, o Options) (Link, error) {
 	return stallingLink{lk}, nil
 }
 
-type stallingLink struct{ Link }
+type stallingLink struct{ dataplane.Link }
 
-func (l stallingLink) Send(Tag, *nn.Tensor) error {
+func (l stallingLink) Send(dataplane.Tag, *nn.Tensor) error {
 	<-l.Done()
 	return l.Err()
 }
@@ -374,15 +373,15 @@ func (l stallingLink) Send(Tag, *nn.Tensor) error {
 func TestFailedMoveRecovers(t *testing.T) {
 	cases := []struct {
 		name   string
-		dp     func() DataPlane
+		dp     func() dataplane.DataPlane
 		kill   bool
 		cause  string
 		config func(*CoordinatorConfig)
 	}{
-		{"node-dies/inmem", func() DataPlane { return &Inmem{} }, true, "", nil},
-		{"node-dies/tcp", func() DataPlane { return &TCP{} }, true, "", nil},
-		{"link-breaks", func() DataPlane { return failingPlane{&Inmem{}} }, false, "moving state", nil},
-		{"times-out", func() DataPlane { return stallingPlane{&TCP{}} }, false, "timed out",
+		{"node-dies/inmem", func() dataplane.DataPlane { return &dataplane.Inmem{} }, true, "", nil},
+		{"node-dies/tcp", func() dataplane.DataPlane { return &dataplane.TCP{} }, true, "", nil},
+		{"link-breaks", func() dataplane.DataPlane { return failingPlane{&dataplane.Inmem{}} }, false, "moving state", nil},
+		{"times-out", func() dataplane.DataPlane { return stallingPlane{&dataplane.TCP{}} }, false, "timed out",
 			func(c *CoordinatorConfig) { c.Timeout = 4 * time.Second }},
 	}
 	for _, cs := range cases {
@@ -439,7 +438,7 @@ func TestFailedMoveRecovers(t *testing.T) {
 // Moving through a cut (the path a move replaced) still works and moves
 // the whole state twice; kept for comparison.
 func TestMoveThroughCut(t *testing.T) {
-	tc := newTestCluster(t, 3, &Inmem{})
+	tc := newTestCluster(t, 3, &dataplane.Inmem{})
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Steps = "move-cut", 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "gpipe"
@@ -460,7 +459,7 @@ func TestStageRefusesBadSources(t *testing.T) {
 	if err := spec.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	tc := newTestCluster(t, 1, &Inmem{})
+	tc := newTestCluster(t, 1, &dataplane.Inmem{})
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+
+	"github.com/ppnode/ppnode/dataplane"
 )
 
 // BenchmarkPipelineStep trains mlp32 (width 1024, batch 128, M=8) across
-// two in-process nodes of one thread each over TCP links, against the
+// two in-process nodes of one thread each over dataplane.TCP links, against the
 // single-process trainer with one thread; b.N steps each.
 func BenchmarkPipelineStep(b *testing.B) {
 	spec := DefaultSpec()
@@ -26,7 +28,7 @@ func BenchmarkPipelineStep(b *testing.B) {
 		}
 	})
 	b.Run("pipeline2", func(b *testing.B) {
-		tc := newTestCluster(b, 2, &TCP{})
+		tc := newTestCluster(b, 2, &dataplane.TCP{})
 		spec := spec
 		spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "balanced", "1f1b"
 		c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1, Logger: slog.New(slog.DiscardHandler)})

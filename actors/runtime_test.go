@@ -14,6 +14,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -23,10 +24,10 @@ type testCluster struct {
 	hosts   []*StageHost
 	systems []*System
 	nodes   []NodeInfo
-	dp      DataPlane
+	dp      dataplane.DataPlane
 }
 
-func newTestCluster(t testing.TB, n int, dp DataPlane) *testCluster {
+func newTestCluster(t testing.TB, n int, dp dataplane.DataPlane) *testCluster {
 	t.Helper()
 	tc := &testCluster{dp: dp}
 	quiet := slog.New(slog.DiscardHandler)
@@ -98,7 +99,7 @@ func localSHA(t *testing.T, spec JobSpec) string {
 // A pipelined job across actor systems gives the weights of one process,
 // bit for bit, for every model, schedule and partition tried.
 func TestPipelinedJobIsBitIdentical(t *testing.T) {
-	tc := newTestCluster(t, 4, &Inmem{})
+	tc := newTestCluster(t, 4, &dataplane.Inmem{})
 	cases := []struct {
 		model, partition, schedule string
 		nodes                      int
@@ -133,9 +134,9 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 	}
 }
 
-// The same over real TCP links.
+// The same over real dataplane.TCP links.
 func TestPipelinedJobOverTCP(t *testing.T) {
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	spec := smallSpec("mlp32")
 	spec.Partition, spec.Schedule = "uniform", "1f1b"
 	want := localSHA(t, spec)
@@ -150,7 +151,7 @@ func TestPipelinedJobOverTCP(t *testing.T) {
 
 // A bad spec is refused before anything starts.
 func TestCoordinatorRefusesBadSpecs(t *testing.T) {
-	tc := newTestCluster(t, 2, &Inmem{})
+	tc := newTestCluster(t, 2, &dataplane.Inmem{})
 	cases := []struct {
 		mod  func(*JobSpec)
 		want string
@@ -177,7 +178,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 // latest cut on the live nodes, replays, and ends with the weights of the
 // run without the failure.
 func TestRecoveryFromANodeDeath(t *testing.T) {
-	for _, dp := range []DataPlane{&Inmem{}, &TCP{}} {
+	for _, dp := range []dataplane.DataPlane{&dataplane.Inmem{}, &dataplane.TCP{}} {
 		t.Run(fmt.Sprintf("%T", dp), func(t *testing.T) {
 			tc := newTestCluster(t, 3, dp)
 			spec := smallSpec("mlp32")
@@ -227,7 +228,7 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 // Stages whose coordinator vanishes (its links break without a StopStage)
 // stop by themselves and free what they hold.
 func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition = "orphans", "uniform"
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
@@ -268,7 +269,7 @@ func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 // A coordinator that takes a job over continues from its latest stored cut
 // and ends with the weights of the uninterrupted run.
 func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition, spec.Schedule = "takeover", "uniform", "gpipe"
 	spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
@@ -332,7 +333,7 @@ func TestRebalancesWhenANodeSlowsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 60 steps")
 	}
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Width, spec.Batch, spec.SyntheticSamples = "slow", 128, 48, 2880
 	spec.Steps, spec.CheckpointEvery = 60, 10
@@ -373,7 +374,7 @@ func TestFlickeringSpeedReplansAtMostOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 80 steps")
 	}
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Width, spec.Batch, spec.SyntheticSamples = "flicker", 128, 48, 3840
 	spec.Steps, spec.CheckpointEvery = 80, 10
@@ -399,7 +400,7 @@ func TestUsesANodeThatJoins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 50 steps")
 	}
-	tc := newTestCluster(t, 3, &TCP{})
+	tc := newTestCluster(t, 3, &dataplane.TCP{})
 	tc.hosts[0].SetSlowdown(3)
 	tc.hosts[1].SetSlowdown(3)
 	spec := smallSpec("mlp32")
@@ -493,7 +494,7 @@ func TestCutWindow(t *testing.T) {
 // pauses with a status that says so, and resumes from its latest cut once
 // enough nodes are there, with the weights of the run without failure.
 func TestPausesUntilNodesHoldTheModel(t *testing.T) {
-	tc := newTestCluster(t, 3, &Inmem{})
+	tc := newTestCluster(t, 3, &dataplane.Inmem{})
 	spec := smallSpec("mlp32")
 	spec.ID = "pause"
 	spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4

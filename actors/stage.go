@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -231,7 +232,7 @@ func (e *stageEngine) outgoing() []int {
 
 // attach starts the reader and sender goroutines of an established link;
 // broken, if set, is called (from the reader) when the link fails.
-func (e *stageEngine) attach(peerStage int, lk Link, broken func(error)) {
+func (e *stageEngine) attach(peerStage int, lk dataplane.Link, broken func(error)) {
 	e.peers[peerStage] = newPeer(peerStage, lk, e.box, broken)
 }
 
@@ -240,7 +241,7 @@ func (e *stageEngine) close() {
 	for _, p := range e.peers {
 		p.close()
 	}
-	e.box.fail(ErrClosed)
+	e.box.fail(dataplane.ErrClosed)
 }
 
 // stepResult is what a step reports.
@@ -293,7 +294,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
-			y, err := e.box.wait(boxKey{int32(balance.Coordinator), KindInput, uint32(m), labelsTensor})
+			y, err := e.box.wait(boxKey{int32(balance.Coordinator), dataplane.KindInput, uint32(m), labelsTensor})
 			res.waitNs += int64(time.Since(t0))
 			if err != nil {
 				return res, err
@@ -314,14 +315,14 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpSendAct:
 			for _, name := range in.Tensors {
-				if err := e.send(in.Peer, Tag{Kind: KindActivation, MicroBatch: uint32(m), Tensor: e.id[name]}, e.outs[m][e.outIdx[name]]); err != nil {
+				if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindActivation, MicroBatch: uint32(m), Tensor: e.id[name]}, e.outs[m][e.outIdx[name]]); err != nil {
 					return res, err
 				}
 			}
 		case balance.OpRecvGrad:
 			for _, name := range in.Tensors {
 				t0 := time.Now()
-				t, err := e.box.wait(boxKey{int32(in.Peer), KindGradient, uint32(m), e.id[name]})
+				t, err := e.box.wait(boxKey{int32(in.Peer), dataplane.KindGradient, uint32(m), e.id[name]})
 				res.waitNs += int64(time.Since(t0))
 				if err != nil {
 					return res, err
@@ -348,7 +349,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				if gr == nil { // nn computes no gradient here: zeros, as in one process
 					gr = e.zerosLike(name, e.ins[m][k])
 				}
-				if err := e.send(in.Peer, Tag{Kind: KindGradient, MicroBatch: uint32(m), Tensor: e.id[name]}, gr); err != nil {
+				if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindGradient, MicroBatch: uint32(m), Tensor: e.id[name]}, gr); err != nil {
 					return res, err
 				}
 			}
@@ -415,7 +416,7 @@ func (e *stageEngine) zerosLike(name string, like *nn.Tensor) *nn.Tensor {
 	return z
 }
 
-func (e *stageEngine) send(to int, tag Tag, t *nn.Tensor) error {
+func (e *stageEngine) send(to int, tag dataplane.Tag, t *nn.Tensor) error {
 	p := e.peers[to]
 	if p == nil {
 		return fmt.Errorf("stage %d: no link to stage %d", e.spec.Plan.ID, to)
@@ -443,7 +444,7 @@ func stateTensors(params []*nn.Param, opt nn.Optimizer, withOpt bool) []*nn.Tens
 // gather sends the stage's state to the coordinator.
 func (e *stageEngine) gather(withOpt bool) error {
 	for i, t := range stateTensors(e.params, e.opt, withOpt) {
-		if err := e.send(balance.Coordinator, Tag{Kind: KindWeights, Tensor: uint32(i)}, t); err != nil {
+		if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t); err != nil {
 			return err
 		}
 	}
@@ -454,7 +455,7 @@ func (e *stageEngine) gather(withOpt bool) error {
 // coordinator's link; the optimizer continues after steps updates.
 func (e *stageEngine) restore(steps int64) error {
 	for i, t := range stateTensors(e.params, e.opt, true) {
-		got, err := e.box.wait(boxKey{int32(balance.Coordinator), KindWeights, 0, uint32(i)})
+		got, err := e.box.wait(boxKey{int32(balance.Coordinator), dataplane.KindWeights, 0, uint32(i)})
 		if err != nil {
 			return err
 		}
@@ -467,11 +468,11 @@ func (e *stageEngine) restore(steps int64) error {
 	return nil
 }
 
-func actKind(peer int) Kind {
+func actKind(peer int) dataplane.Kind {
 	if peer == balance.Coordinator {
-		return KindInput
+		return dataplane.KindInput
 	}
-	return KindActivation
+	return dataplane.KindActivation
 }
 
 // labelsOf converts labels sent as float32 class numbers, checking them.
@@ -491,7 +492,7 @@ func labelsOf(t *nn.Tensor, dst []int32, classes int) ([]int32, error) {
 
 type boxKey struct {
 	peer   int32
-	kind   Kind
+	kind   dataplane.Kind
 	micro  uint32
 	tensor uint32
 }
@@ -570,13 +571,13 @@ func (b *inbox) wait(k boxKey) (*nn.Tensor, error) {
 // ---- Peer: one link with its reader and sender goroutines ----
 
 type sendItem struct {
-	tag Tag
+	tag dataplane.Tag
 	t   *nn.Tensor
 }
 
 type peer struct {
 	stage int
-	lk    Link
+	lk    dataplane.Link
 	q     chan sendItem
 	wg    sync.WaitGroup // pending sends
 	done  sync.WaitGroup // the two goroutines
@@ -584,18 +585,18 @@ type peer struct {
 	err   error
 }
 
-func newPeer(stage int, lk Link, box *inbox, broken func(error)) *peer {
+func newPeer(stage int, lk dataplane.Link, box *inbox, broken func(error)) *peer {
 	p := &peer{stage: stage, lk: lk, q: make(chan sendItem, 256)}
 	p.done.Add(2)
 	go func() { // reader
 		defer p.done.Done()
 		peer := int32(stage)
 		for {
-			tag, t, err := lk.RecvTo(func(tag Tag) *nn.Tensor {
+			tag, t, err := lk.RecvTo(func(tag dataplane.Tag) *nn.Tensor {
 				return box.buffer(boxKey{peer, tag.Kind, tag.MicroBatch, tag.Tensor})
 			})
 			if err != nil {
-				if !errors.Is(err, ErrClosed) {
+				if !errors.Is(err, dataplane.ErrClosed) {
 					err = fmt.Errorf("link with stage %d: %w", stage, err)
 					box.fail(err)
 					if broken != nil {
@@ -631,7 +632,7 @@ func (p *peer) error() error {
 }
 
 // send queues t; it does not wait for the transfer.
-func (p *peer) send(tag Tag, t *nn.Tensor) error {
+func (p *peer) send(tag dataplane.Tag, t *nn.Tensor) error {
 	if err := p.error(); err != nil {
 		return err
 	}

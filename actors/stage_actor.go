@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -21,7 +22,7 @@ const StageKind = "ppnode.stage"
 
 // StageHost is what a node lends the stages it hosts.
 type StageHost struct {
-	DataPlane DataPlane
+	DataPlane dataplane.DataPlane
 	// Threads is the node's compute threads (0: all CPUs), used unless a
 	// job sets its own.
 	Threads int
@@ -101,20 +102,20 @@ type stageActor struct {
 	root    *actor.RootContext
 	gate    *Gate
 	eng     *stageEngine
-	lns     []Listener
+	lns     []dataplane.Listener
 	accepts chan acceptResult
 	busy    chan struct{} // closed when the running step ends; nil when idle
 	// migLns listen for the links that bring the state of the stage's
 	// layers from the previous plan's stages (spec.Sources); migAccepts
 	// yields their links, once.
-	migLns     []Listener
+	migLns     []dataplane.Listener
 	migAccepts chan acceptResult
 	quit       chan struct{} // closed by shutdown: a running move gives up
 }
 
 type acceptResult struct {
 	from int
-	lk   Link
+	lk   dataplane.Link
 	err  error
 }
 
@@ -283,7 +284,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 		if src.Local {
 			continue
 		}
-		h := Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
+		h := dataplane.Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
 		ln, err := a.host.DataPlane.Listen(h, a.linkOptions(spec))
 		if err != nil {
 			a.closeListeners()
@@ -310,8 +311,8 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	return rep
 }
 
-func (a *stageActor) linkOptions(spec StageSpec) Options {
-	o := Options{IOTimeout: spec.IOTimeout}
+func (a *stageActor) linkOptions(spec StageSpec) dataplane.Options {
+	o := dataplane.Options{IOTimeout: spec.IOTimeout}
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 10 * time.Minute
 	}
@@ -319,8 +320,8 @@ func (a *stageActor) linkOptions(spec StageSpec) Options {
 }
 
 // stageHello is the handshake of the link from stage from to stage to.
-func stageHello(spec StageSpec, from, to int) Hello {
-	return Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: linkID(from, to), From: stageWire(from), To: stageWire(to)}
+func stageHello(spec StageSpec, from, to int) dataplane.Hello {
+	return dataplane.Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: linkID(from, to), From: stageWire(from), To: stageWire(to)}
 }
 
 // stageWire writes a stage index as the data plane's uint32
@@ -360,7 +361,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 	// Every peer dials as soon as it is told to, and gives up after a
 	// dial and a handshake (HandshakeTimeout each): waiting longer only
 	// delays a recovery over a link that does not work.
-	wait := 2*a.linkOptions(spec).withDefaults().HandshakeTimeout + 2*time.Second
+	wait := 2*a.linkOptions(spec).WithDefaults().HandshakeTimeout + 2*time.Second
 	deadline := time.After(wait)
 	for range a.lns {
 		select {
@@ -435,7 +436,7 @@ func (a *stageActor) shutdown() {
 	for _, p := range a.eng.peers {
 		p.lk.Close()
 	}
-	a.eng.box.fail(ErrClosed)
+	a.eng.box.fail(dataplane.ErrClosed)
 	if a.busy != nil {
 		<-a.busy
 	}

@@ -22,7 +22,7 @@ import (
 // A System is one node's protoactor actor system with remote (DESIGN.md,
 // "Transport: control through actors, tensors through a data plane").
 // It carries only control messages: the protobuf types of ppnode.proto,
-// each a few hundred bytes; tensors travel over the [DataPlane].
+// each a few hundred bytes; tensors travel over the [dataplane.DataPlane].
 //
 // It works around the protoactor traps measured for issue 5:
 //

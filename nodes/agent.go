@@ -23,6 +23,7 @@ import (
 	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -98,7 +99,7 @@ type Agent struct {
 	limit       float64
 	limitAt     time.Time
 	sys         *actors.System
-	dp          *actors.TCP
+	dp          *dataplane.TCP
 	host        *actors.StageHost
 	node        *cluster.Node
 	store       *tensorio.Store
@@ -244,7 +245,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 
-	a.dp = &actors.TCP{Host: dataHost}
+	a.dp = &dataplane.TCP{Host: dataHost}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
 	a.host = host
 	a.sys, err = actors.Start(actors.Config{

@@ -1,4 +1,4 @@
-package actors
+package dataplane
 
 import (
 	"net"
@@ -28,12 +28,12 @@ func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &listener{ln: ln, addr: ln.Addr().String(), want: want, o: o.withDefaults()}, nil
+	return &listener{ln: ln, addr: ln.Addr().String(), want: want, o: o.WithDefaults()}, nil
 }
 
 // Dial connects to addr (host:port) and authenticates with h.
 func (p *TCP) Dial(addr string, h Hello, o Options) (Link, error) {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	if _, err := encodeHello(h); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package actors
+package dataplane
 
 import (
 	"fmt"
@@ -35,12 +35,12 @@ func (p *Inmem) Listen(want Hello, o Options) (Listener, error) {
 	addr := fmt.Sprintf("inmem:%d", p.next)
 	pl := &pipeListener{p: p, addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
 	p.lns[addr] = pl
-	return &listener{ln: pl, addr: addr, want: want, o: o.withDefaults()}, nil
+	return &listener{ln: pl, addr: addr, want: want, o: o.WithDefaults()}, nil
 }
 
 // Dial connects to a listener of this Inmem and authenticates with h.
 func (p *Inmem) Dial(addr string, h Hello, o Options) (Link, error) {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	if _, err := encodeHello(h); err != nil {
 		return nil, err
 	}
@@ -48,15 +48,15 @@ func (p *Inmem) Dial(addr string, h Hello, o Options) (Link, error) {
 	pl := p.lns[addr]
 	p.mu.Unlock()
 	if pl == nil {
-		return nil, fmt.Errorf("actors: dial %s: connection refused (no listener)", addr)
+		return nil, fmt.Errorf("dataplane: dial %s: connection refused (no listener)", addr)
 	}
 	client, server := net.Pipe()
 	select {
 	case pl.conns <- server:
 	case <-pl.closed:
-		return nil, fmt.Errorf("actors: dial %s: connection refused (listener closed)", addr)
+		return nil, fmt.Errorf("dataplane: dial %s: connection refused (listener closed)", addr)
 	case <-time.After(o.HandshakeTimeout):
-		return nil, fmt.Errorf("actors: dial %s: timed out waiting for Accept", addr)
+		return nil, fmt.Errorf("dataplane: dial %s: timed out waiting for Accept", addr)
 	}
 	lk, err := clientHandshake(client, h, o)
 	if err != nil {

@@ -1,4 +1,4 @@
-package actors
+package dataplane
 
 import (
 	"bufio"
@@ -14,28 +14,6 @@ import (
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
-
-// The data plane moves activations and gradients between pipeline stages
-// as tensorio frames over one direct connection per stage link; the actors
-// carry only control (DESIGN.md, "Transport: control through actors,
-// tensors through a data plane").
-//
-// A link is set up in three steps:
-//
-//  1. The receiving stage calls [DataPlane.Listen] with the [Hello] it
-//     expects and sends [Listener.Addr] to the sending stage through its
-//     actor.
-//  2. The sending stage calls [DataPlane.Dial] with that address and its own
-//     Hello. The listener accepts the connection only if job id, plan
-//     generation and link id match; otherwise the dialer gets a
-//     [*RefusedError] saying why, and the listener keeps listening.
-//  3. [Listener.Accept] returns the link on the receiving side, Dial on the
-//     sending side. Both ends may Send and Recv (activations flow forward,
-//     gradients back, over the same connection).
-//
-// On the wire, after the handshake, every tensor is a 16-byte tag
-// (kind u8, 3 zero bytes, micro-batch u32, tensor id u32, CRC-32C of the
-// first 12 bytes u32; little-endian) followed by one tensorio frame.
 
 // Kind says what a tensor on a link is.
 type Kind uint8
@@ -99,7 +77,9 @@ type Options struct {
 	MaxElements int
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults a link uses in place of its zero
+// fields.
+func (o Options) WithDefaults() Options {
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 30 * time.Second
 	}
@@ -180,13 +160,13 @@ type Link interface {
 }
 
 // ErrClosed is returned by operations on a closed Link or Listener.
-var ErrClosed = errors.New("actors: data plane closed")
+var ErrClosed = errors.New("dataplane: closed")
 
 // RefusedError is the error Dial returns when the listener refused the
 // handshake.
 type RefusedError struct{ Reason string }
 
-func (e *RefusedError) Error() string { return "actors: data plane link refused: " + e.Reason }
+func (e *RefusedError) Error() string { return "dataplane: link refused: " + e.Reason }
 
 // ---- Handshake ----
 
@@ -199,7 +179,7 @@ const (
 
 func encodeHello(h Hello) ([]byte, error) {
 	if len(h.JobID) == 0 || len(h.JobID) > 255 {
-		return nil, fmt.Errorf("actors: job id of %d bytes, want 1-255", len(h.JobID))
+		return nil, fmt.Errorf("dataplane: job id of %d bytes, want 1-255", len(h.JobID))
 	}
 	b := make([]byte, 0, 30+len(h.JobID))
 	b = append(b, helloMagic...)
@@ -219,7 +199,7 @@ func readHello(r io.Reader) (Hello, error) {
 		return Hello{}, err
 	}
 	if string(pre[:4]) != helloMagic || pre[4] != helloVersion || pre[5] == 0 {
-		return Hello{}, fmt.Errorf("actors: bad handshake header %q: %w", pre[:], tensorio.ErrCorrupt)
+		return Hello{}, fmt.Errorf("dataplane: bad handshake header %q: %w", pre[:], tensorio.ErrCorrupt)
 	}
 	rest := make([]byte, int(pre[5])+24)
 	if _, err := io.ReadFull(r, rest); err != nil {
@@ -228,7 +208,7 @@ func readHello(r io.Reader) (Hello, error) {
 	all := append(pre[:], rest...)
 	n := len(all) - 4
 	if tensorio.Checksum(all[:n]) != binary.LittleEndian.Uint32(all[n:]) {
-		return Hello{}, fmt.Errorf("actors: handshake checksum mismatch: %w", tensorio.ErrCorrupt)
+		return Hello{}, fmt.Errorf("dataplane: handshake checksum mismatch: %w", tensorio.ErrCorrupt)
 	}
 	j := 6 + int(pre[5])
 	return Hello{
@@ -284,7 +264,7 @@ func readReply(r io.Reader) error {
 	case 1:
 		return &RefusedError{Reason: string(reason)}
 	}
-	return fmt.Errorf("actors: bad handshake reply %d: %w", b[0], tensorio.ErrCorrupt)
+	return fmt.Errorf("dataplane: bad handshake reply %d: %w", b[0], tensorio.ErrCorrupt)
 }
 
 // serverHandshake authenticates a freshly accepted connection.
@@ -292,11 +272,11 @@ func serverHandshake(c net.Conn, want Hello, o Options) (*link, error) {
 	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
 	got, err := readHello(c)
 	if err != nil {
-		return nil, fmt.Errorf("actors: handshake: %w", err)
+		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
 	reason := check(want, got)
 	if err := writeReply(c, reason); err != nil {
-		return nil, fmt.Errorf("actors: handshake: %w", err)
+		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
 	if reason != "" {
 		return nil, &RefusedError{Reason: reason}
@@ -313,14 +293,14 @@ func clientHandshake(c net.Conn, h Hello, o Options) (*link, error) {
 	}
 	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
 	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("actors: handshake: %w", err)
+		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
 	if err := readReply(c); err != nil {
 		var re *RefusedError
 		if errors.As(err, &re) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("actors: handshake: %w", err)
+		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
 	c.SetDeadline(time.Time{})
 	return newLink(c, h, o), nil
@@ -433,10 +413,10 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 		return err
 	}
 	if !tag.Kind.valid() {
-		return fmt.Errorf("actors: Send: invalid kind %d", tag.Kind)
+		return fmt.Errorf("dataplane: Send: invalid kind %d", tag.Kind)
 	}
 	if t == nil {
-		return errors.New("actors: Send: nil tensor")
+		return errors.New("dataplane: Send: nil tensor")
 	}
 	l.smu.Lock()
 	defer l.smu.Unlock()
@@ -449,19 +429,19 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 	// closed), which the write then reports as it is.
 	_ = l.c.SetWriteDeadline(time.Now().Add(l.o.IOTimeout))
 	if _, err := l.bw.Write(b); err != nil {
-		return l.fail(fmt.Errorf("actors: Send: %w", err))
+		return l.fail(fmt.Errorf("dataplane: Send: %w", err))
 	}
 	if err := l.w.WriteTensor(t); err != nil {
 		if l.bw.Buffered() == tagLen && !isNetErr(err) {
 			// Nothing of the frame went out: a caller error (bad
 			// tensor or codec). Drop the tag; the link stays usable.
 			l.bw.Reset(l.c)
-			return fmt.Errorf("actors: Send: %w", err)
+			return fmt.Errorf("dataplane: Send: %w", err)
 		}
-		return l.fail(fmt.Errorf("actors: Send: %w", err))
+		return l.fail(fmt.Errorf("dataplane: Send: %w", err))
 	}
 	if err := l.bw.Flush(); err != nil {
-		return l.fail(fmt.Errorf("actors: Send: %w", err))
+		return l.fail(fmt.Errorf("dataplane: Send: %w", err))
 	}
 	return nil
 }
@@ -489,11 +469,11 @@ func (l *link) RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error) {
 		if err == io.ErrUnexpectedEOF {
 			err = fmt.Errorf("stream ends in a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)
 		}
-		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: %w", err))
+		return Tag{}, nil, l.fail(fmt.Errorf("dataplane: Recv: %w", err))
 	}
 	if tensorio.Checksum(b[:12]) != binary.LittleEndian.Uint32(b[12:]) || b[1]|b[2]|b[3] != 0 ||
 		!Kind(b[0]).valid() {
-		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv: bad tensor tag %x: %w", b, tensorio.ErrCorrupt))
+		return Tag{}, nil, l.fail(fmt.Errorf("dataplane: Recv: bad tensor tag %x: %w", b, tensorio.ErrCorrupt))
 	}
 	tag := Tag{
 		Kind:       Kind(b[0]),
@@ -505,7 +485,17 @@ func (l *link) RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error) {
 		if err == io.EOF {
 			err = fmt.Errorf("stream ends after a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)
 		}
-		return Tag{}, nil, l.fail(fmt.Errorf("actors: Recv %v %d/%d: %w", tag.Kind, tag.MicroBatch, tag.Tensor, err))
+		return Tag{}, nil, l.fail(fmt.Errorf("dataplane: Recv %v %d/%d: %w", tag.Kind, tag.MicroBatch, tag.Tensor, err))
 	}
 	return tag, t, nil
+}
+
+// RawWireBytes is what a link writes for a tensor of the given shape in the
+// raw codec: tag, frame header and data.
+func RawWireBytes(shape []int) int64 {
+	n := int64(4)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return tagLen + int64(tensorio.FrameHeaderLen(len(shape))) + n
 }

@@ -2,13 +2,13 @@ package actors
 
 import (
 	"io"
-	"math/rand/v2"
 	"net"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -22,83 +22,31 @@ func cpuSeconds() float64 {
 
 const benchElems = 1 << 20 // 4 MiB of float32
 
-// measure runs send and recv, b.N times each, in two goroutines and reports
-// goodput and CPU per GB.
-func measure(b *testing.B, send, recv func() error) {
-	b.SetBytes(4 * benchElems)
-	errc := make(chan error, 1)
-	cpu0, t0 := cpuSeconds(), time.Now()
-	b.ResetTimer()
-	go func() {
-		for range b.N {
-			if err := recv(); err != nil {
-				errc <- err
-				return
-			}
-		}
-		errc <- nil
-	}()
-	for range b.N {
-		if err := send(); err != nil {
-			b.Fatal(err)
-		}
+// dataplanePair returns the two ends of a dataplane.TCP data-plane link.
+func dataplanePair(t testing.TB) (snd, rcv dataplane.Link) {
+	t.Helper()
+	h := dataplane.Hello{JobID: "bench", Generation: 1, Link: 1, From: 0, To: 1}
+	p := &dataplane.TCP{}
+	ln, err := p.Listen(h, dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := <-errc; err != nil {
-		b.Fatal(err)
+	defer ln.Close()
+	acc := make(chan dataplane.Link, 1)
+	go func() { lk, _ := ln.Accept(); acc <- lk }()
+	if snd, err = p.Dial(ln.Addr(), h, dataplane.Options{}); err != nil {
+		t.Fatal(err)
 	}
-	b.StopTimer()
-	secs, cpu := time.Since(t0).Seconds(), cpuSeconds()-cpu0
-	gb := float64(b.N) * 4 * benchElems / 1e9
-	b.ReportMetric(gb/secs, "GB/s")
-	b.ReportMetric(cpu/gb, "CPU-s/GB")
-}
-
-// BenchmarkLoopback4MiB compares, on 127.0.0.1, the data plane (raw codec,
-// tag + tensorio frame with checksum, into a reused tensor) with raw TCP
-// into a reused buffer (acceptance 3 of issue 5).
-func BenchmarkLoopback4MiB(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 1))
-	src := nn.New(benchElems)
-	for i := range nn.F32(src) {
-		nn.F32(src)[i] = float32(r.NormFloat64())
+	if rcv = <-acc; rcv == nil {
+		t.Fatal("accept failed")
 	}
-	b.Run("raw-tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		acc := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); acc <- c }()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		s := <-acc
-		defer s.Close()
-		out := make([]byte, 4*benchElems)
-		for i := range out {
-			out[i] = byte(i * 7)
-		}
-		in := make([]byte, len(out))
-		measure(b,
-			func() error { _, err := c.Write(out); return err },
-			func() error { _, err := io.ReadFull(s, in); return err })
-	})
-	b.Run("dataplane", func(b *testing.B) {
-		snd, rcv := pair(b, &TCP{}, Options{})
-		dst := nn.New(benchElems)
-		var mb uint32
-		measure(b,
-			func() error { mb++; return snd.Send(Tag{MicroBatch: mb, Kind: KindActivation}, src) },
-			func() error { _, _, err := rcv.Recv(dst); return err })
-	})
+	t.Cleanup(func() { snd.Close(); rcv.Close() })
+	return snd, rcv
 }
 
 // BenchmarkLoopback4MiBInterleaved is the side-by-side form of
 // BenchmarkLoopback4MiB, for a machine whose speed drifts: each op sends 8
-// tensors over raw TCP, then 8 over the data plane, and the two are timed
+// tensors over raw dataplane.TCP, then 8 over the data plane, and the two are timed
 // and charged CPU separately. It reports both goodputs, their ratio and
 // both CPU costs, and the same for the protoactor remote path, which
 // carries control only (DESIGN.md).
@@ -122,7 +70,7 @@ func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 	for i := range out {
 		out[i] = byte(i * 7)
 	}
-	snd, rcv := pair(b, &TCP{}, Options{})
+	snd, rcv := dataplanePair(b)
 	src, dst := nn.New(benchElems), nn.New(benchElems)
 	for i := range nn.F32(src) {
 		nn.F32(src)[i] = float32(i%1000) * 0.37
@@ -181,7 +129,7 @@ func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 		t, u := run(func() error { _, err := c.Write(out); return err },
 			func() error { _, err := io.ReadFull(s, in); return err })
 		rawS, rawC = rawS+t, rawC+u
-		t, u = run(func() error { return snd.Send(Tag{Kind: KindActivation}, src) },
+		t, u = run(func() error { return snd.Send(dataplane.Tag{Kind: dataplane.KindActivation}, src) },
 			func() error { _, _, err := rcv.Recv(dst); return err })
 		dpS, dpC = dpS+t, dpC+u
 		t, u = run(func() error { return sendSys.Send(sinkPID, payload) },

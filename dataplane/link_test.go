@@ -1,4 +1,4 @@
-package actors
+package dataplane
 
 import (
 	"encoding/binary"

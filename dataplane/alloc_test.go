@@ -1,6 +1,6 @@
 //go:build !race
 
-package actors
+package dataplane
 
 import (
 	"testing"

@@ -16,26 +16,18 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
-
-// NodeInfo is a node a job may use, as the cluster describes it.
-type NodeInfo struct {
-	Name      string  `json:"name"`
-	ActorAddr string  `json:"actor_addr"`
-	GFLOPS    float64 `json:"gflops,omitempty"`
-	Memory    int64   `json:"memory_bytes,omitempty"`
-	Threads   int     `json:"threads,omitempty"`
-}
 
 // CoordinatorConfig configures a [Coordinator].
 type CoordinatorConfig struct {
 	System    *System
 	DataPlane dataplane.DataPlane
 	// Nodes are the nodes the job may use.
-	Nodes []NodeInfo
+	Nodes []job.NodeInfo
 	// GFLOPS is this node's GEMM speed between the throttles of a CPU
 	// quota (balance.MeasureGEMMBurst), on the backend the nodes measured
 	// their GFLOPS with: the speed the layer profile measured here runs
@@ -52,7 +44,7 @@ type CoordinatorConfig struct {
 	// LiveNodes, if set, lists the nodes a recovery may re-plan over (the
 	// cluster's live members); otherwise Nodes. Either way only nodes that
 	// answer a ping are used.
-	LiveNodes func() []NodeInfo
+	LiveNodes func() []job.NodeInfo
 	// Store, if set, keeps the consistent cuts on disk; Replicate, if
 	// set, then sends each cut to another node (a copy that outlives this
 	// node).
@@ -77,8 +69,8 @@ type CoordinatorConfig struct {
 // own loop is a goroutine, Run.
 type Coordinator struct {
 	cfg  CoordinatorConfig
-	job  *Job
-	spec JobSpec
+	job  *job.Job
+	spec job.Spec
 	log  *slog.Logger
 
 	prof   *balance.ModelProfile
@@ -105,11 +97,11 @@ type Coordinator struct {
 	// only).
 	replanCheck replanCheck
 
-	known      map[string]NodeInfo // every node seen, by name
-	speed      map[string]float64  // measured node speeds (see observe)
-	planStep   int                 // the step the current plan started at
-	streak     int                 // evaluations in a row that favoured a new plan
-	persisting sync.WaitGroup      // a cut being written to the store
+	known      map[string]job.NodeInfo // every node seen, by name
+	speed      map[string]float64      // measured node speeds (see observe)
+	planStep   int                     // the step the current plan started at
+	streak     int                     // evaluations in a row that favoured a new plan
+	persisting sync.WaitGroup          // a cut being written to the store
 
 	xs     []*nn.Tensor // micro-batches and labels, reused step after step
 	ys     [][]int32
@@ -122,7 +114,7 @@ type Coordinator struct {
 	stages    []*nn.Stage            // the coordinator's view of each stage (for gathering)
 
 	mu     sync.Mutex
-	status JobStatus
+	status job.Status
 	inPlan map[string]bool // nodes of the current plan, and the previous one while moving (guarded by mu)
 	failed chan string     // nodes reported dead while in the plan
 
@@ -136,67 +128,11 @@ type Coordinator struct {
 	requested string
 }
 
-// JobStatus is a job's progress, for `ppnode status` and the train client.
-type JobStatus struct {
-	ID    string `json:"id"`
-	State string `json:"state"` // planning, starting, training, evaluating, done, failed
-	Error string `json:"error,omitempty"`
-	Model string `json:"model"`
-	Step  int    `json:"step"`
-	Total int    `json:"total"`
-	// Loss is the last step's mean training loss.
-	Loss          float64       `json:"loss"`
-	SamplesPerSec float64       `json:"samples_per_sec"`
-	Plan          string        `json:"plan,omitempty"`
-	Schedule      string        `json:"schedule,omitempty"`
-	MicroBatches  int           `json:"micro_batches,omitempty"`
-	PredictedMS   float64       `json:"predicted_step_ms,omitempty"`
-	Stages        []StageStatus `json:"stages,omitempty"`
-	Accuracy      []EpochAcc    `json:"accuracy,omitempty"`
-	Result        *JobResult    `json:"result,omitempty"`
-	Started       time.Time     `json:"started"`
-	// LatestCut is the step of the latest consistent cut; Cuts counts them.
-	LatestCut int `json:"latest_cut"`
-	Cuts      int `json:"cuts"`
-	// CheckpointEvery is the interval between cuts in steps (0: not yet
-	// chosen), CheckpointMS the pipeline's pause for the last cut,
-	// PersistMS its writing and replication in the background and
-	// CutCostMS what it measurably cost the steps around it, all of it
-	// (automatic interval only).
-	CheckpointEvery int        `json:"checkpoint_every,omitempty"`
-	CheckpointMS    float64    `json:"checkpoint_ms,omitempty"`
-	PersistMS       float64    `json:"persist_ms,omitempty"`
-	CutCostMS       float64    `json:"cut_cost_ms,omitempty"`
-	Recoveries      []Recovery `json:"recoveries,omitempty"`
-	Replans         []Replan   `json:"replans,omitempty"`
-}
-
-// StageStatus is one stage of a running job.
-type StageStatus struct {
-	ID     int    `json:"id"`
-	Node   string `json:"node"`
-	Layers string `json:"layers"`
-	Params int64  `json:"params"`
-	// Mean milliseconds per step over the last steps.
-	ForwardMS  float64 `json:"forward_ms"`
-	BackwardMS float64 `json:"backward_ms"`
-	UpdateMS   float64 `json:"update_ms"`
-	WaitMS     float64 `json:"wait_ms"`
-	// WallMS is the stage's whole step, from StepBegin to its end.
-	WallMS float64 `json:"wall_ms"`
-}
-
-// EpochAcc is the test accuracy after an epoch.
-type EpochAcc struct {
-	Epoch    int     `json:"epoch"`
-	Accuracy float64 `json:"accuracy"`
-}
-
 // NewCoordinator prepares a job: it checks the spec, loads the data,
 // builds the model, profiles it and plans it over cfg.Nodes. Nothing
 // starts on any node until Run; an error here (a bad spec, a bad
 // partition, more stages than nodes) leaves nothing behind.
-func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
+func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -215,13 +151,13 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 	if err := spec.Normalize(); err != nil {
 		return nil, err
 	}
-	job, err := spec.Prepare()
+	jb, err := spec.Prepare()
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, job: job, spec: job.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1, failed: make(chan string, 16),
-		speed: map[string]float64{}, known: map[string]NodeInfo{}}
-	c.status = JobStatus{ID: spec.ID, State: "planning", Model: spec.Model, Total: job.Total, Started: time.Now()}
+	c := &Coordinator{cfg: cfg, job: jb, spec: jb.Spec, log: cfg.Logger.With("job", spec.ID), gen: 1, failed: make(chan string, 16),
+		speed: map[string]float64{}, known: map[string]job.NodeInfo{}}
+	c.status = job.Status{ID: spec.ID, State: job.StatePlanning, Model: spec.Model, Total: jb.Total, Started: time.Now()}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
 	}
@@ -238,12 +174,12 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 		return nil, err
 	}
 	micro := (c.spec.Batch + M - 1) / M
-	if c.prof, err = balance.Profile(job.Graph, micro, be); err != nil {
+	if c.prof, err = balance.Profile(jb.Graph, micro, be); err != nil {
 		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
 	}
 	c.prof.Model = spec.Model
 	if err := c.makePlan(cfg.Nodes); errors.Is(err, balance.ErrNoFit) {
-		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+		return nil, fmt.Errorf("%w: %w", job.ErrSpec, err)
 	} else if err != nil {
 		return nil, err
 	}
@@ -251,7 +187,7 @@ func NewCoordinator(spec JobSpec, cfg CoordinatorConfig) (*Coordinator, error) {
 }
 
 // makePlan searches a plan over nodes with the job's profile.
-func (c *Coordinator) makePlan(nodes []NodeInfo) error {
+func (c *Coordinator) makePlan(nodes []job.NodeInfo) error {
 	cl := c.clusterOf(nodes)
 	res, err := c.search(cl)
 	if err != nil {
@@ -263,7 +199,7 @@ func (c *Coordinator) makePlan(nodes []NodeInfo) error {
 // clusterOf describes nodes to the planner: the fastest first, at most
 // MaxNodes, each at its measured speed if it ran a stage of this job, else
 // at its GEMM speed relative to this node's.
-func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
+func (c *Coordinator) clusterOf(nodes []job.NodeInfo) *balance.Cluster {
 	for _, n := range nodes {
 		c.known[n.Name] = n
 	}
@@ -287,7 +223,7 @@ func (c *Coordinator) clusterOf(nodes []NodeInfo) *balance.Cluster {
 // sustained one (measured at its start over whole CPU-quota periods) over
 // this node's between throttles (the speed the profile's median layer
 // timings ran at), so that quotas count. Without them it is 1.
-func (c *Coordinator) gemmSpeed(n NodeInfo) float64 {
+func (c *Coordinator) gemmSpeed(n job.NodeInfo) float64 {
 	if n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
 		return n.GFLOPS / c.cfg.GFLOPS
 	}
@@ -316,7 +252,7 @@ func (c *Coordinator) searchWith(cl *balance.Cluster, part string) (*balance.Res
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+		return nil, fmt.Errorf("%w: %w", job.ErrSpec, err)
 	}
 	for _, sp := range res.Plan.Stages {
 		if !slices.ContainsFunc(cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
@@ -346,7 +282,7 @@ func (c *Coordinator) adopt(res *balance.Result, cl *balance.Cluster) error {
 	c.inPlan = map[string]bool{}
 	for _, sp := range c.plan.Stages {
 		c.inPlan[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers)})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers)})
 	}
 	c.mu.Unlock()
 	return nil
@@ -383,7 +319,7 @@ func (c *Coordinator) Report() *balance.Report { return c.report }
 
 // Status returns a copy of the job's progress; it is safe to call at any
 // time.
-func (c *Coordinator) Status() JobStatus {
+func (c *Coordinator) Status() job.Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.status
@@ -394,38 +330,38 @@ func (c *Coordinator) Status() JobStatus {
 	return s
 }
 
-func (c *Coordinator) setState(state string) {
+func (c *Coordinator) setState(state job.State, reason string) {
 	c.mu.Lock()
-	c.status.State = state
+	c.status.State, c.status.Reason = state, reason
 	c.mu.Unlock()
 }
 
 func (c *Coordinator) header() *Header { return &Header{JobId: c.spec.ID, Generation: c.gen} }
 
 // node is what the coordinator last learnt about a node.
-func (c *Coordinator) node(name string) NodeInfo { return c.known[name] }
+func (c *Coordinator) node(name string) job.NodeInfo { return c.known[name] }
 
 // Run trains the job to its end and returns the result. Cancelling ctx
 // stops it: the stages are stopped and Run returns ctx's error.
-func (c *Coordinator) Run(ctx context.Context) (res *JobResult, err error) {
+func (c *Coordinator) Run(ctx context.Context) (res *job.Result, err error) {
 	defer func() {
 		c.teardown()
 		c.mu.Lock()
 		if err != nil {
-			c.status.State, c.status.Error = "failed", err.Error()
+			c.status.State, c.status.Reason, c.status.Error = job.StateFailed, "", err.Error()
 		} else {
-			c.status.State, c.status.Result = "done", res
+			c.status.State, c.status.Reason, c.status.Result = job.StateDone, "", res
 		}
 		c.mu.Unlock()
 	}()
-	c.setState("starting")
+	c.setState(job.StateStarting, "")
 	if err := c.start(); err != nil {
 		return nil, err
 	}
 	if err := c.restoreAll(); err != nil {
 		return nil, err
 	}
-	c.setState("training")
+	c.setState(job.StateTraining, "")
 	return c.train(ctx)
 }
 
@@ -562,7 +498,7 @@ type cut struct {
 // train runs the steps from the latest cut to the end, evaluating at the
 // end (and at epoch ends if the spec asks). A failed step starts recovery:
 // re-plan over the live nodes, restore the cut, replay.
-func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
+func (c *Coordinator) train(ctx context.Context) (*job.Result, error) {
 	j, s := c.job, c.spec
 	K, autoK := s.CheckpointEvery, s.CheckpointEvery == 0
 	setK := func(k int) {
@@ -656,12 +592,12 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 				return nil, err
 			}
 			c.mu.Lock()
-			c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: g / j.StepsPerEpoch, Accuracy: acc})
+			c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: g / j.StepsPerEpoch, Accuracy: acc})
 			c.mu.Unlock()
 		}
 	}
 	elapsed := run.Seconds()
-	c.setState("evaluating")
+	c.setState(job.StateEvaluating, "")
 	testAcc, err := c.evaluate(j.Total, acc)
 	if err != nil {
 		return nil, err
@@ -671,7 +607,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 	for _, sp := range c.plan.Stages {
 		nodes = append(nodes, sp.Node)
 	}
-	res := &JobResult{
+	res := &job.Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: acc.last,
@@ -681,7 +617,7 @@ func (c *Coordinator) train(ctx context.Context) (*JobResult, error) {
 		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: median(steps) * 1e3,
 	}
 	c.mu.Lock()
-	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: testAcc})
+	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: testAcc})
 	c.mu.Unlock()
 	return res, nil
 }
@@ -845,9 +781,9 @@ func (c *Coordinator) step(ctx context.Context, g int, steps []float64, acc *pro
 // checkpoint makes the state after step g the latest consistent cut: every
 // stage's parameters and optimizer state are gathered into the
 // coordinator's model (the pipeline is drained between steps, so the cut
-// is consistent). Recovery may use it at once, from memory. With a store
+// is consistent). job.Recovery may use it at once, from memory. With a store
 // it is then written to disk and replicated (cfg.Replicate) in the
-// background, and reported as the latest cut (JobStatus.LatestCut, Cuts)
+// background, and reported as the latest cut (job.Status.LatestCut, Cuts)
 // only once every copy is written and acknowledged; without a store, at
 // once. It returns what the cut cost the pipeline.
 func (c *Coordinator) checkpoint(g int, acc progressAcc) (time.Duration, error) {
@@ -1070,22 +1006,6 @@ func (c *Coordinator) moveState(what string, withOpt bool, msg proto.Message, mo
 	})
 }
 
-// Recovery is one recovery of a job from a failure.
-type Recovery struct {
-	Cause string `json:"cause"`
-	// Step is the step that failed; Replayed the steps run again (from
-	// the latest cut).
-	Step     int `json:"step"`
-	Replayed int `json:"replayed"`
-	// DetectMS is the time from the failed step's start to its failure
-	// being known; RestoreMS from then to the new plan's stages holding
-	// the cut's state.
-	DetectMS  float64   `json:"detect_ms"`
-	RestoreMS float64   `json:"restore_ms"`
-	Plan      string    `json:"plan"`
-	At        time.Time `json:"at"`
-}
-
 // maxRecoveries bounds the recoveries of one job.
 const maxRecoveries = 20
 
@@ -1104,7 +1024,7 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 		return fmt.Errorf("giving up after %d recoveries: %w", n, cause)
 	}
 	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.steps, "err", cause)
-	c.setState("recovering")
+	c.setState(job.StateRecovering, cause.Error())
 	for attempt := 0; ; attempt++ {
 		c.abandon()
 		c.gen++
@@ -1126,7 +1046,7 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 			break
 		}
 		c.log.Warn("recovery attempt failed", "attempt", attempt, "err", err)
-		c.setState("paused: " + err.Error())
+		c.setState(job.StatePaused, err.Error())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -1134,12 +1054,12 @@ func (c *Coordinator) recover(ctx context.Context, g int, stepStart time.Time, c
 		}
 	}
 	c.planStep, c.streak = c.cut.steps, 0
-	r := Recovery{Cause: cause.Error(), Step: g, Replayed: g - c.cut.steps, Plan: c.text, At: detected,
+	r := job.Recovery{Cause: cause.Error(), Step: g, Replayed: g - c.cut.steps, Plan: c.text, At: detected,
 		DetectMS:  float64(detected.Sub(stepStart).Microseconds()) / 1e3,
 		RestoreMS: float64(time.Since(detected).Microseconds()) / 1e3}
 	c.mu.Lock()
 	c.status.Recoveries = append(c.status.Recoveries, r)
-	c.status.State = "training"
+	c.status.State, c.status.Reason = job.StateTraining, ""
 	c.mu.Unlock()
 	return nil
 }
@@ -1159,7 +1079,7 @@ func (c *Coordinator) replan(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // the pings were cut short: they say nothing of the nodes
 	}
-	var nodes []NodeInfo
+	var nodes []job.NodeInfo
 	for i, n := range cands {
 		if live[i] {
 			nodes = append(nodes, n)
@@ -1202,15 +1122,6 @@ func (c *Coordinator) dropStages(pids []*actor.PID, links map[int]dataplane.Link
 // Graph is the job's model as the coordinator holds it: after Run, the
 // trained weights gathered from the stages.
 func (c *Coordinator) Graph() *nn.Graph { return c.job.Graph }
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 // feedTargets returns the stages of p that read the graph input and the
 // loss stage.
@@ -1327,4 +1238,17 @@ func waitAll(ctx context.Context, failed <-chan string, fs []*actor.Future, chec
 		}
 	}
 	return nil
+}
+
+func specErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", job.ErrSpec, fmt.Sprintf(format, a...))
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -9,25 +9,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 )
-
-// MovedLink is one transfer of a plan change: the state of some layers
-// from a stage of the old plan to a stage of the new one.
-type MovedLink struct {
-	FromStage int    `json:"from_stage"`
-	ToStage   int    `json:"to_stage"`
-	From      string `json:"from"` // nodes
-	To        string `json:"to"`
-	Layers    string `json:"layers"`
-	// Local: handed over within the node, no network.
-	Local   bool  `json:"local,omitempty"`
-	Tensors int64 `json:"tensors"`
-	// Bytes is the tensor data moved; WireBytes what the sender wrote to
-	// the data-plane link for it (tags and frame headers included; 0 for
-	// a local handoff).
-	Bytes     int64 `json:"bytes"`
-	WireBytes int64 `json:"wire_bytes,omitempty"`
-}
 
 // stateMove is how a plan change moves the state of the job's layers.
 type stateMove struct {
@@ -91,7 +74,7 @@ func (c *Coordinator) planMove(from, to *balance.Plan) (*stateMove, error) {
 type migration struct {
 	stateBytes, localBytes int64 // as planned (see stateMove)
 	moved, wire            int64 // tensor data sent over links, and with framing
-	links                  []MovedLink
+	links                  []job.MovedLink
 	// phases: starting the new stages, moving the state, stopping the
 	// old stages (milliseconds).
 	phases map[string]float64
@@ -216,7 +199,7 @@ func (c *Coordinator) migrate(ctx context.Context, g int, mv *stateMove, res *ba
 					layers = tr.GetLayers()
 				}
 			}
-			ml := MovedLink{FromStage: from, ToStage: to, From: oldPlan.Stages[from].Node, To: c.plan.Stages[to].Node,
+			ml := job.MovedLink{FromStage: from, ToStage: to, From: oldPlan.Stages[from].Node, To: c.plan.Stages[to].Node,
 				Local: st.GetLocal(), Tensors: st.GetTensors(), Bytes: st.GetBytes(), WireBytes: st.GetWireBytes()}
 			if len(layers) > 0 {
 				ml.Layers = layerRange(layers)

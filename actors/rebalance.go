@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Rebalancing (DESIGN.md, "Re-planning is one mechanism"): the coordinator
@@ -49,10 +50,10 @@ const (
 // re-plan made by the measured speeds saved, within [realismFloor, 1]: 1
 // before any such re-plan has been measured, or if it saved what it
 // predicted or more.
-func realism(replans []Replan) float64 {
+func realism(replans []job.Replan) float64 {
 	for i := len(replans) - 1; i >= 0; i-- {
 		r := replans[i]
-		if r.Trigger != TriggerSpeeds || r.Gain <= 0 || r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
+		if r.Trigger != job.TriggerSpeeds || r.Gain <= 0 || r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
 			continue
 		}
 		saved := 1 - r.MeasuredAfterMS/r.MeasuredBeforeMS
@@ -60,13 +61,6 @@ func realism(replans []Replan) float64 {
 	}
 	return 1
 }
-
-// What made a re-plan (Replan.Trigger).
-const (
-	TriggerSpeeds    = "speeds"    // the measured speeds
-	TriggerLeaving   = "leaving"   // a node of the plan is leaving
-	TriggerRequested = "requested" // a user asked for another partitioner
-)
 
 // replanCheck follows the steps after a re-plan until its measured step
 // time is known.
@@ -87,48 +81,6 @@ func (c *Coordinator) followReplan(steps []float64) {
 	c.status.Replans[rc.replan].MeasuredAfterMS = 1e3 * median(steps[rc.start:rc.start+replanWindow])
 	c.mu.Unlock()
 	c.replanCheck.active = false
-}
-
-// Replan is one change of a running job's plan.
-type Replan struct {
-	Step    int    `json:"step"`
-	Reason  string `json:"reason"`
-	Trigger string `json:"trigger"` // TriggerSpeeds, TriggerLeaving or TriggerRequested
-	// Gain is the predicted fraction of step time saved; BeforeMS and
-	// AfterMS the predicted step times at the measured speeds.
-	Gain     float64 `json:"gain"`
-	BeforeMS float64 `json:"before_ms"`
-	AfterMS  float64 `json:"after_ms"`
-	// MeasuredBeforeMS is the median of the last replanWindow steps
-	// before the re-plan, MeasuredAfterMS of the first replanWindow
-	// steps after it (0 until they have run, or if a recovery or another
-	// re-plan came first): whether the prediction held.
-	MeasuredBeforeMS float64 `json:"measured_before_ms,omitempty"`
-	MeasuredAfterMS  float64 `json:"measured_after_ms,omitempty"`
-	// CostMS is the predicted cost of moving, MovedMS what it took.
-	CostMS  float64            `json:"cost_ms"`
-	MovedMS float64            `json:"moved_ms"`
-	Plan    string             `json:"plan"`
-	Speeds  map[string]float64 `json:"speeds"`
-	// Method is how the state moved: "direct" (each layer's from its old
-	// owner to its new one) or "cut" (gathered into the coordinator and
-	// restored from it).
-	Method string `json:"method"`
-	// StateBytes is the state (parameters and optimizer state) of the
-	// layers that changed node: what has to cross the network. MovedBytes
-	// is the tensor data the move sent over data-plane links, counted on
-	// them as it was written (direct: per link in Links; cut: the whole
-	// state in and out of the coordinator), WireBytes the same with tags
-	// and frame headers. LocalBytes is the state handed over within a
-	// node.
-	StateBytes int64       `json:"state_bytes"`
-	MovedBytes int64       `json:"moved_bytes"`
-	WireBytes  int64       `json:"wire_bytes,omitempty"`
-	LocalBytes int64       `json:"local_bytes,omitempty"`
-	Links      []MovedLink `json:"links,omitempty"`
-	// PhasesMS splits MovedMS: direct: start (the new stages), transfer,
-	// stop (the old stages); cut: cut, start, restore.
-	PhasesMS map[string]float64 `json:"phases_ms,omitempty"`
 }
 
 // rebalances reports whether the job re-plans by itself: with a
@@ -175,7 +127,7 @@ func (c *Coordinator) observe(timings []*StageTiming) {
 }
 
 // candidates are the nodes a new plan may use, without pinging them.
-func (c *Coordinator) candidates() []NodeInfo {
+func (c *Coordinator) candidates() []job.NodeInfo {
 	if c.cfg.LiveNodes != nil {
 		return c.cfg.LiveNodes()
 	}
@@ -192,7 +144,7 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 	nodes := c.candidates()
 	leaving := ""
 	for _, sp := range c.plan.Stages {
-		if !slices.ContainsFunc(nodes, func(n NodeInfo) bool { return n.Name == sp.Node }) {
+		if !slices.ContainsFunc(nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node }) {
 			leaving = sp.Node
 			break
 		}
@@ -221,7 +173,7 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
 		return nil
 	}
-	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
+	r := job.Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
 		StateBytes: mv.stateBytes, LocalBytes: mv.localBytes}
 	for _, n := range cl.Nodes {
 		r.Speeds[n.Name] = n.Speed
@@ -235,9 +187,9 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 	}
 	switch {
 	case leaving != "":
-		r.Trigger, r.Reason = TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
+		r.Trigger, r.Reason = job.TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
 	case requested != "":
-		r.Trigger, r.Reason = TriggerRequested, "requested: "+requested
+		r.Trigger, r.Reason = job.TriggerRequested, "requested: "+requested
 	default:
 		if err != nil {
 			return nil
@@ -252,7 +204,7 @@ func (c *Coordinator) maybeRebalance(ctx context.Context, g int, acc progressAcc
 		if c.streak++; c.streak < rebalanceStreak {
 			return nil
 		}
-		r.Trigger = TriggerSpeeds
+		r.Trigger = job.TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
 		if held < 1 {
 			r.Reason += fmt.Sprintf(", counted as %.0f%% of that gain (the last re-plan's share)", 100*held)

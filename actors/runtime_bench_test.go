@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 )
 
 // BenchmarkPipelineStep trains mlp32 (width 1024, batch 128, M=8) across
 // two in-process nodes of one thread each over dataplane.TCP links, against the
 // single-process trainer with one thread; b.N steps each.
 func BenchmarkPipelineStep(b *testing.B) {
-	spec := DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.Data, spec.SyntheticSamples = "synthetic:28x28x1:10", 4096
 	spec.Width, spec.Batch, spec.MicroBatches, spec.Threads = 1024, 128, 8, 1
 	b.Run("local", func(b *testing.B) {

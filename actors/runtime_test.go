@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -23,7 +24,7 @@ import (
 type testCluster struct {
 	hosts   []*StageHost
 	systems []*System
-	nodes   []NodeInfo
+	nodes   []job.NodeInfo
 	dp      dataplane.DataPlane
 }
 
@@ -40,12 +41,12 @@ func newTestCluster(t testing.TB, n int, dp dataplane.DataPlane) *testCluster {
 		}
 		t.Cleanup(sys.Stop)
 		tc.systems = append(tc.systems, sys)
-		tc.nodes = append(tc.nodes, NodeInfo{Name: string(rune('a' + i)), ActorAddr: sys.Address()})
+		tc.nodes = append(tc.nodes, job.NodeInfo{Name: string(rune('a' + i)), ActorAddr: sys.Address()})
 	}
 	return tc
 }
 
-func (tc *testCluster) run(t testing.TB, spec JobSpec, nodes int) (*JobResult, *Coordinator) {
+func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result, *Coordinator) {
 	t.Helper()
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:nodes], Threads: 1,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -59,8 +60,8 @@ func (tc *testCluster) run(t testing.TB, spec JobSpec, nodes int) (*JobResult, *
 	return res, c
 }
 
-func smallSpec(model string) JobSpec {
-	s := DefaultSpec()
+func smallSpec(model string) job.Spec {
+	s := job.DefaultSpec()
 	s.ID = "job-" + model
 	s.Model = model
 	s.Data = "synthetic:8x8x1:4"
@@ -83,7 +84,7 @@ func smallSpec(model string) JobSpec {
 	return s
 }
 
-func localSHA(t *testing.T, spec JobSpec) string {
+func localSHA(t *testing.T, spec job.Spec) string {
 	t.Helper()
 	j, err := spec.Prepare()
 	if err != nil {
@@ -153,22 +154,22 @@ func TestPipelinedJobOverTCP(t *testing.T) {
 func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 	tc := newTestCluster(t, 2, &dataplane.Inmem{})
 	cases := []struct {
-		mod  func(*JobSpec)
+		mod  func(*job.Spec)
 		want string
 	}{
-		{func(s *JobSpec) { s.Model = "gpt5" }, "unknown model"},
-		{func(s *JobSpec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }, "fc9"},
-		{func(s *JobSpec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }, "c"},
-		{func(s *JobSpec) { s.MicroBatches = 100 }, "micro-batches"},
-		{func(s *JobSpec) { s.Width = 1e9 }, "width"},
-		{func(s *JobSpec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
-		{func(s *JobSpec) { s.SyntheticSamples = -5 }, "synthetic samples"},
+		{func(s *job.Spec) { s.Model = "gpt5" }, "unknown model"},
+		{func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }, "fc9"},
+		{func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }, "c"},
+		{func(s *job.Spec) { s.MicroBatches = 100 }, "micro-batches"},
+		{func(s *job.Spec) { s.Width = 1e9 }, "width"},
+		{func(s *job.Spec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
+		{func(s *job.Spec) { s.SyntheticSamples = -5 }, "synthetic samples"},
 	}
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
 		c.mod(&spec)
 		_, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1})
-		if err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want) {
+		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
 	}
@@ -242,7 +243,7 @@ func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 	// A watcher on each stage's node sees it terminate.
 	stopped := make([]chan struct{}, len(c.pids))
 	for k, pid := range c.pids {
-		sys := tc.systems[slices.IndexFunc(tc.nodes, func(n NodeInfo) bool { return n.ActorAddr == pid.GetAddress() })]
+		sys := tc.systems[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.ActorAddr == pid.GetAddress() })]
 		stopped[k] = make(chan struct{})
 		sys.Actor.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 			switch ctx.Message().(type) {
@@ -410,7 +411,7 @@ func TestUsesANodeThatJoins(t *testing.T) {
 	var joined atomic.Bool
 	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:2], Threads: 1,
 		Logger: slog.New(slog.DiscardHandler),
-		LiveNodes: func() []NodeInfo {
+		LiveNodes: func() []job.NodeInfo {
 			if joined.Load() {
 				return tc.nodes
 			}
@@ -514,26 +515,26 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	}
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	// A new job that no node set can hold is a bad spec for the cluster.
-	if _, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []NodeInfo{a}, Threads: 1,
-		Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
+	if _, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []job.NodeInfo{a}, Threads: 1,
+		Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, job.ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
 		t.Errorf("a job submitted to one node too small for it: %v; want ErrSpec wrapping balance.ErrNoFit", err)
 	}
 	var (
 		mu     sync.Mutex
-		live   = []NodeInfo{a, b}
+		live   = []job.NodeInfo{a, b}
 		killed bool
 		paused string // the job's state when the replacement arrives
 		co     *Coordinator
 	)
-	cfg := CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []NodeInfo{a, b}, Threads: 1,
+	cfg := CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: []job.NodeInfo{a, b}, Threads: 1,
 		Logger: slog.New(slog.DiscardHandler),
-		LiveNodes: func() []NodeInfo {
+		LiveNodes: func() []job.NodeInfo {
 			mu.Lock()
 			defer mu.Unlock()
-			if killed && len(live) == 1 && paused == "" && strings.HasPrefix(co.Status().State, "paused") {
+			if st := co.Status(); killed && len(live) == 1 && paused == "" && st.State == job.StatePaused {
 				// The recovery's first attempt found only a: c joins.
-				paused = co.Status().State
-				live = []NodeInfo{a, c}
+				paused = st.Reason
+				live = []job.NodeInfo{a, c}
 			}
 			return slices.Clone(live)
 		},
@@ -543,7 +544,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 			if step == 6 && !killed {
 				killed = true
 				tc.systems[1].Stop()
-				live = []NodeInfo{a}
+				live = []job.NodeInfo{a}
 			}
 		}}
 	co, err = NewCoordinator(spec, cfg)
@@ -559,7 +560,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	}
 	st := co.Status()
 	t.Logf("paused as %q; recoveries %+v", paused, st.Recoveries)
-	if !strings.HasPrefix(paused, "paused: waiting for nodes: ") || !strings.Contains(paused, "fits") {
+	if !strings.HasPrefix(paused, "waiting for nodes: ") || !strings.Contains(paused, "fits") {
 		t.Errorf("state while too few nodes hold the model: %q; want paused, saying what does not fit", paused)
 	}
 	if len(st.Recoveries) != 1 || !strings.Contains(st.Recoveries[0].Plan, "@c") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -21,7 +22,7 @@ import (
 // the job's recipe, the model's input shape and classes (so that a node
 // needs no data set), and its StagePlan.
 type StageSpec struct {
-	Job        JobSpec           `json:"job"`
+	Job        job.Spec          `json:"job"`
 	Generation uint64            `json:"generation"`
 	Input      []int             `json:"input"`
 	Classes    int               `json:"classes"`

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -38,8 +38,8 @@ func failoverCluster(t *testing.T) (*Cluster, map[string]string) {
 
 // failoverSpec is TestKillStageNode's job: long enough to lose its
 // coordinator after the first cut and still train on.
-func failoverSpec() actors.JobSpec {
-	spec := actors.DefaultSpec()
+func failoverSpec() job.Spec {
+	spec := job.DefaultSpec()
 	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "mlp32", 64, "synthetic:8x8x1:4", 1024
 	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 32, 4, 10, 200
 	spec.Deterministic, spec.Threads = true, 1
@@ -91,14 +91,14 @@ func startClient(t *testing.T, args []string) *trainClient {
 }
 
 // result waits for the client's exit and decodes its last line.
-func (cl *trainClient) result(t *testing.T) actors.JobResult {
+func (cl *trainClient) result(t *testing.T) job.Result {
 	t.Helper()
 	<-cl.done
 	if cl.err != nil {
 		t.Fatalf("ppnode train --via: %v\n%s", cl.err, cl.stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(cl.stdout.String()), "\n")
-	var r actors.JobResult
+	var r job.Result
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil || r.WeightsSHA256 == "" {
 		t.Fatalf("ppnode train --via: last line is not a result: %q", lines[len(lines)-1])
 	}
@@ -107,9 +107,9 @@ func (cl *trainClient) result(t *testing.T) actors.JobResult {
 
 // waitDurableCut waits until a's job has a cut at step cut or later whose
 // copies are all acknowledged, and returns the job's status then.
-func waitDurableCut(t *testing.T, a *Node, cl *trainClient, cut int) actors.JobStatus {
+func waitDurableCut(t *testing.T, a *Node, cl *trainClient, cut int) job.Status {
 	t.Helper()
-	var job actors.JobStatus
+	var job job.Status
 	err := Poll("a durable cut on a", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
 		select {
 		case <-cl.done:

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // The fault-injection scenarios of testdata/scenarios (see the package
@@ -72,7 +72,7 @@ func TestScenarioParse(t *testing.T) {
 }
 
 // localSHA is the weights fingerprint of spec trained in this process.
-func localSHA(t *testing.T, spec actors.JobSpec) string {
+func localSHA(t *testing.T, spec job.Spec) string {
 	t.Helper()
 	sha, err := FaultFreeSHA(spec)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Deadlines of the harness's waits.
@@ -830,9 +830,9 @@ type Member struct {
 
 // NodeStatus is the part of GET /v1/status the tests read.
 type NodeStatus struct {
-	Name    string             `json:"name"`
-	Members []Member           `json:"members"`
-	Jobs    []actors.JobStatus `json:"jobs"`
+	Name    string       `json:"name"`
+	Members []Member     `json:"members"`
+	Jobs    []job.Status `json:"jobs"`
 }
 
 // Status returns the node's GET /v1/status.
@@ -857,11 +857,11 @@ func (s NodeStatus) Alive() []string {
 // SubmitReply is the answer to POST /v1/jobs: 201 with the job, or an
 // error with Error set.
 type SubmitReply struct {
-	Code   int              `json:"-"`
-	ID     string           `json:"id"`
-	Plan   string           `json:"plan"`
-	Status actors.JobStatus `json:"status"`
-	Error  string           `json:"error"`
+	Code   int        `json:"-"`
+	ID     string     `json:"id"`
+	Plan   string     `json:"plan"`
+	Status job.Status `json:"status"`
+	Error  string     `json:"error"`
 }
 
 // Submit posts a job spec (any JSON value) to the node.
@@ -888,23 +888,23 @@ func (n *Node) Submit(spec any) (SubmitReply, error) {
 }
 
 // Job returns GET /v1/jobs/{id}.
-func (n *Node) Job(id string) (actors.JobStatus, error) {
-	var s actors.JobStatus
+func (n *Node) Job(id string) (job.Status, error) {
+	var s job.Status
 	err := getJSON(n.client, n.HTTP, "/v1/jobs/"+id, &s)
 	return s, err
 }
 
 // WaitJob polls the job until until returns true, or the job ends (done
 // or failed), or timeout passes.
-func (n *Node) WaitJob(id string, timeout time.Duration, until func(actors.JobStatus) bool) (actors.JobStatus, error) {
-	var st actors.JobStatus
+func (n *Node) WaitJob(id string, timeout time.Duration, until func(job.Status) bool) (job.Status, error) {
+	var st job.Status
 	err := Poll("job "+id, timeout, 50*time.Millisecond, func() (bool, error) {
 		var err error
 		st, err = n.Job(id)
 		if err != nil {
 			return false, err
 		}
-		return st.State == "done" || st.State == "failed" || (until != nil && until(st)), nil
+		return st.State.Ended() || (until != nil && until(st)), nil
 	})
 	return st, err
 }
@@ -934,14 +934,14 @@ func Run(t testing.TB, timeout time.Duration, args ...string) (string, error) {
 
 // Train runs `ppnode train --json args...` (for at most timeout, 0:
 // CommandTimeout) and decodes its last line.
-func Train(t testing.TB, timeout time.Duration, args ...string) (actors.JobResult, error) {
+func Train(t testing.TB, timeout time.Duration, args ...string) (job.Result, error) {
 	t.Helper()
 	out, err := Run(t, timeout, append([]string{"train", "--json"}, args...)...)
 	if err != nil {
-		return actors.JobResult{}, err
+		return job.Result{}, err
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	var r actors.JobResult
+	var r job.Result
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		return r, fmt.Errorf("ppnode train: last line is not a result: %q", lines[len(lines)-1])
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 func TestMain(m *testing.M) {
@@ -136,7 +136,7 @@ func waitMembers(t *testing.T, n *Node, want int) {
 func TestJoinDuringJob(t *testing.T) {
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)
-	spec := actors.DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID = "join-during"
 	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "mlp32", 64, "synthetic:8x8x1:4", 1024
 	// About 60 steps a second here: long enough for a node to join
@@ -151,7 +151,7 @@ func TestJoinDuringJob(t *testing.T) {
 	if rep.Code != 201 {
 		t.Fatalf("POST /v1/jobs: %d %s", rep.Code, rep.Error)
 	}
-	if st, err := c.Node("a").WaitJob(rep.ID, time.Minute, func(s actors.JobStatus) bool { return s.Step >= 1 }); err != nil {
+	if st, err := c.Node("a").WaitJob(rep.ID, time.Minute, func(s job.Status) bool { return s.Step >= 1 }); err != nil {
 		t.Fatal(err)
 	} else if st.State == "failed" {
 		t.Fatalf("the job failed at step %d/%d: %s", st.Step, st.Total, st.Error)
@@ -218,17 +218,17 @@ func TestLeaveWhileIdle(t *testing.T) {
 func TestBadSpecRefused(t *testing.T) {
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)
-	base := actors.DefaultSpec()
+	base := job.DefaultSpec()
 	base.Data, base.SyntheticSamples, base.Width = "synthetic:8x8x1:4", 256, 32
 	base.Batch, base.Steps, base.Threads = 32, 2, 1
 	cases := []struct {
 		name  string
-		edit  func(*actors.JobSpec)
+		edit  func(*job.Spec)
 		words []string // the message names the problem
 	}{
-		{"unknown model", func(s *actors.JobSpec) { s.Model = "gpt5" }, []string{"gpt5"}},
-		{"missing layer", func(s *actors.JobSpec) { s.Partition = "fc1-fc15@a; fc17-fc32@b" }, []string{"fc16"}},
-		{"more stages than nodes", func(s *actors.JobSpec) { s.Partition = "fc1-fc10; fc11-fc20; fc21-fc32" }, []string{"node"}},
+		{"unknown model", func(s *job.Spec) { s.Model = "gpt5" }, []string{"gpt5"}},
+		{"missing layer", func(s *job.Spec) { s.Partition = "fc1-fc15@a; fc17-fc32@b" }, []string{"fc16"}},
+		{"more stages than nodes", func(s *job.Spec) { s.Partition = "fc1-fc10; fc11-fc20; fc21-fc32" }, []string{"node"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Rebalancing on real processes (issue 7): CPU quotas change under a
@@ -34,7 +34,7 @@ func setQuota(t *testing.T, n *Node, quota float64) {
 type stepClock struct {
 	mu    sync.Mutex
 	at    map[int]time.Time
-	last  actors.JobStatus
+	last  job.Status
 	ended chan struct{}
 	err   error
 }
@@ -62,9 +62,9 @@ func watchSteps(n *Node, id string) *stepClock {
 }
 
 // waitStep waits until the job has done step (or ended).
-func (sc *stepClock) waitStep(t *testing.T, step int) actors.JobStatus {
+func (sc *stepClock) waitStep(t *testing.T, step int) job.Status {
 	t.Helper()
-	var st actors.JobStatus
+	var st job.Status
 	err := Poll(fmt.Sprintf("step %d", step), 3*time.Minute, 10*time.Millisecond, func() (bool, error) {
 		select {
 		case <-sc.ended:
@@ -83,7 +83,7 @@ func (sc *stepClock) waitStep(t *testing.T, step int) actors.JobStatus {
 }
 
 // wait waits for the job to end and returns its last status.
-func (sc *stepClock) wait(t *testing.T) actors.JobStatus {
+func (sc *stepClock) wait(t *testing.T) job.Status {
 	t.Helper()
 	<-sc.ended
 	if sc.err != nil {
@@ -118,7 +118,7 @@ func (sc *stepClock) rate(a, b int) float64 {
 }
 
 // stageNodes lists the node of each stage of the job's current plan.
-func stageNodes(st actors.JobStatus) []string {
+func stageNodes(st job.Status) []string {
 	var nodes []string
 	for _, s := range st.Stages {
 		nodes = append(nodes, s.Node)
@@ -128,8 +128,8 @@ func stageNodes(st actors.JobStatus) []string {
 
 // rebalanceSpec is a job whose stages are busy enough for CPU quotas to
 // bind (mlp32 width 384: 1.8 GFLOP per step).
-func rebalanceSpec(id string, steps int) actors.JobSpec {
-	spec := actors.DefaultSpec()
+func rebalanceSpec(id string, steps int) job.Spec {
+	spec := job.DefaultSpec()
 	spec.ID = id
 	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "mlp32", 384, "synthetic:8x8x1:4", 4096
 	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 64, 4, 100, steps
@@ -140,7 +140,7 @@ func rebalanceSpec(id string, steps int) actors.JobSpec {
 
 // startRebalanceJob starts one node per quota (a share of one CPU, one
 // thread each), submits spec to the first and follows its steps.
-func startRebalanceJob(t *testing.T, spec actors.JobSpec, quotas ...float64) (*Cluster, *stepClock) {
+func startRebalanceJob(t *testing.T, spec job.Spec, quotas ...float64) (*Cluster, *stepClock) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: a job of tens of steps on CPU quotas")
@@ -171,7 +171,7 @@ func TestQuotaCutReplans(t *testing.T) {
 	cut := before.Step
 	st := sc.wait(t)
 	t.Logf("quota of b cut at step %d; plan before %s; re-plans:", cut, before.Plan)
-	var first *actors.Replan
+	var first *job.Replan
 	for i, r := range st.Replans {
 		t.Logf("  step %d: %s (gain %.2f, %.0f -> %.0f ms, moved in %.0f ms): %s, speeds %v", r.Step, r.Reason, r.Gain, r.BeforeMS, r.AfterMS, r.MovedMS, r.Plan, r.Speeds)
 		if first == nil && r.Step > cut {

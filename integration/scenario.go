@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Scenarios (see the package doc, "Scenarios") are fault-injection tests
@@ -134,7 +134,7 @@ type scenario struct {
 	name    string
 	c       *Cluster
 	threads int
-	spec    actors.JobSpec
+	spec    job.Spec
 	via     *Node     // the node the job was submitted to (its coordinator)
 	w       *jobWatch // nil before train
 	faults  []fault
@@ -323,7 +323,7 @@ func (s *scenario) train(st stmt, w []string) error {
 	if err != nil {
 		return err
 	}
-	spec := actors.DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID = strings.ReplaceAll(s.name, "_", "-")
 	spec.Model, spec.Epochs, spec.Deterministic, spec.Threads = w[0], 10, true, s.threads
 	ints := map[string]*int{"samples": &spec.SyntheticSamples, "batch": &spec.Batch, "micro": &spec.MicroBatches,
@@ -381,11 +381,11 @@ func (s *scenario) atStep(n int) error {
 	if err != nil {
 		return err
 	}
-	return w.wait(fmt.Sprintf("step %d", n), scenarioStepWait, func(st actors.JobStatus) (bool, error) {
+	return w.wait(fmt.Sprintf("step %d", n), scenarioStepWait, func(st job.Status) (bool, error) {
 		switch {
-		case st.State == "done" || st.State == "failed":
+		case st.State.Ended():
 			return false, fmt.Errorf("the job is %s at step %d/%d, before step %d: make it longer", st.State, st.Step, st.Total, n)
-		case st.State == "training" && st.Step >= n:
+		case st.State == job.StateTraining && st.Step >= n:
 			return true, nil
 		}
 		return false, nil
@@ -478,11 +478,11 @@ func (s *scenario) wait(w []string) error {
 		if err != nil {
 			return err
 		}
-		return jw.wait(fmt.Sprintf("recovery %d and a step after it", n), d, func(st actors.JobStatus) (bool, error) {
+		return jw.wait(fmt.Sprintf("recovery %d and a step after it", n), d, func(st job.Status) (bool, error) {
 			if len(st.Recoveries) >= n && jw.stepsAfter() >= n {
 				return true, nil
 			}
-			if st.State == "done" || st.State == "failed" {
+			if st.State.Ended() {
 				return false, fmt.Errorf("the job is %s (%s) with %d recoveries", st.State, st.Error, len(st.Recoveries))
 			}
 			return false, nil
@@ -499,11 +499,11 @@ func (s *scenario) wait(w []string) error {
 		if err != nil {
 			return err
 		}
-		return jw.wait("state "+args[0], d, func(st actors.JobStatus) (bool, error) {
-			if strings.HasPrefix(st.State, args[0]) {
+		return jw.wait("state "+args[0], d, func(st job.Status) (bool, error) {
+			if string(st.State) == args[0] {
 				return true, nil
 			}
-			if st.State == "done" || st.State == "failed" {
+			if st.State.Ended() {
 				return false, fmt.Errorf("the job is %s (%s)", st.State, st.Error)
 			}
 			return false, nil
@@ -577,15 +577,15 @@ func (s *scenario) expect(w []string) error {
 		}
 		checks = append(checks, c)
 	}
-	err = jw.wait("the job's end", d, func(st actors.JobStatus) (bool, error) {
-		return st.State == "done" || st.State == "failed", nil
+	err = jw.wait("the job's end", d, func(st job.Status) (bool, error) {
+		return st.State.Ended(), nil
 	})
 	if err != nil {
 		return err
 	}
 	st := jw.status()
 	s.t.Logf("job %s: %s at step %d/%d; plan %s; recoveries %+v; re-plans %+v", st.ID, st.State, st.Step, st.Total, st.Plan, st.Recoveries, st.Replans)
-	if st.State != w[0] {
+	if string(st.State) != w[0] {
 		return fmt.Errorf("the job is %s (%s), want %s", st.State, st.Error, w[0])
 	}
 	var errs []error
@@ -599,7 +599,7 @@ func (s *scenario) expect(w []string) error {
 
 var cmpOps = []string{"<=", ">=", "=", "<", ">", "~"}
 
-func (s *scenario) check(st actors.JobStatus, c string) error {
+func (s *scenario) check(st job.Status, c string) error {
 	var key, op, val string
 	for i := range c {
 		for _, o := range cmpOps {
@@ -701,7 +701,7 @@ func (s *scenario) check(st actors.JobStatus, c string) error {
 type measurement struct {
 	fault       fault
 	faultToStep time.Duration // 0: no recovery followed
-	recovery    actors.Recovery
+	recovery    job.Recovery
 }
 
 func (s *scenario) measure() []measurement {
@@ -746,7 +746,7 @@ type jobWatch struct {
 	id string
 
 	mu       sync.Mutex // guards the fields below
-	st       actors.JobStatus
+	st       job.Status
 	seen     bool
 	err      error       // reading the status failed for too long
 	after    []time.Time // by recovery: when a step completed after it was first seen
@@ -772,7 +772,7 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 		tick := time.NewTicker(watchInterval)
 		defer tick.Stop()
 		var failingSince time.Time
-		var lastState string
+		var lastState job.State
 		for {
 			st, err := n.Job(id)
 			now := time.Now()
@@ -796,7 +796,7 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 			case now.Sub(failingSince) > watchErrorGrace:
 				w.err = fmt.Errorf("reading job %s on node %s: %w (for %v)", id, n.opts.Name, err, watchErrorGrace)
 			}
-			end := w.err != nil || st.State == "done" || st.State == "failed"
+			end := w.err != nil || st.State.Ended()
 			close(w.changed)
 			w.changed = make(chan struct{})
 			w.mu.Unlock()
@@ -813,7 +813,7 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 	return w
 }
 
-func (w *jobWatch) status() actors.JobStatus {
+func (w *jobWatch) status() job.Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.st
@@ -833,7 +833,7 @@ func (w *jobWatch) stepsAfter() int {
 
 // wait waits until cond holds for the latest status, cond fails, or
 // timeout passes.
-func (w *jobWatch) wait(what string, timeout time.Duration, cond func(actors.JobStatus) (bool, error)) error {
+func (w *jobWatch) wait(what string, timeout time.Duration, cond func(job.Status) (bool, error)) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -851,7 +851,7 @@ func (w *jobWatch) wait(what string, timeout time.Duration, cond func(actors.Job
 			if ok {
 				return nil
 			}
-			if st.State == "done" || st.State == "failed" {
+			if st.State.Ended() {
 				return fmt.Errorf("%s: the job ended (%s at step %d) without it", what, st.State, st.Step)
 			}
 		}
@@ -870,7 +870,7 @@ var faultFree struct {
 
 // FaultFreeSHA is the weights_sha256 of spec trained in this process
 // (`ppnode train --local`), remembered per spec for the test binary.
-func FaultFreeSHA(spec actors.JobSpec) (string, error) {
+func FaultFreeSHA(spec job.Spec) (string, error) {
 	spec.ID = ""
 	key, err := json.Marshal(spec)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -113,7 +114,7 @@ type Agent struct {
 	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
 
 	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records, httpOf and the jobs' rec
-	jobs    map[string]*job
+	jobs    map[string]*coordinated
 	order   []string // job ids in submission order
 	seq     int
 	closed  bool
@@ -134,8 +135,8 @@ type Agent struct {
 	stopErr  error
 }
 
-// job is a job this node coordinates.
-type job struct {
+// coordinated is a job this node coordinates.
+type coordinated struct {
 	c      *actors.Coordinator
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned
@@ -208,7 +209,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 
-	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*job{}, changed: make(chan struct{}),
+	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
 		records: map[string]*JobRecord{}, httpOf: map[string]string{}, cutRuns: map[string]string{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	self := a // a is nil once an error is returned
@@ -391,13 +392,13 @@ func (a *Agent) Members() []cluster.Member { return a.node.Members() }
 
 // nodeInfos are the members a new job may use: alive, not leaving, with
 // valid metadata and an actor address.
-func (a *Agent) nodeInfos() []actors.NodeInfo {
-	var out []actors.NodeInfo
+func (a *Agent) nodeInfos() []job.NodeInfo {
+	var out []job.NodeInfo
 	for _, m := range a.node.Members() {
 		if m.State != cluster.StateAlive || m.Leaving || m.MetaErr != nil || m.Meta.ActorAddr == "" {
 			continue
 		}
-		out = append(out, actors.NodeInfo{
+		out = append(out, job.NodeInfo{
 			Name: m.Name, ActorAddr: m.Meta.ActorAddr, GFLOPS: m.Meta.Profile.GEMMGFLOPS,
 			Memory: int64(min(m.Meta.Profile.MemoryBytes, 1<<62)), Threads: m.Meta.Profile.Threads,
 		})
@@ -416,13 +417,13 @@ var (
 
 // Submit plans spec over the live members and starts it in the
 // background; this node coordinates it. An empty spec.ID gets a unique
-// one. A bad spec (wrapping actors.ErrSpec) starts nothing. The job's
+// one. A bad spec (wrapping job.ErrSpec) starts nothing. The job's
 // record goes to the nodes that will hold its copies before Submit
 // returns (a holder that does not answer is logged, and sent the record
 // again with the next cut). The submission is a new run of the id, with a
 // new [JobRecord].Run: cuts of the id left in the local store by an
 // earlier run are removed first.
-func (a *Agent) Submit(spec actors.JobSpec) (*actors.Coordinator, error) {
+func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -510,7 +511,7 @@ func (a *Agent) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Tak
 		return ErrClosed
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
-	j := &job{c: c, cancel: cancel, done: make(chan struct{}), rec: prev.clone(), takeover: takeover}
+	j := &coordinated{c: c, cancel: cancel, done: make(chan struct{}), rec: prev.clone(), takeover: takeover}
 	a.jobs[id] = j
 	a.order = append(a.order, id)
 	a.mu.Unlock()
@@ -548,10 +549,10 @@ func checkID(id string) error {
 }
 
 // runningJobs are the jobs this node coordinates whose coordinator exists.
-func (a *Agent) runningJobs() []*job {
+func (a *Agent) runningJobs() []*coordinated {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []*job
+	var out []*coordinated
 	for _, j := range a.jobs {
 		if j != nil {
 			out = append(out, j)
@@ -563,7 +564,7 @@ func (a *Agent) runningJobs() []*job {
 // JobStatus is a job as the node that coordinates it reports it: the
 // coordinator's progress, and where the job's copies are.
 type JobStatus struct {
-	actors.JobStatus
+	job.Status
 	// Coordinator is this node; Holders are the nodes that keep the job's
 	// record and a copy of its cuts.
 	Coordinator string   `json:"coordinator"`
@@ -578,8 +579,8 @@ type JobStatus struct {
 }
 
 // status returns j's status; a.mu must be held.
-func (a *Agent) status(j *job) JobStatus {
-	st := JobStatus{JobStatus: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.Spec.Replicas,
+func (a *Agent) status(j *coordinated) JobStatus {
+	st := JobStatus{Status: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.Spec.Replicas,
 		MovedTo: j.movedTo}
 	if j.takeover != nil {
 		t := *j.takeover

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/job"
 )
 
 var logLevel = flag.String("nodes.log", "", "write the agents' logs to stderr at this slog level; default: none")
@@ -96,8 +96,8 @@ func names(ms []cluster.Member) []string {
 	return out
 }
 
-func smallSpec() actors.JobSpec {
-	s := actors.DefaultSpec()
+func smallSpec() job.Spec {
+	s := job.DefaultSpec()
 	s.Data = "synthetic:8x8x1:4"
 	s.SyntheticSamples = 96
 	s.Width = 16
@@ -107,7 +107,7 @@ func smallSpec() actors.JobSpec {
 	return s
 }
 
-func localSHA(t *testing.T, spec actors.JobSpec) string {
+func localSHA(t *testing.T, spec job.Spec) string {
 	t.Helper()
 	j, err := spec.Prepare()
 	if err != nil {
@@ -168,7 +168,7 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 	if _, err := as[1].Wait(ctx, sub.ID); err != nil {
 		t.Fatal(err)
 	}
-	var st actors.JobStatus
+	var st job.Status
 	if code := call(t, "GET", api+"/v1/jobs/"+sub.ID, nil, &st); code != http.StatusOK {
 		t.Fatalf("GET job: %d", code)
 	}
@@ -220,7 +220,7 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 func TestBadSpecIsRefused(t *testing.T) {
 	as := startCluster(t, 2)
 	api := "http://" + as[0].HTTPAddr()
-	spec := func(mod func(*actors.JobSpec)) []byte {
+	spec := func(mod func(*job.Spec)) []byte {
 		s := smallSpec()
 		mod(&s)
 		b, _ := json.Marshal(s)
@@ -232,11 +232,11 @@ func TestBadSpecIsRefused(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown model", spec(func(s *actors.JobSpec) { s.Model = "gpt5" }), 400, "unknown model"},
-		{"partition misses a layer", spec(func(s *actors.JobSpec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }), 400, "fc9"},
-		{"more stages than nodes", spec(func(s *actors.JobSpec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }), 400, "c"},
-		{"micro-batches", spec(func(s *actors.JobSpec) { s.MicroBatches = 100 }), 400, "micro-batches"},
-		{"bad id", spec(func(s *actors.JobSpec) { s.ID = "../x" }), 400, "bad job id"},
+		{"unknown model", spec(func(s *job.Spec) { s.Model = "gpt5" }), 400, "unknown model"},
+		{"partition misses a layer", spec(func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }), 400, "fc9"},
+		{"more stages than nodes", spec(func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }), 400, "c"},
+		{"micro-batches", spec(func(s *job.Spec) { s.MicroBatches = 100 }), 400, "micro-batches"},
+		{"bad id", spec(func(s *job.Spec) { s.ID = "../x" }), 400, "bad job id"},
 		{"unknown field", []byte(`{"model":"mlp32","layers":3}`), 400, "unknown field"},
 		{"not JSON", []byte(`{"model":`), 400, "bad job spec"},
 		{"two values", []byte(`{} {}`), 400, "more than one"},
@@ -249,7 +249,7 @@ func TestBadSpecIsRefused(t *testing.T) {
 			t.Errorf("%s: %d %q; want %d mentioning %q", c.name, code, e.Error, c.code, c.want)
 		}
 	}
-	var jobs []actors.JobStatus
+	var jobs []job.Status
 	if code := call(t, "GET", api+"/v1/jobs", nil, &jobs); code != http.StatusOK || len(jobs) != 0 {
 		t.Fatalf("jobs after refusals: %d %+v", code, jobs)
 	}

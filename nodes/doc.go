@@ -34,8 +34,8 @@
 //
 // All bodies are JSON. Errors are {"error": "..."} with a 4xx or 5xx code.
 //
-//	POST   /v1/jobs       body: actors.JobSpec (fields left out take
-//	                      actors.DefaultSpec's values; an empty id gets a
+//	POST   /v1/jobs       body: job.Spec (fields left out take
+//	                      job.DefaultSpec's values; an empty id gets a
 //	                      unique one). The job is planned over the live
 //	                      members before the answer: 201 {"id", "plan",
 //	                      "status"}; 400 for a bad spec, bad partition or
@@ -43,7 +43,7 @@
 //	                      409 for an id in use. Training then runs in this
 //	                      node and survives the client.
 //	GET    /v1/jobs       [JobStatus] of the jobs this node coordinates
-//	GET    /v1/jobs/{id}  JobStatus (actors.JobStatus with the coordinator,
+//	GET    /v1/jobs/{id}  JobStatus (job.Status with the coordinator,
 //	                      holders and takeover); 404 if this node does not
 //	                      coordinate it
 //	DELETE /v1/jobs/{id}  cancels the job (it stops at its next step; its

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -142,7 +143,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 // coordinators if they are alive again (which makes them stop theirs: see
 // acceptRecord). It returns the holders that did not acknowledge it.
 // Calls for one job must not overlap.
-func (a *Agent) sendRecord(j *job, rec JobRecord, timeout time.Duration) (failed []string) {
+func (a *Agent) sendRecord(j *coordinated, rec JobRecord, timeout time.Duration) (failed []string) {
 	a.mu.Lock()
 	prev := j.rec.Holders
 	if !j.superseded {
@@ -197,7 +198,7 @@ func (a *Agent) sendRecord(j *job, rec JobRecord, timeout time.Duration) (failed
 // finish tells the holders how job j ended, unless this node is shutting
 // down (the job did not end: a holder takes it over) or another node took
 // the job over.
-func (a *Agent) finish(j *job, res *actors.JobResult, runErr error) {
+func (a *Agent) finish(j *coordinated, res *job.Result, runErr error) {
 	a.mu.Lock()
 	superseded := j.superseded
 	rec := j.rec.clone()
@@ -470,7 +471,7 @@ func (a *Agent) takeOver(rec JobRecord) {
 		if len(next.Error) > maxErrorBytes {
 			next.Error = next.Error[:maxErrorBytes]
 		}
-		a.sendRecord(&job{rec: rec}, next, recordTimeout)
+		a.sendRecord(&coordinated{rec: rec}, next, recordTimeout)
 		return
 	}
 	tk.PrepareMS = float64(time.Since(t0).Microseconds()) / 1e3

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -49,7 +49,7 @@ func TestJobRecordValidation(t *testing.T) {
 		want string // "" : valid
 	}{
 		{"valid", func(r *JobRecord) {}, ""},
-		{"done with a result", func(r *JobRecord) { r.State, r.Result = RecordDone, &actors.JobResult{WeightsSHA256: "x"} }, ""},
+		{"done with a result", func(r *JobRecord) { r.State, r.Result = RecordDone, &job.Result{WeightsSHA256: "x"} }, ""},
 		{"no holders", func(r *JobRecord) { r.Holders = nil }, ""},
 		{"bad id", func(r *JobRecord) { r.ID, r.Spec.ID = "../x", "../x" }, "bad job id"},
 		{"empty id", func(r *JobRecord) { r.ID, r.Spec.ID = "", "" }, "bad job id"},
@@ -68,7 +68,7 @@ func TestJobRecordValidation(t *testing.T) {
 		{"generation 0", func(r *JobRecord) { r.Generation = 0 }, "generation 0"},
 		{"unknown state", func(r *JobRecord) { r.State = "paused" }, `state "paused"`},
 		{"done without result", func(r *JobRecord) { r.State = RecordDone }, "without a result"},
-		{"running with result", func(r *JobRecord) { r.Result = &actors.JobResult{} }, "with a result"},
+		{"running with result", func(r *JobRecord) { r.Result = &job.Result{} }, "with a result"},
 		{"long error", func(r *JobRecord) { r.State, r.Error = RecordFailed, strings.Repeat("e", 5000) }, "error message"},
 		{"bad takeover", func(r *JobRecord) { r.Takeovers = []Takeover{{From: "a", To: "", Step: 20}} }, "takeover to"},
 		{"negative takeover step", func(r *JobRecord) { r.Takeovers = []Takeover{{From: "a", To: "b", Step: -1}} }, "step -1"},
@@ -298,7 +298,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 }
 
 // takeoverSpec is a job long enough to be killed in the middle.
-func takeoverSpec(id string) actors.JobSpec {
+func takeoverSpec(id string) job.Spec {
 	s := smallSpec()
 	s.ID = id
 	s.Epochs, s.Steps, s.CheckpointEvery = 100, 300, 10

@@ -11,7 +11,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -20,9 +20,9 @@ const MaxBodyBytes = 1 << 20
 
 // SubmitReply is the answer to POST /v1/jobs.
 type SubmitReply struct {
-	ID     string           `json:"id"`
-	Plan   string           `json:"plan"`
-	Status actors.JobStatus `json:"status"`
+	ID     string     `json:"id"`
+	Plan   string     `json:"plan"`
+	Status job.Status `json:"status"`
 }
 
 // ErrorReply is the body of every error answer.
@@ -36,7 +36,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		js := a.Jobs()
 		for i := range js {
-			finite(&js[i].JobStatus)
+			finite(&js[i].Status)
 		}
 		writeJSON(w, http.StatusOK, js)
 	})
@@ -46,7 +46,7 @@ func (a *Agent) handler() http.Handler {
 			writeError(w, http.StatusNotFound, err)
 			return
 		}
-		finite(&st.JobStatus)
+		finite(&st.Status)
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -56,13 +56,13 @@ func (a *Agent) handler() http.Handler {
 			return
 		}
 		st, _ := a.Job(id)
-		finite(&st.JobStatus)
+		finite(&st.Status)
 		writeJSON(w, http.StatusAccepted, st)
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
 		for i := range st.Jobs {
-			finite(&st.Jobs[i].JobStatus)
+			finite(&st.Jobs[i].Status)
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
@@ -229,20 +229,20 @@ func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
-	spec := actors.DefaultSpec()
+	spec := job.DefaultSpec()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", actors.ErrSpec, MaxBodyBytes))
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", job.ErrSpec, MaxBodyBytes))
 			return
 		}
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", actors.ErrSpec, err))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", job.ErrSpec, err))
 		return
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", actors.ErrSpec))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", job.ErrSpec))
 		return
 	}
 	c, err := a.Submit(spec)
@@ -251,7 +251,7 @@ func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
 		st := c.Status()
 		finite(&st)
 		writeJSON(w, http.StatusCreated, SubmitReply{ID: st.ID, Plan: c.Describe(), Status: st})
-	case errors.Is(err, actors.ErrSpec), errors.Is(err, ErrBadID):
+	case errors.Is(err, job.ErrSpec), errors.Is(err, ErrBadID):
 		writeError(w, http.StatusBadRequest, err)
 	case errors.Is(err, ErrJobID):
 		writeError(w, http.StatusConflict, err)
@@ -282,7 +282,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 
 // finite replaces the floats of st that JSON cannot carry (a diverged
 // job's NaN or infinite loss) by 0, so that its status can still be sent.
-func finite(st *actors.JobStatus) {
+func finite(st *job.Status) {
 	fix := func(v *float64) {
 		if math.IsNaN(*v) || math.IsInf(*v, 0) {
 			*v = 0
@@ -308,7 +308,7 @@ func finite(st *actors.JobStatus) {
 }
 
 // finiteResult replaces the floats of r that JSON cannot carry by 0.
-func finiteResult(r *actors.JobResult) {
+func finiteResult(r *job.Result) {
 	for _, f := range []*float64{&r.TrainLoss, &r.TrainAccuracy, &r.TestAccuracy, &r.SamplesPerSec,
 		&r.Seconds, &r.Epochs, &r.PredictedStepMS, &r.MeasuredStepMS} {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {

@@ -10,7 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // JobRecord is what the nodes holding copies of a job know about it: enough
@@ -27,7 +27,7 @@ type JobRecord struct {
 	// of its record's run (see cuts.go).
 	Run string `json:"run"`
 	// Spec is the job's normalised spec (Spec.ID is ID).
-	Spec actors.JobSpec `json:"spec"`
+	Spec job.Spec `json:"spec"`
 	// Coordinator is the node that runs the job; Holders are the other
 	// nodes that keep this record and a copy of every cut (at most
 	// Spec.Replicas-1 of them).
@@ -42,18 +42,22 @@ type JobRecord struct {
 	Revision uint64 `json:"revision"`
 	// State is running, done or failed; a failed job has Error, a done
 	// one Result.
-	State  string            `json:"state"`
-	Error  string            `json:"error,omitempty"`
-	Result *actors.JobResult `json:"result,omitempty"`
+	State  RecordState `json:"state"`
+	Error  string      `json:"error,omitempty"`
+	Result *job.Result `json:"result,omitempty"`
 	// Takeovers are the job's coordinator changes, oldest first.
 	Takeovers []Takeover `json:"takeovers,omitempty"`
 }
 
+// RecordState is a job's state as its record says: running, or how it
+// ended.
+type RecordState string
+
 // States of a [JobRecord].
 const (
-	RecordRunning = "running"
-	RecordDone    = "done"
-	RecordFailed  = "failed"
+	RecordRunning RecordState = "running"
+	RecordDone    RecordState = "done"
+	RecordFailed  RecordState = "failed"
 )
 
 // Takeover is one change of a job's coordinator after its node died.

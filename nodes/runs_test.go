@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/cluster"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -132,7 +132,7 @@ func TestCutsOfAnotherRun(t *testing.T) {
 	}
 	done := rec.clone()
 	done.Revision++
-	done.State, done.Result = RecordDone, &actors.JobResult{WeightsSHA256: "x"}
+	done.State, done.Result = RecordDone, &job.Result{WeightsSHA256: "x"}
 	if code, msg := putRecordTo(t, b, done); code != http.StatusNoContent {
 		t.Fatalf("PUT of the end of the first run: %d %s", code, msg)
 	}

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 )
 
 // The demo: `ppnode demo` starts nodes as child processes of this binary
@@ -53,7 +53,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if *nodeCount < 1 || *nodeCount > 8 {
 		return usagef("--nodes %d: want 1 to 8", *nodeCount)
 	}
-	spec := actors.DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID = fmt.Sprintf("demo-%d", os.Getpid())
 	spec.Model, spec.Data, spec.Epochs, spec.Steps = "mlp32", *dataSet, *epochs, *steps
 	spec.Batch, spec.MicroBatches = *batch, *micro
@@ -159,7 +159,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "cluster ready after %.1f s\n", time.Since(start).Seconds())
 
 	type outcome struct {
-		res *actors.JobResult
+		res *job.Result
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -401,7 +401,7 @@ func demoProgress(ctx context.Context, via, id string, batch int, w io.Writer) {
 			return
 		case <-tick.C:
 		}
-		var st actors.JobStatus
+		var st job.Status
 		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil {
 			continue
 		}
@@ -432,7 +432,7 @@ func demoCutQuota(ctx context.Context, via, id string, n *demoNode, at float64, 
 			return
 		case <-tick.C:
 		}
-		var st actors.JobStatus
+		var st job.Status
 		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil || st.Total == 0 {
 			continue
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -109,7 +109,7 @@ func TestTrainViaMatchesLocal(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("train --via: exit %d: %s", code, errb.String())
 	}
-	var res actors.JobResult
+	var res job.Result
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)

@@ -7,18 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-func trainJSON(t *testing.T, args ...string) actors.JobResult {
+func trainJSON(t *testing.T, args ...string) job.Result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	if code := run(append([]string{"train", "--local", "--json"}, args...), &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var r actors.JobResult
+	var r job.Result
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
 	}

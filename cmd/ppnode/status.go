@@ -104,6 +104,9 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			if j.Plan != "" {
 				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS)
 			}
+			if j.Reason != "" {
+				fmt.Fprintf(w, "  %s: %s\n", j.State, j.Reason)
+			}
 			if j.Error != "" {
 				fmt.Fprintf(w, "  error: %s\n", j.Error)
 			}

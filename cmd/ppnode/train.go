@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
@@ -62,8 +62,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 }
 
 // spec turns the flags into a job spec.
-func (f *trainFlags) spec() actors.JobSpec {
-	return actors.JobSpec{
+func (f *trainFlags) spec() job.Spec {
+	return job.Spec{
 		Model: f.model, Data: f.data, Width: f.width, Batch: f.batch, MicroBatches: f.micro,
 		Epochs: f.epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
@@ -97,23 +97,23 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		threads = runtime.NumCPU()
 	}
 	runtime.GOMAXPROCS(threads)
-	job, err := spec.Prepare()
+	jb, err := spec.Prepare()
 	if err != nil {
-		if errors.Is(err, actors.ErrSpec) {
+		if errors.Is(err, job.ErrSpec) {
 			return usageError{err}
 		}
 		return err
 	}
-	progress := newProgress(stderr, job.Total, f.json)
+	progress := newProgress(stderr, jb.Total, f.json)
 	fmt.Fprintf(stderr, "training %s (%d parameters) on %s: %d steps of %d samples in %d micro-batches, %d threads\n",
-		f.model, job.Graph.ParamCount(), f.data, job.Total, f.batch, f.micro, threads)
-	res, err := job.TrainLocal(threads, progress.update)
+		f.model, jb.Graph.ParamCount(), f.data, jb.Total, f.batch, f.micro, threads)
+	res, err := jb.TrainLocal(threads, progress.update)
 	if err != nil {
 		return err
 	}
 	progress.done()
 	if f.out != "" {
-		if err := saveWeights(f.out, job.Graph.Params(), *res); err != nil {
+		if err := saveWeights(f.out, jb.Graph.Params(), *res); err != nil {
 			return err
 		}
 	}
@@ -122,7 +122,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 
 // printResult prints a job's result: a summary, and with asJSON one JSON
 // object as the last line of stdout.
-func printResult(res *actors.JobResult, asJSON bool, stdout, stderr io.Writer) error {
+func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f\n",
 		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy)
 	if asJSON {

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -39,11 +39,11 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b or graph")
 	fs.IntVar(&c.maxNodes, "max-nodes", 0, "use at most this many nodes (0: as many as help)")
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its cost, ~2% of the time)")
-	fs.IntVar(&c.replicas, "replicas", actors.DefaultReplicas, fmt.Sprintf("copies of each consistent cut and of the job's record, the coordinator's own included (1 to %d); with 2 or more the job survives the loss of its coordinator's node", actors.MaxReplicas))
+	fs.IntVar(&c.replicas, "replicas", job.DefaultReplicas, fmt.Sprintf("copies of each consistent cut and of the job's record, the coordinator's own included (1 to %d); with 2 or more the job survives the loss of its coordinator's node", job.MaxReplicas))
 	fs.BoolVar(&c.fixed, "no-rebalance", false, "keep the first plan (otherwise an automatic plan follows measured speeds, joins and leaves)")
 }
 
-func trainVia(spec actors.JobSpec, f *trainFlags, c *clusterFlags, stdout, stderr io.Writer) error {
+func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.Writer) error {
 	if c.via == "" {
 		return usagef("give --local, or --via host:port of a node")
 	}
@@ -56,8 +56,8 @@ func trainVia(spec actors.JobSpec, f *trainFlags, c *clusterFlags, stdout, stder
 	if c.maxNodes < 0 || c.ckptEvery < 0 {
 		return usagef("--max-nodes and --checkpoint-every want 0 or more")
 	}
-	if c.replicas < 1 || c.replicas > actors.MaxReplicas {
-		return usagef("--replicas %d: want 1 to %d", c.replicas, actors.MaxReplicas)
+	if c.replicas < 1 || c.replicas > job.MaxReplicas {
+		return usagef("--replicas %d: want 1 to %d", c.replicas, job.MaxReplicas)
 	}
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
@@ -92,14 +92,14 @@ const (
 // answers, says so on stderr, and follows the job there. On SIGINT it
 // stops following and returns an error saying the job keeps running in the
 // cluster. A job that fails returns its error; a refused spec returns an
-// error that wraps actors.ErrSpec.
-func followJob(via string, spec actors.JobSpec, asJSON bool, stdout, stderr io.Writer) (*actors.JobResult, error) {
+// error that wraps job.ErrSpec.
+func followJob(via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return followJobContext(ctx, via, spec, asJSON, stdout, stderr)
 }
 
-func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJSON bool, stdout, stderr io.Writer) (*actors.JobResult, error) {
+func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
 	api := newAPI(via)
 	body, err := json.Marshal(spec)
 	if err != nil {
@@ -198,13 +198,13 @@ func followJobContext(ctx context.Context, via string, spec actors.JobSpec, asJS
 			bar.update(st.Step, st.Loss, st.SamplesPerSec)
 		}
 		switch st.State {
-		case "done":
+		case job.StateDone:
 			bar.done()
 			if st.Result == nil {
 				return nil, fmt.Errorf("job %s is done but reported no result", sub.ID)
 			}
 			return st.Result, printResult(st.Result, asJSON, stdout, stderr)
-		case "failed":
+		case job.StateFailed:
 			bar.done()
 			return nil, fmt.Errorf("job %s failed: %s", sub.ID, st.Error)
 		}
@@ -302,7 +302,7 @@ func (e *apiError) Error() string { return e.msg }
 // specError is a job spec the node refused (400): a usage error.
 type specError struct{ *apiError }
 
-func (specError) Unwrap() error { return actors.ErrSpec }
+func (specError) Unwrap() error { return job.ErrSpec }
 
 // do sends a request and decodes a 2xx answer into out; other answers
 // become an *apiError (a specError for 400).

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -72,7 +72,7 @@ func TestTrainViaFollowsTakeover(t *testing.T) {
 	if !strings.Contains(errb.String(), "coordinator a lost; job taken over by b from step ") {
 		t.Errorf("the takeover is not shown:\n%s", errb.String())
 	}
-	var res actors.JobResult
+	var res job.Result
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)

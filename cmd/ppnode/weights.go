@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -12,7 +12,7 @@ import (
 // Tensors keep ppnode's layout, recorded in the metadata: Linear weights are
 // [out, in] as in PyTorch; Conv2D weights are [out, kh, kw, in] (PyTorch's
 // is [out, in, kh, kw]: permute(0, 3, 1, 2)).
-func saveWeights(path string, params []*nn.Param, res actors.JobResult) error {
+func saveWeights(path string, params []*nn.Param, res job.Result) error {
 	ts := make([]tensorio.Named, 0, len(params))
 	for _, p := range nn.SortByName(params) {
 		ts = append(ts, tensorio.Named{Name: p.Name, T: p.Value})

@@ -1,4 +1,4 @@
-package actors
+package job
 
 import (
 	"errors"
@@ -15,12 +15,12 @@ import (
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
-// JobSpec is what a user asks for: a model, a data set and the training
+// Spec is what a user asks for: a model, a data set and the training
 // recipe, and for a pipelined job how to plan it. It is JSON, the body of
 // a job submission. `ppnode train --local` and a pipelined job read the
-// same spec through [JobSpec.Normalize] and [JobSpec.Prepare], so that
+// same spec through [Spec.Normalize] and [Spec.Prepare], so that
 // with the same seed, batch and micro-batches both compute the same thing.
-type JobSpec struct {
+type Spec struct {
 	ID    string  `json:"id,omitempty"`
 	Model string  `json:"model"`
 	Data  string  `json:"data"`
@@ -76,8 +76,8 @@ type JobSpec struct {
 }
 
 // DefaultSpec returns the defaults of `ppnode train`.
-func DefaultSpec() JobSpec {
-	return JobSpec{
+func DefaultSpec() Spec {
+	return Spec{
 		Model: "mlp32", Data: "mnist", Batch: 128, MicroBatches: 4, Epochs: 3,
 		Optimizer: "adam", Momentum: 0.9, LRSchedule: "cosine", Warmup: -1, Seed: 1,
 		Standardize: true, Partition: "auto", Schedule: "auto",
@@ -101,7 +101,7 @@ func specErr(format string, a ...any) error {
 
 // Normalize fills the defaults that do not depend on the data and checks
 // everything that can be checked without loading it.
-func (s *JobSpec) Normalize() error {
+func (s *Spec) Normalize() error {
 	if !slices.Contains(zoo.Names(), s.Model) {
 		return specErr("unknown model %q (have %s)", s.Model, strings.Join(zoo.Names(), ", "))
 	}
@@ -177,7 +177,7 @@ func (s *JobSpec) Normalize() error {
 
 // Job is a spec with its data loaded and its model built and initialised.
 type Job struct {
-	Spec          JobSpec
+	Spec          Spec
 	Set           *data.Set
 	Graph         *nn.Graph
 	Loader        *data.Loader
@@ -189,7 +189,7 @@ type Job struct {
 
 // Prepare normalises the spec, loads the data and builds the model with
 // its initial weights.
-func (s JobSpec) Prepare() (*Job, error) {
+func (s Spec) Prepare() (*Job, error) {
 	if err := s.Normalize(); err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (s JobSpec) Prepare() (*Job, error) {
 
 // BuildModel builds the spec's model (without initialising it) for inputs
 // of the given per-sample shape and classes.
-func (s JobSpec) BuildModel(input []int, classes int) (*nn.Graph, error) {
+func (s Spec) BuildModel(input []int, classes int) (*nn.Graph, error) {
 	g, err := zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: input, Classes: classes})
 	if err != nil {
 		return nil, specErr("%v", err)
@@ -238,13 +238,13 @@ func (s JobSpec) BuildModel(input []int, classes int) (*nn.Graph, error) {
 }
 
 // NewOptimizer returns the spec's optimizer at its base learning rate.
-func (s JobSpec) NewOptimizer(threads int) (nn.Optimizer, error) {
+func (s Spec) NewOptimizer(threads int) (nn.Optimizer, error) {
 	return nn.NewOptimizer(nn.OptimizerConfig{Name: s.Optimizer, LR: s.LR, Momentum: s.Momentum, WeightDecay: s.WeightDecay, Threads: threads})
 }
 
 // NewBackend returns the spec's GEMM backend with threads threads (0:
 // the spec's, else all CPUs).
-func (s JobSpec) NewBackend(threads int) (nn.Backend, error) {
+func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 	if s.Threads > 0 {
 		threads = s.Threads
 	}
@@ -268,9 +268,9 @@ func (j *Job) Evaluate(tr *nn.Trainer) float64 {
 	})
 }
 
-// JobResult is the outcome of a job: the final JSON line of `ppnode train`
+// Result is the outcome of a job: the final JSON line of `ppnode train`
 // (local runs leave Plan, Schedule and Nodes empty).
-type JobResult struct {
+type Result struct {
 	ID            string   `json:"id,omitempty"`
 	Model         string   `json:"model"`
 	Data          string   `json:"data"`
@@ -301,7 +301,7 @@ type JobResult struct {
 // reference trainer (`ppnode train --local`): the result a pipelined run of
 // the same spec must reproduce. progress, if set, is called after every
 // step.
-func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64)) (*JobResult, error) {
+func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64)) (*Result, error) {
 	s := j.Spec
 	be, err := s.NewBackend(threads)
 	if err != nil {
@@ -329,7 +329,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	}
 	elapsed := time.Since(start).Seconds()
 	acc := j.Evaluate(tr)
-	return &JobResult{
+	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,

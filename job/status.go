@@ -1,0 +1,191 @@
+package job
+
+import (
+	"slices"
+	"time"
+)
+
+// NodeInfo is a node a job may use, as the cluster describes it.
+type NodeInfo struct {
+	Name      string  `json:"name"`
+	ActorAddr string  `json:"actor_addr"`
+	GFLOPS    float64 `json:"gflops,omitempty"`
+	Memory    int64   `json:"memory_bytes,omitempty"`
+	Threads   int     `json:"threads,omitempty"`
+}
+
+// State is where a job is in its life.
+type State string
+
+// The states of a job.
+const (
+	StatePlanning   State = "planning"   // submitted: its plan is being made
+	StateStarting   State = "starting"   // its first stages are being started
+	StateTraining   State = "training"   // running steps (re-plans included)
+	StateRecovering State = "recovering" // a failure: going back to the latest cut
+	StatePaused     State = "paused"     // waiting (for nodes, or to retry a recovery); see Reason
+	StateEvaluating State = "evaluating" // measuring the final weights' accuracy
+	StateDone       State = "done"
+	StateFailed     State = "failed"
+)
+
+// Ended reports whether a job in state s has stopped for good.
+func (s State) Ended() bool { return s == StateDone || s == StateFailed }
+
+// Status is a job's progress, for `ppnode status` and the train client.
+type Status struct {
+	ID    string `json:"id"`
+	State State  `json:"state"`
+	// Reason says why a job is paused or recovering; Error why it failed.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Model  string `json:"model"`
+	Step   int    `json:"step"`
+	Total  int    `json:"total"`
+	// Loss is the last step's mean training loss.
+	Loss          float64       `json:"loss"`
+	SamplesPerSec float64       `json:"samples_per_sec"`
+	Plan          string        `json:"plan,omitempty"`
+	Schedule      string        `json:"schedule,omitempty"`
+	MicroBatches  int           `json:"micro_batches,omitempty"`
+	PredictedMS   float64       `json:"predicted_step_ms,omitempty"`
+	Stages        []StageStatus `json:"stages,omitempty"`
+	Accuracy      []EpochAcc    `json:"accuracy,omitempty"`
+	Result        *Result       `json:"result,omitempty"`
+	Started       time.Time     `json:"started"`
+	// LatestCut is the step of the latest consistent cut; Cuts counts them.
+	LatestCut int `json:"latest_cut"`
+	Cuts      int `json:"cuts"`
+	// CheckpointEvery is the interval between cuts in steps (0: not yet
+	// chosen), CheckpointMS the pipeline's pause for the last cut,
+	// PersistMS its writing and replication in the background and
+	// CutCostMS what it measurably cost the steps around it, all of it
+	// (automatic interval only).
+	CheckpointEvery int        `json:"checkpoint_every,omitempty"`
+	CheckpointMS    float64    `json:"checkpoint_ms,omitempty"`
+	PersistMS       float64    `json:"persist_ms,omitempty"`
+	CutCostMS       float64    `json:"cut_cost_ms,omitempty"`
+	Recoveries      []Recovery `json:"recoveries,omitempty"`
+	Replans         []Replan   `json:"replans,omitempty"`
+}
+
+// StageStatus is one stage of a running job.
+type StageStatus struct {
+	ID     int    `json:"id"`
+	Node   string `json:"node"`
+	Layers string `json:"layers"`
+	Params int64  `json:"params"`
+	// Mean milliseconds per step over the last steps.
+	ForwardMS  float64 `json:"forward_ms"`
+	BackwardMS float64 `json:"backward_ms"`
+	UpdateMS   float64 `json:"update_ms"`
+	WaitMS     float64 `json:"wait_ms"`
+	// WallMS is the stage's whole step, from StepBegin to its end.
+	WallMS float64 `json:"wall_ms"`
+}
+
+// EpochAcc is the test accuracy after an epoch.
+type EpochAcc struct {
+	Epoch    int     `json:"epoch"`
+	Accuracy float64 `json:"accuracy"`
+}
+
+// Recovery is one recovery of a job from a failure.
+type Recovery struct {
+	Cause string `json:"cause"`
+	// Step is the step that failed; Replayed the steps run again (from
+	// the latest cut).
+	Step     int `json:"step"`
+	Replayed int `json:"replayed"`
+	// DetectMS is the time from the failed step's start to its failure
+	// being known; RestoreMS from then to the new plan's stages holding
+	// the cut's state.
+	DetectMS  float64   `json:"detect_ms"`
+	RestoreMS float64   `json:"restore_ms"`
+	Plan      string    `json:"plan"`
+	At        time.Time `json:"at"`
+}
+
+// Trigger is what made the plan change: a re-plan (Replan.Trigger), a
+// recovery, or the job's start.
+type Trigger string
+
+// The triggers of a plan change.
+const (
+	TriggerStart     Trigger = "start"     // the job starts, from its seed or a stored cut
+	TriggerTakeover  Trigger = "takeover"  // a successor resumes a job whose coordinator died
+	TriggerFailure   Trigger = "failure"   // a node of the plan failed, or a step did
+	TriggerSpeeds    Trigger = "speeds"    // the measured speeds
+	TriggerJoined    Trigger = "joined"    // a node that joined makes a better plan
+	TriggerLeaving   Trigger = "leaving"   // a node of the plan is leaving
+	TriggerRequested Trigger = "requested" // a user asked for another partition
+)
+
+// Replan is one change of a running job's plan.
+type Replan struct {
+	Step    int     `json:"step"`
+	Reason  string  `json:"reason"`
+	Trigger Trigger `json:"trigger"` // speeds, joined, leaving or requested
+	// Gain is the predicted fraction of step time saved; BeforeMS and
+	// AfterMS the predicted step times at the measured speeds.
+	Gain     float64 `json:"gain"`
+	BeforeMS float64 `json:"before_ms"`
+	AfterMS  float64 `json:"after_ms"`
+	// MeasuredBeforeMS is the median of the last replanWindow steps
+	// before the re-plan, MeasuredAfterMS of the first replanWindow
+	// steps after it (0 until they have run, or if a recovery or another
+	// re-plan came first): whether the prediction held.
+	MeasuredBeforeMS float64 `json:"measured_before_ms,omitempty"`
+	MeasuredAfterMS  float64 `json:"measured_after_ms,omitempty"`
+	// CostMS is the predicted cost of moving, MovedMS what it took.
+	CostMS  float64            `json:"cost_ms"`
+	MovedMS float64            `json:"moved_ms"`
+	Plan    string             `json:"plan"`
+	Speeds  map[string]float64 `json:"speeds"`
+	// Method is how the state moved: "direct" (each layer's from its old
+	// owner to its new one) or "cut" (gathered into the coordinator and
+	// restored from it).
+	Method string `json:"method"`
+	// StateBytes is the state (parameters and optimizer state) of the
+	// layers that changed node: what has to cross the network. MovedBytes
+	// is the tensor data the move sent over data-plane links, counted on
+	// them as it was written (direct: per link in Links; cut: the whole
+	// state in and out of the coordinator), WireBytes the same with tags
+	// and frame headers. LocalBytes is the state handed over within a
+	// node.
+	StateBytes int64       `json:"state_bytes"`
+	MovedBytes int64       `json:"moved_bytes"`
+	WireBytes  int64       `json:"wire_bytes,omitempty"`
+	LocalBytes int64       `json:"local_bytes,omitempty"`
+	Links      []MovedLink `json:"links,omitempty"`
+	// PhasesMS splits MovedMS: direct: start (the new stages), transfer,
+	// stop (the old stages); cut: cut, start, restore.
+	PhasesMS map[string]float64 `json:"phases_ms,omitempty"`
+}
+
+// MovedLink is one transfer of a plan change: the state of some layers
+// from a stage of the old plan to a stage of the new one.
+type MovedLink struct {
+	FromStage int    `json:"from_stage"`
+	ToStage   int    `json:"to_stage"`
+	From      string `json:"from"` // nodes
+	To        string `json:"to"`
+	Layers    string `json:"layers"`
+	// Local: handed over within the node, no network.
+	Local   bool  `json:"local,omitempty"`
+	Tensors int64 `json:"tensors"`
+	// Bytes is the tensor data moved; WireBytes what the sender wrote to
+	// the data-plane link for it (tags and frame headers included; 0 for
+	// a local handoff).
+	Bytes     int64 `json:"bytes"`
+	WireBytes int64 `json:"wire_bytes,omitempty"`
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

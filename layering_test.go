@@ -13,6 +13,7 @@ const module = "github.com/ppnode/ppnode"
 // allowed lists, for every package, the ppnode packages it may import
 // (../shared/DESIGN.md, "Layout"). Lower packages never import higher ones.
 var allowed = map[string][]string{
+	"clock":       {},
 	"nn":          {},
 	"nn/nntest":   {"nn"},
 	"nn/zoo":      {"nn"},
@@ -22,7 +23,7 @@ var allowed = map[string][]string{
 	"cluster":     {},
 	"job":         {"balance", "data", "nn", "nn/zoo", "tensorio"},
 	"dataplane":   {"tensorio", "nn"},
-	"actors":      {"job", "balance", "dataplane", "tensorio", "nn", "nn/zoo", "data"},
+	"actors":      {"job", "clock", "balance", "dataplane", "tensorio", "nn", "nn/zoo", "data"},
 	"nodes":       {"actors", "job", "dataplane", "cluster", "balance", "tensorio", "nn", "nn/zoo", "data"},
 	"cmd/ppnode":  {"*"},
 	"integration": {"*"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,15 +36,6 @@ import (
 // (a dead node, a broken link, the deadline) makes the coordinator recover
 // from its latest cut instead.
 
-// StateSource says where a stage of a new plan gets the state of some of
-// its layers: from stage From of the previous plan, handed over within the
-// node if Local, else over a data-plane link the new stage listens for.
-type StateSource struct {
-	From   int      `json:"from"`
-	Layers []string `json:"layers"`
-	Local  bool     `json:"local,omitempty"`
-}
-
 // migrateLinkID names the link that moves state from stage from of the
 // previous plan to stage to of the new one; it never equals a linkID.
 func migrateLinkID(from, to int) uint32 { return 1<<31 | uint32(from)<<16 | uint32(to) }
@@ -53,7 +45,7 @@ const maxStages = 1 << 15
 
 // checkSources validates a stage's sources against its plan: known layers
 // of the stage, each from one source, one source per old stage.
-func checkSources(p balance.StagePlan, srcs []StateSource) error {
+func checkSources(p balance.StagePlan, srcs []job.StateSource) error {
 	layers := map[string]bool{}
 	from := map[int]bool{}
 	for _, s := range srcs {

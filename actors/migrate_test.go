@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
+	"google.golang.org/protobuf/proto"
 )
 
 // meteredTCP is the dataplane.TCP data plane behind a byte-counting proxy: each
@@ -122,25 +121,23 @@ func (m *meteredTCP) settle(t *testing.T) {
 }
 
 // runMoves runs spec on the first n nodes of tc, moving the job to
-// moves[g] (a partition) after step g; cfg, if set, adjusts the
-// coordinator before it runs, onStep is called after every step.
-func runMoves(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int]string, cfg func(*Coordinator), onStep func(c *Coordinator, step int)) (*job.Result, *Coordinator) {
+// moves[g] (a partition) after step g, through a cut if viaCut; onStep is
+// called after every step.
+func runMoves(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int]string, viaCut bool, onStep func(c *Coordinator, step int)) (*job.Result, *Coordinator) {
 	t.Helper()
 	var c *Coordinator
-	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes[:n], Threads: 1,
-		Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
-			if onStep != nil {
-				onStep(c, step)
-			}
-			if p, ok := moves[step]; ok {
-				c.requested = p
-			}
-		}})
+	cfg := tc.config(n)
+	cfg.OnStep = func(step int) {
+		if onStep != nil {
+			onStep(c, step)
+		}
+		if p, ok := moves[step]; ok {
+			c.RequestReplan(p, viaCut)
+		}
+	}
+	c, err := NewCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if cfg != nil {
-		cfg(c)
 	}
 	res, err := c.Run(context.Background())
 	if err != nil {
@@ -187,7 +184,7 @@ func stateOf(t *testing.T, g *nn.Graph, from, to string) (bytes int64, layers in
 // of one process.
 func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	dp := newMeteredTCP()
-	tc := newTestCluster(t, 3, dp)
+	tc := newSystemCluster(t, 3, dp)
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Width, spec.Steps = "move-bytes", 48, 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "1f1b"
@@ -196,19 +193,20 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// After step 2, fc17-fc20 go from b to c; everything else stays. After
-	// step 3 the new stages refuse a message of the old plan generation
-	// (no reply) and answer one of theirs.
+	// Asked after step 2, fc17-fc20 go from b to c after step 3;
+	// everything else stays. After step 4 the new stages refuse a message
+	// of the old plan generation (no reply) and answer one of theirs.
 	fenced := 0
-	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, nil, func(c *Coordinator, step int) {
-		if step != 3 {
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, false, func(c *Coordinator, step int) {
+		if step != 4 {
 			return
 		}
-		for k, pid := range c.pids {
-			if _, err := tc.systems[0].Request(pid, &SendState{Header: &Header{JobId: spec.ID, Generation: c.gen - 1}}, 300*time.Millisecond); err == nil {
-				t.Errorf("stage %d of generation %d answered a message of generation %d", k, c.gen, c.gen-1)
+		gen := c.core.Generation()
+		for k, ref := range c.sets[gen].refs {
+			if _, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen - 1}}, 300*time.Millisecond); err == nil {
+				t.Errorf("stage %d of generation %d answered a message of generation %d", k, gen, gen-1)
 			}
-			r, err := tc.systems[0].Request(pid, &SendState{Header: &Header{JobId: spec.ID, Generation: c.gen}}, 10*time.Second)
+			r, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen}}, 10*time.Second)
 			if m, ok := r.(*StateMoved); err != nil || !ok || m.GetError() != "" {
 				t.Errorf("stage %d: a message of its generation got %v, %v", k, r, err)
 			}
@@ -277,7 +275,7 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 // GPipe and 1F1B on mlp32 and a graph schedule on uno, with periodic cuts
 // in between.
 func TestMovesAreBitIdentical(t *testing.T) {
-	tc := newTestCluster(t, 4, &dataplane.Inmem{})
+	tc := newInmemCluster(t, 4, nil)
 	cases := []struct {
 		model, schedule, start string
 		nodes                  int
@@ -307,7 +305,7 @@ func TestMovesAreBitIdentical(t *testing.T) {
 			spec.Partition, spec.Schedule = cs.start, cs.schedule
 			spec.Epochs, spec.Steps, spec.CheckpointEvery = 2, 7, 3
 			want := localSHA(t, spec)
-			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, nil, nil)
+			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, false, nil)
 			st := c.Status()
 			for _, r := range st.Replans {
 				t.Logf("step %d: %s; state %d B moved as %d B over the network, %d B within nodes", r.Step, r.Plan, r.StateBytes, r.MovedBytes, r.LocalBytes)
@@ -373,45 +371,51 @@ func (l stallingLink) Send(dataplane.Tag, *nn.Tensor) error {
 // the weights of the run without it.
 func TestFailedMoveRecovers(t *testing.T) {
 	cases := []struct {
-		name   string
-		dp     func() dataplane.DataPlane
-		kill   bool
-		cause  string
-		config func(*CoordinatorConfig)
+		name    string
+		cluster func(t *testing.T) *testCluster
+		kill    bool
+		cause   string
+		timeout time.Duration
 	}{
-		{"node-dies/inmem", func() dataplane.DataPlane { return &dataplane.Inmem{} }, true, "", nil},
-		{"node-dies/tcp", func() dataplane.DataPlane { return &dataplane.TCP{} }, true, "", nil},
-		{"link-breaks", func() dataplane.DataPlane { return failingPlane{&dataplane.Inmem{}} }, false, "moving state", nil},
-		{"times-out", func() dataplane.DataPlane { return stallingPlane{&dataplane.TCP{}} }, false, "timed out",
-			func(c *CoordinatorConfig) { c.Timeout = 4 * time.Second }},
+		{"node-dies/inmem", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, nil) }, true, "", 0},
+		{"node-dies/tcp", func(t *testing.T) *testCluster { return newSystemCluster(t, 3, &dataplane.TCP{}) }, true, "", 0},
+		{"link-breaks", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, failingPlane{&dataplane.Inmem{}}) }, false, "moving state", 0},
+		{"times-out", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, stallingPlane{&dataplane.Inmem{}}) }, false, "timed out", 2 * time.Second},
 	}
 	for _, cs := range cases {
 		t.Run(cs.name, func(t *testing.T) {
-			tc := newTestCluster(t, 3, cs.dp())
+			tc := cs.cluster(t)
 			spec := smallSpec("mlp32")
 			spec.ID = "move-fails"
 			spec.Partition, spec.Schedule = "uniform", "1f1b"
 			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 3
 			want := localSHA(t, spec)
 			var c *Coordinator
-			var once sync.Once
-			cfg := CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
-				Logger: slog.New(slog.DiscardHandler), OnStep: func(step int) {
-					if step == 5 { // the cut is at step 3: steps 3 and 4 replay
-						once.Do(func() { c.requested = "fc1-fc10@a; fc11-fc20@c; fc21-fc32@b" })
-					}
-				}}
-			if cs.config != nil {
-				cs.config(&cfg)
+			var once, killOnce sync.Once
+			cfg := tc.config(3)
+			cfg.OnStep = func(step int) {
+				if step == 4 { // it moves after step 5; the cut is at step 3: steps 3 and 4 replay
+					once.Do(func() { c.RequestReplan("fc1-fc10@a; fc11-fc20@c; fc21-fc32@b", false) })
+				}
 			}
-			c, err := NewCoordinator(spec, cfg)
-			if err != nil {
-				t.Fatal(err)
+			if cs.timeout > 0 {
+				cfg.Timeout = cs.timeout
 			}
 			if cs.kill {
 				// Node b holds an old stage whose layers go to c: it dies
 				// once the new stages are up, before any state moves.
-				c.onMove = func() { tc.systems[1].Stop() }
+				cfg.Control = hookControl{Control: tc.ctl, before: func(_ StageRef, msg proto.Message) {
+					if _, ok := msg.(*ReceiveState); ok {
+						killOnce.Do(func() {
+							tc.kill(1)
+							c.NodeFailed("b")
+						})
+					}
+				}}
+			}
+			c, err := NewCoordinator(spec, cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
 			res, err := c.Run(context.Background())
 			if err != nil {
@@ -439,15 +443,19 @@ func TestFailedMoveRecovers(t *testing.T) {
 // Moving through a cut (the path a move replaced) still works and moves
 // the whole state twice; kept for comparison.
 func TestMoveThroughCut(t *testing.T) {
-	tc := newTestCluster(t, 3, &dataplane.Inmem{})
+	tc := newInmemCluster(t, 3, nil)
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Steps = "move-cut", 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "gpipe"
 	want := localSHA(t, spec)
-	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, func(c *Coordinator) { c.viaCut = true }, nil)
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, true, nil)
+	var state int64
+	for _, t := range stateTensors(c.job.Graph.Params(), c.copt, true) {
+		state += dataBytes(t)
+	}
 	st := c.Status()
-	if len(st.Replans) != 1 || st.Replans[0].Method != "cut" || st.Replans[0].MovedBytes != 2*c.stateBytes() {
-		t.Fatalf("re-plans %+v, want one through a cut moving %d bytes", st.Replans, 2*c.stateBytes())
+	if len(st.Replans) != 1 || st.Replans[0].Method != "cut" || st.Replans[0].MovedBytes != 2*state {
+		t.Fatalf("re-plans %+v, want one through a cut moving %d bytes", st.Replans, 2*state)
 	}
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
@@ -460,56 +468,27 @@ func TestStageRefusesBadSources(t *testing.T) {
 	if err := spec.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	tc := newTestCluster(t, 1, &dataplane.Inmem{})
-	c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1,
-		Logger: slog.New(slog.DiscardHandler)})
+	tc := newInmemCluster(t, 1, nil)
+	c, err := NewCoordinator(spec, tc.config(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sp := c.Plan().Stages[0]
 	for _, cs := range []struct {
-		srcs []StateSource
+		srcs []job.StateSource
 		want string
 	}{
-		{[]StateSource{{From: 0, Layers: []string{"fc99"}}}, "not on this stage"},
-		{[]StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 1, Layers: []string{"fc1"}}}, "two state sources"},
-		{[]StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 0, Layers: []string{"fc2"}}}, "twice"},
-		{[]StateSource{{From: -1, Layers: []string{"fc1"}}}, "out of range"},
-		{[]StateSource{{From: 2}}, "no layers"},
+		{[]job.StateSource{{From: 0, Layers: []string{"fc99"}}}, "not on this stage"},
+		{[]job.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 1, Layers: []string{"fc1"}}}, "two state sources"},
+		{[]job.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 0, Layers: []string{"fc2"}}}, "twice"},
+		{[]job.StateSource{{From: -1, Layers: []string{"fc1"}}}, "out of range"},
+		{[]job.StateSource{{From: 2}}, "no layers"},
 	} {
 		if err := checkSources(sp, cs.srcs); err == nil || !strings.Contains(err.Error(), cs.want) {
 			t.Errorf("sources %+v: error %v, want %q", cs.srcs, err, cs.want)
 		}
 	}
-	if err := checkSources(sp, []StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
+	if err := checkSources(sp, []job.StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
 		t.Errorf("good sources refused: %v", err)
-	}
-}
-
-// A re-plan's measured gain discounts the next predicted gains: by the
-// share of its prediction that held, within [realismFloor, 1], taken from
-// the latest measured re-plan made for the measured speeds.
-func TestRealism(t *testing.T) {
-	speeds := func(gain, before, after float64) job.Replan {
-		return job.Replan{Trigger: job.TriggerSpeeds, Gain: gain, MeasuredBeforeMS: before, MeasuredAfterMS: after}
-	}
-	for _, tc := range []struct {
-		name    string
-		replans []job.Replan
-		want    float64
-	}{
-		{"none", nil, 1},
-		{"held", []job.Replan{speeds(0.2, 100, 80)}, 1},
-		{"did better", []job.Replan{speeds(0.2, 100, 70)}, 1},
-		{"half", []job.Replan{speeds(0.4, 100, 80)}, 0.5},
-		{"demo of session 6", []job.Replan{speeds(1-82.9/139.4, 127.3, 100.7)}, (1 - 100.7/127.3) / (1 - 82.9/139.4)},
-		{"made it worse", []job.Replan{speeds(0.3, 100, 110)}, realismFloor},
-		{"latest counts", []job.Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 80)}, 1},
-		{"not yet measured", []job.Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 0)}, 0.5},
-		{"leaving does not count", []job.Replan{speeds(0.4, 100, 80), {Trigger: job.TriggerLeaving, Gain: 0.5, MeasuredBeforeMS: 100, MeasuredAfterMS: 100}}, 0.5},
-	} {
-		if got := realism(tc.replans); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("%s: realism %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

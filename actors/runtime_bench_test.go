@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/ppnode/ppnode/dataplane"
@@ -29,10 +28,10 @@ func BenchmarkPipelineStep(b *testing.B) {
 		}
 	})
 	b.Run("pipeline2", func(b *testing.B) {
-		tc := newTestCluster(b, 2, &dataplane.TCP{})
+		tc := newSystemCluster(b, 2, &dataplane.TCP{})
 		spec := spec
 		spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "balanced", "1f1b"
-		c, err := NewCoordinator(spec, CoordinatorConfig{System: tc.systems[0], DataPlane: tc.dp, Nodes: tc.nodes, Threads: 1, Logger: slog.New(slog.DiscardHandler)})
+		c, err := NewCoordinator(spec, tc.config(2))
 		if err != nil {
 			b.Fatal(err)
 		}

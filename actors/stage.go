@@ -33,7 +33,7 @@ type StageSpec struct {
 	// Sources, when the job moves to this plan from a running one, say
 	// where the state of the stage's layers comes from (see
 	// ReceiveState); empty when the stage starts from the seed or a cut.
-	Sources []StateSource `json:"sources,omitempty"`
+	Sources []job.StateSource `json:"sources,omitempty"`
 }
 
 // labelsTensor is the tensor id of a micro-batch's labels on the link from
@@ -95,9 +95,6 @@ type stageEngine struct {
 
 	box   *inbox
 	peers map[int]*peer
-	// pause, if set, is called after each pass with its duration (the
-	// host's emulated slowdown).
-	pause func(time.Duration)
 }
 
 func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
@@ -291,7 +288,6 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				}
 			}
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
-			e.slow(t0)
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
@@ -341,7 +337,6 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				e.dout[k] = e.outputGrad(m, k, o)
 			}
 			e.gin[m] = e.st.Backward(&ctx, e.slot[m], e.dout)
-			e.slow(t0)
 			res.backwardNs += int64(time.Since(t0))
 		case balance.OpSendGrad:
 			for _, name := range in.Tensors {
@@ -371,12 +366,6 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
-}
-
-func (e *stageEngine) slow(t0 time.Time) {
-	if e.pause != nil {
-		e.pause(time.Since(t0))
-	}
 }
 
 // outputGrad is the gradient of output k for micro-batch m: the loss's for

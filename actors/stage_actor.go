@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,12 +30,6 @@ type StageHost struct {
 	// limit allows now, 0 without a limit; stages report it with their
 	// timings every step.
 	Capacity func() float64
-	// Slowdown, when above 1, makes the stages' compute take that many
-	// times longer (each forward and backward pass is followed by a pause
-	// of (Slowdown-1) times its duration): a slower machine, emulated
-	// where CPU quotas are not available (tests, demos). Change it at any
-	// time with SetSlowdown.
-	slowdown atomic.Uint64
 
 	mu       sync.Mutex    // guards stages, idle and handoffs
 	stages   int           // stages set up and not yet shut down
@@ -79,15 +72,6 @@ func (h *StageHost) WaitIdle(ctx context.Context) error {
 	}
 }
 
-// SetSlowdown sets the host's emulated slowdown factor (1: none).
-func (h *StageHost) SetSlowdown(f float64) { h.slowdown.Store(math.Float64bits(f)) }
-
-func (h *StageHost) pause(d time.Duration) {
-	if f := math.Float64frombits(h.slowdown.Load()); f > 1 {
-		time.Sleep(time.Duration(float64(d) * (f - 1)))
-	}
-}
-
 // StageProps returns the props of the stage kind for a node.
 func StageProps(h *StageHost) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &stageActor{host: h} })
@@ -97,9 +81,9 @@ func StageProps(h *StageHost) *actor.Props {
 // links, and runs steps, weight gathers and state moves one at a time on a
 // goroutine of its own, so that its mailbox stays free for StopStage.
 type stageActor struct {
-	host    *StageHost
-	self    *actor.PID
-	root    *actor.RootContext
+	host *StageHost
+	// post sends the stage a message of its own (from another goroutine).
+	post    func(any)
 	gate    *Gate
 	eng     *stageEngine
 	lns     []dataplane.Listener
@@ -126,26 +110,50 @@ func (a *stageActor) log() *slog.Logger {
 	return slog.Default()
 }
 
+// Receive makes a stage a protoactor actor: its replies go to the sender
+// of the message being handled (later, for the work it runs on its own
+// goroutine), its messages to itself through the actor system.
 func (a *stageActor) Receive(c actor.Context) {
-	switch msg := c.Message().(type) {
+	switch c.Message().(type) {
+	case *actor.Started:
+		self, root := c.Self(), c.ActorSystem().Root
+		a.post = func(m any) { root.Send(self, m) }
+		return
+	case *actor.Stopping:
+		a.shutdown()
+		return
+	}
+	sender, root := c.Sender(), c.ActorSystem().Root
+	reply := func(m proto.Message) {
+		if sender != nil {
+			root.Send(sender, m)
+		}
+	}
+	if a.handle(c.Message(), reply) {
+		c.Stop(c.Self())
+	}
+}
+
+// handle handles one message; reply answers its sender, now or later. It
+// reports whether the stage has stopped.
+func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
+	switch msg := m.(type) {
 	case *SetupStage:
-		a.self, a.root = c.Self(), c.ActorSystem().Root
-		c.Respond(a.setup(msg))
+		reply(a.setup(msg))
 	case coordinatorGone:
 		a.log().Warn("the link to the coordinator broke; the stage stops", "err", msg.err)
 		a.shutdown()
-		c.Stop(c.Self())
+		return true
 	case *ConnectStage:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
-		err := a.connect(msg)
-		c.Respond(ack(msg.GetHeader(), err))
+		reply(ack(msg.GetHeader(), a.connect(msg)))
 	case *StepBegin:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
-		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs}
 			if a.host.Capacity != nil {
@@ -159,10 +167,10 @@ func (a *stageActor) Receive(c actor.Context) {
 			return d
 		})
 	case *GatherWeights:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
-		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			d := &StepDone{Header: msg.GetHeader()}
 			if err := a.eng.gather(msg.GetOptimizer()); err != nil {
 				d.Error = err.Error()
@@ -170,10 +178,10 @@ func (a *stageActor) Receive(c actor.Context) {
 			return d
 		})
 	case *RestoreStage:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
-		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			d := &StepDone{Header: msg.GetHeader()}
 			if err := a.eng.restore(msg.GetSteps()); err != nil {
 				d.Error = err.Error()
@@ -181,34 +189,33 @@ func (a *stageActor) Receive(c actor.Context) {
 			return d
 		})
 	case *SendState:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
 		// The job moves to a newer plan: this stage only hands its state
 		// over from now on.
 		a.gate.Advance(msg.GetHeader().GetGeneration())
 		quit := a.quit
-		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			stats, err := a.sendState(msg, quit)
 			return stateMoved(msg.GetHeader(), stats, err)
 		})
 	case *ReceiveState:
-		if !a.admit(c, msg) {
-			return
+		if !a.admit(msg, reply) {
+			return false
 		}
 		accepts, quit := a.migAccepts, a.quit
 		a.migAccepts = nil
-		a.runAsync(c, msg.GetHeader(), func() proto.Message {
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			stats, err := a.receiveState(msg, accepts, quit)
 			return stateMoved(msg.GetHeader(), stats, err)
 		})
 	case *StopStage:
 		a.shutdown()
-		c.Respond(ack(msg.GetHeader(), nil))
-		c.Stop(c.Self())
-	case *actor.Stopping:
-		a.shutdown()
+		reply(ack(msg.GetHeader(), nil))
+		return true
 	}
+	return false
 }
 
 // coordinatorGone is the message a stage sends itself when its link to
@@ -216,13 +223,13 @@ func (a *stageActor) Receive(c actor.Context) {
 // coordinator builds new stages), so the stage frees what it holds.
 type coordinatorGone struct{ err error }
 
-func (a *stageActor) coordinatorLost(err error) { a.root.Send(a.self, coordinatorGone{err}) }
+func (a *stageActor) coordinatorLost(err error) { a.post(coordinatorGone{err}) }
 
 // admit answers messages the stage cannot take: before setup, or of
 // another job or an older plan (those are dropped, as the plan rule says).
-func (a *stageActor) admit(c actor.Context, msg JobMessage) bool {
+func (a *stageActor) admit(msg JobMessage, reply func(proto.Message)) bool {
 	if a.eng == nil {
-		c.Respond(ack(msg.GetHeader(), fmt.Errorf("stage is not set up")))
+		reply(ack(msg.GetHeader(), fmt.Errorf("stage is not set up")))
 		return false
 	}
 	if !a.gate.Admit(msg) {
@@ -253,9 +260,6 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	var eng *stageEngine
 	if err == nil {
 		eng, err = newStageEngine(spec, a.host.Threads)
-		if err == nil {
-			eng.pause = a.host.pause
-		}
 	}
 	if err != nil {
 		rep.Error = err.Error()
@@ -384,28 +388,25 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 
 // runAsync runs f on a goroutine and sends its reply to the requester;
 // one at a time.
-func (a *stageActor) runAsync(c actor.Context, h *Header, f func() proto.Message) {
+func (a *stageActor) runAsync(h *Header, reply func(proto.Message), f func() proto.Message) {
 	if a.busy != nil {
 		select {
 		case <-a.busy:
 		default:
-			c.Respond(&StepDone{Header: h, Error: "stage is busy with a step"})
+			reply(&StepDone{Header: h, Error: "stage is busy with a step"})
 			return
 		}
 	}
 	if a.eng.peers[balance.Coordinator] == nil {
-		c.Respond(&StepDone{Header: h, Error: "stage is not connected"})
+		reply(&StepDone{Header: h, Error: "stage is not connected"})
 		return
 	}
-	sender, root := c.Sender(), c.ActorSystem().Root
 	busy := make(chan struct{})
 	a.busy = busy
 	go func() {
 		d := f()
 		close(busy) // before the reply: the requester may send the next request at once
-		if sender != nil {
-			root.Send(sender, d)
-		}
+		reply(d)
 	}()
 }
 

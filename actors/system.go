@@ -38,7 +38,7 @@ import (
 //   - Spawning an unregistered kind through protoactor's activator panics
 //     it and kills every actor it spawned before. Every kind is registered
 //     at start ([Config.Kinds]), and remote spawns go through ppnode's own
-//     spawner actor ([System.SpawnRemote]), which answers an unknown kind
+//     spawner actor ([System.Spawn]), which answers an unknown kind
 //     with [SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND] instead of panicking.
 //     Never use remote.Spawn/SpawnNamed on a ppnode system.
 //   - protoactor's default logger prints coloured lines; it is routed
@@ -50,10 +50,10 @@ import (
 //     PATCHES.md), which go.mod substitutes for the upstream module.
 //   - remote has no keepalive: liveness comes from memberlist (publish a
 //     remote.EndpointTerminatedEvent for a dead member, see
-//     [System.EndpointTerminated]).
+//     [System.Forget]).
 type System struct {
-	Actor  *actor.ActorSystem
-	Remote *remote.Remote
+	as     *actor.ActorSystem
+	remote *remote.Remote
 
 	cfg      Config
 	kinds    map[string]*actor.Props
@@ -151,7 +151,7 @@ func Start(cfg Config) (*System, error) {
 		return logger.With(slog.String("lib", "protoactor"), slog.String("system", s.ID))
 	}))
 
-	s := &System{Actor: as, cfg: cfg, kinds: make(map[string]*actor.Props, len(cfg.Kinds))}
+	s := &System{as: as, cfg: cfg, kinds: make(map[string]*actor.Props, len(cfg.Kinds))}
 	var kinds []*remote.Kind
 	for name, props := range cfg.Kinds {
 		if props == nil {
@@ -184,14 +184,14 @@ func Start(cfg Config) (*System, error) {
 	if cfg.Advertise != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))
 	}
-	s.Remote = remote.NewRemote(as, remote.Configure(host, port, opts...))
+	s.remote = remote.NewRemote(as, remote.Configure(host, port, opts...))
 	if err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("actors: starting remote: %v", r)
 			}
 		}()
-		s.Remote.Start()
+		s.remote.Start()
 		return nil
 	}(); err != nil {
 		as.Shutdown()
@@ -209,20 +209,17 @@ func Start(cfg Config) (*System, error) {
 }
 
 // Address is the host:port other nodes reach this system at.
-func (s *System) Address() string { return s.Actor.Address() }
-
-// Root is the system's root context.
-func (s *System) Root() *actor.RootContext { return s.Actor.Root }
+func (s *System) Address() string { return s.as.Address() }
 
 // Stop shuts the remote down (gracefully: pending writes are flushed,
 // streams closed) and then the actor system. It is idempotent.
 func (s *System) Stop() {
 	s.stopOnce.Do(func() {
 		if s.spawner != nil {
-			_ = s.Actor.Root.StopFuture(s.spawner).Wait()
+			_ = s.as.Root.StopFuture(s.spawner).Wait()
 		}
-		s.Remote.Shutdown(true)
-		s.Actor.Shutdown()
+		s.remote.Shutdown(true)
+		s.as.Shutdown()
 	})
 }
 
@@ -230,32 +227,40 @@ func (s *System) Stop() {
 // payloads belong on the data plane.
 var ErrTooLarge = errors.New("actors: control message too large")
 
-func (s *System) check(msg proto.Message) error {
+func (s *System) check(msg proto.Message) error { return checkMessage(msg, s.cfg.MaxMessageBytes) }
+
+// checkMessage refuses a nil message or one over limit bytes.
+func checkMessage(msg proto.Message, limit int) error {
 	if msg == nil {
 		return errors.New("actors: nil message")
 	}
-	if n := proto.Size(msg); n > s.cfg.MaxMessageBytes {
-		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, proto.MessageName(msg), n, s.cfg.MaxMessageBytes)
+	if n := proto.Size(msg); n > limit {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, proto.MessageName(msg), n, limit)
 	}
 	return nil
 }
 
-// Send sends msg to pid without waiting.
-func (s *System) Send(pid *actor.PID, msg proto.Message) error {
+// Send sends msg to a stage without waiting.
+func (s *System) Send(to StageRef, msg proto.Message) error {
 	if err := s.check(msg); err != nil {
 		return err
 	}
-	s.Actor.Root.Send(pid, msg)
+	s.as.Root.Send(to.pid(), msg)
 	return nil
 }
 
-// Request sends msg to pid and waits up to timeout for the reply. A reply
+// Request sends msg to a stage and waits up to timeout for the reply.
+func (s *System) Request(to StageRef, msg proto.Message, timeout time.Duration) (proto.Message, error) {
+	return s.request(to.pid(), msg, timeout)
+}
+
+// request sends msg to pid and waits up to timeout for the reply. A reply
 // that is not a protobuf message is an error.
-func (s *System) Request(pid *actor.PID, msg proto.Message, timeout time.Duration) (proto.Message, error) {
+func (s *System) request(pid *actor.PID, msg proto.Message, timeout time.Duration) (proto.Message, error) {
 	if err := s.check(msg); err != nil {
 		return nil, err
 	}
-	res, err := s.Actor.Root.RequestFuture(pid, msg, timeout).Result()
+	res, err := s.as.Root.RequestFuture(pid, msg, timeout).Result()
 	if err != nil {
 		return nil, fmt.Errorf("actors: request %s to %s: %w", proto.MessageName(msg), pid, err)
 	}
@@ -278,25 +283,30 @@ func (e *SpawnError) Error() string {
 	return fmt.Sprintf("actors: spawn %q on %s: %s: %s", e.Kind, e.Address, e.Status, e.Text)
 }
 
-// SpawnRemote asks the spawner at address (host:port of a ppnode System;
-// s.Address() for this node) to start an actor of req.Kind and returns its
-// PID. A refusal is a [*SpawnError] with the remote status.
-func (s *System) SpawnRemote(address string, req *SpawnStage, timeout time.Duration) (*actor.PID, error) {
-	res, err := s.Request(actor.NewPID(address, SpawnerName), req, timeout)
+// Spawn asks the spawner at address (host:port of a ppnode System;
+// s.Address() for this node) to start an actor of req.Kind and returns a
+// reference to it. A refusal is a [*SpawnError] with the remote status.
+func (s *System) Spawn(address string, req *SpawnStage, timeout time.Duration) (StageRef, error) {
+	res, err := s.request(actor.NewPID(address, SpawnerName), req, timeout)
 	if err != nil {
-		return nil, err
+		return StageRef{}, err
 	}
+	return spawned(address, req, res)
+}
+
+// spawned reads a spawner's reply.
+func spawned(address string, req *SpawnStage, res proto.Message) (StageRef, error) {
 	rep, ok := res.(*SpawnStageReply)
 	if !ok {
-		return nil, fmt.Errorf("actors: spawn %q on %s: unexpected reply %s", req.GetKind(), address, proto.MessageName(res))
+		return StageRef{}, fmt.Errorf("actors: spawn %q on %s: unexpected reply %s", req.GetKind(), address, proto.MessageName(res))
 	}
 	if rep.GetStatus() != SpawnStatus_SPAWN_STATUS_OK {
-		return nil, &SpawnError{Address: address, Kind: req.GetKind(), Status: rep.GetStatus(), Text: rep.GetError()}
+		return StageRef{}, &SpawnError{Address: address, Kind: req.GetKind(), Status: rep.GetStatus(), Text: rep.GetError()}
 	}
 	if rep.GetPidAddress() == "" || rep.GetPidId() == "" {
-		return nil, fmt.Errorf("actors: spawn %q on %s: reply without a PID", req.GetKind(), address)
+		return StageRef{}, fmt.Errorf("actors: spawn %q on %s: reply without a PID", req.GetKind(), address)
 	}
-	return actor.NewPID(rep.GetPidAddress(), rep.GetPidId()), nil
+	return StageRef{Addr: rep.GetPidAddress(), ID: rep.GetPidId()}, nil
 }
 
 // pingRedial is how often Ping checks, while it waits for the answer,
@@ -330,7 +340,7 @@ func (s *System) Ping(ctx context.Context, address string, timeout time.Duration
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		r, err := s.Request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
+		r, err := s.request(actor.NewPID(address, SpawnerName), &Ping{Nonce: 1}, timeout)
 		ch <- answer{r, err}
 	}()
 	tick := time.NewTicker(pingRedial)
@@ -356,12 +366,32 @@ func (s *System) Ping(ctx context.Context, address string, timeout time.Duration
 	}
 }
 
-// EndpointTerminated tells the remote that the node at address is gone
-// (memberlist reported it dead): its endpoint is dropped and actors
-// watching PIDs there receive Terminated. remote has no keepalive of its
-// own.
-func (s *System) EndpointTerminated(address string) {
-	s.Actor.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address})
+// Forget tells the remote that the node at address is gone (memberlist
+// reported it dead, or it does not answer): its endpoint is dropped and
+// actors watching PIDs there receive Terminated. remote has no keepalive
+// of its own, and would keep redialling it.
+func (s *System) Forget(address string) {
+	s.as.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address})
+}
+
+// admitSpawn answers a spawn request that cannot be served: a kind not
+// known on the node at addr, or a generation older than the newest the
+// node has spawned for the job (gens, which it updates otherwise). An
+// admitted request gets a reply with status OK to fill in.
+func admitSpawn(gens map[string]uint64, req *SpawnStage, known bool, addr string) *SpawnStageReply {
+	rep := &SpawnStageReply{Header: req.GetHeader()}
+	job, gen := req.GetHeader().GetJobId(), req.GetHeader().GetGeneration()
+	switch {
+	case !known:
+		rep.Status = SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND
+		rep.Error = fmt.Sprintf("kind %q is not registered on %s", req.GetKind(), addr)
+	case gen < gens[job]:
+		rep.Status = SpawnStatus_SPAWN_STATUS_STALE
+		rep.Error = fmt.Sprintf("job %q generation %d is older than %d", job, gen, gens[job])
+	default:
+		gens[job] = gen
+	}
+	return rep
 }
 
 // spawner starts actors of registered kinds for other nodes. Unlike
@@ -381,18 +411,9 @@ func (sp *spawner) Receive(c actor.Context) {
 	if !ok {
 		return
 	}
-	rep := &SpawnStageReply{Header: req.GetHeader()}
-	job, gen := req.GetHeader().GetJobId(), req.GetHeader().GetGeneration()
 	props, known := sp.sys.kinds[req.GetKind()]
-	switch {
-	case !known:
-		rep.Status = SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND
-		rep.Error = fmt.Sprintf("kind %q is not registered on %s", req.GetKind(), sp.sys.Address())
-	case gen < sp.gens[job]:
-		rep.Status = SpawnStatus_SPAWN_STATUS_STALE
-		rep.Error = fmt.Sprintf("job %q generation %d is older than %d", job, gen, sp.gens[job])
-	default:
-		sp.gens[job] = gen
+	rep := admitSpawn(sp.gens, req, known, sp.sys.Address())
+	if rep.Status == SpawnStatus_SPAWN_STATUS_OK {
 		var pid *actor.PID
 		var err error
 		if req.GetName() == "" {

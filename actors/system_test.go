@@ -109,12 +109,12 @@ var hdr = &Header{JobId: "job1", Generation: 2}
 
 func TestRemotePingPong(t *testing.T) {
 	env := startPair(t)
-	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+	pid, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pid.GetAddress() != env.b.Address() {
-		t.Fatalf("spawned at %s, want %s", pid.GetAddress(), env.b.Address())
+	if pid.Addr != env.b.Address() {
+		t.Fatalf("spawned at %s, want %s", pid.Addr, env.b.Address())
 	}
 	for i := uint64(1); i <= 3; i++ {
 		res, err := env.a.Request(pid, &Ping{Header: hdr, Nonce: i}, testTimeout)
@@ -130,24 +130,24 @@ func TestRemotePingPong(t *testing.T) {
 
 func TestRemoteSpawn(t *testing.T) {
 	env := startPair(t)
-	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
+	pid, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pid.GetAddress() != env.b.Address() || !strings.HasSuffix(pid.GetId(), "stage0") {
+	if pid.Addr != env.b.Address() || !strings.HasSuffix(pid.ID, "stage0") {
 		t.Fatalf("pid %v", pid)
 	}
 
 	var se *SpawnError
-	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "nosuchkind"}, testTimeout)
+	_, err = env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "nosuchkind"}, testTimeout)
 	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_UNKNOWN_KIND {
 		t.Fatalf("unknown kind: err %v, want UNKNOWN_KIND", err)
 	}
-	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
+	_, err = env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping", Name: "stage0"}, testTimeout)
 	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_NAME_EXISTS {
 		t.Fatalf("taken name: err %v, want NAME_EXISTS", err)
 	}
-	_, err = env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: &Header{JobId: "job1", Generation: 1}, Kind: "ping"}, testTimeout)
+	_, err = env.a.Spawn(env.b.Address(), &SpawnStage{Header: &Header{JobId: "job1", Generation: 1}, Kind: "ping"}, testTimeout)
 	if !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_STALE {
 		t.Fatalf("old generation: err %v, want STALE", err)
 	}
@@ -162,14 +162,14 @@ func TestRemoteSpawn(t *testing.T) {
 		t.Fatalf("reply %v", res)
 	}
 	// So does a local spawn through the same API.
-	if _, err := env.b.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout); err != nil {
+	if _, err := env.b.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestStaleGenerationDropped(t *testing.T) {
 	env := startPair(t)
-	pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "gated"}, testTimeout)
+	pid, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "gated"}, testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +216,9 @@ func TestStaleGenerationDropped(t *testing.T) {
 
 func TestMessageLimits(t *testing.T) {
 	env := startPair(t)
-	pid := actor.NewPID(env.b.Address(), SpawnerName)
+	ref := StageRef{Addr: env.b.Address(), ID: SpawnerName}
 	big := &Ack{Header: hdr, Error: strings.Repeat("x", DefaultMaxMessageBytes)}
-	if err := env.a.Send(pid, big); !errors.Is(err, ErrTooLarge) {
+	if err := env.a.Send(ref, big); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Send of %d bytes: err %v, want ErrTooLarge", proto.Size(big), err)
 	}
 	if _, err := Start(Config{MaxMessageBytes: 1 << 20, MaxGRPCBytes: 1 << 10}); err == nil {
@@ -248,7 +248,7 @@ func TestShutdownNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for round := 0; round < 3; round++ {
 		env := startPair(t)
-		pid, err := env.a.SpawnRemote(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		pid, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +256,7 @@ func TestShutdownNoLeak(t *testing.T) {
 		if _, err := env.a.Request(pid, &Ping{Header: hdr}, testTimeout); err != nil {
 			t.Fatal(err)
 		}
-		back, err := env.b.SpawnRemote(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		back, err := env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}

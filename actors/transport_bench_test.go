@@ -112,7 +112,7 @@ func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sendSys.Stop()
-	sink, err := recvSys.Actor.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+	sink, err := recvSys.as.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
 		if _, ok := c.Message().(*SetupStage); ok {
 			got <- struct{}{}
 		}
@@ -120,7 +120,7 @@ func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sinkPID := actor.NewPID(recvSys.Address(), sink.GetId())
+	sinkRef := StageRef{Addr: recvSys.Address(), ID: sink.GetId()}
 	payload := &SetupStage{Header: &Header{JobId: "bench"}, Spec: out}
 	var rawS, rawC, dpS, dpC, paS, paC float64
 	b.SetBytes(3 * burst * 4 * benchElems)
@@ -132,7 +132,7 @@ func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 		t, u = run(func() error { return snd.Send(dataplane.Tag{Kind: dataplane.KindActivation}, src) },
 			func() error { _, _, err := rcv.Recv(dst); return err })
 		dpS, dpC = dpS+t, dpC+u
-		t, u = run(func() error { return sendSys.Send(sinkPID, payload) },
+		t, u = run(func() error { return sendSys.Send(sinkRef, payload) },
 			func() error { <-got; return nil })
 		paS, paC = paS+t, paC+u
 	}

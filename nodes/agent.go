@@ -349,10 +349,16 @@ func (a *Agent) watch() {
 					j.c.NodeFailed(m.Name)
 				}
 				if m.Name != a.cfg.Name && addr != "" && addr != a.sys.Address() {
-					a.sys.EndpointTerminated(addr)
+					a.sys.Forget(addr)
 				}
 			}
 			a.considerTakeovers()
+		}
+		// Every job hears of the members it may use now: a node of its plan
+		// that is not among them is leaving (or gone).
+		nodes := a.nodeInfos()
+		for _, j := range a.runningJobs() {
+			j.c.Members(nodes)
 		}
 		a.log.Info("nodes: member "+strings.ToLower(strings.TrimPrefix(ev.Kind.String(), "Event")), "member", m.Name, "gossip", m.Addr)
 		a.mu.Lock()
@@ -445,7 +451,7 @@ func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
 	a.runs.Add(1)
 	a.mu.Unlock()
 
-	c, err := actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0))
+	c, err := actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0, false))
 	if err == nil {
 		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
 	}
@@ -487,12 +493,13 @@ func (a *Agent) capacity() float64 {
 	return a.limit
 }
 
-// coordinatorConfig configures a coordinator of this node; resume and gen
-// are CoordinatorConfig's Resume and Generation (a takeover's).
-func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64) actors.CoordinatorConfig {
+// coordinatorConfig configures a coordinator of this node; resume, gen
+// and takeover are CoordinatorConfig's Resume, Generation and Takeover (a
+// takeover's).
+func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64, takeover bool) actors.CoordinatorConfig {
 	return actors.CoordinatorConfig{
-		System: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), LiveNodes: a.nodeInfos, Store: a.store, Replicate: a.replicate,
-		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen,
+		Control: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), Store: a.store, Replicate: a.replicate,
+		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen, Takeover: takeover,
 	}
 }
 
@@ -515,6 +522,7 @@ func (a *Agent) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Tak
 	a.jobs[id] = j
 	a.order = append(a.order, id)
 	a.mu.Unlock()
+	c.Members(a.nodeInfos()) // the members may have changed while it was planned
 	a.log.Info("nodes: job planned", "job", id, "plan", c.Describe(), "holders", rec.Holders)
 	a.sendRecord(j, rec, recordTimeout)
 	go func() {

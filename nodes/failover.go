@@ -451,7 +451,7 @@ func (a *Agent) takeOver(rec JobRecord) {
 	err := a.claimCuts(rec.ID, rec.Run)
 	var c *actors.Coordinator
 	if err == nil {
-		c, err = actors.NewCoordinator(rec.Spec, a.coordinatorConfig(ck, gen))
+		c, err = actors.NewCoordinator(rec.Spec, a.coordinatorConfig(ck, gen, true))
 	}
 	if err != nil {
 		a.mu.Lock()

@@ -1,0 +1,589 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
+	"google.golang.org/protobuf/proto"
+)
+
+// The coordinator's operations: each runs on a goroutine of its own while
+// the coordinator's loop waits for its outcome (see Coordinator.start).
+
+// probe returns the nodes that answer a ping; the endpoints of the others
+// are dropped (remote would keep redialling them).
+func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.NodeInfo {
+	live := make([]bool, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { live[i] = c.cfg.Control.Ping(ctx, n.ActorAddr, time.Second) == nil })
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil // the pings were cut short: they say nothing of the nodes
+	}
+	var out []job.NodeInfo
+	for i, n := range nodes {
+		if live[i] {
+			out = append(out, n)
+		} else {
+			c.cfg.Control.Forget(n.ActorAddr)
+		}
+	}
+	return out
+}
+
+// startStages spawns, sets up and connects the stages of plan under
+// generation gen; sources, if set, are where each stage's layers' state
+// will come from (a direct move). The stages are registered (c.sets) when
+// the outcome reaches the coordinator's loop; a failure stops those
+// already spawned.
+func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int64, err error) {
+	gen, plan := a.Gen, a.Plan
+	S := len(plan.Stages)
+	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, migrate: make([][]*LinkAddr, S)}
+	s.feeds, s.loss = feedTargets(plan)
+	for _, sp := range plan.Stages {
+		st, err := c.job.Graph.Stage(sp.Layers)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.views = append(s.views, st)
+	}
+	defer func() {
+		if err != nil {
+			c.abandon(s)
+			s = nil
+		}
+	}()
+	if len(a.Addrs) != S {
+		return s, nil, fmt.Errorf("%d addresses for %d stages", len(a.Addrs), S)
+	}
+	h := &Header{JobId: c.spec.ID, Generation: gen}
+	params = make([]int64, S)
+	listen := make([][]*LinkAddr, S)
+	var mu sync.Mutex // guards s.refs while the stages are spawned
+	err = forEachStage(S, func(k int) error {
+		sp := plan.Stages[k]
+		ref, err := c.cfg.Control.Spawn(a.Addrs[k], &SpawnStage{Header: h, Kind: StageKind, Stage: int32(k)}, c.cfg.Timeout)
+		if err != nil {
+			return fmt.Errorf("stage %d on %s: %w", k, sp.Node, err)
+		}
+		mu.Lock()
+		s.refs[k] = ref
+		mu.Unlock()
+		spec := StageSpec{Job: c.spec, Generation: gen, Input: c.job.Set.Train.Shape,
+			Classes: c.job.Set.Classes, Graph: plan.Graph, Plan: sp}
+		if a.Sources != nil {
+			spec.Sources = a.Sources[k]
+		}
+		b, err := marshalStageSpec(spec)
+		if err != nil {
+			return err
+		}
+		r, err := c.cfg.Control.Request(ref, &SetupStage{Header: h, Spec: b}, c.cfg.Timeout)
+		if err != nil {
+			return fmt.Errorf("setting up stage %d on %s: %w", k, sp.Node, err)
+		}
+		rep, ok := r.(*SetupStageReply)
+		if !ok {
+			return fmt.Errorf("stage %d: unexpected reply %s", k, proto.MessageName(r))
+		}
+		if rep.GetError() != "" {
+			return fmt.Errorf("stage %d on %s: %s", k, sp.Node, rep.GetError())
+		}
+		listen[k], s.migrate[k], params[k] = rep.GetListen(), rep.GetMigrate(), rep.GetParams()
+		return nil
+	})
+	if err != nil {
+		return s, nil, err
+	}
+	// The coordinator dials its link to every stage first; then every
+	// stage dials its downstream links and waits for its incoming ones.
+	dials := make([][]*LinkAddr, S)
+	for k := range S {
+		for _, la := range listen[k] {
+			from := int(la.GetFrom())
+			if from == balance.Coordinator {
+				hello := dataplane.Hello{JobID: c.spec.ID, Generation: gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
+				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), hello, dataplane.Options{IOTimeout: c.stepTimeout()})
+				if err != nil {
+					return s, nil, fmt.Errorf("coordinator link to stage %d: %w", k, err)
+				}
+				s.links[k] = lk
+				continue
+			}
+			if from < 0 || from >= S {
+				return s, nil, fmt.Errorf("stage %d listens for a link from unknown stage %d", k, from)
+			}
+			dials[from] = append(dials[from], la)
+		}
+		if s.links[k] == nil {
+			return s, nil, fmt.Errorf("stage %d has no link from the coordinator", k)
+		}
+	}
+	err = forEachStage(S, func(k int) error {
+		r, err := c.cfg.Control.Request(s.refs[k], &ConnectStage{Header: h, Dial: dials[k]}, c.cfg.Timeout)
+		if err != nil {
+			return fmt.Errorf("connecting stage %d: %w", k, err)
+		}
+		if err := ackErr(k, r); err != nil {
+			return fmt.Errorf("connecting %w", err)
+		}
+		return nil
+	})
+	return s, params, err
+}
+
+// stepTimeout is the longest a step may take: the bound of every read and
+// write on the coordinator's links.
+func (c *Coordinator) stepTimeout() time.Duration {
+	if c.cfg.StepTimeout > 0 {
+		return c.cfg.StepTimeout
+	}
+	return 10 * time.Minute
+}
+
+// abandon closes the coordinator's links to the stages of s and tells them
+// to stop, without waiting (stopStages for a set not registered).
+func (c *Coordinator) abandon(s *stageSet) {
+	for _, lk := range s.links {
+		lk.Close()
+	}
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	for _, ref := range s.refs {
+		if ref != (StageRef{}) {
+			_ = c.cfg.Control.Send(ref, &StopStage{Header: h})
+		}
+	}
+}
+
+func ackErr(k int, r proto.Message) error {
+	a, ok := r.(*Ack)
+	if !ok {
+		return fmt.Errorf("stage %d: unexpected reply %s", k, proto.MessageName(r))
+	}
+	if !a.GetOk() {
+		return fmt.Errorf("stage %d: %s", k, a.GetError())
+	}
+	return nil
+}
+
+// forEachStage runs f for stages 0..S-1 concurrently and returns the
+// errors by stage order.
+func forEachStage(S int, f func(k int) error) error {
+	errs := make([]error, S)
+	var wg sync.WaitGroup
+	for k := range S {
+		wg.Go(func() { errs[k] = f(k) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// request sends msg to a stage and yields its reply on a channel.
+func (c *Coordinator) request(ref StageRef, msg proto.Message, timeout time.Duration) <-chan reply {
+	ch := make(chan reply, 1)
+	go func() {
+		r, err := c.cfg.Control.Request(ref, msg, timeout)
+		ch <- reply{r, err}
+	}()
+	return ch
+}
+
+type reply struct {
+	msg proto.Message
+	err error
+}
+
+// step runs step a.Step on the stages of s: StepBegin to all, the
+// micro-batches and labels over the coordinator's links, then every
+// stage's StepDone.
+func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.Event {
+	ev := job.StepFinished{Op: a.Op}
+	if s == nil {
+		ev.Err = errors.New("no stages")
+		return ev
+	}
+	j := c.job
+	M := c.spec.MicroBatches
+	epoch, step := a.Step/j.StepsPerEpoch, a.Step%j.StepsPerEpoch
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	dones := make([]<-chan reply, len(s.refs))
+	for k, ref := range s.refs {
+		dones[k] = c.request(ref, &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR}, a.Timeout)
+	}
+	input, _ := tensorID(j.Graph, j.Graph.InputNames[0])
+	for m := range M {
+		c.xs[m], c.ys[m] = j.Loader.Micro(epoch, step, m, c.xs[m], c.ys[m])
+		c.labels[m] = labelTensor(c.ys[m], c.labels[m])
+		for _, k := range s.feeds {
+			if err := s.links[k].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: input}, c.xs[m]); err != nil {
+				ev.Err = fmt.Errorf("feeding stage %d: %w", k, err)
+				return ev
+			}
+		}
+		if err := s.links[s.loss].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
+			ev.Err = fmt.Errorf("labels to stage %d: %w", s.loss, err)
+			return ev
+		}
+	}
+	ev.Timings = make([]job.StageTiming, len(s.refs))
+	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
+		d, ok := r.(*StepDone)
+		if !ok {
+			return fmt.Errorf("stage %d: unexpected reply %T", k, r)
+		}
+		if d.GetError() != "" {
+			return fmt.Errorf("stage %d: %s", k, d.GetError())
+		}
+		if len(d.GetTimings()) > 0 {
+			t := d.GetTimings()[0]
+			ev.Timings[k] = job.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
+				Update: time.Duration(t.GetUpdateNs()), Wait: time.Duration(t.GetWaitNs()), Wall: time.Duration(t.GetWallNs()),
+				CapacityGFLOPS: t.GetCapacityGflops()}
+		}
+		if d.GetHasLoss() {
+			ev.Loss = d.GetLoss() / float64(max(d.GetSamples(), 1))
+			ev.Correct, ev.Seen = d.GetCorrect(), d.GetSamples()
+		}
+		return nil
+	})
+	return ev
+}
+
+// waitAll waits for the replies and checks each with check (called on this
+// goroutine, in arrival order). It returns at the first failure, without
+// waiting for the others: the caller abandons the stages, which ends the
+// requests still running.
+func waitAll(ctx context.Context, replies []<-chan reply, check func(k int, r proto.Message) error) error {
+	type result struct {
+		k int
+		reply
+	}
+	ch := make(chan result, len(replies))
+	for k, r := range replies {
+		go func() { ch <- result{k, <-r} }()
+	}
+	for range replies {
+		var r result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if r.err != nil {
+			return fmt.Errorf("stage %d: %w", r.k, r.err)
+		}
+		if err := check(r.k, r.msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeCut gathers the state of the stages of s after a.Step into the
+// coordinator's model, as the latest cut (the pipeline is drained between
+// steps, so the cut is consistent); with a store it is then written and
+// copied in the background (CutPersisted). With a.Evaluate the test
+// accuracy of the weights is measured too.
+func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
+	ev := job.CutTaken{Op: a.Op}
+	c.persisting.Wait() // the model's tensors are the previous cut's until written
+	if err := c.gather(s); err != nil {
+		ev.Err = err
+		return ev
+	}
+	if a.Evaluate {
+		be, err := c.spec.NewBackend(c.cfg.Threads)
+		if err != nil {
+			ev.Err = err
+			return ev
+		}
+		opt, _ := c.spec.NewOptimizer(1)
+		ev.Accuracy = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed))
+		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())
+	}
+	if c.cfg.Store == nil {
+		return ev
+	}
+	ck := c.checkpointFile(s, a.Step, a.Progress)
+	c.persisting.Go(func() {
+		t0 := c.clk.Now()
+		err := func() error {
+			if _, err := c.cfg.Store.Save(ck); err != nil {
+				return fmt.Errorf("writing: %w", err)
+			}
+			if c.cfg.Replicate != nil {
+				if err := c.cfg.Replicate(ck); err != nil {
+					return fmt.Errorf("replicating: %w", err)
+				}
+			}
+			return nil
+		}()
+		c.log.Debug("cut persisted", "step", a.Step, "ms", msSince(t0, c.clk.Now()), "err", err)
+		c.post(job.CutPersisted{Step: a.Step, Err: err})
+	})
+	return ev
+}
+
+// gather reads the state of every stage of s, optimizer included, into the
+// coordinator's model and c.copt.
+func (c *Coordinator) gather(s *stageSet) error {
+	if s == nil {
+		return errors.New("no stages")
+	}
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	return c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+		tag, got, err := lk.Recv(t)
+		if err != nil {
+			return err
+		}
+		if tag.Kind != dataplane.KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
+			return fmt.Errorf("got %v %d of shape %v, want state tensor %d of shape %v", tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
+		}
+		return nil
+	})
+}
+
+// restore loads the latest cut, the state after step, into the stages of
+// s.
+func (c *Coordinator) restore(s *stageSet, step int) error {
+	if s == nil {
+		return errors.New("no stages")
+	}
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	return c.moveState(s, "restoring", &RestoreStage{Header: h, Steps: int64(step)}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+		return lk.Send(dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t)
+	})
+}
+
+// moveState moves every stage's state tensors over its coordinator link,
+// one call of move per tensor, while the stage serves the request msg; a
+// stage that fails or refuses closes the transfer (see abortOnFailure).
+func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
+	// Made here, on one goroutine: the optimizer's state map is not safe
+	// for concurrent use.
+	state := make([][]*nn.Tensor, len(s.views))
+	for k, st := range s.views {
+		state[k] = stateTensors(st.Params(), c.copt, true)
+	}
+	return forEachStage(len(s.refs), func(k int) error {
+		done := abortOnFailure(c.request(s.refs[k], msg, c.cfg.Timeout), s.links[k])
+		for i, t := range state[k] {
+			if err := move(s.links[k], i, t); err != nil {
+				return fmt.Errorf("%s stage %d: %w", what, k, explain(err, done))
+			}
+		}
+		if err := <-done; err != nil {
+			return fmt.Errorf("%s stage %d: %w", what, k, err)
+		}
+		return nil
+	})
+}
+
+// explain returns the stage's own failure, if it reports one promptly,
+// for an error on the link: a refusal explains a closed link better.
+func explain(err error, done <-chan error) error {
+	t := time.NewTimer(100 * time.Millisecond) // a dead stage does not answer
+	defer t.Stop()
+	select {
+	case r := <-done:
+		if r != nil {
+			return r
+		}
+	case <-t.C:
+	}
+	return err
+}
+
+// abortOnFailure waits for a stage's reply to a request whose data moves
+// over lk; if the stage fails or refuses, lk is closed so that the other
+// end of the transfer does not wait for data that will not come. The
+// channel yields the failure, or nil.
+func abortOnFailure(replies <-chan reply, lk dataplane.Link) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		r := <-replies
+		err := r.err
+		if err == nil {
+			if d, ok := r.msg.(*StepDone); !ok {
+				err = fmt.Errorf("unexpected reply %T", r.msg)
+			} else if d.GetError() != "" {
+				err = errors.New(d.GetError())
+			}
+		}
+		if err != nil {
+			lk.Close()
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// move hands the state of each layer after a.Step from its stage in the
+// old set straight to its stage in the new one (see migrate.go): every new
+// stage receives while every old one sends, and the receivers' counts must
+// match the senders'.
+func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a job.Move) (*job.Moved, error) {
+	if news == nil || olds == nil {
+		return nil, errors.New("no stages")
+	}
+	transfers := map[int][]*StateTransfer{} // per old stage
+	for j, srcs := range a.Sources {
+		for _, src := range srcs {
+			transfers[src.From] = append(transfers[src.From], &StateTransfer{From: int32(src.From), To: int32(j), Layers: src.Layers})
+		}
+	}
+	for j, las := range news.migrate {
+		for _, la := range las {
+			k := int(la.GetFrom())
+			i := -1
+			for n, tr := range transfers[k] {
+				if int(tr.GetTo()) == j {
+					i = n
+				}
+			}
+			if i < 0 || int(la.GetTo()) != j || transfers[k][i].GetAddr() != "" {
+				return nil, fmt.Errorf("stage %d listens for state from stage %d, which sends it none", j, k)
+			}
+			transfers[k][i].Addr = la.GetAddr()
+		}
+	}
+	for k, trs := range transfers {
+		for _, tr := range trs {
+			if tr.GetAddr() == "" && olds.plan.Stages[k].Node != news.plan.Stages[tr.GetTo()].Node {
+				return nil, fmt.Errorf("stage %d does not listen for the state of stage %d", tr.GetTo(), k)
+			}
+		}
+	}
+	timeout := c.cfg.Timeout
+	ms := (timeout * 9 / 10).Milliseconds() // the stages give up first, and say why
+	h := &Header{JobId: c.spec.ID, Generation: news.gen}
+	var replies []<-chan reply
+	var who []string
+	for j, ref := range news.refs {
+		replies = append(replies, c.request(ref, &ReceiveState{Header: h, Steps: int64(a.Step), TimeoutMs: ms}, timeout))
+		who = append(who, fmt.Sprintf("new stage %d on %s", j, news.plan.Stages[j].Node))
+	}
+	nNew := len(replies)
+	for k, ref := range olds.refs {
+		if len(transfers[k]) == 0 {
+			continue
+		}
+		replies = append(replies, c.request(ref, &SendState{Header: h, Transfers: transfers[k], TimeoutMs: ms}, timeout))
+		who = append(who, fmt.Sprintf("old stage %d on %s", k, olds.plan.Stages[k].Node))
+	}
+	var links []dataplane.Link
+	for _, s := range []*stageSet{olds, news} {
+		for _, lk := range s.links {
+			links = append(links, lk)
+		}
+	}
+	moved, err := awaitMove(ctx, replies, who, links)
+	if err != nil {
+		return nil, err
+	}
+	type pair struct{ from, to int32 }
+	got := map[pair]*TransferStats{}
+	for _, r := range moved[:nNew] {
+		for _, st := range r.GetTransfers() {
+			got[pair{st.GetFrom(), st.GetTo()}] = st
+		}
+	}
+	out := &job.Moved{}
+	for _, r := range moved[nNew:] {
+		for _, st := range r.GetTransfers() {
+			rc := got[pair{st.GetFrom(), st.GetTo()}]
+			if rc == nil || rc.GetTensors() != st.GetTensors() || rc.GetBytes() != st.GetBytes() || rc.GetLocal() != st.GetLocal() {
+				return nil, fmt.Errorf("stage %d sent %d tensors (%d bytes) to stage %d, which reports %v", st.GetFrom(), st.GetTensors(), st.GetBytes(), st.GetTo(), rc)
+			}
+			delete(got, pair{st.GetFrom(), st.GetTo()})
+			from, to := int(st.GetFrom()), int(st.GetTo())
+			ml := job.MovedLink{FromStage: from, ToStage: to, From: olds.plan.Stages[from].Node, To: news.plan.Stages[to].Node,
+				Local: st.GetLocal(), Tensors: st.GetTensors(), Bytes: st.GetBytes(), WireBytes: st.GetWireBytes()}
+			for _, tr := range transfers[from] {
+				if int(tr.GetTo()) == to && len(tr.GetLayers()) > 0 {
+					ml.Layers = layerRange(tr.GetLayers())
+				}
+			}
+			out.Links = append(out.Links, ml)
+			if !ml.Local {
+				out.Bytes += ml.Bytes
+				out.WireBytes += ml.WireBytes
+			}
+		}
+	}
+	if len(got) > 0 {
+		return nil, fmt.Errorf("%d transfers were received but not sent", len(got))
+	}
+	return out, nil
+}
+
+func layerRange(ls []string) string {
+	if len(ls) == 1 {
+		return ls[0]
+	}
+	return ls[0] + "-" + ls[len(ls)-1]
+}
+
+// awaitMove waits for the replies to a move's requests (who names each).
+// It fails at the first error, when ctx ends, or when a coordinator link
+// to a stage of either plan breaks (its stage or node is gone).
+func awaitMove(ctx context.Context, replies []<-chan reply, who []string, links []dataplane.Link) ([]*StateMoved, error) {
+	type result struct {
+		i int
+		reply
+	}
+	ch := make(chan result, len(replies))
+	for i, r := range replies {
+		go func() { ch <- result{i, <-r} }()
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	broken := make(chan error, len(links))
+	for _, lk := range links {
+		go func() {
+			select {
+			case <-lk.Done():
+				broken <- lk.Err()
+			case <-stop:
+			}
+		}()
+	}
+	out := make([]*StateMoved, len(replies))
+	for range replies {
+		var r result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-broken:
+			return nil, fmt.Errorf("moving state: a stage's link to the coordinator broke: %w", err)
+		}
+		if r.err != nil {
+			return nil, fmt.Errorf("moving state: %s: %w", who[r.i], r.err)
+		}
+		switch m := r.msg.(type) {
+		case *StateMoved:
+			if m.GetError() != "" {
+				return nil, fmt.Errorf("moving state: %s: %s", who[r.i], m.GetError())
+			}
+			out[r.i] = m
+		case *StepDone:
+			return nil, fmt.Errorf("moving state: %s: %s", who[r.i], m.GetError())
+		case *Ack:
+			return nil, fmt.Errorf("moving state: %s: %s", who[r.i], m.GetError())
+		default:
+			return nil, fmt.Errorf("moving state: %s: unexpected reply %T", who[r.i], r.msg)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,506 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/nn"
+)
+
+// A plan change (DESIGN.md, "Re-planning is one mechanism") is one
+// transition whatever asked for it: the start, a takeover, a failure, a
+// node that leaves or joins, drifting speeds, a user. It chooses where the
+// state comes from, plans over the live nodes, starts the new stages,
+// loads their state and continues:
+//
+//	source     state from                      used by
+//	live       each layer's old stage, direct   leaving, joined, speeds, requested
+//	fresh cut  a cut taken now, then restored   requested through a cut
+//	cut        the latest cut (replay from it)  start, takeover, failure
+//
+// Its steps, each an operation of the driver:
+//
+//	[fresh cut: TakeCut] -> [cut sources: StopStages(old, abandon)]
+//	  -> [no plan yet: Probe, then plan over the nodes that answer]
+//	  -> StartStages(new generation) -> Restore | Move
+//	  -> [live: StopStages(old, wait)] -> training at the next boundary
+//
+// A change from live stages or a fresh cut that fails midway becomes a
+// failure: the job goes back to its latest cut. A failure's change that
+// fails tries again, paused, until it succeeds (a node joins, a link comes
+// back); the start's fails the job.
+type change struct {
+	trigger Trigger
+	source  source
+	// res is the plan to move to, made for cl (nil: plan over the nodes
+	// that answer a probe); mv how the state moves (source live).
+	res *balance.Result
+	cl  *balance.Cluster
+	mv  *stateMove
+	// replan is the record of a re-plan being made.
+	replan *Replan
+	// A failure's: the cause, the step that failed, its start and when the
+	// failure was known.
+	cause     error
+	step      int
+	stepStart time.Time
+	detected  time.Time
+	// old is the generation of the stages the state moves from (source
+	// live), oldPlan their plan.
+	old     uint64
+	oldPlan *balance.Plan
+	attempt int
+	paused  bool
+	probed  map[string]bool // the candidates of the last probe
+	// t0..t2 time the phases: the change's start, the new stages started,
+	// the state loaded.
+	t0, t1 time.Time
+}
+
+// source is where a change gets the job's state from.
+type source int
+
+const (
+	sourceLive     source = iota // the old plan's stages, straight to the new ones
+	sourceFreshCut               // a cut taken at the change, restored into the new stages
+	sourceCut                    // the latest cut: the steps after it are replayed
+)
+
+// changePlan carries out ch, the one plan-change transition.
+func (c *Core) changePlan(now time.Time, ch *change) {
+	c.change, ch.t0 = ch, now
+	switch ch.trigger {
+	case TriggerStart, TriggerTakeover:
+		c.setState(StateStarting, "")
+	case TriggerFailure:
+		c.setState(StateRecovering, ch.cause.Error())
+	}
+	if ch.source == sourceFreshCut {
+		c.issue(now, opChangeCut, func(op Op) Action { return TakeCut{Op: op, Gen: c.running, Step: c.g, Progress: c.acc} })
+		return
+	}
+	c.attempt(now)
+}
+
+// attempt starts one try of the current change.
+func (c *Core) attempt(now time.Time) {
+	ch := c.change
+	ch.paused = false
+	if ch.source != sourceLive {
+		c.abandon(false)
+	}
+	if ch.res == nil {
+		cands := c.candidates()
+		ch.probed = map[string]bool{}
+		for _, n := range cands {
+			ch.probed[n.Name] = true
+		}
+		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands} })
+		return
+	}
+	c.startStages(now)
+}
+
+// startStages starts the stages of the change's plan under a new
+// generation.
+func (c *Core) startStages(now time.Time) {
+	ch := c.change
+	c.gen++
+	var sources [][]StateSource
+	var old *balance.Plan
+	if ch.source == sourceLive {
+		ch.old, ch.oldPlan, old = c.running, c.plan, c.plan
+		sources = ch.mv.sources
+	}
+	c.adopt(ch.res, ch.cl, old)
+	c.running = c.gen
+	gen, plan := c.gen, c.plan
+	addrs := make([]string, len(plan.Stages))
+	for k, sp := range plan.Stages {
+		addrs[k] = c.known[sp.Node].ActorAddr
+	}
+	c.issue(now, opStart, func(op Op) Action { return StartStages{Op: op, Gen: gen, Plan: plan, Addrs: addrs, Sources: sources} })
+}
+
+// changeOutcome follows the outcome of a change's operation.
+func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
+	ch := c.change
+	switch kind {
+	case opChangeCut:
+		e := ev.(CutTaken)
+		if e.Err != nil {
+			c.changeFailed(now, e.Err)
+			return
+		}
+		c.cutGathered(now)
+		c.attempt(now)
+	case opProbe:
+		e := ev.(Probed)
+		if len(e.Live) == 0 {
+			c.changeFailed(now, errors.New("no live node"))
+			return
+		}
+		cl := c.clusterOf(e.Live)
+		res, err := c.search(cl, c.spec.Partition)
+		if errors.Is(err, balance.ErrNoFit) {
+			err = fmt.Errorf("waiting for nodes: %w", err)
+		}
+		if err != nil {
+			c.changeFailed(now, err)
+			return
+		}
+		ch.res, ch.cl = res, cl
+		c.startStages(now)
+	case opStart:
+		e := ev.(StagesStarted)
+		if e.Err != nil {
+			c.changeFailed(now, e.Err)
+			return
+		}
+		for k, p := range e.Params {
+			if k < len(c.status.Stages) {
+				c.status.Stages[k].Params = p
+			}
+		}
+		ch.t1 = now
+		gen := c.gen
+		switch {
+		case ch.source == sourceLive:
+			step, sources := c.g, ch.mv.sources
+			c.issue(now, opLoad, func(op Op) Action { return Move{Op: op, Gen: gen, From: ch.old, Step: step, Sources: sources} })
+		case c.cut.Step > 0:
+			step := c.cut.Step
+			c.issue(now, opLoad, func(op Op) Action { return Restore{Op: op, Gen: gen, Step: step} })
+		default:
+			c.changed(now, nil) // every stage starts from the seed's initial state
+		}
+	case opLoad:
+		e := ev.(StateLoaded)
+		if e.Err != nil {
+			c.changeFailed(now, e.Err)
+			return
+		}
+		c.changed(now, e.Moved)
+	}
+}
+
+// changeFailed ends an attempt that failed with err.
+func (c *Core) changeFailed(now time.Time, err error) {
+	ch := c.change
+	switch {
+	case ch.source != sourceCut:
+		// Moving between live plans failed midway: back to the latest
+		// cut, as after any failure.
+		c.stopAll(false)
+		c.change = nil
+		c.recover(now, c.g, now, fmt.Errorf("changing the plan: %w", err))
+	case ch.trigger != TriggerFailure:
+		c.stopAll(false)
+		c.finish(nil, err)
+	default:
+		c.log.Warn("recovery attempt failed", "attempt", ch.attempt, "err", err)
+		c.setState(StatePaused, err.Error())
+		c.abandon(false)
+		ch.attempt++
+		ch.paused = true
+		c.wakeAt = now.Add(min(time.Duration(ch.attempt)*200*time.Millisecond, 2*time.Second))
+		c.out = append(c.out, Wake{At: c.wakeAt})
+	}
+}
+
+// retry tries a paused change again.
+func (c *Core) retry(now time.Time) {
+	c.change.res, c.change.cl = nil, nil
+	c.attempt(now)
+}
+
+// joinedSince reports whether a member is not among probed.
+func (c *Core) joinedSince(probed map[string]bool) bool {
+	for name := range c.members {
+		if !probed[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// changed completes the current change: the new stages hold the state.
+func (c *Core) changed(now time.Time, moved *Moved) {
+	ch := c.change
+	c.change = nil
+	if ch.old != 0 {
+		c.out = append(c.out, StopStages{Gen: ch.old, Wait: true})
+	}
+	c.inPlan = map[string]bool{}
+	for _, sp := range c.plan.Stages {
+		c.inPlan[sp.Node] = true
+	}
+	c.log.Info("plan changed", "trigger", ch.trigger, "plan", c.text, "generation", c.gen,
+		"start_ms", ms(ch.t1.Sub(ch.t0)), "load_ms", ms(now.Sub(ch.t1)))
+	switch ch.trigger {
+	case TriggerStart, TriggerTakeover:
+	case TriggerFailure:
+		c.planStep, c.streak = c.cut.Step, 0
+		c.g, c.acc = c.cut.Step, c.cut.Progress
+		c.win.open, c.check.active = false, false
+		c.status.Recoveries = append(c.status.Recoveries, Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - c.cut.Step,
+			Plan: c.text, At: ch.detected, DetectMS: ms(ch.detected.Sub(ch.stepStart)), RestoreMS: ms(now.Sub(ch.detected))})
+	default:
+		r := ch.replan
+		switch ch.source {
+		case sourceLive:
+			r.Method = "direct"
+			if moved != nil {
+				r.MovedBytes, r.WireBytes, r.Links = moved.Bytes, moved.WireBytes, moved.Links
+			}
+			r.PhasesMS = map[string]float64{"start": ms(ch.t1.Sub(ch.t0)), "transfer": ms(now.Sub(ch.t1))}
+		case sourceFreshCut:
+			r.Method, r.MovedBytes, r.LocalBytes = "cut", 2*c.stateSize, 0
+			r.PhasesMS = map[string]float64{"cut": ms(c.cutCost), "start": ms(ch.t1.Sub(ch.t0) - c.cutCost), "restore": ms(now.Sub(ch.t1))}
+		}
+		c.planStep = c.g
+		r.MovedMS = ms(now.Sub(ch.t0))
+		c.log.Info("re-planned", "step", c.g, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
+		r.MeasuredBeforeMS = 1e3 * median(c.steps[max(0, len(c.steps)-replanWindow):])
+		c.status.Replans = append(c.status.Replans, *r)
+		c.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(c.steps)}
+	}
+	c.setState(StateTraining, "")
+	c.boundary(now)
+}
+
+// recover goes back to the latest cut after step g, started at stepStart,
+// failed with cause: a plan change from the cut over the nodes that
+// answer, then the steps after the cut again.
+func (c *Core) recover(now time.Time, g int, stepStart time.Time, cause error) {
+	if n := len(c.status.Recoveries); n >= maxRecoveries {
+		c.stopAll(false)
+		c.finish(nil, fmt.Errorf("giving up after %d recoveries: %w", n, cause))
+		return
+	}
+	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.Step, "err", cause)
+	c.wait = 0 // the operation in flight, if any, is cancelled with its stages
+	c.changePlan(now, &change{trigger: TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
+}
+
+// nodeFailed handles a node the cluster declared dead: a failure if the
+// plan (or the one the job moves from) uses it.
+func (c *Core) nodeFailed(now time.Time, name string) {
+	delete(c.members, name)
+	if !c.inPlan[name] {
+		return
+	}
+	err := fmt.Errorf("node %s failed", name)
+	switch ch := c.change; {
+	case ch == nil && c.waitFor == opStep:
+		c.recover(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, err))
+	case ch == nil:
+		c.recover(now, c.g, c.stepStart, err)
+	case ch.paused || c.waitFor == opProbe:
+		// The next attempt probes the nodes again.
+	default:
+		c.wait = 0
+		c.changeFailed(now, err)
+	}
+}
+
+// maybeRebalance runs after a step, the pipeline drained: it evaluates
+// the plan and, if warranted, changes it. It reports whether it started
+// a change.
+func (c *Core) maybeRebalance(now time.Time) bool {
+	g := c.g
+	if g >= c.job.Total {
+		return false
+	}
+	nodes := c.candidates()
+	leaving := ""
+	for _, sp := range c.plan.Stages {
+		if !slices.ContainsFunc(nodes, func(n NodeInfo) bool { return n.Name == sp.Node }) {
+			leaving = sp.Node
+			break
+		}
+	}
+	req := c.requested
+	c.requested = nil
+	cooldown := rebalanceCooldown << min(len(c.status.Replans), 6)
+	held := realism(c.status.Replans)
+	if leaving == "" && req == nil && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
+		return false
+	}
+	cl := c.clusterOf(nodes)
+	part := c.spec.Partition
+	if req != nil {
+		part = req.Partition
+	}
+	res, err := c.search(cl, part)
+	if err != nil {
+		c.log.Warn("rebalancing: no plan", "err", err)
+		return false
+	}
+	mv, err := c.planMove(c.plan, res.Plan)
+	if err != nil {
+		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
+		return false
+	}
+	viaCut := req != nil && req.ViaCut
+	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
+		StateBytes: mv.stateBytes, LocalBytes: mv.localBytes}
+	for _, n := range cl.Nodes {
+		r.Speeds[n.Name] = n.Speed
+	}
+	cost := c.moveCost(mv, viaCut)
+	r.CostMS = ms(cost)
+	cur, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, cl, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	if err == nil {
+		r.BeforeMS = cur.StepTime * 1e3
+		r.Gain = 1 - res.Report.StepTime/cur.StepTime
+	}
+	switch {
+	case leaving != "":
+		r.Trigger, r.Reason = TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
+	case req != nil:
+		r.Trigger, r.Reason = TriggerRequested, "requested: "+req.Partition
+	default:
+		if err != nil {
+			return false
+		}
+		saved := held * (cur.StepTime - res.Report.StepTime)
+		c.log.Debug("rebalancing: evaluated", "step", g, "plan", res.Spec, "gain", r.Gain, "realism", held,
+			"before_ms", r.BeforeMS, "after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", c.streak)
+		if res.Spec == c.text || held*r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
+			c.streak = 0
+			return false
+		}
+		if c.streak++; c.streak < rebalanceStreak {
+			return false
+		}
+		r.Trigger = TriggerSpeeds
+		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
+		if n := c.newNode(res.Plan); n != "" {
+			r.Trigger = TriggerJoined
+			r.Reason = fmt.Sprintf("node %s joined: predicted step %.1f ms -> %.1f ms", n, r.BeforeMS, r.AfterMS)
+		}
+		if held < 1 {
+			r.Reason += fmt.Sprintf(", counted as %.0f%% of that gain (the last re-plan's share)", 100*held)
+		}
+	}
+	c.streak = 0
+	c.log.Info("re-planning", "step", g, "reason", r.Reason, "plan", res.Spec, "gain", r.Gain)
+	src := sourceLive
+	if viaCut {
+		src = sourceFreshCut
+	}
+	c.changePlan(now, &change{trigger: r.Trigger, source: src, res: res, cl: cl, mv: mv, replan: &r})
+	return true
+}
+
+// newNode is a node plan uses that the cluster of the current plan did not
+// have (one that joined since), or "".
+func (c *Core) newNode(plan *balance.Plan) string {
+	for _, sp := range plan.Stages {
+		if !slices.ContainsFunc(c.cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
+			return sp.Node
+		}
+	}
+	return ""
+}
+
+// rebalances reports whether the job re-plans by itself: with a
+// partitioner that weighs node speeds.
+func (c *Core) rebalances() bool {
+	switch c.spec.Partition {
+	case "auto", balance.Balanced, balance.GraphPP:
+		return !c.spec.NoRebalance
+	}
+	return false
+}
+
+// stateMove is how a plan change moves the state of the job's layers.
+type stateMove struct {
+	sources [][]StateSource // per stage of the new plan
+	// stateBytes is the state (parameters and optimizer) of the layers
+	// that change node, localBytes that of the layers that stay on theirs.
+	stateBytes, localBytes int64
+}
+
+// planMove maps every layer with state in plan to to its owner in plan
+// from, grouped per pair of stages.
+func (c *Core) planMove(from, to *balance.Plan) (*stateMove, error) {
+	owner := map[string]int{}
+	for k, sp := range from.Stages {
+		for _, l := range sp.Layers {
+			owner[l] = k
+		}
+	}
+	mv := &stateMove{sources: make([][]StateSource, len(to.Stages))}
+	for j, sp := range to.Stages {
+		idx := map[int]int{} // old stage -> index in sources[j]
+		for _, l := range sp.Layers {
+			n := c.job.Graph.Node(l)
+			if n == nil {
+				return nil, fmt.Errorf("the new plan has a layer %q the model does not", l)
+			}
+			ps := n.Layer.Params()
+			if len(ps) == 0 {
+				continue
+			}
+			k, ok := owner[l]
+			if !ok {
+				return nil, fmt.Errorf("layer %q is on no stage of the current plan", l)
+			}
+			i, ok := idx[k]
+			if !ok {
+				i = len(mv.sources[j])
+				idx[k] = i
+				mv.sources[j] = append(mv.sources[j], StateSource{From: k, Local: from.Stages[k].Node == sp.Node})
+			}
+			mv.sources[j][i].Layers = append(mv.sources[j][i].Layers, l)
+			if b := c.stateBytes(ps); mv.sources[j][i].Local {
+				mv.localBytes += b
+			} else {
+				mv.stateBytes += b
+			}
+		}
+	}
+	return mv, nil
+}
+
+// stateBytes is the state of params: values and buffers, and the
+// optimizer's tensors of the trainable ones.
+func (c *Core) stateBytes(params []*nn.Param) int64 {
+	slots := int64(0)
+	switch {
+	case c.spec.Optimizer == "adam":
+		slots = 2
+	case c.spec.Momentum != 0:
+		slots = 1
+	}
+	var b int64
+	for _, p := range params {
+		n := 4 * int64(p.Value.Shape().TotalSize())
+		if p.Trainable() {
+			n *= 1 + slots
+		}
+		b += n
+	}
+	return b
+}
+
+// moveCost predicts what moving as mv costs: starting the new stages and
+// sending the layers that change node, at the throughput the last cut
+// measured (a cut moves the whole state once), or at the default link's
+// bandwidth before the first cut. Moving through a cut costs about two
+// cuts.
+func (c *Core) moveCost(mv *stateMove, viaCut bool) time.Duration {
+	if viaCut {
+		return 2*c.cutCost + moveStartup
+	}
+	bw := balance.DefaultLink.Bandwidth
+	if c.cutCost > 0 {
+		bw = float64(c.stateSize) / c.cutCost.Seconds()
+	}
+	return moveStartup + time.Duration(float64(mv.stateBytes)/bw*float64(time.Second))
+}

@@ -87,6 +87,7 @@ type Coordinator struct {
 	labels []*nn.Tensor
 
 	persisting sync.WaitGroup // a cut being written and copied
+	detached   sync.WaitGroup // cancelled operations not waited for
 
 	mu      sync.Mutex // guards inbox, status, changed and runs
 	inbox   []job.Event
@@ -112,10 +113,14 @@ type stageSet struct {
 
 // operation is the core's operation in flight.
 type operation struct {
-	gens   []uint64 // the generations of the stages it works on
-	step   int      // the step it runs (RunStep), else -1
-	cancel context.CancelFunc
-	done   chan outcome
+	gens []uint64 // the generations of the stages it works on
+	step int      // the step it runs (RunStep), else -1
+	// detached: a cancelled operation that touches nothing the next one
+	// uses is not waited for (starting stages on a node that does not
+	// answer takes up to a request timeout).
+	detached bool
+	cancel   context.CancelFunc
+	done     chan outcome
 }
 
 // outcome is an operation's event for the core, and the stages it
@@ -254,10 +259,12 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 			switch a := a.(type) {
 			case job.Finish:
 				c.cancelOp()
-				for gen := range c.sets {
-					c.stopStages(gen, true)
+				for gen, s := range c.sets {
+					delete(c.sets, gen)
+					c.stopStages(s, true)
 				}
 				c.persisting.Wait()
+				c.detached.Wait()
 				c.publish()
 				return a.Result, a.Err
 			case job.Wake:
@@ -329,7 +336,10 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 		if c.op != nil && slices.Contains(c.op.gens, a.Gen) {
 			c.cancelOp()
 		}
-		c.stopStages(a.Gen, a.Wait)
+		if s := c.sets[a.Gen]; s != nil {
+			delete(c.sets, a.Gen)
+			c.stopStages(s, a.Wait)
+		}
 	case job.Probe:
 		c.start(ctx, nil, func(ctx context.Context) outcome {
 			return outcome{ev: job.Probed{Op: a.Op, Live: c.probe(ctx, a.Nodes)}}
@@ -339,6 +349,7 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 			s, params, err := c.startStages(a)
 			return outcome{ev: job.StagesStarted{Op: a.Op, Params: params, Err: err}, set: s}
 		})
+		c.op.detached = true
 	case job.Restore:
 		s := c.sets[a.Gen]
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {
@@ -373,9 +384,9 @@ func (c *Coordinator) start(ctx context.Context, gens []uint64, run func(context
 	go func() { op.done <- run(ctx) }()
 }
 
-// cancelOp cancels the operation in flight and waits for it to end; its
-// outcome is dropped (the core no longer waits for it), and stages it
-// started are abandoned.
+// cancelOp cancels the operation in flight and waits for it to end
+// (unless it is detached); its outcome is dropped (the core no longer
+// waits for it), and stages it started are stopped.
 func (c *Coordinator) cancelOp() {
 	op := c.op
 	if op == nil {
@@ -383,6 +394,14 @@ func (c *Coordinator) cancelOp() {
 	}
 	c.op = nil
 	op.cancel()
+	if op.detached {
+		c.detached.Go(func() {
+			if out := <-op.done; out.set != nil {
+				c.stopStages(out.set, false)
+			}
+		})
+		return
+	}
 	// Closing the links of its stages ends any transfer it waits on.
 	for _, gen := range op.gens {
 		if s := c.sets[gen]; s != nil {
@@ -392,22 +411,17 @@ func (c *Coordinator) cancelOp() {
 		}
 	}
 	if out := <-op.done; out.set != nil {
-		c.abandon(out.set)
+		c.stopStages(out.set, false)
 	}
 }
 
-// stopStages stops the stages of generation gen: the one way stages stop.
-// With wait, each is asked to stop and waited for (bounded), then the
-// coordinator's links to them close (a stage whose coordinator link
-// closes stops by itself, and would not answer); without, the links close
-// at once and the stages are told to stop.
-func (c *Coordinator) stopStages(gen uint64, wait bool) {
-	s := c.sets[gen]
-	if s == nil {
-		return
-	}
-	delete(c.sets, gen)
-	h := &Header{JobId: c.spec.ID, Generation: gen}
+// stopStages stops the stages of s: the one way stages stop. With wait,
+// each is asked to stop and waited for (bounded), then the coordinator's
+// links to them close (a stage whose coordinator link closes stops by
+// itself, and would not answer); without, the links close at once and the
+// stages are told to stop.
+func (c *Coordinator) stopStages(s *stageSet, wait bool) {
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
 	if !wait {
 		for _, lk := range s.links {
 			lk.Close()
@@ -424,7 +438,7 @@ func (c *Coordinator) stopStages(gen uint64, wait bool) {
 		}
 		wg.Go(func() {
 			if _, err := c.cfg.Control.Request(ref, &StopStage{Header: h}, 10*time.Second); err != nil {
-				c.log.Warn("stopping a stage", "stage", ref.String(), "generation", gen, "err", err)
+				c.log.Warn("stopping a stage", "stage", ref.String(), "generation", s.gen, "err", err)
 			}
 		})
 	}

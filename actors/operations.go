@@ -59,7 +59,7 @@ func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int6
 	}
 	defer func() {
 		if err != nil {
-			c.abandon(s)
+			c.stopStages(s, false)
 			s = nil
 		}
 	}()
@@ -149,20 +149,6 @@ func (c *Coordinator) stepTimeout() time.Duration {
 		return c.cfg.StepTimeout
 	}
 	return 10 * time.Minute
-}
-
-// abandon closes the coordinator's links to the stages of s and tells them
-// to stop, without waiting (stopStages for a set not registered).
-func (c *Coordinator) abandon(s *stageSet) {
-	for _, lk := range s.links {
-		lk.Close()
-	}
-	h := &Header{JobId: c.spec.ID, Generation: s.gen}
-	for _, ref := range s.refs {
-		if ref != (StageRef{}) {
-			_ = c.cfg.Control.Send(ref, &StopStage{Header: h})
-		}
-	}
 }
 
 func ackErr(k int, r proto.Message) error {

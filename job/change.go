@@ -71,7 +71,7 @@ const (
 
 // changePlan carries out ch, the one plan-change transition.
 func (c *Core) changePlan(now time.Time, ch *change) {
-	c.change, ch.t0 = ch, now
+	c.change, ch.t0, c.step = ch, now, stepChanging
 	switch ch.trigger {
 	case TriggerStart, TriggerTakeover:
 		c.setState(StateStarting, "")
@@ -88,7 +88,7 @@ func (c *Core) changePlan(now time.Time, ch *change) {
 // attempt starts one try of the current change.
 func (c *Core) attempt(now time.Time) {
 	ch := c.change
-	ch.paused = false
+	ch.paused, c.step = false, stepChanging
 	if ch.source != sourceLive {
 		c.abandon(false)
 	}
@@ -196,7 +196,7 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		// cut, as after any failure.
 		c.stopAll(false)
 		c.change = nil
-		c.recover(now, c.g, now, fmt.Errorf("changing the plan: %w", err))
+		c.failure(now, c.g, now, fmt.Errorf("changing the plan: %w", err))
 	case ch.trigger != TriggerFailure:
 		c.stopAll(false)
 		c.finish(nil, err)
@@ -205,7 +205,7 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		c.setState(StatePaused, err.Error())
 		c.abandon(false)
 		ch.attempt++
-		ch.paused = true
+		ch.paused, c.step = true, stepPaused
 		c.wakeAt = now.Add(min(time.Duration(ch.attempt)*200*time.Millisecond, 2*time.Second))
 		c.out = append(c.out, Wake{At: c.wakeAt})
 	}
@@ -230,7 +230,7 @@ func (c *Core) joinedSince(probed map[string]bool) bool {
 // changed completes the current change: the new stages hold the state.
 func (c *Core) changed(now time.Time, moved *Moved) {
 	ch := c.change
-	c.change = nil
+	c.change, c.step = nil, stepTraining
 	if ch.old != 0 {
 		c.out = append(c.out, StopStages{Gen: ch.old, Wait: true})
 	}
@@ -272,10 +272,10 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	c.boundary(now)
 }
 
-// recover goes back to the latest cut after step g, started at stepStart,
-// failed with cause: a plan change from the cut over the nodes that
-// answer, then the steps after the cut again.
-func (c *Core) recover(now time.Time, g int, stepStart time.Time, cause error) {
+// failure sends the job back to its latest cut after step g, started at
+// stepStart, failed with cause: a plan change from the cut over the nodes
+// that answer, then the steps after the cut again.
+func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error) {
 	if n := len(c.status.Recoveries); n >= maxRecoveries {
 		c.stopAll(false)
 		c.finish(nil, fmt.Errorf("giving up after %d recoveries: %w", n, cause))
@@ -284,27 +284,6 @@ func (c *Core) recover(now time.Time, g int, stepStart time.Time, cause error) {
 	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.Step, "err", cause)
 	c.wait = 0 // the operation in flight, if any, is cancelled with its stages
 	c.changePlan(now, &change{trigger: TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
-}
-
-// nodeFailed handles a node the cluster declared dead: a failure if the
-// plan (or the one the job moves from) uses it.
-func (c *Core) nodeFailed(now time.Time, name string) {
-	delete(c.members, name)
-	if !c.inPlan[name] {
-		return
-	}
-	err := fmt.Errorf("node %s failed", name)
-	switch ch := c.change; {
-	case ch == nil && c.waitFor == opStep:
-		c.recover(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, err))
-	case ch == nil:
-		c.recover(now, c.g, c.stepStart, err)
-	case ch.paused || c.waitFor == opProbe:
-		// The next attempt probes the nodes again.
-	default:
-		c.wait = 0
-		c.changeFailed(now, err)
-	}
 }
 
 // maybeRebalance runs after a step, the pipeline drained: it evaluates

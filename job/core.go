@@ -107,24 +107,35 @@ type Core struct {
 	run       time.Duration
 	stepStart time.Time
 
-	// Cuts: the interval, the state's size, what the last cut cost, and
-	// the persisting of the last one.
+	// Cuts: the interval K, the state's size, what the last cut cost
+	// (its pause, its persist, its measured cost to the steps around it),
+	// the cut being persisted and the window measuring its cost.
 	k                                 int
-	stateSize                         int64
 	autoK                             bool
-	cutCost, cutMeasured, persistTime time.Duration
-	opStart, persistStart             time.Time
+	stateSize                         int64
+	cutCost, persistTime, cutMeasured time.Duration
 	persisting                        int // the step of the cut being persisted; -1: none
+	persistStart                      time.Time
 	win                               cutWindow
-	planStep, streak                  int
-	check                             replanCheck
-	requested                         *ReplanRequested
-	status                            Status
-	change                            *change
-	next, wait                        Op
-	waitFor                           opKind
-	wakeAt                            time.Time
-	out                               []Action
+
+	// Re-planning: the step the plan started at, the evaluations in a row
+	// that favoured a change, the last re-plan followed until measured, a
+	// re-plan a user asked for.
+	planStep, streak int
+	check            replanCheck
+	requested        *ReplanRequested
+
+	status Status
+	step   stepFunc // the state's
+	change *change  // the plan change under way
+	// The operations: the last one numbered, the one waited for (0: none),
+	// its kind and start; when a paused job wakes; the actions not yet
+	// returned by Ready.
+	next, wait Op
+	waitFor    opKind
+	opStart    time.Time
+	wakeAt     time.Time
+	out        []Action
 }
 
 // opKind is what the core waits for.
@@ -159,7 +170,7 @@ func NewCore(cfg Config) (*Core, error) {
 		cfg.StepTimeout = 10 * time.Minute
 	}
 	c := &Core{cfg: cfg, job: j, spec: j.Spec, log: cfg.Logger.With("job", j.Spec.ID), members: map[string]NodeInfo{},
-		known: map[string]NodeInfo{}, speed: map[string]float64{}, inPlan: map[string]bool{}, persisting: -1}
+		known: map[string]NodeInfo{}, speed: map[string]float64{}, inPlan: map[string]bool{}, persisting: -1, step: stepTraining}
 	for _, n := range cfg.Nodes {
 		c.members[n.Name] = n
 	}
@@ -235,26 +246,24 @@ func (c *Core) Status() Status {
 // Generation is the generation of the newest stages (0: none started yet).
 func (c *Core) Generation() uint64 { return c.gen }
 
-// Step gives the core an event that happened at now.
+// Step gives the core an event that happened at now. What the cluster
+// and users say is recorded in any state; the rest is up to the step
+// function of the state the job is in (as etcd-io/raft's stepFunc per
+// role): stepTraining, stepChanging, stepPaused or stepEnded.
 func (c *Core) Step(now time.Time, ev Event) {
-	if c.Ended() {
-		return
-	}
 	switch e := ev.(type) {
 	case Members:
 		c.members = map[string]NodeInfo{}
 		for _, n := range e.Nodes {
 			c.members[n.Name] = n
 		}
-		if c.change != nil && c.change.paused && c.joinedSince(c.change.probed) {
-			c.retry(now) // a node joined: try again now rather than at the next wake
-		}
 	case NodeFailed:
-		c.nodeFailed(now, e.Name)
+		delete(c.members, e.Name)
 	case ReplanRequested:
 		c.requested = &e
 	case CutPersisted:
 		c.cutPersisted(now, e)
+		return
 	default:
 		op, err := opOf(ev)
 		if err != nil {
@@ -266,9 +275,56 @@ func (c *Core) Step(now time.Time, ev Event) {
 			return
 		}
 		c.wait = 0
-		c.outcome(now, ev)
+	}
+	c.step(c, now, ev)
+}
+
+// stepFunc handles an event in one state of the job.
+type stepFunc func(c *Core, now time.Time, ev Event)
+
+// stepTraining: steps run and cuts are taken; a node of the plan that
+// fails sends the job back to its latest cut.
+func stepTraining(c *Core, now time.Time, ev Event) {
+	switch e := ev.(type) {
+	case NodeFailed:
+		if c.inPlan[e.Name] {
+			err := fmt.Errorf("node %s failed", e.Name)
+			if c.waitFor == opStep {
+				err = fmt.Errorf("step %d: %w", c.g, err)
+			}
+			c.failure(now, c.g, c.stepStart, err)
+		}
+	case StepFinished:
+		c.stepFinished(now, e)
+	case CutTaken:
+		c.cutTaken(now, c.waitFor, e)
 	}
 }
+
+// stepChanging: a plan change is under way (see change.go).
+func stepChanging(c *Core, now time.Time, ev Event) {
+	switch e := ev.(type) {
+	case NodeFailed:
+		if !c.inPlan[e.Name] || c.waitFor == opProbe {
+			return // the next probe leaves it out
+		}
+		c.wait = 0
+		c.changeFailed(now, fmt.Errorf("node %s failed", e.Name))
+	case Probed, StagesStarted, StateLoaded, CutTaken:
+		c.changeOutcome(now, c.waitFor, ev)
+	}
+}
+
+// stepPaused: a failure's plan change failed and waits to try again; a
+// node that joins ends the wait.
+func stepPaused(c *Core, now time.Time, ev Event) {
+	if _, ok := ev.(Members); ok && c.joinedSince(c.change.probed) {
+		c.retry(now)
+	}
+}
+
+// stepEnded: the job has ended.
+func stepEnded(*Core, time.Time, Event) {}
 
 // Tick tells the core the time; a paused job whose wait is over tries
 // again.
@@ -309,18 +365,6 @@ func (c *Core) issue(now time.Time, kind opKind, a func(Op) Action) {
 	c.next++
 	c.wait, c.waitFor, c.opStart = c.next, kind, now
 	c.out = append(c.out, a(c.next))
-}
-
-// outcome handles the outcome of the operation the core waited for.
-func (c *Core) outcome(now time.Time, ev Event) {
-	switch kind := c.waitFor; kind {
-	case opStep:
-		c.stepFinished(now, ev.(StepFinished))
-	case opCut, opEvaluate:
-		c.cutTaken(now, kind, ev.(CutTaken))
-	default:
-		c.changeOutcome(now, kind, ev)
-	}
 }
 
 // boundary decides what follows at the boundary before step c.g, with the
@@ -369,7 +413,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	dt := now.Sub(c.stepStart)
 	c.run += dt
 	if e.Err != nil {
-		c.recover(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, e.Err))
+		c.failure(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, e.Err))
 		return
 	}
 	c.steps = append(c.steps, dt.Seconds())
@@ -402,7 +446,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		if kind == opCut {
 			c.run += now.Sub(c.stepStart)
 		}
-		c.recover(now, c.g, c.stepStart, fmt.Errorf("checkpoint at step %d: %w", c.g, e.Err))
+		c.failure(now, c.g, c.stepStart, fmt.Errorf("checkpoint at step %d: %w", c.g, e.Err))
 		return
 	}
 	c.cutGathered(now)
@@ -476,7 +520,7 @@ func (c *Core) finishTraining(e CutTaken) {
 
 // finish ends the job.
 func (c *Core) finish(res *Result, err error) {
-	c.change, c.wait = nil, 0
+	c.change, c.wait, c.step = nil, 0, stepEnded
 	if err != nil {
 		c.status.State, c.status.Reason, c.status.Error = StateFailed, "", err.Error()
 	} else {

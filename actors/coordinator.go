@@ -219,11 +219,21 @@ func (c *Coordinator) NodeFailed(name string) { c.post(job.NodeFailed{Name: name
 // node of the plan that is not among them is leaving. It does not block.
 func (c *Coordinator) Members(nodes []job.NodeInfo) { c.post(job.Members{Nodes: slices.Clone(nodes)}) }
 
-// RequestReplan asks to move the job to partition (a partitioner's name or
-// a partition) at the next step boundary, through a cut if viaCut. It does
-// not block.
-func (c *Coordinator) RequestReplan(partition string, viaCut bool) {
+// RequestReplan asks to move the job to partition (a partitioner's name,
+// or a partition of the model over nodes, the names of the live members)
+// at the next step boundary, through a cut if viaCut. A partition that
+// does not fit the model is an error wrapping job.ErrSpec. It does not
+// block.
+func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []string) error {
+	switch partition {
+	case "auto", balance.Uniform, balance.Params, balance.Balanced, balance.GraphPP:
+	default:
+		if _, err := balance.ParseSpec(c.job.Graph, partition, nodes); err != nil {
+			return fmt.Errorf("%w: %w", job.ErrSpec, err)
+		}
+	}
 	c.post(job.ReplanRequested{Partition: partition, ViaCut: viaCut})
+	return nil
 }
 
 func (c *Coordinator) post(ev job.Event) {

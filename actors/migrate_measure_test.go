@@ -52,7 +52,9 @@ func TestMeasurePlanChange(t *testing.T) {
 		}
 		round, pair := m/4, (m/2)%2
 		viaCut := pair != round%2 // ABBA: direct first in even rounds
-		c.RequestReplan([]string{planB, planA}[m%2], viaCut)
+		if err := c.RequestReplan([]string{planB, planA}[m%2], viaCut, nodeNames(tc.nodes)); err != nil {
+			t.Error(err)
+		}
 		// Every move starts from a collected heap (all nodes share this
 		// process's): what the previous one left is not charged to the
 		// next.

@@ -132,7 +132,9 @@ func runMoves(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int
 			onStep(c, step)
 		}
 		if p, ok := moves[step]; ok {
-			c.RequestReplan(p, viaCut)
+			if err := c.RequestReplan(p, viaCut, nodeNames(tc.nodes)); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	c, err := NewCoordinator(spec, cfg)
@@ -395,7 +397,11 @@ func TestFailedMoveRecovers(t *testing.T) {
 			cfg := tc.config(3)
 			cfg.OnStep = func(step int) {
 				if step == 4 { // it moves after step 5; the cut is at step 3: steps 3 and 4 replay
-					once.Do(func() { c.RequestReplan("fc1-fc10@a; fc11-fc20@c; fc21-fc32@b", false) })
+					once.Do(func() {
+						if err := c.RequestReplan("fc1-fc10@a; fc11-fc20@c; fc21-fc32@b", false, nodeNames(tc.nodes)); err != nil {
+							t.Error(err)
+						}
+					})
 				}
 			}
 			if cs.timeout > 0 {

@@ -530,3 +530,11 @@ func (h hookControl) Send(to StageRef, msg proto.Message) error {
 	h.before(to, msg)
 	return h.Control.Send(to, msg)
 }
+
+func nodeNames(ns []job.NodeInfo) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name)
+	}
+	return out
+}

@@ -120,7 +120,7 @@ func waitDurableCut(t *testing.T, a *Node, cl *trainClient, cut int) job.Status 
 		if err != nil || len(st.Jobs) == 0 {
 			return false, err
 		}
-		job = st.Jobs[0]
+		job = st.Jobs[0].Status
 		return job.LatestCut >= cut || job.State != "training" && job.Step > 0, nil
 	})
 	if err != nil {
@@ -195,7 +195,10 @@ func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobSta
 	t.Helper()
 	var st nodes.JobStatus
 	err := Poll("the job's first step on b", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
-		if err := getJSON(client, b.HTTP, "/v1/jobs/"+id, &st); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if st, err = b.Client().Job(ctx, id); err != nil {
 			return false, nil // not taken over yet
 		}
 		return st.Takeover != nil && (int64(st.Step) > st.Takeover.Step || st.State == "done"), nil
@@ -331,14 +334,14 @@ func TestJobOnAReturnedNode(t *testing.T) {
 	spec := failoverSpec()
 	spec.ID, spec.Steps = "after-return", 40
 	rep, err := a.Submit(spec)
-	if err != nil || rep.Code != 201 {
-		t.Fatalf("submit: %v %+v", err, rep)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
 	}
 	if !strings.Contains(rep.Plan, "@c") {
 		t.Fatalf("plan %s does not use the returned node c", rep.Plan)
 	}
 	st, err := a.WaitJob(rep.ID, 2*time.Minute, nil)
-	if err != nil || st.State != "done" {
+	if err != nil || st.State != job.StateDone {
 		t.Fatalf("job on the returned node: %v, state %s %s", err, st.State, st.Error)
 	}
 	if len(st.Recoveries) != 0 {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nodes"
 )
 
 // Deadlines of the harness's waits.
@@ -802,96 +802,42 @@ func Poll(what string, timeout, interval time.Duration, cond func() (bool, error
 
 var client = &http.Client{Timeout: 10 * time.Second}
 
-// getJSON decodes the JSON answer of GET http://addr/path into v.
-func getJSON(client *http.Client, addr, path string, v any) error {
-	resp, err := client.Get("http://" + addr + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("GET %s: %w: %s", path, err, b)
-	}
-	return nil
-}
-
-// Member is one entry of a node's membership.
-type Member struct {
-	Name  string `json:"name"`
-	State string `json:"state"`
-}
-
-// NodeStatus is the part of GET /v1/status the tests read.
-type NodeStatus struct {
-	Name    string       `json:"name"`
-	Members []Member     `json:"members"`
-	Jobs    []job.Status `json:"jobs"`
-}
+// Client is a client of the node's HTTP API (made in the hub's namespace
+// when the nodes have namespaces of their own).
+func (n *Node) Client() *nodes.Client { return nodes.NewClientWith(n.HTTP, n.client) }
 
 // Status returns the node's GET /v1/status.
-func (n *Node) Status() (NodeStatus, error) {
-	var s NodeStatus
-	err := getJSON(n.client, n.HTTP, "/v1/status", &s)
-	return s, err
+func (n *Node) Status() (nodes.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.Client().Status(ctx)
 }
 
-// Alive returns the names of the members the node sees as alive (or
-// alive and leaving).
-func (s NodeStatus) Alive() []string {
+// Alive returns the names of the members st sees as alive (or alive and
+// leaving).
+func Alive(st nodes.Status) []string {
 	var names []string
-	for _, m := range s.Members {
-		if m.State == "" || m.State == "alive" || m.State == "leaving" {
+	for _, m := range st.Members {
+		if m.State == "alive" || m.State == "leaving" {
 			names = append(names, m.Name)
 		}
 	}
 	return names
 }
 
-// SubmitReply is the answer to POST /v1/jobs: 201 with the job, or an
-// error with Error set.
-type SubmitReply struct {
-	Code   int        `json:"-"`
-	ID     string     `json:"id"`
-	Plan   string     `json:"plan"`
-	Status job.Status `json:"status"`
-	Error  string     `json:"error"`
-}
-
-// Submit posts a job spec (any JSON value) to the node.
-func (n *Node) Submit(spec any) (SubmitReply, error) {
-	body, err := json.Marshal(spec)
-	if err != nil {
-		return SubmitReply{}, err
-	}
-	resp, err := n.client.Post("http://"+n.HTTP+"/v1/jobs", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return SubmitReply{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return SubmitReply{}, err
-	}
-	var r SubmitReply
-	if err := json.Unmarshal(b, &r); err != nil {
-		return SubmitReply{}, fmt.Errorf("POST /v1/jobs: %s: %w: %s", resp.Status, err, b)
-	}
-	r.Code = resp.StatusCode
-	return r, nil
+// Submit submits a job to the node.
+func (n *Node) Submit(spec job.Spec) (nodes.SubmitReply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return n.Client().Submit(ctx, spec)
 }
 
 // Job returns GET /v1/jobs/{id}.
 func (n *Node) Job(id string) (job.Status, error) {
-	var s job.Status
-	err := getJSON(n.client, n.HTTP, "/v1/jobs/"+id, &s)
-	return s, err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := n.Client().Job(ctx, id)
+	return st.Status, err
 }
 
 // WaitJob polls the job until until returns true, or the job ends (done

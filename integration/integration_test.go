@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nodes"
 )
 
 func TestMain(m *testing.M) {
@@ -124,7 +126,7 @@ func waitMembers(t *testing.T, n *Node, want int) {
 		if err != nil {
 			return false, err
 		}
-		last = st.Alive()
+		last = Alive(st)
 		return len(last) == want, nil
 	})
 	if err != nil {
@@ -148,12 +150,9 @@ func TestJoinDuringJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Code != 201 {
-		t.Fatalf("POST /v1/jobs: %d %s", rep.Code, rep.Error)
-	}
 	if st, err := c.Node("a").WaitJob(rep.ID, time.Minute, func(s job.Status) bool { return s.Step >= 1 }); err != nil {
 		t.Fatal(err)
-	} else if st.State == "failed" {
+	} else if st.State == job.StateFailed {
 		t.Fatalf("the job failed at step %d/%d: %s", st.Step, st.Total, st.Error)
 	}
 	joined := c.Join(NodeOptions{Name: "c", Threads: 1})
@@ -161,7 +160,7 @@ func TestJoinDuringJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State == "failed" {
+	if st.State == job.StateFailed {
 		t.Fatalf("the job failed at step %d/%d: %s", st.Step, st.Total, st.Error)
 	}
 	if st.State != "training" {
@@ -199,7 +198,7 @@ func TestLeaveWhileIdle(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		last = st.Alive()
+		last = Alive(st)
 		return !slices.Contains(last, "c"), nil
 	})
 	if err != nil {
@@ -209,8 +208,8 @@ func TestLeaveWhileIdle(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	if st, err := c.Node("b").Status(); err != nil || slices.Contains(st.Alive(), "c") {
-		t.Errorf("node b: members %v (%v)", st.Alive(), err)
+	if st, err := c.Node("b").Status(); err != nil || slices.Contains(Alive(st), "c") {
+		t.Errorf("node b: members %v (%v)", Alive(st), err)
 	}
 }
 
@@ -236,16 +235,14 @@ func TestBadSpecRefused(t *testing.T) {
 			spec.ID = strings.ReplaceAll(tc.name, " ", "-")
 			tc.edit(&spec)
 			rep, err := c.Node("a").Submit(spec)
-			if err != nil {
-				t.Fatal(err)
+			var ae *nodes.APIError
+			if !errors.As(err, &ae) || ae.Code != 400 || !errors.Is(err, job.ErrSpec) {
+				t.Fatalf("POST /v1/jobs answered %+v, %v; want 400, a bad spec", rep, err)
 			}
-			t.Logf("%d %s", rep.Code, rep.Error)
-			if rep.Code != 400 {
-				t.Fatalf("POST /v1/jobs answered %d (%+v), want 400", rep.Code, rep)
-			}
+			t.Logf("%v", err)
 			for _, w := range tc.words {
-				if !strings.Contains(rep.Error, w) {
-					t.Errorf("the error %q does not mention %q", rep.Error, w)
+				if !strings.Contains(ae.Msg, w) {
+					t.Errorf("the error %q does not mention %q", ae.Msg, w)
 				}
 			}
 			for _, n := range c.Nodes() {

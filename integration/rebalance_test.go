@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,9 +12,10 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
-// Rebalancing on real processes (issue 7): CPU quotas change under a
-// running job, nodes join it; the plan follows the measured speeds without
-// changing the job's result.
+// Rebalancing on real processes (issue 7): a CPU quota cut under a running
+// job; the plan follows the measured speeds without changing the job's
+// result. The policy itself (hysteresis, flickering speeds, joining nodes,
+// the realism discount) is tested on the job's core: job/testdata/core.
 
 // setQuota changes a node's CPU quota (a share of one CPU) while it runs.
 func setQuota(t *testing.T, n *Node, quota float64) {
@@ -55,7 +55,7 @@ func watchSteps(n *Node, id string) *stepClock {
 				sc.at[st.Step] = now
 			}
 			sc.last = st
-			return st.State == "done" || st.State == "failed", nil
+			return st.State.Ended(), nil
 		})
 	}()
 	return sc
@@ -89,7 +89,7 @@ func (sc *stepClock) wait(t *testing.T) job.Status {
 	if sc.err != nil {
 		t.Fatal(sc.err)
 	}
-	if sc.last.State != "done" || sc.last.Result == nil {
+	if sc.last.State != job.StateDone || sc.last.Result == nil {
 		t.Fatalf("job %s: %s", sc.last.State, sc.last.Error)
 	}
 	return sc.last
@@ -153,8 +153,8 @@ func startRebalanceJob(t *testing.T, spec job.Spec, quotas ...float64) (*Cluster
 	c := StartCluster(t, opts...)
 	waitMembers(t, c.Node("a"), len(quotas))
 	rep, err := c.Node("a").Submit(spec)
-	if err != nil || rep.Code != 201 {
-		t.Fatalf("POST /v1/jobs: %v %d %s", err, rep.Code, rep.Error)
+	if err != nil {
+		t.Fatalf("POST /v1/jobs: %v", err)
 	}
 	return c, watchSteps(c.Node("a"), rep.ID)
 }
@@ -197,71 +197,5 @@ func TestQuotaCutReplans(t *testing.T) {
 	}
 	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {
 		t.Errorf("weights %s after re-planning, %s without", st.Result.WeightsSHA256, want)
-	}
-}
-
-// Nodes joining a running job: one too slow to be worth a plan change is
-// ignored; a fast one is used.
-func TestJoiningNodes(t *testing.T) {
-	spec := rebalanceSpec("joins", 90)
-	spec.MaxNodes = 3
-	c, sc := startRebalanceJob(t, spec, 0.5, 0.5)
-	sc.waitStep(t, 3)
-	// A node at 8% of a CPU: at best 7% faster with it, under the 10%
-	// a plan change must gain.
-	c.Join(NodeOptions{Name: "s", Threads: 1, CPUQuota: 0.08})
-	waitMembers(t, c.Node("a"), 3)
-	slowJoined := sc.waitStep(t, 0).Step
-	// Past two evaluations after the cool-down.
-	mid := sc.waitStep(t, max(slowJoined, 20)+15)
-	if slices.Contains(stageNodes(mid), "s") {
-		t.Fatalf("the slow node is used at step %d: re-plans %+v", mid.Step, mid.Replans)
-	}
-	c.Join(NodeOptions{Name: "f", Threads: 1, CPUQuota: 1})
-	fastJoined := sc.waitStep(t, 0).Step
-	st := sc.wait(t)
-	for _, r := range st.Replans {
-		t.Logf("re-plan at step %d: %s (gain %.2f): %s, speeds %v", r.Step, r.Reason, r.Gain, r.Plan, r.Speeds)
-	}
-	t.Logf("slow node joined at step %d, fast node at step %d; final stages on %v", slowJoined, fastJoined, stageNodes(st))
-	if !slices.Contains(stageNodes(st), "f") {
-		t.Errorf("the fast node is not used: final stages on %v", stageNodes(st))
-	}
-	if slices.Contains(stageNodes(st), "s") {
-		t.Errorf("the slow node is used: final stages on %v", stageNodes(st))
-	}
-	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {
-		t.Errorf("weights %s after re-planning, %s without", st.Result.WeightsSHA256, want)
-	}
-}
-
-// A node whose speed flickers between two values every few steps makes at
-// most one plan change (hysteresis).
-func TestFlickeringSpeed(t *testing.T) {
-	spec := rebalanceSpec("flicker", 110)
-	c, sc := startRebalanceJob(t, spec, 0.5, 0.5, 0.5)
-	flips := 0
-	for s := 10; s < spec.Steps-10; s += 3 {
-		st := sc.waitStep(t, s)
-		if st.State != "training" {
-			break
-		}
-		q := 0.5
-		if flips%2 == 0 {
-			q = 0.3
-		}
-		setQuota(t, c.Node("c"), q)
-		flips++
-	}
-	st := sc.wait(t)
-	for _, r := range st.Replans {
-		t.Logf("re-plan at step %d: %s (gain %.2f): %s, speeds %v", r.Step, r.Reason, r.Gain, r.Plan, r.Speeds)
-	}
-	t.Logf("%d quota flips of node c", flips)
-	if len(st.Replans) > 1 {
-		t.Errorf("%d re-plans for a flickering speed, want at most one", len(st.Replans))
-	}
-	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {
-		t.Errorf("weights %s, %s without re-planning", st.Result.WeightsSHA256, want)
 	}
 }

@@ -622,6 +622,35 @@ func (a *Agent) Cancel(id string) error {
 	return nil
 }
 
+// ReplanRequest asks to move a job to another partition (POST
+// /v1/jobs/{id}/replan).
+type ReplanRequest struct {
+	// Partition is a partitioner's name (auto, uniform, params, balanced,
+	// graph) or a partition such as "fc1-fc16@a; fc17-fc32@b".
+	Partition string `json:"partition"`
+	// ViaCut moves the state through a cut (gathered into the
+	// coordinator, restored into the new stages) instead of straight from
+	// each layer's old stage to its new one.
+	ViaCut bool `json:"via_cut,omitempty"`
+}
+
+// Replan asks a job this node coordinates to move to another partition at
+// its next step boundary. A partition that does not fit the model or the
+// members is an error wrapping job.ErrSpec.
+func (a *Agent) Replan(id string, r ReplanRequest) error {
+	a.mu.Lock()
+	j := a.jobs[id]
+	a.mu.Unlock()
+	if j == nil {
+		return fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	var names []string
+	for _, n := range a.nodeInfos() {
+		names = append(names, n.Name)
+	}
+	return j.c.RequestReplan(r.Partition, r.ViaCut, names)
+}
+
 // Wait waits until a job this node coordinates has ended or ctx is done.
 func (a *Agent) Wait(ctx context.Context, id string) (JobStatus, error) {
 	a.mu.Lock()

@@ -1,14 +1,12 @@
 package nodes
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,8 +103,9 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 			break
 		}
 		// Encoded as it is sent: a cut is hundreds of MB.
-		err := a.putStream(a.ctx, byName[name], "/v1/checkpoints/"+ck.JobID, "application/octet-stream",
-			func(w io.Writer) error { return tensorio.WriteCheckpoint(w, sck) }, fetchTimeout)
+		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
+		err := NewClient(byName[name]).PutCut(ctx, ck.JobID, func(w io.Writer) error { return tensorio.WriteCheckpoint(w, sck) })
+		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue // the next node by name takes its place
@@ -162,8 +161,7 @@ func (a *Agent) sendRecord(j *coordinated, rec JobRecord, timeout time.Duration)
 			targets = append(targets, t.From)
 		}
 	}
-	body, err := json.Marshal(rec)
-	if err != nil { // a result that JSON cannot carry
+	if _, err := json.Marshal(rec); err != nil { // a result that JSON cannot carry
 		a.log.Error("nodes: encoding a job record", "job", rec.ID, "err", err)
 		return rec.Holders
 	}
@@ -182,7 +180,9 @@ func (a *Agent) sendRecord(j *coordinated, rec JobRecord, timeout time.Duration)
 			continue
 		}
 		wg.Go(func() {
-			err := a.put(context.WithoutCancel(a.ctx), addr, "/v1/jobrecords/"+rec.ID, "application/json", body, timeout)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), timeout)
+			defer cancel()
+			err := NewClient(addr).PutRecord(ctx, rec)
 			if err != nil && holder {
 				a.log.Warn("nodes: sending a job record", "job", rec.ID, "to", name, "err", err)
 				mu.Lock()
@@ -220,43 +220,6 @@ func (a *Agent) finish(j *coordinated, res *job.Result, runErr error) {
 	if failed := a.sendRecord(j, rec, recordTimeout); len(failed) > 0 {
 		a.log.Warn("nodes: the end of a job is not known to all its holders", "job", rec.ID, "missing", failed)
 	}
-}
-
-// put sends body to http://addr+path with PUT and expects 204.
-func (a *Agent) put(ctx context.Context, addr, path, contentType string, body []byte, timeout time.Duration) error {
-	return a.putBody(ctx, addr, path, contentType, bytes.NewReader(body), timeout)
-}
-
-// putStream is put with a body that write produces as it is sent.
-func (a *Agent) putStream(ctx context.Context, addr, path, contentType string, write func(io.Writer) error, timeout time.Duration) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(write(pw)) }()
-	defer pr.Close() // ends write if the request ends first
-	return a.putBody(ctx, addr, path, contentType, pr, timeout)
-}
-
-func (a *Agent) putBody(ctx context.Context, addr, path, contentType string, body io.Reader, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", contentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusNoContent {
-		var e ErrorReply
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s: %s", resp.Status, e.Error)
-		}
-		return fmt.Errorf("%s", resp.Status)
-	}
-	return nil
 }
 
 // Records returns the records this node holds for jobs coordinated
@@ -501,14 +464,10 @@ func (a *Agent) stillRuns(rec JobRecord) bool {
 	if addr == "" {
 		return false
 	}
-	var st struct {
-		State   string `json:"state"`
-		MovedTo string `json:"moved_to"`
-	}
-	if err := a.getJSON(addr, "/v1/jobs/"+rec.ID, &st, stillRunsTimeout); err != nil {
-		return false
-	}
-	return st.MovedTo == "" && st.State != "" && st.State != "done" && st.State != "failed"
+	ctx, cancel := context.WithTimeout(a.ctx, stillRunsTimeout)
+	defer cancel()
+	st, err := NewClient(addr).Job(ctx, rec.ID)
+	return err == nil && st.MovedTo == "" && st.State != "" && !st.State.Ended()
 }
 
 // stillRunsTimeout bounds the question to a coordinator declared failed
@@ -554,8 +513,10 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		if h == a.cfg.Name || !ok {
 			continue
 		}
-		var list CutList
-		if err := a.getJSON(addr, "/v1/checkpoints/"+rec.ID, &list, recordTimeout); err != nil {
+		ctx, cancel := context.WithTimeout(a.ctx, recordTimeout)
+		list, err := NewClient(addr).Cuts(ctx, rec.ID)
+		cancel()
+		if err != nil {
 			a.log.Warn("nodes: asking a holder for its cuts", "job", rec.ID, "holder", h, "err", err)
 			continue
 		}
@@ -626,24 +587,9 @@ func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, erro
 	} else {
 		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/v1/checkpoints/%s/%d", s.http, id, s.step), nil)
+		b, err := NewClient(s.http).Cut(ctx, id, s.step, MaxCheckpointBytes)
 		if err != nil {
 			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("%s", resp.Status)
-		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxCheckpointBytes+1))
-		if err != nil {
-			return nil, err
-		}
-		if len(b) > MaxCheckpointBytes {
-			return nil, fmt.Errorf("over %d bytes", int64(MaxCheckpointBytes))
 		}
 		if ck, err = tensorio.ReadCheckpoint(b); err != nil {
 			return nil, err
@@ -656,29 +602,6 @@ func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, erro
 		return nil, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, r, run)
 	}
 	return ck, nil
-}
-
-// getJSON decodes the JSON answer of GET http://addr+path into v.
-func (a *Agent) getJSON(addr, path string, v any, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(a.ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, v)
 }
 
 // CutList is the answer to GET /v1/checkpoints/{job}: the steps of the

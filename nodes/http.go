@@ -59,6 +59,7 @@ func (a *Agent) handler() http.Handler {
 		finite(&st.Status)
 		writeJSON(w, http.StatusAccepted, st)
 	})
+	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.postReplan)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
 		for i := range st.Jobs {
@@ -194,19 +195,7 @@ func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 // record held, 413 for a body over MaxBodyBytes.
 func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 	var rec JobRecord
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", ErrRecord, MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", ErrRecord, err))
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", ErrRecord))
+	if !decodeJSON(w, r, &rec, ErrRecord) {
 		return
 	}
 	if id := r.PathValue("id"); rec.ID != id {
@@ -228,21 +217,54 @@ func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
-	spec := job.DefaultSpec()
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", job.ErrSpec, MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", job.ErrSpec, err))
+// postReplan asks a job to move to another partition: 202 with its status;
+// 400 for a partition that does not fit; 404 for a job this node does not
+// coordinate.
+func (a *Agent) postReplan(w http.ResponseWriter, r *http.Request) {
+	var req ReplanRequest
+	if !decodeJSON(w, r, &req, job.ErrSpec) {
 		return
 	}
+	id := r.PathValue("id")
+	switch err := a.Replan(id, req); {
+	case errors.Is(err, ErrNoJob):
+		writeError(w, http.StatusNotFound, err)
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err)
+	default:
+		st, _ := a.Job(id)
+		finite(&st.Status)
+		writeJSON(w, http.StatusAccepted, st)
+	}
+}
+
+// decodeJSON reads the request's body, one JSON value of at most
+// MaxBodyBytes without unknown fields, into v. Otherwise it answers 400
+// (413 for a body too large) with an error wrapping kind, and returns
+// false.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, kind error) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body over %d bytes", kind, MaxBodyBytes))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %v", kind, err))
+		return false
+	}
 	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", job.ErrSpec))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: more than one JSON value in the body", kind))
+		return false
+	}
+	return true
+}
+
+func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
+	spec := job.DefaultSpec()
+	if !decodeJSON(w, r, &spec, job.ErrSpec) {
 		return
 	}
 	c, err := a.Submit(spec)

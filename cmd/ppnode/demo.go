@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nodes"
 )
 
 // The demo: `ppnode demo` starts nodes as child processes of this binary
@@ -349,28 +349,15 @@ func demoStopAll(nodes []*demoNode) []error {
 	return errs
 }
 
-// demoMember is a member in a node's GET /v1/status.
-type demoMember struct {
-	Name    string `json:"name"`
-	State   string `json:"state"`
-	Gossip  string `json:"gossip"`
-	Profile struct {
-		GFLOPS float64 `json:"gflops"`
-	} `json:"profile"`
-}
-
 // demoWaitMembers waits until the node at via sees want alive members.
-func demoWaitMembers(ctx context.Context, via string, want int) ([]demoMember, error) {
+func demoWaitMembers(ctx context.Context, via string, want int) ([]nodes.MemberStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var st struct {
-			Members []demoMember `json:"members"`
-		}
-		if err := demoGet(ctx, via, "/v1/status", &st); err == nil {
-			var alive []demoMember
+		if st, err := nodes.NewClient(via).Status(ctx); err == nil {
+			var alive []nodes.MemberStatus
 			for _, m := range st.Members {
 				if m.State == "alive" {
 					alive = append(alive, m)
@@ -401,11 +388,11 @@ func demoProgress(ctx context.Context, via, id string, batch int, w io.Writer) {
 			return
 		case <-tick.C:
 		}
-		var st job.Status
-		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil {
+		st, err := demoJob(ctx, via, id)
+		if err != nil {
 			continue
 		}
-		if st.State == "done" || st.State == "failed" {
+		if st.State.Ended() {
 			return
 		}
 		if st.Total > 0 && st.Step > 0 && 10*st.Step/st.Total > last {
@@ -432,11 +419,11 @@ func demoCutQuota(ctx context.Context, via, id string, n *demoNode, at float64, 
 			return
 		case <-tick.C:
 		}
-		var st job.Status
-		if demoGet(ctx, via, "/v1/jobs/"+id, &st) != nil || st.Total == 0 {
+		st, err := demoJob(ctx, via, id)
+		if err != nil || st.Total == 0 {
 			continue
 		}
-		if st.State == "done" || st.State == "failed" {
+		if st.State.Ended() {
 			return
 		}
 		if float64(st.Step) >= at*float64(st.Total) {
@@ -451,22 +438,11 @@ func demoCutQuota(ctx context.Context, via, id string, n *demoNode, at float64, 
 	}
 }
 
-func demoGet(ctx context.Context, addr, path string, v any) error {
+// demoJob asks the node at addr for a job's status.
+func demoJob(ctx context.Context, addr, id string) (nodes.JobStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return nodes.NewClient(addr).Job(ctx, id)
 }
 
 // isTerminal reports whether w is a terminal.

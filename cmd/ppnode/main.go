@@ -23,6 +23,7 @@ var commands = []command{
 	{"demo", "start nodes on this machine and train mlp32 on MNIST across them", runDemo},
 	{"join", "run a node: join the cluster and host stages and jobs", runJoin},
 	{"status", "show the cluster's members and jobs: status --via host:port", runStatus},
+	{"replan", "move a running job to another partition: replan --via host:port JOB PARTITION", runReplan},
 	{"bench", "measure kernels: bench gemm", runBench},
 	{"ckpt", "inspect a checkpoint or safetensors file, export a checkpoint", runCkpt},
 	{"plan", "partition a model over nodes and simulate the pipeline", runPlan},

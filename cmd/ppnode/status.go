@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -42,9 +41,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(*via); err != nil {
 		return usagef("--via %q: want host:port", *via)
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var cs clusterStatus
-	if err := newAPI(*via).do(ctx, http.MethodGet, "/v1/status", nil, &cs.Status, 10*time.Second); err != nil {
+	var err error
+	if cs.Status, err = nodes.NewClient(*via).Status(ctx); err != nil {
 		return err
 	}
 	// Jobs live on the node that coordinates them: ask the other members.
@@ -55,8 +56,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		wg.Go(func() {
-			var st nodes.Status
-			err := newAPI(m.HTTP).do(ctx, http.MethodGet, "/v1/status", nil, &st, 3*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			st, err := nodes.NewClient(m.HTTP).Status(ctx)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

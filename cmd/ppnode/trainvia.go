@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,8 +58,7 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
 	_, err := followJob(c.via, spec, f.json, stdout, stderr)
-	var se specError
-	if errors.As(err, &se) {
+	if errors.Is(err, job.ErrSpec) {
 		return usageError{err}
 	}
 	return err
@@ -100,14 +95,11 @@ func followJob(via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer)
 }
 
 func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
-	api := newAPI(via)
-	body, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
 	fmt.Fprintf(stderr, "submitting %s on %s through %s (planning over the cluster)\n", spec.Model, spec.Data, via)
-	var sub nodes.SubmitReply
-	if err := api.do(ctx, http.MethodPost, "/v1/jobs", body, &sub, 5*time.Minute); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	sub, err := nodes.NewClient(via).Submit(sctx, spec)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "job %s: %s\n", sub.ID, sub.Plan)
@@ -128,8 +120,9 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 				sub.ID, f.cur, f.cur, sub.ID)
 		case <-tick.C:
 		}
-		var st nodes.JobStatus
-		err := newAPI(f.cur).do(ctx, http.MethodGet, "/v1/jobs/"+sub.ID, nil, &st, 10*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := nodes.NewClient(f.cur).Job(pctx, sub.ID)
+		cancel()
 		if err == nil && st.MovedTo != "" {
 			err = fmt.Errorf("the job moved to %s", st.MovedTo) // this node was declared dead
 		}
@@ -137,8 +130,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 			if ctx.Err() != nil {
 				continue // the select above reports the interruption
 			}
-			var ae *apiError
-			if failures++; failures < lostAfter && (!errors.As(err, &ae) || ae.code != http.StatusNotFound) {
+			if failures++; failures < lostAfter && !nodes.IsNotFound(err) {
 				continue
 			}
 			lost := f.name(f.cur)
@@ -233,8 +225,10 @@ func (f *follower) name(addr string) string {
 // (GET /v1/status); members that are gone are kept, in case they are
 // back. It reports whether the node answered.
 func (f *follower) refresh(ctx context.Context, addr string) bool {
-	var st nodes.Status
-	if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/status", nil, &st, 3*time.Second); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := nodes.NewClient(addr).Status(ctx)
+	if err != nil {
 		return false
 	}
 	f.members[st.Name] = addr
@@ -259,14 +253,18 @@ func (f *follower) search(ctx context.Context) (found nodes.JobStatus, rec *node
 		names := slices.Sorted(maps.Keys(f.members))
 		for _, n := range names {
 			addr := f.members[n]
-			var st nodes.JobStatus
-			if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/jobs/"+f.id, nil, &st, 2*time.Second); err == nil && st.MovedTo == "" {
+			cl := nodes.NewClient(addr)
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := cl.Job(qctx, f.id)
+			cancel()
+			if err == nil && st.MovedTo == "" {
 				f.cur = addr
 				return st, nil, nil
 			}
-			var r nodes.JobRecord
-			if err := newAPI(addr).do(ctx, http.MethodGet, "/v1/jobrecords/"+f.id, nil, &r, 2*time.Second); err == nil &&
-				(r.State == nodes.RecordDone && r.Result != nil || r.State == nodes.RecordFailed) {
+			qctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+			r, err := cl.Record(qctx, f.id)
+			cancel()
+			if err == nil && (r.State == nodes.RecordDone && r.Result != nil || r.State == nodes.RecordFailed) {
 				return found, &r, nil
 			}
 			if !refreshed {
@@ -279,73 +277,4 @@ func (f *follower) search(ctx context.Context) (found nodes.JobStatus, rec *node
 		case <-tick.C:
 		}
 	}
-}
-
-// api is a client of one node's HTTP API.
-type api struct {
-	base string
-	hc   *http.Client
-}
-
-func newAPI(addr string) *api {
-	return &api{base: "http://" + addr, hc: &http.Client{}}
-}
-
-// apiError is an error answer of the API.
-type apiError struct {
-	code int
-	msg  string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-// specError is a job spec the node refused (400): a usage error.
-type specError struct{ *apiError }
-
-func (specError) Unwrap() error { return job.ErrSpec }
-
-// do sends a request and decodes a 2xx answer into out; other answers
-// become an *apiError (a specError for 400).
-func (a *api) do(ctx context.Context, method, path string, body []byte, out any, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, r)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := a.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, a.base+path, err)
-	}
-	if res.StatusCode/100 != 2 {
-		var e nodes.ErrorReply
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		ae := &apiError{code: res.StatusCode, msg: fmt.Sprintf("%s (HTTP %d)", msg, res.StatusCode)}
-		if res.StatusCode == http.StatusBadRequest {
-			return specError{ae}
-		}
-		return ae
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s %s: bad answer: %w", method, a.base+path, err)
-	}
-	return nil
 }

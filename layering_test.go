@@ -20,7 +20,7 @@ var allowed = map[string][]string{
 	"data":        {"nn"},
 	"tensorio":    {"nn"},
 	"balance":     {"nn", "nn/zoo", "tensorio"},
-	"cluster":     {},
+	"cluster":     {"clock"},
 	"job":         {"balance", "data", "nn", "nn/zoo", "tensorio"},
 	"dataplane":   {"tensorio", "nn"},
 	"actors":      {"job", "clock", "balance", "dataplane", "tensorio", "nn", "nn/zoo", "data"},

@@ -54,12 +54,17 @@ type Fake struct {
 	mu     sync.Mutex // guards now and timers
 	now    time.Time
 	timers []*fakeTimer
+	added  *sync.Cond // signalled when a timer is made
 }
 
 var _ Clock = (*Fake)(nil)
 
 // NewFake returns a fake clock at start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+func NewFake(start time.Time) *Fake {
+	f := &Fake{now: start}
+	f.added = sync.NewCond(&f.mu)
+	return f
+}
 
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
@@ -71,6 +76,7 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	f.mu.Lock()
 	t := &fakeTimer{f: f, at: f.now.Add(d), c: make(chan time.Time, 1)}
 	f.timers = append(f.timers, t)
+	f.added.Broadcast()
 	f.mu.Unlock()
 	f.Advance(0) // d <= 0 fires at once
 	return t
@@ -105,12 +111,21 @@ func (f *Fake) Set(t time.Time) {
 	}
 }
 
-// Timers counts the timers not yet fired or stopped: a test waits until the
-// code under test has set its timer before it advances the clock.
+// Timers counts the timers not yet fired or stopped.
 func (f *Fake) Timers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.timers)
+}
+
+// BlockUntil waits until n timers are pending: a test lets the code under
+// test set its timer before it advances the clock.
+func (f *Fake) BlockUntil(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.timers) < n {
+		f.added.Wait()
+	}
 }
 
 type fakeTimer struct {

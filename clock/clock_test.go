@@ -40,4 +40,9 @@ func TestFakeTimersFireInOrderWhenReached(t *testing.T) {
 	default:
 		t.Fatal("a timer of 0 fires at once")
 	}
+	set := make(chan Timer)
+	go func() { set <- f.NewTimer(time.Minute) }()
+	f.BlockUntil(1)
+	f.Advance(time.Minute)
+	<-(<-set).C()
 }

@@ -12,6 +12,9 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/ppnode/ppnode/clock"
 )
 
 // Failure-detection defaults, tuned for a LAN or loopback. Measured on
@@ -100,6 +103,17 @@ type Config struct {
 	// it vouched for.
 	ConfirmInterval time.Duration
 
+	// Transport, if set, carries the gossip instead of UDP and TCP
+	// sockets (BindAddr is then ignored): a memberlist.MockNetwork's, for
+	// tests in memory. Make all of a network's transports before the
+	// first node starts (the network is not safe for concurrent use); they
+	// block a sender to a node that has stopped, so crashes need real
+	// sockets.
+	Transport memberlist.NodeAwareTransport
+	// Clock times the Confirm loop and stamps events (default the wall
+	// clock; memberlist keeps its own timers).
+	Clock clock.Clock
+
 	// observed, if set, is called for every change memberlist reports,
 	// from memberlist's goroutines: tests wait on it.
 	observed func(Event)
@@ -136,6 +150,7 @@ func (c Config) withDefaults() Config {
 	if c.ConfirmInterval == 0 {
 		c.ConfirmInterval = DefaultConfirmInterval
 	}
+	c.Clock = clock.Or(c.Clock)
 	if c.DeadNodeReclaimTime == 0 {
 		c.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/ppnode/ppnode/clock"
 )
 
 // Node is this process's membership in a cluster. Its methods are safe for
@@ -44,6 +45,7 @@ type Node struct {
 
 	confirm      func(context.Context, Member) error // Config.Confirm
 	confirmEvery time.Duration
+	clock        clock.Clock
 	confirmSeq   uint64
 	stopCtx      context.Context // ends when the node stops: confirmers' context
 	cancelStop   context.CancelFunc
@@ -91,14 +93,22 @@ func Start(cfg Config) (*Node, error) {
 
 		confirm:      cfg.Confirm,
 		confirmEvery: cfg.ConfirmInterval,
+		clock:        cfg.Clock,
 
 		probeInterval: cfg.ProbeInterval,
 	}
 	n.stopCtx, n.cancelStop = context.WithCancel(context.Background())
 
 	std := newStdLogger(logger)
-	transport, port, err := newTransport(bindIP, bindPort, std)
-	if err != nil {
+	var transport memberlist.NodeAwareTransport
+	port := bindPort
+	if cfg.Transport != nil {
+		ip, p, err := cfg.Transport.FinalAdvertiseAddr("", 0)
+		if err != nil {
+			return nil, err
+		}
+		transport, bindIP, port = cfg.Transport, ip.String(), p
+	} else if transport, port, err = newTransport(bindIP, bindPort, std); err != nil {
 		return nil, err
 	}
 	mc := memberlist.DefaultLANConfig()
@@ -520,7 +530,7 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 
 // report queues an event about m.
 func (n *Node) report(kind EventKind, m Member) {
-	ev := Event{Kind: kind, Member: m, Time: time.Now()}
+	ev := Event{Kind: kind, Member: m, Time: n.clock.Now()}
 	ev.Member.Meta = cloneMeta(m.Meta) // the table keeps m's Tags map
 	n.queue.push(ev)
 	if n.observed != nil {
@@ -535,13 +545,17 @@ func (n *Node) report(kind EventKind, m Member) {
 // or the node stops.
 func (n *Node) confirmFailure(prev, gone Member, seq uint64) {
 	defer n.wg.Done()
-	t := time.NewTimer(0)
-	defer t.Stop()
+	wait := time.Duration(0)
 	for first := true; ; first = false {
+		t := n.clock.NewTimer(wait)
 		select {
 		case <-n.stopCtx.Done():
+			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
+		}
+		if !n.checking(prev.Name, seq) {
+			return
 		}
 		err := n.confirm(n.stopCtx, prev)
 		n.mu.Lock()
@@ -561,8 +575,16 @@ func (n *Node) confirmFailure(prev, gone Member, seq uint64) {
 		if first {
 			n.log.Warn("cluster: a member memberlist declared failed answers; still listed", "member", prev.Name)
 		}
-		t.Reset(n.confirmEvery)
+		wait = n.confirmEvery
 	}
+}
+
+// checking reports whether check seq of member name still runs: memberlist
+// has not reported the member since, and the node runs.
+func (n *Node) checking(name string, seq uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pending[name] == seq && n.stopCtx.Err() == nil
 }
 
 // waitFor turns ctx's deadline into memberlist's timeout, where 0 means

@@ -52,37 +52,41 @@
 //
 // # Scenarios
 //
-// Fault-injection tests are scripts in testdata/scenarios/*.txt, run by
-// [RunScenarios] (TestScenarios), one subtest per file; a failure names the
-// file and line. One statement a line; words are separated by blanks, a
-// word with blanks is quoted ("..."), # starts a comment:
+// Fault-injection tests are cockroachdb/datadriven scripts in
+// testdata/scenarios/*.txt, run by [RunScenarios] (TestScenarios), one
+// subtest per file; a failure names the file and line. A directive a step,
+// followed by "----" and an empty expected output; arguments are
+// key=value, a value with blanks or commas in parentheses, a list
+// (A, B); # starts a comment:
 //
 //	slow                           skipped with -short
-//	start N [threads=T] [quota=Q,...] [netns]
+//	start n=N [threads=T] [quota=(Q, ...)] [netns]
 //	                               nodes a, b, c, ... (netns: each in its
 //	                               own network namespace); waits until a
 //	                               sees them all
-//	train MODEL key=value...       submits one deterministic job to a (or
+//	train model=M key=value...     submits one deterministic job to a (or
 //	                               via=NODE): width data samples batch
 //	                               micro epochs steps partition schedule
 //	                               checkpoint_every optimizer lr seed
 //	                               max_nodes no_rebalance id
-//	at step N ACTION               waits until the job has trained N steps
-//	                               and trains, then does ACTION
+//	at step=N                      waits until the job has trained N steps
+//	                               and trains
 //	kill|stop|cont|leave NODE      SIGKILL, SIGSTOP, SIGCONT, SIGTERM (and
 //	                               waits until it has left)
-//	cut link X Y, restore link X Y (netns clusters)
-//	wait recovery N                N recoveries listed and a step completed
+//	cut X Y, restore X Y           the link between X and Y (netns clusters)
+//	wait recovery=N                N recoveries listed and a step completed
 //	                               after the last
-//	wait state PREFIX              e.g. paused (a recovery attempt failed)
-//	wait alive NODE MEMBER         NODE sees MEMBER alive
-//	wait log NODE "TEXT"           a line of NODE's stderr holds TEXT
+//	wait state=S                   e.g. paused (a recovery attempt failed)
+//	wait alive=(NODE, MEMBER)      NODE sees MEMBER alive
+//	wait log=NODE                  a line of NODE's stderr holds the text
+//	                               given below the directive
 //	expect done|failed CHECK...    waits for the job's end, then checks:
-//	                               recoveries replans (counts), replayed
-//	                               recovery_ms (every recovery's), sha
-//	                               (=fault-free: the job trained in this
-//	                               process), cause replan error (~ TEXT:
-//	                               contains); ops = < <= > >= ~
+//	                               recoveries=N replans=N min_replans=N
+//	                               max_replayed=N max_recovery_ms=N (every
+//	                               recovery's), sha=fault-free (the job
+//	                               trained in this process) or a hex digest,
+//	                               cause=(TEXT) replan=(TEXT) error=(TEXT)
+//	                               (contain TEXT)
 //
 // The waits take within=D (defaults: 2 min for the job's steps, 3 min for
 // its end, 30 s for other events). The scenario reads its job's status

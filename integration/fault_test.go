@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/ppnode/ppnode/job"
 )
 
@@ -15,58 +16,32 @@ import (
 // graceful leave; each job ends with the weights of the run without the
 // fault. Run one with -run 'TestScenarios/NAME'.
 func TestScenarios(t *testing.T) {
-	RunScenarios(t, "testdata/scenarios/*.txt")
+	RunScenarios(t, "testdata/scenarios")
 }
 
-// The scenario language's reader: words, quotes, comments, and the
-// errors a bad script gets.
-func TestScenarioParse(t *testing.T) {
-	words := []struct {
-		line string
-		want []string
-	}{
-		{"", nil},
-		{"   # a comment", nil},
-		{"at step 50 kill c # the last stage", []string{"at", "step", "50", "kill", "c"}},
-		{`train mlp32 partition="fc1-fc16@a; fc17-fc32@b"  steps=10`, []string{"train", "mlp32", "partition=fc1-fc16@a; fc17-fc32@b", "steps=10"}},
-		{`wait log c "the stage stops"`, []string{"wait", "log", "c", "the stage stops"}},
-		{"\tstart 3\tnetns\r", []string{"start", "3", "netns"}},
-	}
-	for _, c := range words {
-		got, err := splitWords(c.line)
-		if err != nil || len(got) != len(c.want) {
-			t.Errorf("splitWords(%q) = %q, %v; want %q", c.line, got, err, c.want)
-			continue
-		}
-		for i := range got {
-			if got[i] != c.want[i] {
-				t.Errorf("splitWords(%q) = %q; want %q", c.line, got, c.want)
-				break
-			}
-		}
-	}
-	if _, err := parseScenario("x.txt", "start 3\ntrain \"mlp32\n"); err == nil || err.Error() != "x.txt:2: unterminated quote" {
-		t.Errorf("an unterminated quote: %v, want x.txt:2: unterminated quote", err)
-	}
-	// Statements that fail before touching a cluster.
-	bad := []struct{ stmt, want string }{
-		{"fly away", `unknown statement "fly"`},
+// Directives that fail before touching a cluster say why.
+func TestScenarioDirectives(t *testing.T) {
+	for _, c := range []struct{ line, want string }{
+		{"fly away", `unknown directive "fly"`},
 		{"kill c", "no cluster"},
-		{"at step x kill c", `step "x"`},
-		{"at 5 kill c", "usage: at step N"},
-		{"cut link b", "usage: cut link NODE NODE"},
-		{"start 0", "want 1 to 26"},
-		{"start 3 speed=2", `unknown option "speed=2"`},
-		{"wait recovery 1", "no job"},
-		{"wait nothing 1", "wait nothing"},
+		{"kill", "usage: kill NODE"},
+		{"at step=x", "usage: at step=N"},
+		{"at 5", `unknown argument "5"`},
+		{"cut b", "usage: cut NODE NODE"},
+		{"start n=0", "want 1 to 26"},
+		{"start n=3 speed=2", `unknown argument "speed"`},
+		{"wait recovery=1", "no job"},
+		{"wait nothing=1", `unknown argument "nothing"`},
 		{"expect done", "no job"},
-	}
-	for _, c := range bad {
-		words, _ := splitWords(c.stmt)
+		{"expect done recoveries=1 recoveries=2", "given twice"},
+	} {
+		cmd, args, err := datadriven.ParseLine(c.line)
+		if err != nil {
+			t.Fatal(err)
+		}
 		s := &scenario{t: t, name: "parse"}
-		err := s.exec(stmt{line: 1, text: c.stmt, words: words}, words)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%q: error %v, want one containing %q", c.stmt, err, c.want)
+		if err := s.exec(&datadriven.TestData{Cmd: cmd, CmdArgs: args}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one containing %q", c.line, err, c.want)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,16 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/ppnode/ppnode/job"
 )
 
 // Scenarios (see the package doc, "Scenarios") are fault-injection tests
-// written as scripts: one statement a line, words separated by blanks, a
-// word or a key's value in double quotes when it holds blanks, # starts a
-// comment. RunScenarios runs each file as a subtest named after it; an
-// error names the file and line of the statement that failed.
+// written as cockroachdb/datadriven scripts: a directive a step, its
+// arguments key=value (values with blanks in parentheses), free text
+// (a log line to wait for) below it, and "----" with an empty expected
+// output: a directive that does not hold fails the test, naming the file
+// and line.
 
-// Default deadlines of the scenario statements (within=D overrides them).
+// Default deadlines of the scenario directives (within=D overrides them).
 const (
 	scenarioStepWait  = 2 * time.Minute // at step, wait recovery, wait state
 	scenarioJobWait   = 3 * time.Minute // expect: the job's end
@@ -32,100 +33,19 @@ const (
 	watchInterval = 10 * time.Millisecond
 )
 
-// RunScenarios runs every scenario file matching pattern, each as a
-// subtest named after the file (without .txt).
-func RunScenarios(t *testing.T, pattern string) {
-	files, err := filepath.Glob(pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no scenario matches %s", pattern)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { RunScenario(t, f) })
-	}
-}
-
-// RunScenario runs the scenario file path.
-func RunScenario(t *testing.T, path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts, err := parseScenario(path, string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scenario{t: t, name: strings.TrimSuffix(filepath.Base(path), ".txt")}
-	defer s.report() // a failed scenario's figures too
-	for _, st := range stmts {
-		t.Logf("%s:%d: %s", path, st.line, st.text)
-		if err := s.exec(st, st.words); err != nil {
-			t.Fatalf("%s:%d: %s: %v", path, st.line, st.text, err)
-		}
-	}
-}
-
-// stmt is one statement of a scenario file.
-type stmt struct {
-	line  int
-	text  string
-	words []string
-}
-
-func parseScenario(path, src string) ([]stmt, error) {
-	var out []stmt
-	for i, line := range strings.Split(src, "\n") {
-		words, err := splitWords(line)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %v", path, i+1, err)
-		}
-		if len(words) > 0 {
-			out = append(out, stmt{line: i + 1, text: strings.TrimSpace(line), words: words})
-		}
-	}
-	return out, nil
-}
-
-// splitWords splits a line at blanks outside double quotes, dropping the
-// quotes and a # comment.
-func splitWords(line string) ([]string, error) {
-	var (
-		words  []string
-		cur    strings.Builder
-		inWord bool
-		quoted bool
-	)
-	for _, r := range line {
-		switch {
-		case r == '"':
-			quoted, inWord = !quoted, true
-		case quoted:
-			cur.WriteRune(r)
-		case r == '#':
-			if inWord {
-				words = append(words, cur.String())
+// RunScenarios runs every scenario file in dir, each as a subtest named
+// after the file.
+func RunScenarios(t *testing.T, dir string) {
+	datadriven.Walk(t, dir, func(t *testing.T, path string) {
+		s := &scenario{t: t, name: strings.TrimSuffix(filepath.Base(path), ".txt")}
+		defer s.report() // a failed scenario's figures too
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if err := s.exec(d); err != nil {
+				d.Fatalf(t, "%v", err)
 			}
-			return words, nil
-		case r == ' ' || r == '\t' || r == '\r':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(r)
-			inWord = true
-		}
-	}
-	if quoted {
-		return nil, errors.New("unterminated quote")
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
+			return ""
+		})
+	})
 }
 
 // scenario is the state of a running scenario.
@@ -151,71 +71,54 @@ type fault struct {
 	recovery int
 }
 
-func (s *scenario) exec(st stmt, w []string) error {
-	switch w[0] {
-	case "slow":
-		if len(w) != 1 {
-			return errors.New("usage: slow")
+// args are a directive's arguments, by key.
+type args map[string][]string
+
+// parseArgs collects d's arguments; keys must be in allowed.
+func parseArgs(d *datadriven.TestData, allowed ...string) (args, error) {
+	a := args{}
+	for _, ca := range d.CmdArgs {
+		if !slices.Contains(allowed, ca.Key) {
+			return nil, fmt.Errorf("%s: unknown argument %q (have %s)", d.Cmd, ca.Key, strings.Join(allowed, ", "))
 		}
-		if testing.Short() {
-			s.t.Skip("slow scenario: skipped with -short")
+		if _, dup := a[ca.Key]; dup {
+			return nil, fmt.Errorf("%s: %s given twice", d.Cmd, ca.Key)
 		}
-		return nil
-	case "start":
-		return s.start(w[1:])
-	case "train":
-		return s.train(st, w[1:])
-	case "at":
-		// at step N <action...>
-		if len(w) < 4 || w[1] != "step" {
-			return errors.New("usage: at step N ACTION...")
-		}
-		n, err := strconv.Atoi(w[2])
-		if err != nil || n < 1 {
-			return fmt.Errorf("step %q: want a positive number", w[2])
-		}
-		if err := s.atStep(n); err != nil {
-			return err
-		}
-		return s.exec(st, w[3:])
-	case "kill", "stop", "cont", "leave":
-		if len(w) != 2 {
-			return fmt.Errorf("usage: %s NODE", w[0])
-		}
-		return s.signal(w[0], w[1])
-	case "cut", "restore":
-		if len(w) != 4 || w[1] != "link" {
-			return fmt.Errorf("usage: %s link NODE NODE", w[0])
-		}
-		return s.link(w[0], w[2], w[3])
-	case "wait":
-		return s.wait(w[1:])
-	case "expect":
-		return s.expect(w[1:])
+		a[ca.Key] = ca.Vals
 	}
-	return fmt.Errorf("unknown statement %q (have slow, start, train, at, kill, stop, cont, leave, cut, restore, wait, expect)", w[0])
+	return a, nil
 }
 
-// options splits key=value words; keys must be in allowed.
-func options(words []string, allowed ...string) (map[string]string, error) {
-	m := map[string]string{}
-	for _, w := range words {
-		k, v, ok := strings.Cut(w, "=")
-		if !ok || !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("unknown option %q (have %s=)", w, strings.Join(allowed, "=, "))
-		}
-		if _, dup := m[k]; dup {
-			return nil, fmt.Errorf("option %s given twice", k)
-		}
-		m[k] = v
+// get is the single value of key (ok false if absent).
+func (a args) get(key string) (string, bool, error) {
+	vs, ok := a[key]
+	switch {
+	case !ok:
+		return "", false, nil
+	case len(vs) != 1:
+		return "", false, fmt.Errorf("%s: want one value, got %q", key, vs)
 	}
-	return m, nil
+	return vs[0], true, nil
 }
 
-func within(m map[string]string, def time.Duration) (time.Duration, error) {
-	v, ok := m["within"]
-	if !ok {
-		return def, nil
+// num is the integer value of key (def if absent).
+func (a args) num(key string, def int) (int, error) {
+	v, ok, err := a.get(key)
+	if err != nil || !ok {
+		return def, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%s: want an integer", key, v)
+	}
+	return n, nil
+}
+
+// within is the value of within= (def if absent).
+func (a args) within(def time.Duration) (time.Duration, error) {
+	v, ok, err := a.get("within")
+	if err != nil || !ok {
+		return def, err
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
@@ -224,45 +127,92 @@ func within(m map[string]string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// start N [threads=T] [quota=Q,Q,...] [netns]: nodes a, b, c, ..., once
-// the first sees them all alive.
-func (s *scenario) start(w []string) error {
+// node is the one node a directive names (kill c).
+func oneNode(d *datadriven.TestData) (string, error) {
+	if len(d.CmdArgs) != 1 || len(d.CmdArgs[0].Vals) != 0 {
+		return "", fmt.Errorf("usage: %s NODE", d.Cmd)
+	}
+	return d.CmdArgs[0].Key, nil
+}
+
+func (s *scenario) exec(d *datadriven.TestData) error {
+	switch d.Cmd {
+	case "slow":
+		if testing.Short() {
+			s.t.Skip("slow scenario: skipped with -short")
+		}
+		return nil
+	case "start":
+		a, err := parseArgs(d, "n", "threads", "quota", "netns")
+		if err != nil {
+			return err
+		}
+		return s.start(a)
+	case "train":
+		a, err := parseArgs(d, "model", "width", "data", "samples", "batch", "micro", "epochs", "steps", "partition",
+			"schedule", "checkpoint_every", "optimizer", "lr", "seed", "max_nodes", "no_rebalance", "via", "id")
+		if err != nil {
+			return err
+		}
+		return s.train(a)
+	case "at":
+		a, err := parseArgs(d, "step")
+		if err != nil {
+			return err
+		}
+		n, err := a.num("step", 0)
+		if err != nil || n < 1 {
+			return fmt.Errorf("usage: at step=N (N >= 1): %v", err)
+		}
+		return s.atStep(n)
+	case "kill", "stop", "cont", "leave":
+		name, err := oneNode(d)
+		if err != nil {
+			return err
+		}
+		return s.signal(d.Cmd, name)
+	case "cut", "restore":
+		if len(d.CmdArgs) != 2 {
+			return fmt.Errorf("usage: %s NODE NODE", d.Cmd)
+		}
+		return s.link(d.Cmd, d.CmdArgs[0].Key, d.CmdArgs[1].Key)
+	case "wait":
+		a, err := parseArgs(d, "recovery", "state", "alive", "log", "within")
+		if err != nil {
+			return err
+		}
+		return s.wait(a, strings.TrimSpace(d.Input))
+	case "expect":
+		a, err := parseArgs(d, "done", "failed", "recoveries", "replans", "min_replans", "max_replayed", "max_recovery_ms",
+			"sha", "cause", "replan", "error", "within")
+		if err != nil {
+			return err
+		}
+		return s.expect(a)
+	}
+	return fmt.Errorf("unknown directive %q (have slow, start, train, at, kill, stop, cont, leave, cut, restore, wait, expect)", d.Cmd)
+}
+
+// start n=N [threads=T] [quota=(Q, Q, ...)] [netns]: nodes a, b, c, ...,
+// once the first sees them all alive.
+func (s *scenario) start(a args) error {
 	if s.c != nil {
 		return errors.New("the cluster is already started")
 	}
-	if len(w) < 1 {
-		return errors.New("usage: start N [threads=T] [quota=Q,Q,...] [netns]")
-	}
-	n, err := strconv.Atoi(w[0])
+	n, err := a.num("n", 0)
 	if err != nil || n < 1 || n > 26 {
-		return fmt.Errorf("%q nodes: want 1 to 26", w[0])
+		return fmt.Errorf("start n=N: want 1 to 26 nodes (%v)", err)
 	}
-	netns := false
-	rest := slices.DeleteFunc(slices.Clone(w[1:]), func(x string) bool {
-		if x == "netns" {
-			netns = true
-			return true
-		}
-		return false
-	})
-	o, err := options(rest, "threads", "quota")
-	if err != nil {
-		return err
-	}
-	s.threads = 1
-	if v, ok := o["threads"]; ok {
-		if s.threads, err = strconv.Atoi(v); err != nil || s.threads < 1 {
-			return fmt.Errorf("threads=%s: want a positive number", v)
-		}
+	if s.threads, err = a.num("threads", 1); err != nil || s.threads < 1 {
+		return fmt.Errorf("threads: want a positive number (%v)", err)
 	}
 	opts := make([]NodeOptions, n)
 	for i := range opts {
 		opts[i] = NodeOptions{Name: string(rune('a' + i)), Threads: s.threads}
 	}
-	if v, ok := o["quota"]; ok {
-		qs := strings.Split(v, ",")
+	if qs, ok := a["quota"]; ok {
 		if len(qs) != n {
-			return fmt.Errorf("quota=%s: want one quota per node (%d)", v, n)
+			return fmt.Errorf("quota=%v: want one quota per node (%d)", qs, n)
 		}
 		for i, q := range qs {
 			f, err := strconv.ParseFloat(q, 64)
@@ -273,7 +223,7 @@ func (s *scenario) start(w []string) error {
 		}
 		RequireCPUQuota(s.t)
 	}
-	if netns {
+	if _, ok := a["netns"]; ok {
 		s.c = NewNetCluster(s.t)
 	} else {
 		s.c = NewCluster(s.t)
@@ -306,35 +256,28 @@ func (s *scenario) node(name string) (*Node, error) {
 	return n, nil
 }
 
-// train MODEL key=value...: submits a deterministic job (threads as the
-// nodes') and follows it.
-func (s *scenario) train(st stmt, w []string) error {
+// train model=M key=value...: submits a deterministic job (threads as
+// the nodes') and follows it.
+func (s *scenario) train(a args) error {
 	if s.c == nil {
 		return errors.New("no cluster: start one first")
 	}
 	if s.w != nil {
 		return errors.New("a scenario trains one job")
 	}
-	if len(w) < 1 {
-		return errors.New("usage: train MODEL key=value...")
-	}
-	o, err := options(w[1:], "width", "data", "samples", "batch", "micro", "epochs", "steps", "partition",
-		"schedule", "checkpoint_every", "optimizer", "lr", "seed", "max_nodes", "no_rebalance", "via", "id")
-	if err != nil {
-		return err
-	}
 	spec := job.DefaultSpec()
 	spec.ID = strings.ReplaceAll(s.name, "_", "-")
-	spec.Model, spec.Epochs, spec.Deterministic, spec.Threads = w[0], 10, true, s.threads
+	spec.Epochs, spec.Deterministic, spec.Threads = 10, true, s.threads
 	ints := map[string]*int{"samples": &spec.SyntheticSamples, "batch": &spec.Batch, "micro": &spec.MicroBatches,
 		"epochs": &spec.Epochs, "steps": &spec.Steps, "checkpoint_every": &spec.CheckpointEvery, "max_nodes": &spec.MaxNodes}
-	strs := map[string]*string{"data": &spec.Data, "partition": &spec.Partition, "schedule": &spec.Schedule,
+	strs := map[string]*string{"model": &spec.Model, "data": &spec.Data, "partition": &spec.Partition, "schedule": &spec.Schedule,
 		"optimizer": &spec.Optimizer, "id": &spec.ID}
 	floats := map[string]*float64{"width": &spec.Width, "lr": &spec.LR}
 	via := "a"
-	for k, v := range o {
-		var err error
+	for k := range a {
+		v, _, err := a.get(k)
 		switch {
+		case err != nil:
 		case ints[k] != nil:
 			*ints[k], err = strconv.Atoi(v)
 		case strs[k] != nil:
@@ -352,6 +295,7 @@ func (s *scenario) train(st stmt, w []string) error {
 			return fmt.Errorf("%s=%s: %v", k, v, err)
 		}
 	}
+	var err error
 	if s.via, err = s.node(via); err != nil {
 		return err
 	}
@@ -443,33 +387,18 @@ func (s *scenario) link(verb, x, y string) error {
 	return s.c.Network().Restore(x, y)
 }
 
-// wait recovery N | wait state PREFIX | wait alive NODE MEMBER |
-// wait log NODE TEXT, each with an optional within=D.
-func (s *scenario) wait(w []string) error {
-	if len(w) < 2 {
-		return errors.New("usage: wait recovery N | wait state PREFIX | wait alive NODE MEMBER | wait log NODE TEXT [within=D]")
-	}
-	args, opts := w[1:], []string{}
-	for len(args) > 0 && strings.HasPrefix(args[len(args)-1], "within=") {
-		opts = append(opts, args[len(args)-1])
-		args = args[:len(args)-1]
-	}
-	o, err := options(opts, "within")
-	if err != nil {
-		return err
-	}
-	switch w[0] {
-	case "recovery":
-		d, err := within(o, scenarioStepWait)
+// wait recovery=N | state=S | alive=(NODE, MEMBER) | log=NODE with the
+// text as input; each with an optional within=D.
+func (s *scenario) wait(a args, text string) error {
+	switch {
+	case a["recovery"] != nil:
+		d, err := a.within(scenarioStepWait)
 		if err != nil {
 			return err
 		}
-		if len(args) != 1 {
-			return errors.New("usage: wait recovery N")
-		}
-		n, err := strconv.Atoi(args[0])
+		n, err := a.num("recovery", 0)
 		if err != nil || n < 1 {
-			return fmt.Errorf("recovery %q: want a positive number", args[0])
+			return fmt.Errorf("wait recovery=N: want a positive number (%v)", err)
 		}
 		jw, err := s.job()
 		if err != nil {
@@ -484,20 +413,21 @@ func (s *scenario) wait(w []string) error {
 			}
 			return false, nil
 		})
-	case "state":
-		d, err := within(o, scenarioStepWait)
+	case a["state"] != nil:
+		d, err := a.within(scenarioStepWait)
 		if err != nil {
 			return err
 		}
-		if len(args) != 1 {
-			return errors.New("usage: wait state PREFIX")
+		want, _, err := a.get("state")
+		if err != nil {
+			return err
 		}
 		jw, err := s.job()
 		if err != nil {
 			return err
 		}
-		return jw.wait("state "+args[0], d, func(st job.Status) (bool, error) {
-			if string(st.State) == args[0] {
+		return jw.wait("state "+want, d, func(st job.Status) (bool, error) {
+			if string(st.State) == want {
 				return true, nil
 			}
 			if st.State.Ended() {
@@ -505,154 +435,140 @@ func (s *scenario) wait(w []string) error {
 			}
 			return false, nil
 		})
-	case "alive":
-		d, err := within(o, scenarioEventWait)
+	case a["alive"] != nil:
+		d, err := a.within(scenarioEventWait)
 		if err != nil {
 			return err
 		}
-		if len(args) != 2 {
-			return errors.New("usage: wait alive NODE MEMBER")
+		if len(a["alive"]) != 2 {
+			return errors.New("usage: wait alive=(NODE, MEMBER)")
 		}
-		n, err := s.node(args[0])
+		node, member := a["alive"][0], a["alive"][1]
+		n, err := s.node(node)
 		if err != nil {
 			return err
 		}
 		var last []string
-		err = Poll(fmt.Sprintf("node %s sees %s alive", args[0], args[1]), d, 20*time.Millisecond, func() (bool, error) {
+		err = Poll(fmt.Sprintf("node %s sees %s alive", node, member), d, 20*time.Millisecond, func() (bool, error) {
 			st, err := n.Status()
 			if err != nil {
 				return false, err
 			}
 			last = Alive(st)
-			return slices.Contains(last, args[1]), nil
+			return slices.Contains(last, member), nil
 		})
 		if err != nil {
 			return fmt.Errorf("%w (alive: %v)", err, last)
 		}
 		return nil
-	case "log":
-		d, err := within(o, scenarioEventWait)
+	case a["log"] != nil:
+		d, err := a.within(scenarioEventWait)
 		if err != nil {
 			return err
 		}
-		if len(args) != 2 {
-			return errors.New(`usage: wait log NODE "TEXT"`)
+		name, _, err := a.get("log")
+		if err != nil || text == "" {
+			return fmt.Errorf("usage: wait log=NODE, the text below it (%v)", err)
 		}
-		n, err := s.node(args[0])
+		n, err := s.node(name)
 		if err != nil {
 			return err
 		}
-		line, err := n.WaitLog(args[1], d)
+		line, err := n.WaitLog(text, d)
 		if err == nil {
-			s.t.Logf("node %s: %s", args[0], line)
+			s.t.Logf("node %s: %s", name, line)
 		}
 		return err
 	}
-	return fmt.Errorf("wait %s: have recovery, state, alive, log", w[0])
+	return errors.New("usage: wait recovery=N | state=S | alive=(NODE, MEMBER) | log=NODE [within=D]")
 }
 
-// expect done|failed [KEY OP VALUE]... [within=D]: waits for the job's end
-// and checks it. Keys: recoveries, replans (counts); replayed, recovery_ms
-// (every recovery's); sha (fault-free: the weights of the job trained in
-// this process); cause, replan, error (~: contains). Ops: = < <= > >= ~.
-func (s *scenario) expect(w []string) error {
+// expect done|failed CHECK...: waits for the job's end (within=D) and
+// checks it: recoveries=N replans=N min_replans=N (counts),
+// max_replayed=N max_recovery_ms=N (every recovery's), sha=fault-free|HEX
+// (fault-free: the weights of the job trained in this process),
+// cause=(TEXT) replan=(TEXT) error=(TEXT) (every recovery's cause, every
+// re-plan's reason, the error contain TEXT).
+func (s *scenario) expect(a args) error {
 	jw, err := s.job()
 	if err != nil {
 		return err
 	}
-	if len(w) < 1 || (w[0] != "done" && w[0] != "failed") {
-		return errors.New("usage: expect done|failed [KEY OP VALUE]...")
+	_, done := a["done"]
+	_, failed := a["failed"]
+	if done == failed {
+		return errors.New("usage: expect done|failed CHECK...")
 	}
-	d := scenarioJobWait
-	var checks []string
-	for _, c := range w[1:] {
-		if v, ok := strings.CutPrefix(c, "within="); ok {
-			if d, err = within(map[string]string{"within": v}, d); err != nil {
-				return err
-			}
-			continue
-		}
-		checks = append(checks, c)
+	d, err := a.within(scenarioJobWait)
+	if err != nil {
+		return err
 	}
-	err = jw.wait("the job's end", d, func(st job.Status) (bool, error) {
-		return st.State.Ended(), nil
-	})
+	err = jw.wait("the job's end", d, func(st job.Status) (bool, error) { return st.State.Ended(), nil })
 	if err != nil {
 		return err
 	}
 	st := jw.status()
 	s.t.Logf("job %s: %s at step %d/%d; plan %s; recoveries %+v; re-plans %+v", st.ID, st.State, st.Step, st.Total, st.Plan, st.Recoveries, st.Replans)
-	if string(st.State) != w[0] {
-		return fmt.Errorf("the job is %s (%s), want %s", st.State, st.Error, w[0])
+	if want := map[bool]job.State{true: job.StateDone, false: job.StateFailed}[done]; st.State != want {
+		return fmt.Errorf("the job is %s (%s), want %s", st.State, st.Error, want)
 	}
 	var errs []error
-	for _, c := range checks {
-		if err := s.check(st, c); err != nil {
-			errs = append(errs, err)
+	for key := range a {
+		if key != "done" && key != "failed" && key != "within" {
+			errs = append(errs, s.check(st, a, key))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-var cmpOps = []string{"<=", ">=", "=", "<", ">", "~"}
-
-func (s *scenario) check(st job.Status, c string) error {
-	var key, op, val string
-	for i := range c {
-		for _, o := range cmpOps {
-			if strings.HasPrefix(c[i:], o) {
-				key, op, val = c[:i], o, c[i+len(o):]
-				break
-			}
-		}
-		if op != "" {
-			break
-		}
+// check checks st against the expectation key of a.
+func (s *scenario) check(st job.Status, a args, key string) error {
+	val, _, err := a.get(key)
+	if err != nil {
+		return err
 	}
-	if key == "" {
-		return fmt.Errorf("%q: want KEY OP VALUE (ops %s)", c, strings.Join(cmpOps, " "))
-	}
-	num := func(got float64, what string) error {
+	num := func(got float64, cmp func(got, want float64) bool, what string) error {
 		want, err := strconv.ParseFloat(val, 64)
-		if err != nil || op == "~" {
-			return fmt.Errorf("%s: want %s OP NUMBER", c, key)
+		if err != nil {
+			return fmt.Errorf("%s=%s: want a number", key, val)
 		}
-		ok := map[string]bool{"=": got == want, "<": got < want, "<=": got <= want, ">": got > want, ">=": got >= want}[op]
-		if !ok {
-			return fmt.Errorf("%s is %v, want %s %s%s", key, got, op, val, what)
+		if !cmp(got, want) {
+			return fmt.Errorf("%s: got %v%s", key+"="+val, got, what)
 		}
 		return nil
 	}
+	eq := func(g, w float64) bool { return g == w }
+	atLeast := func(g, w float64) bool { return g >= w }
+	atMost := func(g, w float64) bool { return g <= w }
 	contains := func(texts []string) error {
-		if op != "~" {
-			return fmt.Errorf("%s: %s takes ~ (contains)", c, key)
-		}
 		if len(texts) == 0 {
-			return fmt.Errorf("no %s to contain %q", key, val)
+			return fmt.Errorf("%s: nothing to contain %q", key, val)
 		}
 		for _, t := range texts {
 			if !strings.Contains(t, val) {
-				return fmt.Errorf("%s %q does not contain %q", key, t, val)
+				return fmt.Errorf("%s: %q does not contain %q", key, t, val)
 			}
 		}
 		return nil
 	}
 	switch key {
 	case "recoveries":
-		return num(float64(len(st.Recoveries)), "")
+		return num(float64(len(st.Recoveries)), eq, "")
 	case "replans":
-		return num(float64(len(st.Replans)), "")
-	case "replayed":
+		return num(float64(len(st.Replans)), eq, "")
+	case "min_replans":
+		return num(float64(len(st.Replans)), atLeast, "")
+	case "max_replayed":
 		var errs []error
 		for i, r := range st.Recoveries {
-			errs = append(errs, num(float64(r.Replayed), fmt.Sprintf(" (recovery %d)", i+1)))
+			errs = append(errs, num(float64(r.Replayed), atMost, fmt.Sprintf(" (recovery %d)", i+1)))
 		}
 		return errors.Join(errs...)
-	case "recovery_ms":
+	case "max_recovery_ms":
 		var errs []error
 		for _, m := range s.measure() {
 			if m.faultToStep > 0 {
-				errs = append(errs, num(float64(m.faultToStep.Milliseconds()), fmt.Sprintf(" (%s)", m.fault.what)))
+				errs = append(errs, num(float64(m.faultToStep.Milliseconds()), atMost, fmt.Sprintf(" (%s)", m.fault.what)))
 			}
 		}
 		return errors.Join(errs...)
@@ -671,15 +587,11 @@ func (s *scenario) check(st job.Status, c string) error {
 	case "error":
 		return contains([]string{st.Error})
 	case "sha":
-		if op != "=" {
-			return fmt.Errorf("%s: sha takes =", c)
-		}
 		if st.Result == nil {
 			return errors.New("the job has no result")
 		}
 		want := val
 		if val == "fault-free" {
-			var err error
 			if want, err = FaultFreeSHA(s.spec); err != nil {
 				return err
 			}
@@ -689,7 +601,7 @@ func (s *scenario) check(st job.Status, c string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%q: unknown key %s (have recoveries, replans, replayed, recovery_ms, cause, replan, error, sha)", c, key)
+	return fmt.Errorf("unknown check %q", key)
 }
 
 // measurement is what one fault cost: from the fault to the first step
@@ -783,7 +695,7 @@ func watchJob(t testing.TB, n *Node, id string) *jobWatch {
 					lastState = st.State
 				}
 				for k := len(w.after); k < len(st.Recoveries); k++ {
-					if st.Step == st.Recoveries[k].Step && st.State != "done" {
+					if st.Step == st.Recoveries[k].Step && st.State != job.StateDone {
 						break
 					}
 					w.after = append(w.after, now)

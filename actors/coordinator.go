@@ -297,6 +297,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 		}
 		select {
 		case out := <-opDone:
+			c.deliverInbox() // news that came while the operation ran goes first
 			op := c.op
 			c.op = nil
 			if out.set != nil {

@@ -413,8 +413,8 @@ func TestFailedMoveRecovers(t *testing.T) {
 				cfg.Control = hookControl{Control: tc.ctl, before: func(_ StageRef, msg proto.Message) {
 					if _, ok := msg.(*ReceiveState); ok {
 						killOnce.Do(func() {
+							c.NodeFailed("b") // as memberlist would, before another process can take b's port
 							tc.kill(1)
-							c.NodeFailed("b")
 						})
 					}
 				}}

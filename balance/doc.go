@@ -3,8 +3,9 @@
 // (sequential pipelines and DAGs of stages), writes each stage's program
 // for the GPipe, 1F1B and graph schedules, chooses schedule and
 // micro-batch count by simulating plans event by event, and draws the
-// result as a Gantt chart or a Chrome trace. It is a pure library: no
-// goroutines, sockets or clocks, except Profile, which measures.
+// result as a Gantt chart or a Chrome trace. It owns no sockets or clocks:
+// only Profile and MeasureGEMMSpeeds measure, and Search solves its
+// programmes on all CPUs.
 //
 // # Profiles and the cost model
 //
@@ -12,9 +13,14 @@
 // node as Fixed + PerSample·b for micro-batches of b samples (Profile
 // measures one size, ProfileWith two, Analytic estimates from FLOP counts),
 // output, parameter and trainable bytes, the memory held per micro-batch
-// in flight, and the optimizer-step time. A node's time is the reference
-// time divided by its Speed (given, or its GEMM GFLOP/s over the
-// reference's). A transfer of n bytes (the tensorio frame of the
+// in flight, and the optimizer-step time. Profile times the layers as
+// training runs them, one micro-batch forward through every layer and
+// back in reverse, repeated (a layer's weights are then as cold as in a
+// stage), and keeps medians; under a CPU quota those are the speed between
+// throttles, and so is the profile's reference, its GFLOPS
+// (MeasureGEMMBurst). A node's time is the reference time divided by its
+// Speed (given, or its GEMM GFLOP/s over the reference's; nodes measure
+// theirs over whole quota periods, MeasureGEMMSpeeds). A transfer of n bytes (the tensorio frame of the
 // activation or gradient) occupies the link for n/bandwidth and arrives a
 // latency later. A stage's memory is its parameters and buffers, one
 // gradient and the optimizer's state per trainable parameter, and per
@@ -101,6 +107,8 @@
 // one transfer at a time in the order sent. It reports step time, bubble
 // and busy fractions, peak memory per stage and link use, and its events
 // draw the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
-// Search runs a partitioner for each schedule and micro-batch count,
-// simulates the candidates and keeps the fastest plan that fits memory.
+// Search runs a partitioner for each schedule and micro-batch count (the
+// programmes in parallel, and GPipe's and 1F1B's once when memory binds on
+// no node: they are then the same problem), simulates the candidates and
+// keeps the fastest plan that fits memory.
 package balance

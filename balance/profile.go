@@ -148,9 +148,10 @@ type ProfileOptions struct {
 
 // Profile measures every layer of g with micro-batches of microBatch
 // samples on be: forward and backward time, optimizer-step time, output,
-// parameter and per-micro-batch memory. It runs the layers one at a time
-// (each as an nn.Stage of one layer) on random inputs; the parameters,
-// gradients and buffers of g are restored afterwards.
+// parameter and per-micro-batch memory. Each layer runs as an nn.Stage of
+// its own on random inputs, in training's order (forward through every
+// layer, backward in reverse); the parameters, gradients and buffers of g
+// are restored afterwards.
 func Profile(g *nn.Graph, microBatch int, be nn.Backend) (*ModelProfile, error) {
 	return ProfileWith(g, be, ProfileOptions{Sizes: []int{microBatch}})
 }

@@ -1,8 +1,14 @@
-// Command ppnode trains one model across machines of unequal speed. This
-// build provides single-process training and the GEMM benchmark:
+// Command ppnode trains one model across machines of unequal speed:
 //
-//	ppnode train --local --model mlp32 --data mnist --epochs 3
-//	ppnode bench gemm
+//	ppnode join --name a --bind 10.0.0.1:7946           # a node (each machine)
+//	ppnode train --via 10.0.0.1:8080 --model mlp32       # a job over the cluster
+//	ppnode status --via 10.0.0.1:8080                    # members and jobs
+//	ppnode replan --via 10.0.0.1:8080 JOB PARTITION      # move a running job
+//	ppnode train --local --model mlp32 --data mnist      # in this process
+//	ppnode demo                                          # three nodes on this machine
+//	ppnode plan | ckpt | bench ...                       # plan, checkpoints, kernels
+//
+// Run 'ppnode <command> -h' for a command's flags.
 package main
 
 import (

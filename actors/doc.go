@@ -1,0 +1,42 @@
+// Package actors is the runtime around a job's pure core (job.Core): the
+// actor system that carries control between nodes, the stage actors that
+// run a plan's stages, and the coordinator that drives the core by doing
+// the I/O it asks for (DESIGN.md, "Transport: control through actors,
+// tensors through a data plane").
+//
+// # Control
+//
+// Control messages are the protobuf types of proto/ppnode.proto, each a
+// few hundred bytes, every one carrying a Header with the job id and the
+// plan generation. A [Control] sends them: [System] over protoactor remote
+// (gRPC), with the workarounds its doc lists, or [InmemControl], its
+// in-memory twin for tests, which can kill a node, cut it off and lose
+// chosen messages. A stage admits only messages of its job and of its
+// generation or a newer one ([Gate]); a node's spawner refuses to start a
+// stage of a generation older than one it has started ([SpawnError]).
+//
+// # Stages
+//
+// A stage actor ([StageKind], hosted by a node's [StageHost]) sets up one
+// stage of a plan from its StageSpec, listens for the data-plane links it
+// receives on, dials those it sends on, and runs its part of each step:
+// the program of balance.StagePlan (forward and backward passes, sends and
+// receives, the optimizer step at the flush), on a goroutine of its own so
+// that its mailbox stays free for StopStage. It gathers its state to the
+// coordinator for a cut, restores it from one, and hands it straight to
+// the stages of a new plan (migrate.go). A stage whose link to its
+// coordinator breaks stops by itself.
+//
+// # The coordinator
+//
+// [Coordinator] runs one job on the node that accepted it: it profiles
+// the model, builds the core, and then loops: it carries out the core's
+// actions (probe the nodes, start stages, restore or move state, run a
+// step, take a cut, stop stages), one operation at a time on a goroutine
+// of its own, and gives the core their outcomes and the cluster's news
+// (Members, NodeFailed, RequestReplan) as events. It feeds the
+// micro-batches (inputs to the entry stages, labels to the loss stage),
+// holds the latest cut in its own copy of the model, and writes and
+// replicates cuts in the background. Stopping a generation's stages
+// cancels the operation running on them.
+package actors

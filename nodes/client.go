@@ -52,11 +52,11 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &ae) && ae.Code == http.StatusNotFound
 }
 
-// specError is a 400 answer to a submission or a re-plan: it wraps
-// job.ErrSpec.
+// specError is a 400 answer to a submission or a re-plan: it wraps the
+// *APIError and job.ErrSpec.
 type specError struct{ *APIError }
 
-func (specError) Unwrap() error { return job.ErrSpec }
+func (e specError) Unwrap() []error { return []error{e.APIError, job.ErrSpec} }
 
 // Submit submits a job (POST /v1/jobs); the node plans it before it
 // answers. A refused spec is an error wrapping job.ErrSpec.

@@ -48,6 +48,10 @@
 //	                      coordinate it
 //	DELETE /v1/jobs/{id}  cancels the job (it stops at its next step; its
 //	                      record says failed, so it is not taken over): 202
+//	POST   /v1/jobs/{id}/replan  body: [ReplanRequest]. The job moves to
+//	                      the partition at its next step boundary: 202
+//	                      with its status; 400 for a partition that does
+//	                      not fit the model or the members
 //	GET    /v1/status     [Status]: the node, the members (with their HTTP
 //	                      addresses), the jobs, the records held
 //	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
@@ -67,6 +71,9 @@
 //	                      as the job's coordinator; 404 otherwise
 //
 // Floats that JSON cannot carry (a diverged job's NaN loss) are sent as 0.
+//
+// [Client] is the API's typed client; the CLI, the demo, the nodes
+// themselves (records, cuts) and the integration tests use it.
 //
 // Request bodies are limited to 1 MiB (checkpoints to MaxCheckpointBytes).
 //
@@ -98,11 +105,12 @@
 // live holders', newest step first, its own first at equal steps; a
 // damaged file is skipped for an older step or another copy; a fetched
 // copy replaces the local one), or none (the job restarts from step 0),
-// creates an actors.Coordinator with Resume and a Generation of a new
-// term (the high 32 bits of a generation count the takeovers, so the
+// creates an actors.Coordinator with Resume, Takeover and a Generation of
+// a new term (the high 32 bits of a generation count the takeovers, so the
 // successor's plans are above anything its predecessor used, even after
-// its last record), and runs it under the same job id, as if submitted
-// there: the job is in its GET /v1/jobs with a [Takeover]. The new record
+// its last record), whose core starts with the same plan change as any
+// other (a takeover from the cut), and runs it under the same job id, as
+// if submitted there: the job is in its GET /v1/jobs with a [Takeover]. The new record
 // goes to the new holders, to the former ones (who drop it if no longer
 // holders) and to the former coordinator: one that was wrongly declared
 // dead stops its run when it hears of the newer term (fencing), and its

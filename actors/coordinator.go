@@ -89,10 +89,13 @@ type Coordinator struct {
 	persisting sync.WaitGroup // a cut being written and copied
 	detached   sync.WaitGroup // cancelled operations not waited for
 
-	mu      sync.Mutex // guards inbox, status, changed and runs
+	mu      sync.Mutex // guards inbox, status, plan, report, text, changed and runs
 	inbox   []job.Event
 	status  job.Status
-	changed chan struct{} // closed when status changes
+	plan    *balance.Plan   // the core's, as of its last event
+	report  *balance.Report // (both replaced, never changed, by a new plan)
+	text    string          // the plan described
+	changed chan struct{}   // closed when status changes
 	runs    bool
 	notify  chan struct{} // a token when the inbox has events
 }
@@ -178,18 +181,30 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	if err != nil {
 		return nil, err
 	}
-	c.status = c.core.Status()
+	c.publish()
 	return c, nil
 }
 
 // Plan is the job's current plan.
-func (c *Coordinator) Plan() *balance.Plan { return c.core.Plan() }
+func (c *Coordinator) Plan() *balance.Plan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.plan
+}
 
 // Report is the simulator's prediction for the plan.
-func (c *Coordinator) Report() *balance.Report { return c.core.Report() }
+func (c *Coordinator) Report() *balance.Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.report
+}
 
 // Describe is a one-line summary of the plan.
-func (c *Coordinator) Describe() string { return c.core.Describe() }
+func (c *Coordinator) Describe() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.text
+}
 
 // Graph is the job's model as the coordinator holds it: after Run, the
 // trained weights gathered from the stages.
@@ -330,11 +345,12 @@ func (c *Coordinator) deliverInbox() {
 	}
 }
 
-// publish makes the core's status the one Status returns.
+// publish makes the core's status and plan the ones the coordinator's
+// methods return.
 func (c *Coordinator) publish() {
-	st := c.core.Status()
+	st, plan, report, text := c.core.Status(), c.core.Plan(), c.core.Report(), c.core.Describe()
 	c.mu.Lock()
-	c.status = st
+	c.status, c.plan, c.report, c.text = st, plan, report, text
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()

@@ -214,6 +214,7 @@ func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobSta
 // that cut; the `ppnode train --via a` client finds it there, says so,
 // and ends with the weights of the run without the fault.
 func TestKillCoordinatorNode(t *testing.T) {
+	t.Parallel()
 	c, _ := failoverCluster(t)
 	spec := failoverSpec()
 	want := localSHA(t, spec)
@@ -246,6 +247,7 @@ func TestKillCoordinatorNode(t *testing.T) {
 // other holder (replicas 3), or, being the only holder (replicas 2), from
 // its previous cut; the weights are still the fault-free ones.
 func TestCorruptNewestCut(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		replicas int
@@ -319,6 +321,7 @@ func TestCorruptNewestCut(t *testing.T) {
 // and finishes. (Session 4 saw a job stay "starting" after a node came
 // back; the endpoint to it had been dropped while it was away.)
 func TestJobOnAReturnedNode(t *testing.T) {
+	t.Parallel()
 	c, _ := failoverCluster(t)
 	a, n := c.Node("a"), c.Node("c")
 	if err := c.Pause(n); err != nil {

@@ -16,6 +16,7 @@ import (
 // graceful leave; each job ends with the weights of the run without the
 // fault. Run one with -run 'TestScenarios/NAME'.
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	RunScenarios(t, "testdata/scenarios")
 }
 
@@ -59,6 +60,7 @@ func localSHA(t *testing.T, spec job.Spec) string {
 // A cut link drops the packets between its two nodes only, both ways, and
 // Restore brings them back; the namespaces are gone after the test.
 func TestNetworkCut(t *testing.T) {
+	t.Parallel()
 	var prefix string
 	t.Run("cut", func(t *testing.T) {
 		nw := NewNetwork(t)

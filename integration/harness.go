@@ -531,11 +531,14 @@ func (c *Cluster) stopAll() {
 // checkLeaks fails the test if a child process of the test binary is
 // left, a node's port is still listened on, or a cgroup is left.
 func (c *Cluster) checkLeaks() {
-	if kids := ChildProcesses(); len(kids) > 0 {
-		c.t.Errorf("leak: child processes left after the test: %v", kids)
-	}
-	if ps := ProcessesOf(c.bin); len(ps) > 0 {
-		c.t.Errorf("leak: processes of the test's ppnode binary left: %v", ps)
+	// Only this cluster's: tests run in parallel (TestMain checks that no
+	// process is left at the end).
+	for _, n := range c.Nodes() {
+		select {
+		case <-n.exited:
+		default:
+			c.t.Errorf("leak: node %s (pid %d) still runs after the test", n.opts.Name, n.cmd.Process.Pid)
+		}
 	}
 	c.mu.Lock()
 	ports := append([]int(nil), c.ports...)

@@ -21,6 +21,16 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
+	if kids := ChildProcesses(); len(kids) > 0 {
+		fmt.Printf("leak: child processes left after the tests: %v\n", kids)
+		code = 1
+	}
+	if build.path != "" {
+		if ps := ProcessesOf(build.path); len(ps) > 0 {
+			fmt.Printf("leak: processes of the tests' ppnode binary left: %v\n", ps)
+			code = 1
+		}
+	}
 	RemoveBinary()
 	os.Exit(code)
 }
@@ -39,6 +49,7 @@ var smallUno = []string{"--deterministic", "--model", "uno", "--width", "0.05", 
 // partitions. The cluster grows one node at a time and runs each size's
 // cases.
 func TestExactness(t *testing.T) {
+	t.Parallel()
 	type job struct {
 		partition, schedule string
 		stages              int // 0: the plan decides
@@ -136,6 +147,7 @@ func waitMembers(t *testing.T, n *Node, want int) {
 
 // A node that joins while a job trains does not change the job's result.
 func TestJoinDuringJob(t *testing.T) {
+	t.Parallel()
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)
 	spec := job.DefaultSpec()
@@ -186,6 +198,7 @@ func TestJoinDuringJob(t *testing.T) {
 // A node that leaves while idle is gone from the others' membership
 // within 2 s, and exits cleanly.
 func TestLeaveWhileIdle(t *testing.T) {
+	t.Parallel()
 	c := StartCluster(t, NodeOptions{}, NodeOptions{}, NodeOptions{})
 	waitMembers(t, c.Node("a"), 3)
 	start := time.Now()
@@ -215,6 +228,7 @@ func TestLeaveWhileIdle(t *testing.T) {
 
 // A bad job spec is refused with a clear message and nothing starts.
 func TestBadSpecRefused(t *testing.T) {
+	t.Parallel()
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)
 	base := job.DefaultSpec()

@@ -37,6 +37,7 @@ const (
 // after the file.
 func RunScenarios(t *testing.T, dir string) {
 	datadriven.Walk(t, dir, func(t *testing.T, path string) {
+		t.Parallel() // they mostly wait: for failure detection, timeouts, keepalives
 		s := &scenario{t: t, name: strings.TrimSuffix(filepath.Base(path), ".txt")}
 		defer s.report() // a failed scenario's figures too
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {

@@ -297,11 +297,15 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	check("no cut", 0, "no cut yet")
 }
 
-// takeoverSpec is a job long enough to be killed in the middle.
+// takeoverSpec is a job long enough to be killed in the middle: 300
+// steps, 120 with -short (the race detector's run).
 func takeoverSpec(id string) job.Spec {
 	s := smallSpec()
 	s.ID = id
 	s.Epochs, s.Steps, s.CheckpointEvery = 100, 300, 10
+	if testing.Short() {
+		s.Steps = 120
+	}
 	s.Partition, s.Schedule = "uniform", "1f1b"
 	return s
 }

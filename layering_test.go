@@ -22,6 +22,7 @@ var allowed = map[string][]string{
 	"balance":     {"nn", "nn/zoo", "tensorio"},
 	"cluster":     {"clock"},
 	"job":         {"balance", "data", "nn", "nn/zoo", "tensorio"},
+	"job/jobtest": {"job"},
 	"dataplane":   {"tensorio", "nn"},
 	"actors":      {"job", "clock", "balance", "dataplane", "tensorio", "nn", "nn/zoo", "data"},
 	"nodes":       {"actors", "job", "dataplane", "cluster", "balance", "tensorio", "nn", "nn/zoo", "data"},

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 )
 
@@ -88,20 +89,12 @@ func TestMeasurePlanChange(t *testing.T) {
 	}
 	for _, m := range []string{"direct", "cut"} {
 		v := slices.Sorted(slices.Values(times[m]))
-		t.Logf("%s: median %.1f ms over %d moves %v", m, median(v), len(v), v)
+		t.Logf("%s: median %.1f ms over %d moves %v", m, balance.Median(v), len(v), v)
 	}
 	for _, k := range slices.Sorted(maps.Keys(phases)) {
-		t.Logf("  %s: median %.1f ms", k, median(phases[k]))
+		t.Logf("  %s: median %.1f ms", k, balance.Median(phases[k]))
 	}
-	if d, k := median(times["direct"]), median(times["cut"]); d > 0 {
+	if d, k := balance.Median(times["direct"]), balance.Median(times["cut"]); d > 0 {
 		t.Logf("a move through a cut takes %.2fx the time of a direct move", k/d)
 	}
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
 }

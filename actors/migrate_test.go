@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -137,15 +136,7 @@ func runMoves(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int
 			}
 		}
 	}
-	c, err := NewCoordinator(spec, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, c
+	return runJob(t, spec, cfg, &c)
 }
 
 // stateOf is the size of the parameters and Adam state (two moments per
@@ -419,14 +410,7 @@ func TestFailedMoveRecovers(t *testing.T) {
 					}
 				}}
 			}
-			c, err := NewCoordinator(spec, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := c.Run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, _ := runJob(t, spec, cfg, &c)
 			st := c.Status()
 			if len(st.Recoveries) != 1 || len(st.Replans) != 0 {
 				t.Fatalf("recoveries %+v, re-plans %+v; want one recovery and no re-plan", st.Recoveries, st.Replans)

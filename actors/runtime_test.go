@@ -16,6 +16,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/jobtest"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
@@ -95,9 +96,19 @@ func (tc *testCluster) config(nodes int) CoordinatorConfig {
 
 func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result, *Coordinator) {
 	t.Helper()
-	c, err := NewCoordinator(spec, tc.config(nodes))
+	return runJob(t, spec, tc.config(nodes), nil)
+}
+
+// runJob plans spec with cfg and runs it to its end; bind, if set, gets
+// the coordinator before it runs (for cfg.OnStep to act on).
+func runJob(t testing.TB, spec job.Spec, cfg CoordinatorConfig, bind **Coordinator) (*job.Result, *Coordinator) {
+	t.Helper()
+	c, err := NewCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if bind != nil {
+		*bind = c
 	}
 	res, err := c.Run(context.Background())
 	if err != nil {
@@ -107,17 +118,10 @@ func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result,
 }
 
 func smallSpec(model string) job.Spec {
-	s := job.DefaultSpec()
+	s := jobtest.SmallSpec()
 	s.ID = "job-" + model
 	s.Model = model
-	s.Data = "synthetic:8x8x1:4"
-	s.SyntheticSamples = 96
-	s.Batch, s.MicroBatches, s.Epochs, s.Steps = 24, 4, 1, 3
-	s.Deterministic = true
-	s.Threads = 1
 	switch model {
-	case "mlp32":
-		s.Width = 16
 	case "uno":
 		s.Width = 0.05
 	case "resnet50":
@@ -130,18 +134,7 @@ func smallSpec(model string) job.Spec {
 	return s
 }
 
-func localSHA(t *testing.T, spec job.Spec) string {
-	t.Helper()
-	j, err := spec.Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := j.TrainLocal(1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.WeightsSHA256
-}
+func localSHA(t *testing.T, spec job.Spec) string { return jobtest.LocalSHA(t, spec) }
 
 // waitStatus waits until the job's status satisfies cond, or fails the
 // test after timeout.
@@ -276,14 +269,7 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 					})
 				}
 			}
-			c, err := NewCoordinator(spec, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := c.Run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, _ := runJob(t, spec, cfg, &c)
 			st := c.Status()
 			if len(st.Recoveries) != 1 {
 				t.Fatalf("recoveries %+v, want one", st.Recoveries)
@@ -369,28 +355,14 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	}
 	cfg = tc.config(3)
 	cfg.Nodes, cfg.Resume, cfg.Generation, cfg.Takeover = tc.nodes[1:], ck, 100, true
-	second, err := NewCoordinator(spec, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := second.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runJob(t, spec, cfg, nil)
 	if res.WeightsSHA256 != want {
 		t.Fatalf("weights after the takeover %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
 	}
 	// A successor without any cut restarts the job, still above the
 	// generations the nodes have seen (100), or they refuse its stages.
 	cfg.Resume, cfg.Generation = nil, 200
-	third, err := NewCoordinator(spec, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err = third.Run(context.Background()); err != nil {
-		t.Fatalf("a restart without a cut: %v", err)
-	}
-	if res.WeightsSHA256 != want {
+	if res, _ = runJob(t, spec, cfg, nil); res.WeightsSHA256 != want {
 		t.Fatalf("weights after a restart %s, uninterrupted %s", res.WeightsSHA256[:16], want[:16])
 	}
 	// Below the generations they have seen, the nodes refuse.
@@ -430,14 +402,7 @@ func TestUsesANodeThatJoins(t *testing.T) {
 			once.Do(func() { c.Members(tc.nodes) })
 		}
 	}
-	c, err := NewCoordinator(spec, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runJob(t, spec, cfg, &c)
 	st := c.Status()
 	t.Logf("replans %+v", st.Replans)
 	if len(st.Replans) == 0 || st.Replans[0].Trigger != job.TriggerJoined || !strings.Contains(res.Plan, "@c") {

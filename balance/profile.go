@@ -238,7 +238,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 			}
 		}
 		for i, n := range g.Nodes {
-			s := sample{median(fw[i]), median(bw[i]), slots[i]}
+			s := sample{Median(fw[i]), Median(bw[i]), slots[i]}
 			if !n.RequiresGrad {
 				s.bwd = 0
 			}
@@ -276,7 +276,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		lp.SlotBytes = max(ms[len(ms)-1].slot/float64(bmax), float64(lp.OutputBytes))
 		lp.Forward = fit(sizes, ms[0].fwd, ms[len(ms)-1].fwd)
 		lp.Backward = fit(sizes, ms[0].bwd, ms[len(ms)-1].bwd)
-		lp.Update = median(upd[i])
+		lp.Update = Median(upd[i])
 		p.Layers = append(p.Layers, lp)
 	}
 	return p, nil
@@ -298,7 +298,8 @@ func fit(sizes []int, t0, t1 float64) Timing {
 	return Timing{Fixed: f, PerSample: ps}
 }
 
-func median(v []float64) float64 {
+// Median is the median of v (the upper one of an even count; 0 for none).
+func Median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
@@ -369,7 +370,7 @@ func MeasureGEMMBurst(be nn.Backend, n int, d time.Duration) float64 {
 func MeasureGEMMSpeeds(be nn.Backend, n int, d time.Duration) (sustained, burst float64) {
 	times, total := gemmRuns(be, n, d)
 	flops := 2 * float64(n) * float64(n) * float64(n)
-	return flops * float64(len(times)) / total.Seconds() / 1e9, flops / median(times) / 1e9
+	return flops * float64(len(times)) / total.Seconds() / 1e9, flops / Median(times) / 1e9
 }
 
 // gemmRuns runs n×n GEMMs on be for about d (at least twice, after one to

@@ -52,6 +52,27 @@ func measure(b *testing.B, send, recv func() error) {
 	b.ReportMetric(cpu/gb, "CPU-s/GB")
 }
 
+// rawTCPPair returns both ends of a TCP connection on 127.0.0.1, closed
+// when the test ends.
+func rawTCPPair(tb testing.TB) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); acc <- c }()
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		tb.Fatal(err)
+	}
+	if server = <-acc; server == nil {
+		tb.Fatal("accept failed")
+	}
+	tb.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
 // BenchmarkLoopback4MiB compares, on 127.0.0.1, the data plane (raw codec,
 // tag + tensorio frame with checksum, into a reused tensor) with raw TCP
 // into a reused buffer (acceptance 3 of issue 5).
@@ -62,20 +83,7 @@ func BenchmarkLoopback4MiB(b *testing.B) {
 		nn.F32(src)[i] = float32(r.NormFloat64())
 	}
 	b.Run("raw-tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		acc := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); acc <- c }()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		s := <-acc
-		defer s.Close()
+		c, s := rawTCPPair(b)
 		out := make([]byte, 4*benchElems)
 		for i := range out {
 			out[i] = byte(i * 7)

@@ -264,7 +264,7 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 		c.planStep = c.g
 		r.MovedMS = ms(now.Sub(ch.t0))
 		c.log.Info("re-planned", "step", c.g, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
-		r.MeasuredBeforeMS = 1e3 * median(c.steps[max(0, len(c.steps)-replanWindow):])
+		r.MeasuredBeforeMS = 1e3 * balance.Median(c.steps[max(0, len(c.steps)-replanWindow):])
 		c.status.Replans = append(c.status.Replans, *r)
 		c.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(c.steps)}
 	}

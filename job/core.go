@@ -380,7 +380,7 @@ func (c *Core) boundary(now time.Time) {
 		// Until the first cut, at 4, 8, 16... steps timed (the first ones
 		// are slow); after a cut, halfway to the next, when its writing
 		// and replication has likely ended.
-		c.setK(chooseK(c.expectedCutCost(), median(c.steps)))
+		c.setK(chooseK(c.expectedCutCost(), balance.Median(c.steps)))
 	}
 	if c.g-c.cut.Step >= c.k {
 		c.takeCut(now, opCut)
@@ -421,7 +421,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	if cost, ok := c.win.measure(c.steps); ok {
 		c.cutMeasured = max(cost, c.cutCost)
 		c.status.CutCostMS = ms(c.cutMeasured)
-		c.setK(chooseK(c.expectedCutCost(), median(c.steps)))
+		c.setK(chooseK(c.expectedCutCost(), balance.Median(c.steps)))
 	}
 	c.acc.Loss = e.Loss
 	c.acc.Correct += e.Correct
@@ -453,7 +453,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 	switch {
 	case kind == opCut:
 		if c.autoK && len(c.steps) >= autoKSteps {
-			med := median(c.steps)
+			med := balance.Median(c.steps)
 			c.setK(chooseK(c.expectedCutCost(), med))
 			c.win = cutWindow{open: true, cut: c.g, start: len(c.steps), med: med, persisted: !c.cfg.Persists}
 		}
@@ -511,7 +511,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		TrainAccuracy: float64(c.acc.Correct) / float64(max(c.acc.Seen, 1)), TestAccuracy: e.Accuracy,
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: e.WeightsSHA256, Plan: c.text, Schedule: c.plan.Schedule.String(),
-		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: median(c.steps) * 1e3,
+		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: balance.Median(c.steps) * 1e3,
 	}
 	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
 	c.stopAll(true)
@@ -617,7 +617,7 @@ func (c *Core) followReplan() {
 	if !rc.active || len(c.steps)-rc.start < replanWindow {
 		return
 	}
-	c.status.Replans[rc.replan].MeasuredAfterMS = 1e3 * median(c.steps[rc.start:rc.start+replanWindow])
+	c.status.Replans[rc.replan].MeasuredAfterMS = 1e3 * balance.Median(c.steps[rc.start:rc.start+replanWindow])
 	c.check.active = false
 }
 

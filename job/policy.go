@@ -3,6 +3,8 @@ package job
 import (
 	"math"
 	"time"
+
+	"github.com/ppnode/ppnode/balance"
 )
 
 // Rebalancing (DESIGN.md, "Re-planning is one mechanism"): the core keeps
@@ -130,7 +132,7 @@ func stepTimeout(steps []float64, max_ time.Duration) time.Duration {
 	if len(steps) < 3 {
 		return max_
 	}
-	d := time.Duration(10 * median(steps) * float64(time.Second))
+	d := time.Duration(10 * balance.Median(steps) * float64(time.Second))
 	return min(max(d, 3*time.Second), max_)
 }
 

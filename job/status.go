@@ -1,7 +1,6 @@
 package job
 
 import (
-	"slices"
 	"time"
 )
 
@@ -158,8 +157,8 @@ type Replan struct {
 	WireBytes  int64       `json:"wire_bytes,omitempty"`
 	LocalBytes int64       `json:"local_bytes,omitempty"`
 	Links      []MovedLink `json:"links,omitempty"`
-	// PhasesMS splits MovedMS: direct: start (the new stages), transfer,
-	// stop (the old stages); cut: cut, start, restore.
+	// PhasesMS splits MovedMS: direct: start (the new stages), transfer
+	// (the old stages are stopped after); cut: cut, start, restore.
 	PhasesMS map[string]float64 `json:"phases_ms,omitempty"`
 }
 
@@ -179,13 +178,4 @@ type MovedLink struct {
 	// a local handoff).
 	Bytes     int64 `json:"bytes"`
 	WireBytes int64 `json:"wire_bytes,omitempty"`
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/jobtest"
 )
 
 var logLevel = flag.String("nodes.log", "", "write the agents' logs to stderr at this slog level; default: none")
@@ -96,29 +97,9 @@ func names(ms []cluster.Member) []string {
 	return out
 }
 
-func smallSpec() job.Spec {
-	s := job.DefaultSpec()
-	s.Data = "synthetic:8x8x1:4"
-	s.SyntheticSamples = 96
-	s.Width = 16
-	s.Batch, s.MicroBatches, s.Epochs, s.Steps = 24, 4, 1, 3
-	s.Deterministic = true
-	s.Threads = 1
-	return s
-}
+func smallSpec() job.Spec { return jobtest.SmallSpec() }
 
-func localSHA(t *testing.T, spec job.Spec) string {
-	t.Helper()
-	j, err := spec.Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := j.TrainLocal(1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.WeightsSHA256
-}
+func localSHA(t *testing.T, spec job.Spec) string { return jobtest.LocalSHA(t, spec) }
 
 // call sends a request to an agent's API and decodes the answer, if any,
 // into out (if not nil); it returns the status code.

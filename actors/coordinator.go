@@ -89,7 +89,7 @@ type Coordinator struct {
 	persisting sync.WaitGroup // a cut being written and copied
 	detached   sync.WaitGroup // cancelled operations not waited for
 
-	mu      sync.Mutex // guards inbox, status, plan, report, text, changed and runs
+	mu      sync.Mutex // guards inbox, status, plan, report, text, changed, runs and ended
 	inbox   []job.Event
 	status  job.Status
 	plan    *balance.Plan   // the core's, as of its last event
@@ -97,6 +97,7 @@ type Coordinator struct {
 	text    string          // the plan described
 	changed chan struct{}   // closed when status changes
 	runs    bool
+	ended   bool          // Run has returned: events are dropped
 	notify  chan struct{} // a token when the inbox has events
 }
 
@@ -253,7 +254,9 @@ func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []strin
 
 func (c *Coordinator) post(ev job.Event) {
 	c.mu.Lock()
-	c.inbox = append(c.inbox, ev)
+	if !c.ended {
+		c.inbox = append(c.inbox, ev)
+	}
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
@@ -291,6 +294,9 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 				c.persisting.Wait()
 				c.detached.Wait()
 				c.publish()
+				c.mu.Lock()
+				c.ended, c.inbox = true, nil
+				c.mu.Unlock()
 				return a.Result, a.Err
 			case job.Wake:
 				if wake != nil {

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -359,5 +362,126 @@ func TestPing(t *testing.T) {
 	err = env.a.Ping(ctx, silent.Addr().String(), 5*time.Second)
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 2*time.Second {
 		t.Errorf("ping of a silent port whose context ends after 200 ms: %v after %v", err, time.Since(t0))
+	}
+}
+
+// Messages sent both ways while a system stops (the copy's patches 2, 3
+// and 10: under -race, the endpoint manager's and the readers' state is
+// read by senders while Stop writes it).
+func TestSendWhileStopping(t *testing.T) {
+	for range 3 {
+		env := startPair(t)
+		toB, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toA, err := env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both endpoints are connected before the stop.
+		if _, err := env.a.Request(toB, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.b.Request(toA, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		send := func(s *System, to StageRef) {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = s.Send(to, &Ping{Header: hdr})
+			}
+		}
+		for range 2 {
+			wg.Go(func() { send(env.a, toB) })
+			wg.Go(func() { send(env.b, toA) })
+		}
+		env.a.Stop()
+		close(stop)
+		wg.Wait()
+		env.b.Stop()
+	}
+}
+
+// A peer that holds its stream to this system open and never answers the
+// disconnect (paused, cut off) holds Stop up for 500 ms, not gRPC's 10 s
+// (patch 4).
+func TestStopWithASilentPeer(t *testing.T) {
+	env := startPair(t)
+	conn, err := grpc.Dial(env.a.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect := &remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "silent", Address: "127.0.0.1:1"}}}}}
+	if err := stream.Send(connect); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	env.a.Stop()
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("Stop with a silent peer took %v, want about 500 ms", d)
+	}
+}
+
+// A system that has just failed to reach a peer (its port refuses) stops
+// at once: its endpoint writer does not sleep after its last try (patch
+// 5).
+func TestStopAfterARefusedPeer(t *testing.T) {
+	env := startPair(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	if _, err := env.a.Request(StageRef{Addr: dead, ID: SpawnerName}, &Ping{Header: hdr}, 500*time.Millisecond); err == nil {
+		t.Fatal("a request to a port that refuses was answered")
+	}
+	t0 := time.Now()
+	env.a.Stop()
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("Stop after a refused connection took %v, want well under a second", d)
+	}
+}
+
+// Two systems with streams both ways stop at the same time, round after
+// round (patches 8 and 9: a stream's disconnect channel closed while
+// stop sent on it).
+func TestStopTogether(t *testing.T) {
+	for range 10 {
+		env := startPair(t)
+		toB, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toA, err := env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.a.Request(toB, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.b.Request(toA, &Ping{Header: hdr}, testTimeout); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(env.a.Stop)
+		wg.Go(env.b.Stop)
+		wg.Wait()
 	}
 }

@@ -90,7 +90,7 @@ func (c *Core) attempt(now time.Time) {
 	ch := c.change
 	ch.paused, c.step = false, stepChanging
 	if ch.source != sourceLive {
-		c.abandon(false)
+		c.stopRunning(false)
 	}
 	if ch.res == nil {
 		cands := c.candidates()
@@ -203,7 +203,7 @@ func (c *Core) changeFailed(now time.Time, err error) {
 	default:
 		c.log.Warn("recovery attempt failed", "attempt", ch.attempt, "err", err)
 		c.setState(StatePaused, err.Error())
-		c.abandon(false)
+		c.stopRunning(false)
 		ch.attempt++
 		ch.paused, c.step = true, stepPaused
 		c.wakeAt = now.Add(min(time.Duration(ch.attempt)*200*time.Millisecond, 2*time.Second))

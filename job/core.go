@@ -535,12 +535,12 @@ func (c *Core) stopAll(wait bool) {
 		c.out = append(c.out, StopStages{Gen: ch.old, Wait: wait})
 		ch.old = 0
 	}
-	c.abandon(wait)
+	c.stopRunning(wait)
 }
 
-// abandon stops the stages of the current plan (without waiting for them
+// stopRunning stops the stages of the current plan (without waiting for them
 // unless wait).
-func (c *Core) abandon(wait bool) {
+func (c *Core) stopRunning(wait bool) {
 	if c.running != 0 {
 		c.out = append(c.out, StopStages{Gen: c.running, Wait: wait})
 		c.running = 0

@@ -22,8 +22,10 @@
 // process exit, an HTTP answer, a log line. After each test the harness
 // stops its nodes (SIGCONT to a paused one, SIGTERM, SIGKILL after a
 // deadline, and an error if a node needed it or exited non-zero), removes
-// their cgroups and checks for leaks: no child process of the test binary
-// is left and nothing listens on a node's ports any more.
+// their cgroups and checks that each of its node processes has exited;
+// tests that mostly wait run four at a time (go test -parallel 4), so
+// TestMain checks at the end that no child process of the test binary, and
+// no process of the ppnode binary it built, is left.
 //
 // Faults: [Cluster.Kill] (SIGKILL), [Cluster.Pause] and [Cluster.Resume]
 // (SIGSTOP, SIGCONT), [Cluster.Stop] (SIGTERM: a graceful leave), and,

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -148,9 +147,8 @@ type Cluster struct {
 
 	net *Network // nil: nodes run in this network namespace, on 127.0.0.1
 
-	mu    sync.Mutex // guards nodes and ports
+	mu    sync.Mutex // guards nodes
 	nodes []*Node
-	ports []int // every port a node announced (outside namespaces)
 }
 
 // NewCluster returns an empty cluster; nodes join with Join.
@@ -377,25 +375,11 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 	}
 }
 
-// ports returns the ports of the node's ready line.
-func (n *Node) ports() []int {
-	var ps []int
-	for _, a := range []string{n.Gossip, n.Actors, n.HTTP} {
-		if _, p, err := net.SplitHostPort(a); err == nil {
-			if v, err := strconv.Atoi(p); err == nil {
-				ps = append(ps, v)
-			}
-		}
-	}
-	return ps
-}
-
 // Stop sends SIGTERM and waits for the node to leave; after StopTimeout
 // it kills it. It returns an error if the node had to be killed or
 // exited with a failure. Stopping a stopped node returns its first
 // result again. A paused node is resumed first.
 func (c *Cluster) Stop(n *Node) error {
-	c.notePorts(n)
 	defer RemoveCgroupAfter(n.cgroup, n.exited)
 	select {
 	case <-n.exited:
@@ -425,17 +409,6 @@ func (n *Node) exitError() error {
 		return fmt.Errorf("node %s: %v; stderr:\n%s", n.opts.Name, n.err, n.stderr.tail(30))
 	}
 	return nil
-}
-
-// notePorts records the node's ports for the leak check; in a namespace
-// they are not this process's (the namespace's removal is checked).
-func (c *Cluster) notePorts(n *Node) {
-	if c.net != nil {
-		return
-	}
-	c.mu.Lock()
-	c.ports = append(c.ports, n.ports()...)
-	c.mu.Unlock()
 }
 
 // Pause stops the node with SIGSTOP (a hung machine): it neither computes
@@ -475,7 +448,6 @@ func (n *Node) isPaused() bool {
 
 // Kill kills the node with SIGKILL (a crash) and waits for it.
 func (c *Cluster) Kill(n *Node) {
-	c.notePorts(n)
 	n.cmd.Process.Kill()
 	<-n.exited
 	n.killed = true
@@ -540,12 +512,6 @@ func (c *Cluster) checkLeaks() {
 			c.t.Errorf("leak: node %s (pid %d) still runs after the test", n.opts.Name, n.cmd.Process.Pid)
 		}
 	}
-	c.mu.Lock()
-	ports := append([]int(nil), c.ports...)
-	c.mu.Unlock()
-	if open := Listening(ports); len(open) > 0 {
-		c.t.Errorf("leak: ports of stopped nodes are still listened on: %v", open)
-	}
 	for _, n := range c.Nodes() {
 		if n.cgroup != "" {
 			if _, err := os.Stat(n.cgroup); err == nil {
@@ -601,42 +567,6 @@ func ProcessesOf(bin string) []int {
 		}
 	}
 	return pids
-}
-
-// Listening returns those of ports that a TCP socket listens on or a UDP
-// socket is bound to, on any address (read from /proc/net).
-func Listening(ports []int) []string {
-	want := map[int]bool{}
-	for _, p := range ports {
-		want[p] = true
-	}
-	var open []string
-	for _, f := range []string{"tcp", "tcp6", "udp", "udp6"} {
-		b, err := os.ReadFile("/proc/net/" + f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) < 4 {
-				continue
-			}
-			// sl local_address rem_address st: "0100007F:1F90" ... "0A"
-			// (TCP LISTEN) or "07" (UDP, unconnected).
-			if (strings.HasPrefix(f, "tcp") && fs[3] != "0A") || (strings.HasPrefix(f, "udp") && fs[3] != "07") {
-				continue
-			}
-			_, hexPort, ok := strings.Cut(fs[1], ":")
-			if !ok {
-				continue
-			}
-			p, err := strconv.ParseInt(hexPort, 16, 32)
-			if err == nil && want[int(p)] {
-				open = append(open, fmt.Sprintf("%s:%d", f, p))
-			}
-		}
-	}
-	return open
 }
 
 // The cgroup v1 CPU controller.

@@ -321,6 +321,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 			c.deliverInbox() // news that came while the operation ran goes first
 			op := c.op
 			c.op = nil
+			op.cancel() // its context ends with it
 			if out.set != nil {
 				c.sets[out.set.gen] = out.set
 			}

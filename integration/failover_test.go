@@ -109,27 +109,27 @@ func (cl *trainClient) result(t *testing.T) job.Result {
 // copies are all acknowledged, and returns the job's status then.
 func waitDurableCut(t *testing.T, a *Node, cl *trainClient, cut int) job.Status {
 	t.Helper()
-	var job job.Status
+	var st job.Status
 	err := Poll("a durable cut on a", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
 		select {
 		case <-cl.done:
 			return false, fmt.Errorf("the client ended before the kill: %v\n%s", cl.err, cl.stderr.String())
 		default:
 		}
-		st, err := a.Status()
-		if err != nil || len(st.Jobs) == 0 {
+		ns, err := a.Status()
+		if err != nil || len(ns.Jobs) == 0 {
 			return false, err
 		}
-		job = st.Jobs[0].Status
-		return job.LatestCut >= cut || job.State != "training" && job.Step > 0, nil
+		st = ns.Jobs[0].Status
+		return st.LatestCut >= cut || st.State != job.StateTraining && st.Step > 0, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.State != "training" || job.Step >= job.Total-20 {
-		t.Fatalf("job %s at step %d/%d when it should lose its coordinator: make it longer", job.State, job.Step, job.Total)
+	if st.State != job.StateTraining || st.Step >= st.Total-20 {
+		t.Fatalf("job %s at step %d/%d when it should lose its coordinator: make it longer", st.State, st.Step, st.Total)
 	}
-	return job
+	return st
 }
 
 // cutFiles lists the steps of the cut files of job id in a node's store
@@ -201,7 +201,7 @@ func takenOver(t *testing.T, b *Node, id string, killed time.Time) (nodes.JobSta
 		if st, err = b.Client().Job(ctx, id); err != nil {
 			return false, nil // not taken over yet
 		}
-		return st.Takeover != nil && (int64(st.Step) > st.Takeover.Step || st.State == "done"), nil
+		return st.Takeover != nil && (int64(st.Step) > st.Takeover.Step || st.State == job.StateDone), nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -751,7 +751,7 @@ func (n *Node) Status() (nodes.Status, error) {
 func Alive(st nodes.Status) []string {
 	var names []string
 	for _, m := range st.Members {
-		if m.State == "alive" || m.State == "leaving" {
+		if m.State.Usable() {
 			names = append(names, m.Name)
 		}
 	}

@@ -175,7 +175,7 @@ func TestJoinDuringJob(t *testing.T) {
 	if st.State == job.StateFailed {
 		t.Fatalf("the job failed at step %d/%d: %s", st.Step, st.Total, st.Error)
 	}
-	if st.State != "training" {
+	if st.State != job.StateTraining {
 		t.Fatalf("the job was no longer training (%s at step %d/%d) before node c was ready: make it longer", st.State, st.Step, st.Total)
 	}
 	t.Logf("node c ready at step %d/%d (%s)", st.Step, st.Total, st.State)
@@ -184,7 +184,7 @@ func TestJoinDuringJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != "done" || st.Result == nil {
+	if st.State != job.StateDone || st.Result == nil {
 		t.Fatalf("job %s: %s %s", rep.ID, st.State, st.Error)
 	}
 	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {

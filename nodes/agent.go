@@ -707,16 +707,31 @@ type Profile struct {
 	Threads int     `json:"threads"`
 }
 
+// MemberState is what a node sees of a member.
+type MemberState string
+
+// The states of a member.
+const (
+	MemberAlive   MemberState = "alive"
+	MemberLeaving MemberState = "leaving" // alive, announced it leaves
+	MemberLeft    MemberState = "left"
+	MemberFailed  MemberState = "failed"
+)
+
+// Usable reports whether a member in state s still runs (alive, or alive
+// and leaving).
+func (s MemberState) Usable() bool { return s == MemberAlive || s == MemberLeaving }
+
 // MemberStatus is one member as this node sees it.
 type MemberStatus struct {
-	Name    string  `json:"name"`
-	State   string  `json:"state"` // alive, leaving, left, failed
-	Gossip  string  `json:"gossip"`
-	Actors  string  `json:"actors,omitempty"`
-	HTTP    string  `json:"http,omitempty"`
-	Version string  `json:"version,omitempty"`
-	Profile Profile `json:"profile"`
-	Error   string  `json:"error,omitempty"`
+	Name    string      `json:"name"`
+	State   MemberState `json:"state"`
+	Gossip  string      `json:"gossip"`
+	Actors  string      `json:"actors,omitempty"`
+	HTTP    string      `json:"http,omitempty"`
+	Version string      `json:"version,omitempty"`
+	Profile Profile     `json:"profile"`
+	Error   string      `json:"error,omitempty"`
 }
 
 // Status returns the node's status.
@@ -730,13 +745,13 @@ func (a *Agent) Status() Status {
 			Version: m.Meta.Version, Profile: toProfile(m.Meta.Profile)}
 		switch {
 		case m.State == cluster.StateAlive && m.Leaving:
-			ms.State = "leaving"
+			ms.State = MemberLeaving
 		case m.State == cluster.StateAlive:
-			ms.State = "alive"
+			ms.State = MemberAlive
 		case m.State == cluster.StateLeft:
-			ms.State = "left"
+			ms.State = MemberLeft
 		default:
-			ms.State = "failed"
+			ms.State = MemberFailed
 		}
 		if m.MetaErr != nil {
 			ms.Error = m.MetaErr.Error()

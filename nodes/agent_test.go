@@ -153,7 +153,7 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 	if code := call(t, "GET", api+"/v1/jobs/"+sub.ID, nil, &st); code != http.StatusOK {
 		t.Fatalf("GET job: %d", code)
 	}
-	if st.State != "done" || st.Result == nil {
+	if st.State != job.StateDone || st.Result == nil {
 		t.Fatalf("job ended %q: %s", st.State, st.Error)
 	}
 	if st.Result.WeightsSHA256 != want {
@@ -182,7 +182,7 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 		t.Fatalf("status %+v", status)
 	}
 	for _, m := range status.Members {
-		if m.State != "alive" || m.Actors == "" || m.HTTP == "" || m.Profile.GFLOPS <= 0 || m.Profile.Threads != 1 {
+		if m.State != MemberAlive || m.Actors == "" || m.HTTP == "" || m.Profile.GFLOPS <= 0 || m.Profile.Threads != 1 {
 			t.Errorf("member %+v", m)
 		}
 	}
@@ -285,7 +285,7 @@ func TestCancelAndCloseEndJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := as[0].Wait(ctx, sub.ID)
-	if err != nil || st.State != "failed" || !strings.Contains(st.Error, "canceled") {
+	if err != nil || st.State != job.StateFailed || !strings.Contains(st.Error, "canceled") {
 		t.Fatalf("cancelled job: %v, state %q, error %q", err, st.State, st.Error)
 	}
 	if code := call(t, "DELETE", api+"/v1/jobs/nope", nil, nil); code != http.StatusNotFound {
@@ -299,7 +299,7 @@ func TestCancelAndCloseEndJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err = as[0].Wait(context.Background(), sub.ID) // ended: returns at once
-	if err != nil || st.State != "failed" {
+	if err != nil || st.State != job.StateFailed {
 		t.Fatalf("job after Close: %v, state %q", err, st.State)
 	}
 	if _, err := as[0].Submit(spec); !errors.Is(err, ErrClosed) {
@@ -323,7 +323,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		st, err := b.Wait(ctx, c.Status().ID)
 		cancel()
-		if err != nil || st.State != "done" {
+		if err != nil || st.State != job.StateDone {
 			t.Fatalf("round %d: job %v, state %q: %s", round, err, st.State, st.Error)
 		}
 		if code := call(t, "GET", "http://"+a.HTTPAddr()+"/v1/status", nil, nil); code != http.StatusOK {

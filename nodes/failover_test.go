@@ -331,9 +331,9 @@ func TestTakeoverAfterCoordinatorDies(t *testing.T) {
 	var st JobStatus
 	poll(t, "a durable cut", time.Minute, func() bool {
 		st, _ = a.Job(spec.ID)
-		return st.LatestCut >= 20 || st.State == "done" || st.State == "failed"
+		return st.LatestCut >= 20 || st.State == job.StateDone || st.State == job.StateFailed
 	})
-	if st.State != "training" {
+	if st.State != job.StateTraining {
 		t.Fatalf("job %s at step %d before the coordinator died: make it longer", st.State, st.Step)
 	}
 	killed := time.Now()
@@ -351,7 +351,7 @@ func TestTakeoverAfterCoordinatorDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != "done" || st.Result == nil {
+	if st.State != job.StateDone || st.Result == nil {
 		t.Fatalf("job on b: %s %s", st.State, st.Error)
 	}
 	tk := st.Takeover
@@ -393,7 +393,7 @@ func TestTakeoverBeforeAnyCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != "done" || st.Result == nil {
+	if st.State != job.StateDone || st.Result == nil {
 		t.Fatalf("job on b: %s %s", st.State, st.Error)
 	}
 	if tk := st.Takeover; tk == nil || tk.Step != 0 || !strings.Contains(tk.Source, "restarted") {

@@ -168,7 +168,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if st, err := a.Wait(ctx, first.ID); err != nil || st.State != "done" {
+	if st, err := a.Wait(ctx, first.ID); err != nil || st.State != job.StateDone {
 		t.Fatalf("the earlier run: %s %s %v", st.State, st.Error, err)
 	}
 	firstRec, _ := a.Record(first.ID)
@@ -210,9 +210,9 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 	var st JobStatus
 	poll(t, "a durable cut", time.Minute, func() bool {
 		st, _ = a.Job(spec.ID)
-		return st.LatestCut >= 20 || st.State == "done" || st.State == "failed"
+		return st.LatestCut >= 20 || st.State == job.StateDone || st.State == job.StateFailed
 	})
-	if st.State != "training" {
+	if st.State != job.StateTraining {
 		t.Fatalf("job %s at step %d before the coordinator died: make it longer", st.State, st.Step)
 	}
 	if err := a.Close(); err != nil {
@@ -224,7 +224,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != "done" || st.Result == nil {
+	if st.State != job.StateDone || st.Result == nil {
 		t.Fatalf("job on b: %s %s", st.State, st.Error)
 	}
 	tk := st.Takeover

@@ -359,7 +359,7 @@ func demoWaitMembers(ctx context.Context, via string, want int) ([]nodes.MemberS
 		if st, err := nodes.NewClient(via).Status(ctx); err == nil {
 			var alive []nodes.MemberStatus
 			for _, m := range st.Members {
-				if m.State == "alive" {
+				if m.State == nodes.MemberAlive {
 					alive = append(alive, m)
 				}
 			}

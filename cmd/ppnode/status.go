@@ -52,7 +52,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range cs.Members {
-		if m.Name == cs.Name || m.HTTP == "" || m.State != "alive" && m.State != "leaving" {
+		if m.Name == cs.Name || m.HTTP == "" || !m.State.Usable() {
 			continue
 		}
 		wg.Go(func() {
@@ -88,7 +88,7 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "NODE\tSTATE\tGFLOPS\tTHREADS\tMEMORY\tGOSSIP\tACTORS\tHTTP\tVERSION\n")
 	for _, m := range cs.Members {
-		state := m.State
+		state := string(m.State)
 		if m.Error != "" {
 			state += " (" + m.Error + ")"
 		}

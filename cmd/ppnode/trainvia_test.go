@@ -42,7 +42,7 @@ func TestTrainViaFollowsTakeover(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if js := as[0].Jobs(); len(js) == 1 && js[0].LatestCut >= 20 {
-			if js[0].State != "training" || js[0].Holders[0] != "b" {
+			if js[0].State != job.StateTraining || js[0].Holders[0] != "b" {
 				t.Fatalf("job before the kill: %+v", js[0])
 			}
 			break

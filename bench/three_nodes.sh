@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 15: a job on three `ppnode join` processes on 127.0.0.1, printed as
+# the result's weights_sha256 and throughput, for comparing two builds of
+# ppnode side by side (before and after a change).
+#
+#   bench/three_nodes.sh BINARY PORT sha    # mlp32 width 128 on MNIST, 60 deterministic
+#                                           # steps: --local and 3 nodes (--via)
+#   bench/three_nodes.sh BINARY PORT speed  # mlp32 width 64, batch 32, M=4, 800 small
+#                                           # steps: samples/s and the median step
+#
+# PORT and the nine ports after it must be free (gossip PORT..PORT+2,
+# HTTP PORT+10..PORT+12).
+set -euo pipefail
+bin=$1 port=$2 what=$3
+dir=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+start() { # name index [seed]
+	local seeds=()
+	[ "$2" -gt 0 ] && seeds=(--seeds "127.0.0.1:$port")
+	"$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
+		--threads 1 --data-dir "$dir/$1" "${seeds[@]}" >"$dir/$1.log" 2>&1 &
+	pids+=($!)
+}
+start a 0
+for i in $(seq 50); do curl -sf "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
+start b 1
+start c 2
+for i in $(seq 100); do
+	n=$(curl -sf "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
+	[ "$n" = 3 ] && break
+	sleep 0.1
+done
+via=(--via "127.0.0.1:$((port + 10))" --partition uniform --schedule 1f1b)
+case $what in
+sha)
+	args=(--deterministic --model mlp32 --width 128 --data mnist --batch 64 --micro-batches 4 --steps 60 --threads 1 --json)
+	echo "local $("$bin" train --local "${args[@]}" 2>/dev/null | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["weights_sha256"])')"
+	echo "via   $("$bin" train "${via[@]}" "${args[@]}" 2>/dev/null | tail -1 | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["weights_sha256"], d["plan"])')"
+	;;
+speed)
+	args=(--deterministic --model mlp32 --width 64 --data synthetic:8x8x1:4 --synthetic-samples 4096 --batch 32
+		--micro-batches 4 --epochs 100 --steps 800 --threads 1 --checkpoint-every 100 --json)
+	"$bin" train "${via[@]}" "${args[@]}" 2>/dev/null | tail -1 |
+		python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f samples/s, median step %.2f ms" % (d["samples_per_sec"], d["measured_step_ms"]))'
+	;;
+*)
+	echo "usage: $0 BINARY PORT sha|speed" >&2
+	exit 2
+	;;
+esac

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
@@ -628,17 +629,7 @@ func (c *Core) expectedCutCost() time.Duration {
 
 // candidates are the live members a plan may use, by name.
 func (c *Core) candidates() []NodeInfo {
-	return slices.SortedFunc(maps.Values(c.members), func(a, b NodeInfo) int { return cmpString(a.Name, b.Name) })
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return slices.SortedFunc(maps.Values(c.members), func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // clusterOf describes nodes to the planner: the fastest first, at most

@@ -207,10 +207,6 @@ func (c *Coordinator) Describe() string {
 	return c.text
 }
 
-// Graph is the job's model as the coordinator holds it: after Run, the
-// trained weights gathered from the stages.
-func (c *Coordinator) Graph() *nn.Graph { return c.job.Graph }
-
 // Status returns a copy of the job's progress.
 func (c *Coordinator) Status() job.Status {
 	c.mu.Lock()

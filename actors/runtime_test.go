@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -87,11 +86,7 @@ func (tc *testCluster) kill(i int) {
 }
 
 func (tc *testCluster) config(nodes int) CoordinatorConfig {
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("PPNODE_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return CoordinatorConfig{Control: tc.ctl, DataPlane: tc.dp, Nodes: tc.nodes[:nodes], Threads: 1, Logger: log}
+	return CoordinatorConfig{Control: tc.ctl, DataPlane: tc.dp, Nodes: tc.nodes[:nodes], Threads: 1, Logger: slog.New(slog.DiscardHandler)}
 }
 
 func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result, *Coordinator) {

@@ -19,7 +19,7 @@ import (
 // frame format; never renumber them.
 type Codec uint8
 
-// The codecs. All but CodecBF16 are lossless: decoding returns the
+// The codecs. All but CodecBF16 and CodecInt8 are lossless: decoding returns the
 // encoded float32 values bit for bit, NaN payloads and -0 included.
 const (
 	CodecRaw         Codec = iota // raw
@@ -30,16 +30,17 @@ const (
 	CodecS2                       // s2
 	CodecZstd                     // zstd
 	CodecBF16                     // bf16
+	CodecInt8                     // int8
 	numCodecs
 )
 
 // Codecs lists every codec, lossless ones first.
 func Codecs() []Codec {
-	return []Codec{CodecRaw, CodecSparse, CodecSparseHuff, CodecSparseZstd, CodecShuffleZstd, CodecS2, CodecZstd, CodecBF16}
+	return []Codec{CodecRaw, CodecSparse, CodecSparseHuff, CodecSparseZstd, CodecShuffleZstd, CodecS2, CodecZstd, CodecBF16, CodecInt8}
 }
 
 // Lossless reports whether decoding returns the input bit for bit.
-func (c Codec) Lossless() bool { return c < numCodecs && c != CodecBF16 }
+func (c Codec) Lossless() bool { return c < numCodecs && c != CodecBF16 && c != CodecInt8 }
 
 func (c Codec) valid() bool { return c < numCodecs }
 
@@ -117,6 +118,8 @@ func maxPayload(c Codec, n int) int {
 		return s2.MaxEncodedLen(4 * n)
 	case CodecBF16:
 		return 2 * n
+	case CodecInt8:
+		return int8Len(n)
 	}
 	return 0
 }
@@ -132,6 +135,8 @@ func minPayload(c Codec, n int) int {
 		return 2 * ((bitmapLen(n) + huffBlock - 1) / huffBlock) // run blocks
 	case CodecBF16:
 		return 2 * n
+	case CodecInt8:
+		return int8Len(n)
 	case CodecS2:
 		return 1
 	}
@@ -190,6 +195,9 @@ func appendPayload(dst []byte, src []float32, c Codec, s *scratch) []byte {
 	case CodecBF16:
 		dst = dst[:start+2*n]
 		bf16Encode(dst[start:], src)
+	case CodecInt8:
+		dst = dst[:start+int8Len(n)]
+		int8Encode(dst[start:], src)
 	default:
 		panic("tensorio: invalid codec " + c.String())
 	}
@@ -284,6 +292,11 @@ func decodePayload(dst []float32, payload []byte, c Codec, s *scratch) error {
 			return corruptf("bf16 payload of %d bytes for %d elements", len(payload), n)
 		}
 		bf16Decode(dst, payload)
+	case CodecInt8:
+		if len(payload) != int8Len(n) {
+			return corruptf("int8 payload of %d bytes for %d elements", len(payload), n)
+		}
+		return int8Decode(dst, payload)
 	default:
 		return corruptf("unknown codec %d", uint8(c))
 	}

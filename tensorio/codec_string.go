@@ -16,12 +16,13 @@ func _() {
 	_ = x[CodecS2-5]
 	_ = x[CodecZstd-6]
 	_ = x[CodecBF16-7]
-	_ = x[numCodecs-8]
+	_ = x[CodecInt8-8]
+	_ = x[numCodecs-9]
 }
 
-const _Codec_name = "rawsparsesparse+huffsparse+zstdshuffle+zstds2zstdbf16numCodecs"
+const _Codec_name = "rawsparsesparse+huffsparse+zstdshuffle+zstds2zstdbf16int8numCodecs"
 
-var _Codec_index = [...]uint8{0, 3, 9, 20, 31, 43, 45, 49, 53, 62}
+var _Codec_index = [...]uint8{0, 3, 9, 20, 31, 43, 45, 49, 53, 57, 66}
 
 func (i Codec) String() string {
 	idx := int(i) - 0

@@ -35,7 +35,7 @@
 //
 // # Codecs
 //
-// All codecs but bf16 are lossless: decoding returns every bit, NaN
+// All codecs but bf16 and int8 are lossless: decoding returns every bit, NaN
 // payloads and -0 included. Only the bit pattern of +0 counts as zero.
 //
 //	raw           the float32 bytes
@@ -47,6 +47,7 @@
 //	s2            S2 (Snappy successor) block
 //	zstd          zstd at its fastest level
 //	bf16          lossy: bfloat16, round to nearest, ties to even; opt-in
+//	int8          lossy: a float32 scale per 64 values + one byte each; opt-in
 //
 // The sparse codecs suit ReLU activations. On amd64 with AVX-512 (VBMI)
 // their bitmap and packing run as compress and expand instructions. On
@@ -59,6 +60,10 @@
 // bf16 has a relative error of at most 2^-8 for normal values and an
 // absolute error of at most 2^-134 for subnormal ones; values beyond the
 // largest bfloat16 round to infinity, NaNs stay NaN.
+// int8 stores each value as round(x/scale), scale being its block's
+// largest finite magnitude over 127: the error is at most half a scale
+// (plus 127 * 2^-150 where the scale is subnormal); Inf and NaN decode as
+// NaN. Its payload is 0.266 of raw.
 //
 // # Codec choice
 //

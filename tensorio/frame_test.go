@@ -232,6 +232,71 @@ func TestBF16(t *testing.T) {
 	}
 }
 
+// TestInt8 checks the documented error bound (half a block's scale), the
+// payload size (a quarter of raw plus one scale per 64 values), and that
+// non-finite values decode as NaN without spoiling their block.
+func TestInt8(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for fill := range numFills {
+		x := randTensor(r, []int{1000, 3}, fill)
+		frame, err := AppendFrame(nil, x, CodecInt8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := DecodeFrame(frame, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		int8Within(t, nn.F32(x), nn.F32(got))
+		if n := len(frame) - FrameHeaderLen(2); n != 3000+4*47 {
+			t.Fatalf("int8 payload %d bytes, want %d", n, 3000+4*47)
+		}
+	}
+	x := []float32{2, float32(math.Inf(1)), -2, float32(math.NaN()), 0}
+	b := make([]byte, int8Len(len(x)))
+	int8Encode(b, x)
+	got := make([]float32, len(x))
+	if err := int8Decode(got, b); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 2 || got[2] != -2 || got[4] != 0 || !math.IsNaN(float64(got[1])) || !math.IsNaN(float64(got[3])) {
+		t.Fatalf("int8 of %v decodes to %v", x, got)
+	}
+	binary.LittleEndian.PutUint32(b, math.Float32bits(-1))
+	if err := int8Decode(got, b); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("negative scale: %v", err)
+	}
+}
+
+// int8Within checks that got is x quantized by int8: each finite value
+// within half its block's scale (plus the scale's own rounding), each
+// non-finite one NaN.
+func int8Within(t testing.TB, x, got []float32) {
+	t.Helper()
+	for lo := 0; lo < len(x); lo += int8Block {
+		blk := x[lo:min(lo+int8Block, len(x))]
+		amax := 0.0
+		for _, v := range blk {
+			if a := math.Abs(float64(v)); a > amax && !math.IsInf(a, 0) {
+				amax = a
+			}
+		}
+		bound := amax/127/2 + amax*0x1p-22 + 127*0x1p-150 // the scale rounds to a multiple of 2^-149
+		for i, v := range blk {
+			g := float64(got[lo+i])
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				if !math.IsNaN(g) {
+					t.Fatalf("element %d: %v became %v, want NaN", lo+i, v, g)
+				}
+				continue
+			}
+			if d := math.Abs(g - float64(v)); !(d <= bound) {
+				t.Fatalf("element %d: %v became %v: error %g above %g", lo+i, v, g, d, bound)
+			}
+		}
+	}
+}
+
 func TestFrameLayout(t *testing.T) {
 	x := nn.FromData([]float32{1, 0, -2, 0, 0, 3}, 2, 3)
 	frame, err := AppendFrame([]byte("prefix"), x, CodecSparse)
@@ -327,6 +392,9 @@ func TestFrameBadInput(t *testing.T) {
 				}
 				continue
 			}
+			if name == "payload garbage" && c == CodecInt8 && err == nil {
+				continue // random scales may all be valid
+			}
 			if !errors.Is(err, ErrCorrupt) {
 				t.Errorf("%v %s: error %v does not wrap ErrCorrupt", c, name, err)
 			}
@@ -347,7 +415,7 @@ func TestStream(t *testing.T) {
 	w := NewWriter(&buf, CodecRaw)
 	for i := range 60 {
 		c := Codecs()[i%len(Codecs())]
-		if c == CodecBF16 {
+		if !c.Lossless() {
 			continue
 		}
 		w.SetCodec(c)
@@ -430,7 +498,7 @@ func TestEncodeErrors(t *testing.T) {
 	if _, err := AppendFrame(nil, nn.New(1, 1, 1, 1, 1, 1, 1, 1, 1), CodecRaw); err == nil {
 		t.Error("rank 9 accepted")
 	}
-	for _, name := range []string{"raw", "sparse+zstd", "bf16"} {
+	for _, name := range []string{"raw", "sparse+zstd", "bf16", "int8"} {
 		c, err := ParseCodec(name)
 		if err != nil || c.String() != name {
 			t.Errorf("ParseCodec(%q) = %v, %v", name, c, err)

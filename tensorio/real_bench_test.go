@@ -393,6 +393,9 @@ func loadSpeeds(t *testing.T) (speedRecord, []realSample) {
 			t.Fatalf("%s sample %d is %s %v, testdata/real has %s %v", speedsFile, i, s.Name, s.Shape, samples[i].name, samples[i].t.Shape())
 		}
 		for _, c := range tensorio.Codecs() {
+			if _, ok := s.Codecs[c.String()]; !ok && !c.Lossless() {
+				continue // Choose never picks it; recorded before it existed
+			}
 			frame, err := tensorio.AppendFrame(nil, samples[i].t, c)
 			if err != nil {
 				t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,5 +143,109 @@ func TestNetworkCut(t *testing.T) { // not parallel: its 300 ms reach checks nee
 		if left := netnsNamed(prefix); len(left) > 0 {
 			t.Errorf("namespaces left after the test: %v", left)
 		}
+	}
+}
+
+// A shaped link carries about its rate, each way, and a new rate applies
+// to a connection that is already streaming; the other links keep theirs.
+func TestNetworkRate(t *testing.T) { // not parallel: it measures throughput
+	nw := NewNetwork(t)
+	ips := map[string]string{}
+	for _, n := range []string{"a", "b", "c"} {
+		ip, err := nw.AddNode(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ips[n] = ip
+	}
+	// stream opens a connection from one node to a sink on another and
+	// returns a function measuring its rate over d, and one closing it.
+	// (Two streams against each other on a slow link would delay each
+	// other's acknowledgements.)
+	stream := func(from, to string) (func(d time.Duration) float64, func()) {
+		path, err := nw.nodeNetns(to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ln net.Listener
+		var lerr error
+		if err := inNetns(path, func() { ln, lerr = net.Listen("tcp", ips[to]+":0") }); err != nil || lerr != nil {
+			t.Fatalf("listening in %s: %v %v", to, err, lerr)
+		}
+		t.Cleanup(func() { ln.Close() })
+		var got atomic.Int64
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 1<<16)
+			for {
+				n, err := c.Read(buf)
+				got.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+		fromNs, err := nw.nodeNetns(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := dialInNetns(context.Background(), fromNs, "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go func() {
+			buf := make([]byte, 1<<16)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		measure := func(d time.Duration) float64 {
+			time.Sleep(d / 2) // past slow start
+			n0, t0 := got.Load(), time.Now()
+			time.Sleep(d) // a measurement window, not a wait for a condition
+			return float64(got.Load()-n0) * 8 / time.Since(t0).Seconds()
+		}
+		return measure, func() { c.Close() }
+	}
+	if err := nw.SetRate("a", "b", 20e6); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, got, want float64) {
+		t.Logf("%s: %.1f Mbit/s (set %.0f)", what, got/1e6, want/1e6)
+		if got < 0.8*want || got > 1.1*want {
+			t.Errorf("%s: %.1f Mbit/s, want %.0f within -20%%/+10%%", what, got/1e6, want/1e6)
+		}
+	}
+	ab, stop := stream("a", "b")
+	within("a to b at 20 Mbit/s", ab(time.Second), 20e6)
+	stop()
+	ba, _ := stream("b", "a")
+	within("b to a at 20 Mbit/s", ba(time.Second), 20e6)
+	if err := nw.SetRate("b", "a", 100e6); err != nil {
+		t.Fatal(err)
+	}
+	within("b to a raised to 100 Mbit/s", ba(time.Second), 100e6)
+	if err := nw.SetRate("a", "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := ba(500 * time.Millisecond); r < 300e6 {
+		t.Errorf("b to a unshaped again: %.0f Mbit/s, want at least 300", r/1e6)
+	}
+	ac, _ := stream("a", "c")
+	if r := ac(500 * time.Millisecond); r < 300e6 {
+		t.Errorf("unshaped a to c: %.0f Mbit/s, want at least 300", r/1e6)
+	}
+	if err := nw.SetRate("a", "a", 1e6); err == nil {
+		t.Error("SetRate of a node with itself: no error")
+	}
+	if err := nw.SetRate("a", "b", 100); err == nil {
+		t.Error("SetRate of 100 bit/s: no error")
 	}
 }

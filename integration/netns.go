@@ -45,6 +45,10 @@ import (
 // congestion and retransmits and probes forever without counting the
 // failures, so neither keepalive nor the retransmission limit would ever
 // break the connection.) TCP connections are not closed by a cut.
+//
+// A shaped link (SetRate) is the same qdisc with one htb class per shaped
+// peer, at the link's rate, each way; its queue holds about 50 ms of
+// traffic, as a switch port's would.
 
 // Subnet is the /24 of the namespaced nodes: the hub's bridge is .1, node
 // i (from 0) is .11+i.
@@ -75,10 +79,12 @@ type Network struct {
 
 type netnsNode struct {
 	ns, ip   string
-	hub      string          // the hub namespace
-	port     string          // the node's veth in the hub
-	blocked  map[string]bool // source IPs dropped on their way to this node
-	filtered bool            // port has the harness's qdisc
+	hub      string            // the hub namespace
+	port     string            // the node's veth in the hub
+	blocked  map[string]bool   // source IPs dropped on their way to this node
+	rates    map[string]uint64 // bits/s of the packets from these source IPs
+	filtered bool              // port has the harness's qdisc
+	layout   string            // its blocked and shaped sources
 }
 
 var netnsProbe struct {
@@ -195,7 +201,7 @@ func (nw *Network) AddNode(name string) (string, error) {
 		nw.mu.Unlock()
 		return "", errors.New("more than 200 nodes in one network")
 	}
-	n := &netnsNode{ns: nw.prefix + name, ip: fmt.Sprintf("%s.%d", Subnet, 11+i), blocked: map[string]bool{},
+	n := &netnsNode{ns: nw.prefix + name, ip: fmt.Sprintf("%s.%d", Subnet, 11+i), blocked: map[string]bool{}, rates: map[string]uint64{},
 		hub: nw.hub, port: fmt.Sprintf("h%d", i)} // interface names in the hub: short and unique there
 	nw.nodes[name] = n
 	nw.mu.Unlock()
@@ -236,14 +242,9 @@ func (nw *Network) Restore(x, y string) error { return nw.setLink(x, y, false) }
 func (nw *Network) setLink(x, y string, cut bool) error {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	nx, ny := nw.nodes[x], nw.nodes[y]
-	switch {
-	case nx == nil:
-		return fmt.Errorf("node %s is not in the network", x)
-	case ny == nil:
-		return fmt.Errorf("node %s is not in the network", y)
-	case x == y:
-		return fmt.Errorf("a link needs two nodes, got %s twice", x)
+	nx, ny, err := nw.pair(x, y)
+	if err != nil {
+		return err
 	}
 	if nx.blocked[ny.ip] == cut {
 		if cut {
@@ -264,15 +265,56 @@ func (nw *Network) setLink(x, y string, cut bool) error {
 	return nil
 }
 
-// RestoreAll restores every cut link (the cluster's cleanup does, so that
-// the nodes can leave as usual).
+// SetRate limits the link between nodes x and y to bitsPerSec each way
+// (0: unlimited again), at once, while traffic flows; a cut link stays cut
+// until Restore, then runs at its rate.
+func (nw *Network) SetRate(x, y string, bitsPerSec uint64) error {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	nx, ny, err := nw.pair(x, y)
+	if err != nil {
+		return err
+	}
+	if bitsPerSec != 0 && bitsPerSec < 8000 {
+		return fmt.Errorf("rate %d bit/s of link %s-%s: want at least 8000", bitsPerSec, x, y)
+	}
+	for _, p := range [][2]*netnsNode{{nx, ny}, {ny, nx}} {
+		if bitsPerSec == 0 {
+			delete(p[0].rates, p[1].ip)
+		} else {
+			p[0].rates[p[1].ip] = bitsPerSec
+		}
+		if err := p[0].applyFilter(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pair returns the nodes of the link x-y.
+func (nw *Network) pair(x, y string) (*netnsNode, *netnsNode, error) {
+	nx, ny := nw.nodes[x], nw.nodes[y]
+	switch {
+	case nx == nil:
+		return nil, nil, fmt.Errorf("node %s is not in the network", x)
+	case ny == nil:
+		return nil, nil, fmt.Errorf("node %s is not in the network", y)
+	case x == y:
+		return nil, nil, fmt.Errorf("a link needs two nodes, got %s twice", x)
+	}
+	return nx, ny, nil
+}
+
+// RestoreAll restores every cut link and lifts every rate limit (the
+// cluster's cleanup does, so that the nodes can leave as usual).
 func (nw *Network) RestoreAll() error {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	var errs []error
 	for _, n := range nw.nodes {
-		if len(n.blocked) > 0 {
+		if len(n.blocked) > 0 || len(n.rates) > 0 {
 			clear(n.blocked)
+			clear(n.rates)
 			errs = append(errs, n.applyFilter())
 		}
 	}
@@ -280,20 +322,50 @@ func (nw *Network) RestoreAll() error {
 }
 
 // applyFilter replaces the qdisc of the node's port in the hub with one
-// that drops the packets from its blocked peers (none: the default qdisc
-// again), in one tc run (a cut takes effect at once).
+// that drops the packets from its blocked peers and shapes those from its
+// rate-limited ones (none of either: the default qdisc again), in one tc
+// run (a change takes effect at once).
 func (n *netnsNode) applyFilter() error {
-	var batch strings.Builder
-	if n.filtered {
-		fmt.Fprintf(&batch, "qdisc del dev %s root\n", n.port)
+	blocked := slices.Sorted(maps.Keys(n.blocked))
+	var shaped []string
+	for _, ip := range slices.Sorted(maps.Keys(n.rates)) {
+		if !n.blocked[ip] {
+			shaped = append(shaped, ip)
+		}
 	}
-	if len(n.blocked) > 0 {
-		fmt.Fprintf(&batch, "qdisc add dev %[1]s root handle 1: htb default 1\n"+
-			"class add dev %[1]s parent 1: classid 1:1 htb rate 10gbit quantum 60000\n"+
-			"class add dev %[1]s parent 1: classid 1:2 htb rate 10gbit quantum 60000\n"+
-			"qdisc add dev %[1]s parent 1:2 handle 2: pfifo limit 0\n", n.port)
-		for _, ip := range slices.Sorted(maps.Keys(n.blocked)) {
-			fmt.Fprintf(&batch, "filter add dev %s parent 1: protocol ip prio 1 u32 match ip src %s/32 flowid 1:2\n", n.port, ip)
+	layout := fmt.Sprint(blocked, shaped)
+	want := len(blocked)+len(shaped) > 0
+	// Only rates changed: change the classes in place, so that the
+	// packets queued in them are not dropped.
+	verb := "change"
+	var batch strings.Builder
+	if !n.filtered || layout != n.layout {
+		verb = "add"
+		if n.filtered {
+			fmt.Fprintf(&batch, "qdisc del dev %s root\n", n.port)
+		}
+		if want {
+			fmt.Fprintf(&batch, "qdisc add dev %[1]s root handle 1: htb default 1\n"+
+				"class add dev %[1]s parent 1: classid 1:1 htb rate 10gbit quantum 60000\n"+
+				"class add dev %[1]s parent 1: classid 1:2 htb rate 10gbit quantum 60000\n"+
+				"qdisc add dev %[1]s parent 1:2 handle 2: pfifo limit 0\n", n.port)
+			for _, ip := range blocked {
+				fmt.Fprintf(&batch, "filter add dev %s parent 1: protocol ip prio 1 u32 match ip src %s/32 flowid 1:2\n", n.port, ip)
+			}
+		}
+	}
+	for i, ip := range shaped {
+		bps := n.rates[ip]
+		class := 16 + i
+		// About 50 ms of queue, and a burst of 2 ms (at least a few
+		// packets) so that the timer's granularity does not cap the rate.
+		queue := max(bps/8/20, 3*1514)
+		burst := max(bps/8/500, 4*1514)
+		fmt.Fprintf(&batch, "class %[1]s dev %[2]s parent 1: classid 1:%[3]d htb rate %[4]dbit ceil %[4]dbit burst %[5]d cburst %[5]d quantum 1514\n"+
+			"qdisc %[1]s dev %[2]s parent 1:%[3]d handle %[3]d: bfifo limit %[6]d\n",
+			verb, n.port, class, bps, burst, queue)
+		if verb == "add" {
+			fmt.Fprintf(&batch, "filter add dev %s parent 1: protocol ip prio 2 u32 match ip src %s/32 flowid 1:%d\n", n.port, ip, class)
 		}
 	}
 	if batch.Len() == 0 {
@@ -302,7 +374,7 @@ func (n *netnsNode) applyFilter() error {
 	if err := runInput(batch.String(), "ip", "netns", "exec", n.hub, "tc", "-batch", "-"); err != nil {
 		return err
 	}
-	n.filtered = len(n.blocked) > 0
+	n.filtered, n.layout = want, layout
 	return nil
 }
 

@@ -17,6 +17,14 @@
 //     sending side. Both ends may Send and Recv (activations flow forward,
 //     gradients back, over the same connection).
 //
+// Each end chooses the codec of what it sends ([Options]): a fixed one, or
+// Auto, which picks per kind of tensor (activations and gradients compress
+// differently) the lossless codec with the least encode + transfer +
+// decode time for the link's rate, from sampled tensors. A lossy codec
+// (bf16, int8) is opt-in and applies to activations and gradients only.
+// [Link.Stats] counts what was sent, raw and on the wire, and the time
+// spent encoding and waiting for the link.
+//
 // On the wire, after the handshake, every tensor is a 16-byte tag
 // (kind u8, 3 zero bytes, micro-batch u32, tensor id u32, CRC-32C of the
 // first 12 bytes u32; little-endian) followed by one tensorio frame.

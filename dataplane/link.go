@@ -60,9 +60,25 @@ type Hello struct {
 
 // Options tune a link. The zero value is usable.
 type Options struct {
-	// Codec encodes the tensors this end sends (default raw); it can be
-	// changed later with [Link.SetCodec]. Each end chooses its own.
+	// Codec encodes the tensors this end sends (default raw) unless Auto;
+	// it can be changed later with [Link.SetCodec]. Each end chooses its
+	// own.
 	Codec tensorio.Codec
+	// Auto chooses the codec of each kind of tensor this end sends with
+	// tensorio's estimates (the lossless codec with the least encode +
+	// transfer + decode time) from a sample of that kind and the link's
+	// Rate; it samples again every so often (at most 0.2% of the link's
+	// time) and chooses again when the rate changes ([Link.SetRate]).
+	Auto bool
+	// Rate is the link's speed in bytes per second for Auto (default
+	// DefaultRate).
+	Rate float64
+	// Lossy, if a lossy codec (bf16, int8), encodes the activations and
+	// gradients this end sends; inputs and weights stay lossless.
+	Lossy tensorio.Codec
+	// Speeds are the codecs' speeds for Auto (default
+	// tensorio.DefaultSpeeds()).
+	Speeds tensorio.SpeedTable
 	// IOTimeout bounds every Send and every Recv (default 30 s): a peer
 	// that stops reading or writing, or a cut link that TCP does not
 	// notice, becomes an error instead of a hang. Recv waits at most this
@@ -146,8 +162,14 @@ type Link interface {
 	// nil). A receiver that keeps one buffer per tag reads without
 	// allocating.
 	RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error)
-	// SetCodec changes the codec of the following Sends.
+	// SetCodec fixes the codec of the following Sends (of activations and
+	// gradients too, if Lossy was set), ending Auto.
 	SetCodec(c tensorio.Codec)
+	// SetRate tells an Auto link its speed in bytes per second; the
+	// following Sends choose their codecs for it.
+	SetRate(bytesPerSec float64)
+	// Stats returns what the link has sent so far, by kind.
+	Stats() Stats
 	// Peer is the Hello of the other end.
 	Peer() Hello
 	// Done is closed when the link breaks or is closed.
@@ -353,7 +375,12 @@ type link struct {
 	smu sync.Mutex // guards codec changes against a running Send
 	bw  *bufio.Writer
 	w   *tensorio.Writer
+	tc  *timedWriter
 	stg [tagLen]byte
+	ch  *chooser
+
+	stmu  sync.Mutex // guards stats
+	stats Stats
 
 	br  *bufio.Reader
 	r   *tensorio.Reader
@@ -366,8 +393,9 @@ type link struct {
 }
 
 func newLink(c net.Conn, peer Hello, o Options) *link {
-	l := &link{c: c, peer: peer, o: o, done: make(chan struct{})}
-	l.bw = bufio.NewWriterSize(c, ioBufSize)
+	l := &link{c: c, peer: peer, o: o, done: make(chan struct{}), ch: newChooser(o)}
+	l.tc = &timedWriter{w: c}
+	l.bw = bufio.NewWriterSize(l.tc, ioBufSize)
 	l.w = tensorio.NewWriter(l.bw, o.Codec)
 	l.br = bufio.NewReaderSize(c, ioBufSize)
 	l.r = tensorio.NewReader(l.br)
@@ -386,8 +414,31 @@ func (l *link) Err() error {
 
 func (l *link) SetCodec(c tensorio.Codec) {
 	l.smu.Lock()
-	l.w.SetCodec(c)
+	l.ch.auto, l.ch.fixed, l.ch.lossy = false, c, tensorio.CodecRaw
 	l.smu.Unlock()
+}
+
+func (l *link) SetRate(bytesPerSec float64) { l.ch.setRate(bytesPerSec) }
+
+func (l *link) Stats() Stats {
+	l.stmu.Lock()
+	defer l.stmu.Unlock()
+	return l.stats
+}
+
+// timedWriter counts the bytes written to the connection and the time its
+// writes took.
+type timedWriter struct {
+	w     io.Writer
+	n, ns int64
+}
+
+func (t *timedWriter) Write(p []byte) (int, error) {
+	t0 := time.Now()
+	n, err := t.w.Write(p)
+	t.ns += int64(time.Since(t0))
+	t.n += int64(n)
+	return n, err
 }
 
 // fail breaks the link with err (the first error wins) and returns the
@@ -420,6 +471,10 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 	}
 	l.smu.Lock()
 	defer l.smu.Unlock()
+	start := time.Now()
+	codec, sampled := l.ch.codec(tag.Kind, t, time.Now)
+	l.w.SetCodec(codec)
+	n0, ns0 := l.tc.n+int64(l.bw.Buffered()), l.tc.ns
 	b := l.stg[:]
 	b[0], b[1], b[2], b[3] = byte(tag.Kind), 0, 0, 0
 	binary.LittleEndian.PutUint32(b[4:], tag.MicroBatch)
@@ -443,6 +498,17 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 	if err := l.bw.Flush(); err != nil {
 		return l.fail(fmt.Errorf("dataplane: Send: %w", err))
 	}
+	took, wrote := int64(time.Since(start)), l.tc.ns-ns0
+	l.stmu.Lock()
+	ks := &l.stats[tag.Kind]
+	ks.Frames++
+	ks.RawBytes += RawWireBytes(t.Shape())
+	ks.WireBytes += l.tc.n - n0
+	ks.WriteNs += wrote
+	ks.EncodeNs += took - wrote - int64(sampled)
+	ks.SampleNs += int64(sampled)
+	ks.Codec = codec
+	l.stmu.Unlock()
 	return nil
 }
 

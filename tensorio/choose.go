@@ -25,6 +25,24 @@ type Estimate struct {
 	Ratio float64
 	// SecondsPerByte is encode + transfer + decode time per raw byte.
 	SecondsPerByte float64
+	// Fixed is its encode + decode time per raw byte, the part that does
+	// not depend on the link.
+	Fixed float64
+}
+
+// At is the estimate's time per raw byte over a link of the given speed.
+func (e Estimate) At(linkBytesPerSec float64) float64 { return e.Fixed + e.Ratio/linkBytesPerSec }
+
+// Best returns the lossless codec of est with the least time per raw byte
+// over a link of the given speed; raw when est has none.
+func Best(est []Estimate, linkBytesPerSec float64) Codec {
+	best, bestCost := CodecRaw, math.Inf(1)
+	for _, e := range est {
+		if c := e.At(linkBytesPerSec); e.Codec.Lossless() && c < bestCost {
+			best, bestCost = e.Codec, c
+		}
+	}
+	return best
 }
 
 // sampleLimit bounds the elements of a sample that Choose encodes.
@@ -41,13 +59,7 @@ func Choose(sample []float32, linkBytesPerSec float64) Codec {
 // Choose returns the lossless codec of the table with the smallest
 // estimated time (see Estimates); raw when the table is empty.
 func (st SpeedTable) Choose(sample []float32, linkBytesPerSec float64) Codec {
-	best, bestCost := CodecRaw, math.Inf(1)
-	for _, e := range st.Estimates(sample, linkBytesPerSec) {
-		if e.Codec.Lossless() && e.SecondsPerByte < bestCost {
-			best, bestCost = e.Codec, e.SecondsPerByte
-		}
-	}
-	return best
+	return Best(st.Estimates(sample, linkBytesPerSec), linkBytesPerSec)
 }
 
 // Estimates predicts, for every codec of the table, the compression ratio
@@ -71,10 +83,12 @@ func (st SpeedTable) Estimates(sample []float32, linkBytesPerSec float64) []Esti
 			buf = appendPayload(buf[:0], sample, c, s)
 			ratio = float64(len(buf)) / float64(4*len(sample))
 		}
+		fixed := 1/sp.Encode + 1/sp.Decode
 		out = append(out, Estimate{
 			Codec:          c,
 			Ratio:          ratio,
-			SecondsPerByte: 1/sp.Encode + ratio/linkBytesPerSec + 1/sp.Decode,
+			SecondsPerByte: fixed + ratio/linkBytesPerSec,
+			Fixed:          fixed,
 		})
 	}
 	return out

@@ -56,6 +56,18 @@ type CoordinatorConfig struct {
 	OnStep func(step int)
 	// Clock is the time (default the wall clock).
 	Clock clock.Clock
+	// Self is this node's name: the coordinator feeds the stages from it.
+	Self string
+	// Links, if set, measures the links between nodes the core asks for
+	// (job.Probe); without it no link is measured and the plan assumes
+	// balance.DefaultLink.
+	Links LinkProber
+}
+
+// LinkProber measures the link from one node to another: nodes probe over
+// their data-plane hosts; tests use a twin.
+type LinkProber interface {
+	MeasureLink(ctx context.Context, from, to job.NodeInfo) (job.LinkMeasure, error)
 }
 
 // Coordinator runs one pipelined job on this node: the driver around the
@@ -106,10 +118,11 @@ type stageSet struct {
 	gen   uint64
 	plan  *balance.Plan
 	refs  []StageRef
-	links map[int]dataplane.Link // the coordinator's link to each stage
-	views []*nn.Stage            // the coordinator's view of each stage (for gathering)
-	feeds []int                  // stages that read the graph input
-	loss  int                    // the loss stage
+	links map[int]dataplane.Link  // the coordinator's link to each stage
+	sent  map[int]dataplane.Stats // what each had sent at the last step's end
+	views []*nn.Stage             // the coordinator's view of each stage (for gathering)
+	feeds []int                   // stages that read the graph input
+	loss  int                     // the loss stage
 	// migrate is where each stage listens for the state of its layers
 	// (a direct move).
 	migrate [][]*LinkAddr
@@ -178,7 +191,7 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	prof.Model = spec.Model
 	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: be.Name(),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
-		Takeover: cfg.Takeover, Logger: cfg.Logger, Now: c.clk.Now()})
+		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Now: c.clk.Now()})
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +385,8 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 		}
 	case job.Probe:
 		c.start(ctx, nil, func(ctx context.Context) outcome {
-			return outcome{ev: job.Probed{Op: a.Op, Live: c.probe(ctx, a.Nodes)}}
+			live := c.probe(ctx, a.Nodes)
+			return outcome{ev: job.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links)}}
 		})
 	case job.StartStages:
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {

@@ -305,7 +305,7 @@ func (a *stageActor) sendRemote(tr *StateTransfer, gen uint64, ts []*nn.Tensor, 
 	spec := a.eng.spec
 	from, to := int(tr.GetFrom()), int(tr.GetTo())
 	h := dataplane.Hello{JobID: spec.Job.ID, Generation: gen, Link: migrateLinkID(from, to), From: stageWire(from), To: stageWire(to)}
-	lk, err := a.host.DataPlane.Dial(tr.GetAddr(), h, a.linkOptions(spec))
+	lk, err := a.host.DataPlane.Dial(tr.GetAddr(), h, a.moveOptions(spec))
 	if err != nil {
 		return err
 	}

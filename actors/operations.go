@@ -40,6 +40,34 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 	return out
 }
 
+// measureLinks measures the links of pairs between live nodes, one at a
+// time (two probes at once could share a network interface); a link that
+// cannot be measured is logged and left out.
+func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string) []job.LinkMeasure {
+	if c.cfg.Links == nil {
+		return nil
+	}
+	byName := map[string]job.NodeInfo{}
+	for _, n := range live {
+		byName[n.Name] = n
+	}
+	var out []job.LinkMeasure
+	for _, p := range pairs {
+		from, ok1 := byName[p[0]]
+		to, ok2 := byName[p[1]]
+		if !ok1 || !ok2 || ctx.Err() != nil {
+			continue
+		}
+		m, err := c.cfg.Links.MeasureLink(ctx, from, to)
+		if err != nil {
+			c.log.Warn("measuring a link", "from", p[0], "to", p[1], "err", err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // startStages spawns, sets up and connects the stages of plan under
 // generation gen; sources, if set, are where each stage's layers' state
 // will come from (a direct move). The stages are registered (c.sets) when
@@ -48,7 +76,7 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int64, err error) {
 	gen, plan := a.Gen, a.Plan
 	S := len(plan.Stages)
-	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, migrate: make([][]*LinkAddr, S)}
+	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, sent: map[int]dataplane.Stats{}, migrate: make([][]*LinkAddr, S)}
 	s.feeds, s.loss = feedTargets(plan)
 	for _, sp := range plan.Stages {
 		st, err := c.job.Graph.Stage(sp.Layers)
@@ -80,7 +108,7 @@ func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int6
 		s.refs[k] = ref
 		mu.Unlock()
 		spec := StageSpec{Job: c.spec, Generation: gen, Input: c.job.Set.Train.Shape,
-			Classes: c.job.Set.Classes, Graph: plan.Graph, Plan: sp}
+			Classes: c.job.Set.Classes, Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
 		}
@@ -113,7 +141,8 @@ func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int6
 			from := int(la.GetFrom())
 			if from == balance.Coordinator {
 				hello := dataplane.Hello{JobID: c.spec.ID, Generation: gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
-				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), hello, dataplane.Options{IOTimeout: c.stepTimeout()})
+				o := dataplane.Options{IOTimeout: c.stepTimeout(), Auto: c.spec.AutoCodecs(), Rate: a.Rates[[2]int{from, k}]}
+				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), hello, o)
 				if err != nil {
 					return s, nil, fmt.Errorf("coordinator link to stage %d: %w", k, err)
 				}
@@ -204,7 +233,17 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
 	dones := make([]<-chan reply, len(s.refs))
 	for k, ref := range s.refs {
-		dones[k] = c.request(ref, &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR}, a.Timeout)
+		rates := stageRates(a.Rates, k)
+		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}}
+		for peer, r := range rates {
+			begin.LinkRates[int32(peer)] = r
+		}
+		dones[k] = c.request(ref, begin, a.Timeout)
+	}
+	for k, lk := range s.links {
+		if r, ok := a.Rates[[2]int{balance.Coordinator, k}]; ok {
+			lk.SetRate(r)
+		}
 	}
 	input, _ := tensorID(j.Graph, j.Graph.InputNames[0])
 	for m := range M {
@@ -221,6 +260,11 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 			return ev
 		}
 	}
+	for k, lk := range s.links {
+		st := lk.Stats()
+		ev.Feeds = append(ev.Feeds, jobSent(sentOf(k, st.Sub(s.sent[k])))...)
+		s.sent[k] = st
+	}
 	ev.Timings = make([]job.StageTiming, len(s.refs))
 	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
 		d, ok := r.(*StepDone)
@@ -234,7 +278,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 			t := d.GetTimings()[0]
 			ev.Timings[k] = job.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
 				Update: time.Duration(t.GetUpdateNs()), Wait: time.Duration(t.GetWaitNs()), Wall: time.Duration(t.GetWallNs()),
-				CapacityGFLOPS: t.GetCapacityGflops()}
+				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks())}
 		}
 		if d.GetHasLoss() {
 			ev.Loss = d.GetLoss() / float64(max(d.GetSamples(), 1))
@@ -243,6 +287,41 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 		return nil
 	})
 	return ev
+}
+
+// stageRates are the rates of stage k's links by peer.
+func stageRates(rates map[[2]int]float64, k int) map[int]float64 {
+	out := map[int]float64{}
+	for p, r := range rates {
+		if p[0] == k {
+			out[p[1]] = r
+		}
+	}
+	return out
+}
+
+// sentOf describes what a link to peer sent, by kind (kinds it did not
+// send are left out).
+func sentOf(peer int, d dataplane.Stats) []*LinkSent {
+	var out []*LinkSent
+	for k, ks := range d {
+		if ks.Frames == 0 {
+			continue
+		}
+		out = append(out, &LinkSent{Peer: int32(peer), Kind: uint32(k), Codec: ks.Codec.String(), Frames: ks.Frames,
+			RawBytes: ks.RawBytes, WireBytes: ks.WireBytes, EncodeNs: ks.EncodeNs, WriteNs: ks.WriteNs, SampleNs: ks.SampleNs})
+	}
+	return out
+}
+
+func jobSent(ls []*LinkSent) []job.LinkSent {
+	out := make([]job.LinkSent, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, job.LinkSent{Peer: int(l.GetPeer()), Kind: dataplane.Kind(l.GetKind()).String(), Codec: l.GetCodec(),
+			Frames: l.GetFrames(), RawBytes: l.GetRawBytes(), WireBytes: l.GetWireBytes(),
+			Encode: time.Duration(l.GetEncodeNs()), Write: time.Duration(l.GetWriteNs()), Sample: time.Duration(l.GetSampleNs())})
+	}
+	return out
 }
 
 // waitAll waits for the replies and checks each with check (called on this

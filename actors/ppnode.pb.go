@@ -14,12 +14,11 @@
 package actors
 
 import (
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -399,11 +398,14 @@ func (x *SpawnStageReply) GetPidId() string {
 
 // StepBegin starts one training step of the plan.
 type StepBegin struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // global step, counted across epochs
-	MicroBatches  uint32                 `protobuf:"varint,3,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
-	Lr            float64                `protobuf:"fixed64,4,opt,name=lr,proto3" json:"lr,omitempty"` // the learning rate of this step's optimizer update
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Header       *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Step         uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // global step, counted across epochs
+	MicroBatches uint32                 `protobuf:"varint,3,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
+	Lr           float64                `protobuf:"fixed64,4,opt,name=lr,proto3" json:"lr,omitempty"` // the learning rate of this step's optimizer update
+	// The speed (bytes/s) of the stage's link to each peer stage (-1: the
+	// coordinator), as the job measures it; the link's codecs follow it.
+	LinkRates     map[int32]float64 `protobuf:"bytes,5,rep,name=link_rates,json=linkRates,proto3" json:"link_rates,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +468,123 @@ func (x *StepBegin) GetLr() float64 {
 	return 0
 }
 
+func (x *StepBegin) GetLinkRates() map[int32]float64 {
+	if x != nil {
+		return x.LinkRates
+	}
+	return nil
+}
+
+// LinkSent is what a stage sent to one peer during a step, of one kind
+// (dataplane.Kind), as its link counted it.
+type LinkSent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          int32                  `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Kind          uint32                 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Codec         string                 `protobuf:"bytes,3,opt,name=codec,proto3" json:"codec,omitempty"` // of the last frame
+	Frames        int64                  `protobuf:"varint,4,opt,name=frames,proto3" json:"frames,omitempty"`
+	RawBytes      int64                  `protobuf:"varint,5,opt,name=raw_bytes,json=rawBytes,proto3" json:"raw_bytes,omitempty"` // what raw frames would have been
+	WireBytes     int64                  `protobuf:"varint,6,opt,name=wire_bytes,json=wireBytes,proto3" json:"wire_bytes,omitempty"`
+	EncodeNs      int64                  `protobuf:"varint,7,opt,name=encode_ns,json=encodeNs,proto3" json:"encode_ns,omitempty"`
+	WriteNs       int64                  `protobuf:"varint,8,opt,name=write_ns,json=writeNs,proto3" json:"write_ns,omitempty"`    // in the connection's writes
+	SampleNs      int64                  `protobuf:"varint,9,opt,name=sample_ns,json=sampleNs,proto3" json:"sample_ns,omitempty"` // choosing codecs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkSent) Reset() {
+	*x = LinkSent{}
+	mi := &file_ppnode_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkSent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkSent) ProtoMessage() {}
+
+func (x *LinkSent) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkSent.ProtoReflect.Descriptor instead.
+func (*LinkSent) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LinkSent) GetPeer() int32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *LinkSent) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *LinkSent) GetCodec() string {
+	if x != nil {
+		return x.Codec
+	}
+	return ""
+}
+
+func (x *LinkSent) GetFrames() int64 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *LinkSent) GetRawBytes() int64 {
+	if x != nil {
+		return x.RawBytes
+	}
+	return 0
+}
+
+func (x *LinkSent) GetWireBytes() int64 {
+	if x != nil {
+		return x.WireBytes
+	}
+	return 0
+}
+
+func (x *LinkSent) GetEncodeNs() int64 {
+	if x != nil {
+		return x.EncodeNs
+	}
+	return 0
+}
+
+func (x *LinkSent) GetWriteNs() int64 {
+	if x != nil {
+		return x.WriteNs
+	}
+	return 0
+}
+
+func (x *LinkSent) GetSampleNs() int64 {
+	if x != nil {
+		return x.SampleNs
+	}
+	return 0
+}
+
 type StageTiming struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Stage      int32                  `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
@@ -477,14 +596,15 @@ type StageTiming struct {
 	// The GEMM speed (GFLOP/s) the node's CPU limit allows now: its speed
 	// between throttles times the share of its threads the limit leaves;
 	// 0 if it has no limit.
-	CapacityGflops float64 `protobuf:"fixed64,7,opt,name=capacity_gflops,json=capacityGflops,proto3" json:"capacity_gflops,omitempty"`
+	CapacityGflops float64     `protobuf:"fixed64,7,opt,name=capacity_gflops,json=capacityGflops,proto3" json:"capacity_gflops,omitempty"`
+	Links          []*LinkSent `protobuf:"bytes,8,rep,name=links,proto3" json:"links,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_ppnode_proto_msgTypes[6]
+	mi := &file_ppnode_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +616,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[6]
+	mi := &file_ppnode_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +629,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{6}
+	return file_ppnode_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StageTiming) GetStage() int32 {
@@ -561,6 +681,13 @@ func (x *StageTiming) GetCapacityGflops() float64 {
 	return 0
 }
 
+func (x *StageTiming) GetLinks() []*LinkSent {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
 // StepDone reports the end of a step: per-stage timings and, from the loss
 // stage, the mean loss over the step's micro-batches.
 type StepDone struct {
@@ -579,7 +706,7 @@ type StepDone struct {
 
 func (x *StepDone) Reset() {
 	*x = StepDone{}
-	mi := &file_ppnode_proto_msgTypes[7]
+	mi := &file_ppnode_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +718,7 @@ func (x *StepDone) String() string {
 func (*StepDone) ProtoMessage() {}
 
 func (x *StepDone) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[7]
+	mi := &file_ppnode_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +731,7 @@ func (x *StepDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDone.ProtoReflect.Descriptor instead.
 func (*StepDone) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{7}
+	return file_ppnode_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StepDone) GetHeader() *Header {
@@ -678,7 +805,7 @@ type LinkAddr struct {
 
 func (x *LinkAddr) Reset() {
 	*x = LinkAddr{}
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +817,7 @@ func (x *LinkAddr) String() string {
 func (*LinkAddr) ProtoMessage() {}
 
 func (x *LinkAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +830,7 @@ func (x *LinkAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkAddr.ProtoReflect.Descriptor instead.
 func (*LinkAddr) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{8}
+	return file_ppnode_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LinkAddr) GetLink() uint32 {
@@ -748,7 +875,7 @@ type SetupStage struct {
 
 func (x *SetupStage) Reset() {
 	*x = SetupStage{}
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +887,7 @@ func (x *SetupStage) String() string {
 func (*SetupStage) ProtoMessage() {}
 
 func (x *SetupStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +900,7 @@ func (x *SetupStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStage.ProtoReflect.Descriptor instead.
 func (*SetupStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{9}
+	return file_ppnode_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetupStage) GetHeader() *Header {
@@ -806,7 +933,7 @@ type SetupStageReply struct {
 
 func (x *SetupStageReply) Reset() {
 	*x = SetupStageReply{}
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +945,7 @@ func (x *SetupStageReply) String() string {
 func (*SetupStageReply) ProtoMessage() {}
 
 func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +958,7 @@ func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStageReply.ProtoReflect.Descriptor instead.
 func (*SetupStageReply) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{10}
+	return file_ppnode_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetupStageReply) GetHeader() *Header {
@@ -882,7 +1009,7 @@ type ConnectStage struct {
 
 func (x *ConnectStage) Reset() {
 	*x = ConnectStage{}
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1021,7 @@ func (x *ConnectStage) String() string {
 func (*ConnectStage) ProtoMessage() {}
 
 func (x *ConnectStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1034,7 @@ func (x *ConnectStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectStage.ProtoReflect.Descriptor instead.
 func (*ConnectStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{11}
+	return file_ppnode_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConnectStage) GetHeader() *Header {
@@ -938,7 +1065,7 @@ type GatherWeights struct {
 
 func (x *GatherWeights) Reset() {
 	*x = GatherWeights{}
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1077,7 @@ func (x *GatherWeights) String() string {
 func (*GatherWeights) ProtoMessage() {}
 
 func (x *GatherWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1090,7 @@ func (x *GatherWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatherWeights.ProtoReflect.Descriptor instead.
 func (*GatherWeights) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{12}
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GatherWeights) GetHeader() *Header {
@@ -993,7 +1120,7 @@ type RestoreStage struct {
 
 func (x *RestoreStage) Reset() {
 	*x = RestoreStage{}
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1132,7 @@ func (x *RestoreStage) String() string {
 func (*RestoreStage) ProtoMessage() {}
 
 func (x *RestoreStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1145,7 @@ func (x *RestoreStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreStage.ProtoReflect.Descriptor instead.
 func (*RestoreStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{13}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RestoreStage) GetHeader() *Header {
@@ -1052,7 +1179,7 @@ type StateTransfer struct {
 
 func (x *StateTransfer) Reset() {
 	*x = StateTransfer{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1191,7 @@ func (x *StateTransfer) String() string {
 func (*StateTransfer) ProtoMessage() {}
 
 func (x *StateTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1204,7 @@ func (x *StateTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTransfer.ProtoReflect.Descriptor instead.
 func (*StateTransfer) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateTransfer) GetFrom() int32 {
@@ -1124,7 +1251,7 @@ type SendState struct {
 
 func (x *SendState) Reset() {
 	*x = SendState{}
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1263,7 @@ func (x *SendState) String() string {
 func (*SendState) ProtoMessage() {}
 
 func (x *SendState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1276,7 @@ func (x *SendState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendState.ProtoReflect.Descriptor instead.
 func (*SendState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{15}
+	return file_ppnode_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendState) GetHeader() *Header {
@@ -1187,7 +1314,7 @@ type ReceiveState struct {
 
 func (x *ReceiveState) Reset() {
 	*x = ReceiveState{}
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1326,7 @@ func (x *ReceiveState) String() string {
 func (*ReceiveState) ProtoMessage() {}
 
 func (x *ReceiveState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1339,7 @@ func (x *ReceiveState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveState.ProtoReflect.Descriptor instead.
 func (*ReceiveState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{16}
+	return file_ppnode_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReceiveState) GetHeader() *Header {
@@ -1251,7 +1378,7 @@ type TransferStats struct {
 
 func (x *TransferStats) Reset() {
 	*x = TransferStats{}
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1390,7 @@ func (x *TransferStats) String() string {
 func (*TransferStats) ProtoMessage() {}
 
 func (x *TransferStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1403,7 @@ func (x *TransferStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStats.ProtoReflect.Descriptor instead.
 func (*TransferStats) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{17}
+	return file_ppnode_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TransferStats) GetFrom() int32 {
@@ -1332,7 +1459,7 @@ type StateMoved struct {
 
 func (x *StateMoved) Reset() {
 	*x = StateMoved{}
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1471,7 @@ func (x *StateMoved) String() string {
 func (*StateMoved) ProtoMessage() {}
 
 func (x *StateMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1484,7 @@ func (x *StateMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMoved.ProtoReflect.Descriptor instead.
 func (*StateMoved) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{18}
+	return file_ppnode_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateMoved) GetHeader() *Header {
@@ -1391,7 +1518,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1530,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1543,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{19}
+	return file_ppnode_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -1438,7 +1565,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1577,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1590,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{20}
+	return file_ppnode_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1516,12 +1643,28 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1f\n" +
 	"\vpid_address\x18\x04 \x01(\tR\n" +
 	"pidAddress\x12\x15\n" +
-	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"\x83\x01\n" +
+	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"\x89\x02\n" +
 	"\tStepBegin\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12#\n" +
 	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
-	"\x02lr\x18\x04 \x01(\x01R\x02lr\"\xdb\x01\n" +
+	"\x02lr\x18\x04 \x01(\x01R\x02lr\x12F\n" +
+	"\n" +
+	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x1a<\n" +
+	"\x0eLinkRatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf1\x01\n" +
+	"\bLinkSent\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\x05R\x04peer\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x14\n" +
+	"\x05codec\x18\x03 \x01(\tR\x05codec\x12\x16\n" +
+	"\x06frames\x18\x04 \x01(\x03R\x06frames\x12\x1b\n" +
+	"\traw_bytes\x18\x05 \x01(\x03R\brawBytes\x12\x1d\n" +
+	"\n" +
+	"wire_bytes\x18\x06 \x01(\x03R\twireBytes\x12\x1b\n" +
+	"\tencode_ns\x18\a \x01(\x03R\bencodeNs\x12\x19\n" +
+	"\bwrite_ns\x18\b \x01(\x03R\awriteNs\x12\x1b\n" +
+	"\tsample_ns\x18\t \x01(\x03R\bsampleNs\"\x8a\x02\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -1531,7 +1674,8 @@ const file_ppnode_proto_rawDesc = "" +
 	"\tupdate_ns\x18\x04 \x01(\x03R\bupdateNs\x12\x17\n" +
 	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\x12\x17\n" +
 	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\x12'\n" +
-	"\x0fcapacity_gflops\x18\a \x01(\x01R\x0ecapacityGflops\"\xfc\x01\n" +
+	"\x0fcapacity_gflops\x18\a \x01(\x01R\x0ecapacityGflops\x12-\n" +
+	"\x05links\x18\b \x03(\v2\x17.ppnode.actors.LinkSentR\x05links\"\xfc\x01\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +
@@ -1619,7 +1763,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1628,21 +1772,23 @@ var file_ppnode_proto_goTypes = []any{
 	(*SpawnStage)(nil),      // 4: ppnode.actors.SpawnStage
 	(*SpawnStageReply)(nil), // 5: ppnode.actors.SpawnStageReply
 	(*StepBegin)(nil),       // 6: ppnode.actors.StepBegin
-	(*StageTiming)(nil),     // 7: ppnode.actors.StageTiming
-	(*StepDone)(nil),        // 8: ppnode.actors.StepDone
-	(*LinkAddr)(nil),        // 9: ppnode.actors.LinkAddr
-	(*SetupStage)(nil),      // 10: ppnode.actors.SetupStage
-	(*SetupStageReply)(nil), // 11: ppnode.actors.SetupStageReply
-	(*ConnectStage)(nil),    // 12: ppnode.actors.ConnectStage
-	(*GatherWeights)(nil),   // 13: ppnode.actors.GatherWeights
-	(*RestoreStage)(nil),    // 14: ppnode.actors.RestoreStage
-	(*StateTransfer)(nil),   // 15: ppnode.actors.StateTransfer
-	(*SendState)(nil),       // 16: ppnode.actors.SendState
-	(*ReceiveState)(nil),    // 17: ppnode.actors.ReceiveState
-	(*TransferStats)(nil),   // 18: ppnode.actors.TransferStats
-	(*StateMoved)(nil),      // 19: ppnode.actors.StateMoved
-	(*StopStage)(nil),       // 20: ppnode.actors.StopStage
-	(*Ack)(nil),             // 21: ppnode.actors.Ack
+	(*LinkSent)(nil),        // 7: ppnode.actors.LinkSent
+	(*StageTiming)(nil),     // 8: ppnode.actors.StageTiming
+	(*StepDone)(nil),        // 9: ppnode.actors.StepDone
+	(*LinkAddr)(nil),        // 10: ppnode.actors.LinkAddr
+	(*SetupStage)(nil),      // 11: ppnode.actors.SetupStage
+	(*SetupStageReply)(nil), // 12: ppnode.actors.SetupStageReply
+	(*ConnectStage)(nil),    // 13: ppnode.actors.ConnectStage
+	(*GatherWeights)(nil),   // 14: ppnode.actors.GatherWeights
+	(*RestoreStage)(nil),    // 15: ppnode.actors.RestoreStage
+	(*StateTransfer)(nil),   // 16: ppnode.actors.StateTransfer
+	(*SendState)(nil),       // 17: ppnode.actors.SendState
+	(*ReceiveState)(nil),    // 18: ppnode.actors.ReceiveState
+	(*TransferStats)(nil),   // 19: ppnode.actors.TransferStats
+	(*StateMoved)(nil),      // 20: ppnode.actors.StateMoved
+	(*StopStage)(nil),       // 21: ppnode.actors.StopStage
+	(*Ack)(nil),             // 22: ppnode.actors.Ack
+	nil,                     // 23: ppnode.actors.StepBegin.LinkRatesEntry
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -1651,28 +1797,30 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
 	0,  // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
 	1,  // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
-	1,  // 6: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
-	7,  // 7: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
-	1,  // 8: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
-	1,  // 9: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
-	9,  // 10: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
-	9,  // 11: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
-	1,  // 12: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
-	9,  // 13: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
-	1,  // 14: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 15: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
-	1,  // 16: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
-	15, // 17: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
-	1,  // 18: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
-	1,  // 19: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
-	18, // 20: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
-	1,  // 21: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 22: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	23, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
+	7,  // 7: ppnode.actors.StageTiming.links:type_name -> ppnode.actors.LinkSent
+	1,  // 8: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
+	8,  // 9: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
+	1,  // 10: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
+	1,  // 11: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
+	10, // 12: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
+	10, // 13: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
+	1,  // 14: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	10, // 15: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 16: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 17: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 18: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
+	16, // 19: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
+	1,  // 20: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
+	1,  // 21: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
+	19, // 22: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
+	1,  // 23: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 24: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -1686,7 +1834,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

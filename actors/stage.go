@@ -34,6 +34,9 @@ type StageSpec struct {
 	// where the state of the stage's layers comes from (see
 	// ReceiveState); empty when the stage starts from the seed or a cut.
 	Sources []job.StateSource `json:"sources,omitempty"`
+	// Rates are the speeds (bytes/s) of the stage's links by peer stage
+	// (balance.Coordinator: the coordinator), for their codecs.
+	Rates map[int]float64 `json:"rates,omitempty"`
 }
 
 // labelsTensor is the tensor id of a micro-batch's labels on the link from
@@ -406,6 +409,19 @@ func (e *stageEngine) zerosLike(name string, like *nn.Tensor) *nn.Tensor {
 	return z
 }
 
+// sent is what the stage's links sent since the last call, by peer and
+// kind.
+func (e *stageEngine) sent() []*LinkSent {
+	var out []*LinkSent
+	for _, k := range slices.Sorted(maps.Keys(e.peers)) {
+		p := e.peers[k]
+		st := p.lk.Stats()
+		out = append(out, sentOf(k, st.Sub(p.last))...)
+		p.last = st
+	}
+	return out
+}
+
 func (e *stageEngine) send(to int, tag dataplane.Tag, t *nn.Tensor) error {
 	p := e.peers[to]
 	if p == nil {
@@ -568,6 +584,7 @@ type sendItem struct {
 type peer struct {
 	stage int
 	lk    dataplane.Link
+	last  dataplane.Stats // what lk had sent at the last step's end
 	q     chan sendItem
 	wg    sync.WaitGroup // pending sends
 	done  sync.WaitGroup // the two goroutines

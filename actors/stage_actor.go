@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -153,9 +154,15 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 		if !a.admit(msg, reply) {
 			return false
 		}
+		for peer, r := range msg.GetLinkRates() {
+			if p := a.eng.peers[int(peer)]; p != nil {
+				p.lk.SetRate(r)
+			}
+		}
 		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
-			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs}
+			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs,
+				Links: a.eng.sent()}
 			if a.host.Capacity != nil {
 				t.CapacityGflops = a.host.Capacity()
 			}
@@ -269,7 +276,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	from := eng.incoming()
 	a.accepts = make(chan acceptResult, len(from))
 	for _, f := range from {
-		ln, err := a.host.DataPlane.Listen(stageHello(spec, f, me), a.linkOptions(spec))
+		ln, err := a.host.DataPlane.Listen(stageHello(spec, f, me), a.linkOptions(spec, f))
 		if err != nil {
 			a.closeListeners()
 			rep.Error = fmt.Sprintf("listen for stage %d: %v", f, err)
@@ -289,7 +296,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 			continue
 		}
 		h := dataplane.Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
-		ln, err := a.host.DataPlane.Listen(h, a.linkOptions(spec))
+		ln, err := a.host.DataPlane.Listen(h, a.moveOptions(spec))
 		if err != nil {
 			a.closeListeners()
 			a.closeMigrationListeners()
@@ -315,11 +322,21 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	return rep
 }
 
-func (a *stageActor) linkOptions(spec StageSpec) dataplane.Options {
-	o := dataplane.Options{IOTimeout: spec.IOTimeout}
+// linkOptions are the options of the stage's link with peer: its codecs
+// chosen for the link's rate, the job's lossy wire format if any.
+func (a *stageActor) linkOptions(spec StageSpec, peer int) dataplane.Options {
+	o := dataplane.Options{IOTimeout: spec.IOTimeout, Auto: spec.Job.AutoCodecs(), Rate: spec.Rates[peer], Lossy: spec.Job.WireCodec()}
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 10 * time.Minute
 	}
+	return o
+}
+
+// moveOptions are the options of the links that move state between plans:
+// raw frames (the state is dense), counted as sent.
+func (a *stageActor) moveOptions(spec StageSpec) dataplane.Options {
+	o := a.linkOptions(spec, balance.Coordinator)
+	o.Auto, o.Lossy = false, tensorio.CodecRaw
 	return o
 }
 
@@ -351,7 +368,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 		if int(d.GetFrom()) != me || !slices.Contains(want, to) || a.eng.peers[to] != nil {
 			return fmt.Errorf("unexpected link %d -> %d", d.GetFrom(), to)
 		}
-		lk, err := a.host.DataPlane.Dial(d.GetAddr(), stageHello(spec, me, to), a.linkOptions(spec))
+		lk, err := a.host.DataPlane.Dial(d.GetAddr(), stageHello(spec, me, to), a.linkOptions(spec, to))
 		if err != nil {
 			return fmt.Errorf("link to stage %d: %w", to, err)
 		}
@@ -365,7 +382,7 @@ func (a *stageActor) connect(msg *ConnectStage) error {
 	// Every peer dials as soon as it is told to, and gives up after a
 	// dial and a handshake (HandshakeTimeout each): waiting longer only
 	// delays a recovery over a link that does not work.
-	wait := 2*a.linkOptions(spec).WithDefaults().HandshakeTimeout + 2*time.Second
+	wait := 2*a.moveOptions(spec).WithDefaults().HandshakeTimeout + 2*time.Second
 	deadline := time.After(wait)
 	for range a.lns {
 		select {

@@ -98,7 +98,9 @@ func (c *Core) attempt(now time.Time) {
 		for _, n := range cands {
 			ch.probed[n.Name] = true
 		}
-		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands} })
+		pairs := c.unmeasured(now, cands)
+		c.probeLinks(now, pairs)
+		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs} })
 		return
 	}
 	c.startStages(now)
@@ -122,7 +124,10 @@ func (c *Core) startStages(now time.Time) {
 	for k, sp := range plan.Stages {
 		addrs[k] = c.known[sp.Node].ActorAddr
 	}
-	c.issue(now, opStart, func(op Op) Action { return StartStages{Op: op, Gen: gen, Plan: plan, Addrs: addrs, Sources: sources} })
+	rates := c.stepRates()
+	c.issue(now, opStart, func(op Op) Action {
+		return StartStages{Op: op, Gen: gen, Plan: plan, Addrs: addrs, Sources: sources, Rates: rates}
+	})
 }
 
 // changeOutcome follows the outcome of a change's operation.
@@ -139,6 +144,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		c.attempt(now)
 	case opProbe:
 		e := ev.(Probed)
+		c.probed(now, e.Links)
 		if len(e.Live) == 0 {
 			c.changeFailed(now, errors.New("no live node"))
 			return
@@ -358,6 +364,10 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		}
 		r.Trigger = TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
+		if l := c.changedLink(); l != "" {
+			r.Trigger = TriggerLinks
+			r.Reason = fmt.Sprintf("measured links (%s): predicted step %.1f ms -> %.1f ms", l, r.BeforeMS, r.AfterMS)
+		}
 		if n := c.newNode(res.Plan); n != "" {
 			r.Trigger = TriggerJoined
 			r.Reason = fmt.Sprintf("node %s joined: predicted step %.1f ms -> %.1f ms", n, r.BeforeMS, r.AfterMS)

@@ -47,6 +47,9 @@ type Config struct {
 	// takeover rather than a start.
 	Takeover bool
 	Logger   *slog.Logger
+	// Self is the node the driver runs on, which sends the stages their
+	// inputs.
+	Self string
 	// Now is when the job was submitted.
 	Now time.Time
 }
@@ -97,6 +100,9 @@ type Core struct {
 	members map[string]NodeInfo
 	known   map[string]NodeInfo
 	speed   map[string]float64
+	links   map[[2]string]*linkState // by sending and receiving node
+	// probeSpent is the time spent probing links while training.
+	probeSpent time.Duration
 
 	// Progress: the next step, what the result has accumulated, the
 	// latest cut, every step's duration, the training time (recoveries
@@ -148,6 +154,7 @@ const (
 	opCut      // a periodic cut
 	opEvaluate // a cut with the test accuracy, at an epoch's end or the job's
 	opProbe
+	opMeasure // probing links while training
 	opStart
 	opLoad
 	opChangeCut // the cut a change through a cut starts with
@@ -171,7 +178,7 @@ func NewCore(cfg Config) (*Core, error) {
 		cfg.StepTimeout = 10 * time.Minute
 	}
 	c := &Core{cfg: cfg, job: j, spec: j.Spec, log: cfg.Logger.With("job", j.Spec.ID), members: map[string]NodeInfo{},
-		known: map[string]NodeInfo{}, speed: map[string]float64{}, inPlan: map[string]bool{}, persisting: -1, step: stepTraining}
+		known: map[string]NodeInfo{}, speed: map[string]float64{}, links: map[[2]string]*linkState{}, inPlan: map[string]bool{}, persisting: -1, step: stepTraining}
 	for _, n := range cfg.Nodes {
 		c.members[n.Name] = n
 	}
@@ -210,7 +217,11 @@ func (c *Core) Start(now time.Time) {
 	if c.cfg.Takeover {
 		trigger = TriggerTakeover
 	}
-	c.changePlan(now, &change{trigger: trigger, source: sourceCut, res: &balance.Result{Plan: c.plan, Report: c.report, Spec: c.text}, cl: c.cl})
+	ch := &change{trigger: trigger, source: sourceCut, res: &balance.Result{Plan: c.plan, Report: c.report, Spec: c.text}, cl: c.cl}
+	if len(c.unmeasured(now, c.candidates())) > 0 {
+		ch.res, ch.cl = nil, nil // plan once the links are measured
+	}
+	c.changePlan(now, ch)
 }
 
 // Ready returns the operations to carry out, in order, and forgets them.
@@ -299,6 +310,10 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 		c.stepFinished(now, e)
 	case CutTaken:
 		c.cutTaken(now, c.waitFor, e)
+	case Probed:
+		c.probeSpent += now.Sub(c.opStart)
+		c.probed(now, e.Links)
+		c.boundary(now)
 	}
 }
 
@@ -387,13 +402,19 @@ func (c *Core) boundary(now time.Time) {
 		c.takeCut(now, opCut)
 		return
 	}
+	if pairs := c.probeDue(now); len(pairs) > 0 {
+		cands := c.candidates()
+		c.probeLinks(now, pairs)
+		c.issue(now, opMeasure, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs} })
+		return
+	}
 	c.runStep(now)
 }
 
 func (c *Core) runStep(now time.Time) {
 	g := c.g
 	c.issue(now, opStep, func(op Op) Action {
-		return RunStep{Op: op, Gen: c.running, Step: g, LR: c.job.LR.At(g), Timeout: stepTimeout(c.steps, c.cfg.StepTimeout)}
+		return RunStep{Op: op, Gen: c.running, Step: g, LR: c.job.LR.At(g), Timeout: stepTimeout(c.steps, c.cfg.StepTimeout), Rates: c.stepRates()}
 	})
 }
 
@@ -430,6 +451,8 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	c.g++
 	c.recordStep(e.Loss, e.Timings)
 	c.observe(e.Timings)
+	c.observeLinks(now, e.Timings, e.Feeds)
+	c.status.Links = c.linkStatus()
 	if c.maybeRebalance(now) {
 		return
 	}
@@ -652,6 +675,7 @@ func (c *Core) clusterOf(nodes []NodeInfo) *balance.Cluster {
 		}
 		cl.Nodes = append(cl.Nodes, np)
 	}
+	cl.Links = c.clusterLinks(cl.Nodes)
 	return cl
 }
 
@@ -697,6 +721,9 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 // ends.
 func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan) {
 	c.plan, c.report, c.text, c.cl = res.Plan, res.Report, res.Spec, cl
+	for _, l := range c.links {
+		l.planChanged = false
+	}
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
 	c.status.Stages = nil

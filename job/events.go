@@ -18,10 +18,12 @@ type Event interface{ event() }
 
 // Outcomes of operations.
 type (
-	// Probed answers [Probe]: the candidates that answered.
+	// Probed answers [Probe]: the candidates that answered, and the
+	// links measured.
 	Probed struct {
-		Op   Op
-		Live []NodeInfo
+		Op    Op
+		Live  []NodeInfo
+		Links []LinkMeasure
 	}
 	// StagesStarted answers [StartStages]: Params are the trainable
 	// parameters of each stage.
@@ -38,13 +40,15 @@ type (
 		Err   error
 	}
 	// StepFinished answers [RunStep]: the step's mean loss and correct
-	// predictions (from the loss stage), and each stage's timings.
+	// predictions (from the loss stage), each stage's timings, and what
+	// the coordinator sent to the stages.
 	StepFinished struct {
 		Op      Op
 		Loss    float64
 		Correct int64
 		Seen    int64
 		Timings []StageTiming
+		Feeds   []LinkSent
 		Err     error
 	}
 	// CutTaken answers [TakeCut] once the stages' state is gathered: with
@@ -98,6 +102,33 @@ type StageTiming struct {
 	// CapacityGFLOPS is the GEMM speed its node's CPU limit allows now (0:
 	// no limit).
 	CapacityGFLOPS float64
+	// Links is what it sent to each peer stage, by kind.
+	Links []LinkSent
+}
+
+// LinkSent is what a sender put on its link to one peer during a step, of
+// one kind of tensor, as the link counted it.
+type LinkSent struct {
+	// Peer is the receiving stage (balance.Coordinator: the coordinator).
+	Peer int
+	// Kind is activation, gradient, input or weights; Codec that of the
+	// last frame.
+	Kind, Codec string
+	Frames      int64
+	// RawBytes is what raw frames would have been, WireBytes what was
+	// written.
+	RawBytes, WireBytes int64
+	// Encode is the time spent encoding, Write in the connection's writes
+	// (waiting for the link once its buffers are full), Sample choosing
+	// codecs.
+	Encode, Write, Sample time.Duration
+}
+
+// LinkMeasure is a probe of the link from one node to another.
+type LinkMeasure struct {
+	From, To    string
+	BytesPerSec float64
+	RTT         time.Duration
 }
 
 // Moved is what a direct move sent.
@@ -114,21 +145,26 @@ type Moved struct {
 type Action interface{ action() }
 
 type (
-	// Probe asks which of Nodes answer. Answer: [Probed].
+	// Probe asks which of Nodes answer, and measures the links between
+	// the pairs of Links (From, To: node names) that answer. Answer:
+	// [Probed].
 	Probe struct {
 		Op    Op
 		Nodes []NodeInfo
+		Links [][2]string
 	}
 	// StartStages spawns, sets up and connects the stages of Plan under
 	// generation Gen, stage k on the node at actor address Addrs[k].
 	// Sources, for a direct move, say where each stage's layers' state
-	// will come from (the stages listen for it). Answer: [StagesStarted].
+	// will come from (the stages listen for it). Rates are the links'
+	// speeds, as in RunStep. Answer: [StagesStarted].
 	StartStages struct {
 		Op      Op
 		Gen     uint64
 		Plan    *balance.Plan
 		Addrs   []string
 		Sources [][]StateSource
+		Rates   map[[2]int]float64
 	}
 	// Restore loads the latest cut, the state after Step steps, into the
 	// stages of generation Gen. Answer: [StateLoaded].
@@ -148,7 +184,9 @@ type (
 		Sources [][]StateSource
 	}
 	// RunStep runs step Step on the stages of generation Gen at learning
-	// rate LR; a step not done within Timeout fails. Answer:
+	// rate LR; a step not done within Timeout fails. Rates are the speeds
+	// (bytes/s) of the links between stages (balance.Coordinator: the
+	// coordinator), by sender and receiver, for their codecs. Answer:
 	// [StepFinished].
 	RunStep struct {
 		Op      Op
@@ -156,6 +194,7 @@ type (
 		Step    int
 		LR      float64
 		Timeout time.Duration
+		Rates   map[[2]int]float64
 	}
 	// TakeCut gathers the state of the stages of generation Gen after Step
 	// steps into the latest cut, with the progress so far; if the job's

@@ -13,6 +13,7 @@ import (
 	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // Spec is what a user asks for: a model, a data set and the training
@@ -73,6 +74,25 @@ type Spec struct {
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
+	// Wire is "" (lossless: each link picks its codec for its rate and
+	// what it carries), "raw" (no compression), or a lossy format for the
+	// activations and gradients between stages: "bf16" or "int8" (a scale
+	// per 64 values). Inputs, state moves and checkpoints stay lossless.
+	Wire string `json:"wire,omitempty"`
+	// NoProbe plans every link as balance.DefaultLink (1 Gbit/s) without
+	// measuring any.
+	NoProbe bool `json:"no_probe,omitempty"`
+}
+
+// AutoCodecs reports whether links choose their lossless codecs.
+func (s Spec) AutoCodecs() bool { return s.Wire != "raw" }
+
+// WireCodec is the lossy codec of Wire, or raw for none.
+func (s Spec) WireCodec() tensorio.Codec {
+	if c, err := tensorio.ParseCodec(s.Wire); err == nil && !c.Lossless() {
+		return c
+	}
+	return tensorio.CodecRaw
 }
 
 // DefaultSpec returns the defaults of `ppnode train`.
@@ -165,6 +185,14 @@ func (s *Spec) Normalize() error {
 	}
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
 		return specErr("%v", err)
+	}
+	switch s.Wire {
+	case "", "raw", "bf16", "int8":
+	default:
+		return specErr("unknown wire format %q (have raw, bf16, int8; none: lossless, chosen per link)", s.Wire)
+	}
+	if s.WireCodec() != tensorio.CodecRaw && s.Deterministic {
+		return specErr("wire format %s is lossy: a deterministic run would not give the weights of --local", s.Wire)
 	}
 	if s.Deterministic && s.Backend != "" && s.Backend != "gonum" {
 		return specErr("backend %q is not deterministic; --deterministic uses gonum", s.Backend)

@@ -11,6 +11,9 @@ type NodeInfo struct {
 	GFLOPS    float64 `json:"gflops,omitempty"`
 	Memory    int64   `json:"memory_bytes,omitempty"`
 	Threads   int     `json:"threads,omitempty"`
+	// ProbeAddr is where the node answers link probes (empty: it does
+	// not).
+	ProbeAddr string `json:"probe_addr,omitempty"`
 }
 
 // State is where a job is in its life.
@@ -66,6 +69,41 @@ type Status struct {
 	CutCostMS       float64    `json:"cut_cost_ms,omitempty"`
 	Recoveries      []Recovery `json:"recoveries,omitempty"`
 	Replans         []Replan   `json:"replans,omitempty"`
+	// Links are the links between the job's nodes as it measured them,
+	// those that carried its tensors first.
+	Links []LinkStatus `json:"links,omitempty"`
+}
+
+// LinkStatus is one directed link between two nodes.
+type LinkStatus struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// MbitPerSec and RTTMS are the link's speed and round trip as the
+	// planner uses them; Source says where they come from: "probe" (at
+	// ProbedAt) or "default" (not measured).
+	MbitPerSec float64   `json:"mbit_per_s"`
+	RTTMS      float64   `json:"rtt_ms"`
+	Source     string    `json:"source"`
+	ProbedAt   time.Time `json:"probed_at,omitzero"`
+	// TrafficMbitPerSec is the last bound from the traffic: bytes over
+	// the time the senders waited for the link (or for the receiver).
+	TrafficMbitPerSec float64 `json:"traffic_mbit_per_s,omitempty"`
+	// WireBytes is what the job sent over it.
+	WireBytes int64      `json:"wire_bytes"`
+	Kinds     []LinkKind `json:"kinds,omitempty"`
+}
+
+// LinkKind is what a link carried of one kind of tensor.
+type LinkKind struct {
+	Kind  string `json:"kind"`
+	Codec string `json:"codec"` // the current one
+	// Ratio is raw bytes over wire bytes (above 1: compressed).
+	Ratio     float64 `json:"ratio"`
+	Frames    int64   `json:"frames"`
+	RawBytes  int64   `json:"raw_bytes"`
+	WireBytes int64   `json:"wire_bytes"`
+	EncodeMS  float64 `json:"encode_ms"`
+	SampleMS  float64 `json:"sample_ms,omitempty"`
 }
 
 // StageStatus is one stage of a running job.
@@ -115,6 +153,7 @@ const (
 	TriggerTakeover  Trigger = "takeover"  // a successor resumes a job whose coordinator died
 	TriggerFailure   Trigger = "failure"   // a node of the plan failed, or a step did
 	TriggerSpeeds    Trigger = "speeds"    // the measured speeds
+	TriggerLinks     Trigger = "links"     // the measured links
 	TriggerJoined    Trigger = "joined"    // a node that joined makes a better plan
 	TriggerLeaving   Trigger = "leaving"   // a node of the plan is leaving
 	TriggerRequested Trigger = "requested" // a user asked for another partition
@@ -124,7 +163,7 @@ const (
 type Replan struct {
 	Step    int     `json:"step"`
 	Reason  string  `json:"reason"`
-	Trigger Trigger `json:"trigger"` // speeds, joined, leaving or requested
+	Trigger Trigger `json:"trigger"` // speeds, links, joined, leaving or requested
 	// Gain is the predicted fraction of step time saved; BeforeMS and
 	// AfterMS the predicted step times at the measured speeds.
 	Gain     float64 `json:"gain"`

@@ -25,6 +25,7 @@ import (
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -101,6 +102,8 @@ type Agent struct {
 	limitAt     time.Time
 	sys         *actors.System
 	dp          *dataplane.TCP
+	probe       *linkprobe.Server
+	probeMu     sync.Mutex // one link probe from this node at a time
 	host        *actors.StageHost
 	node        *cluster.Node
 	store       *tensorio.Store
@@ -222,6 +225,9 @@ func Start(cfg Config) (a *Agent, err error) {
 			if self.sys != nil {
 				self.sys.Stop()
 			}
+			if self.probe != nil {
+				self.probe.Close()
+			}
 			if self.dirLock != nil {
 				self.dirLock.Close()
 			}
@@ -247,6 +253,13 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a.dp = &dataplane.TCP{Host: dataHost}
+	probeHost := dataHost
+	if probeHost == "" {
+		probeHost = "127.0.0.1" // as the data plane
+	}
+	if a.probe, err = linkprobe.Listen(probeHost); err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
 	a.host = host
 	a.sys, err = actors.Start(actors.Config{
@@ -261,7 +274,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	if a.httpLn, err = net.Listen("tcp", cfg.HTTP); err != nil {
 		return nil, fmt.Errorf("nodes: HTTP: %w", err)
 	}
-	tags := map[string]string{tagHTTP: a.httpLn.Addr().String()}
+	tags := map[string]string{tagHTTP: a.httpLn.Addr().String(), tagProbe: a.probe.Addr()}
 	if a.store != nil {
 		tags[tagStore] = "1"
 	}
@@ -312,6 +325,7 @@ func (a *Agent) answers(ctx context.Context, m cluster.Member) error {
 const (
 	tagHTTP  = "http"  // the HTTP API's host:port
 	tagStore = "store" // "1": the node keeps checkpoints (it can hold cuts)
+	tagProbe = "probe" // the link probe server's host:port (linkprobe)
 )
 
 // watch follows the membership: members that fail or leave have their
@@ -407,6 +421,7 @@ func (a *Agent) nodeInfos() []job.NodeInfo {
 		out = append(out, job.NodeInfo{
 			Name: m.Name, ActorAddr: m.Meta.ActorAddr, GFLOPS: m.Meta.Profile.GEMMGFLOPS,
 			Memory: int64(min(m.Meta.Profile.MemoryBytes, 1<<62)), Threads: m.Meta.Profile.Threads,
+			ProbeAddr: m.Meta.Tags[tagProbe],
 		})
 	}
 	return out
@@ -500,6 +515,7 @@ func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64, takeo
 	return actors.CoordinatorConfig{
 		Control: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), Store: a.store, Replicate: a.replicate,
 		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen, Takeover: takeover,
+		Self: a.cfg.Name, Links: a,
 	}
 }
 
@@ -821,6 +837,7 @@ func (a *Agent) stop(leaving bool, leave func() error) error {
 			cancel()
 		}
 		a.sys.Stop()
+		a.probe.Close()
 		a.loops.Wait()
 		if a.dirLock != nil {
 			a.dirLock.Close() // releases the data dir

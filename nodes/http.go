@@ -60,6 +60,7 @@ func (a *Agent) handler() http.Handler {
 		writeJSON(w, http.StatusAccepted, st)
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.postReplan)
+	mux.HandleFunc("POST /v1/links/probe", a.postLinkProbe)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
 		for i := range st.Jobs {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -155,6 +157,7 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 					s.ForwardMS, s.BackwardMS, s.UpdateMS, s.WaitMS)
 			}
 			tw.Flush()
+			printLinks(w, j.Links)
 		}
 	}
 	if njobs == 0 {
@@ -177,3 +180,24 @@ func gib(b uint64) string {
 	}
 	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 }
+
+// printLinks prints a job's link table: rate and round trip as planned,
+// then per kind of tensor the codec, its ratio and the bytes sent.
+func printLinks(w io.Writer, links []job.LinkStatus) {
+	if len(links) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "  LINK\tRATE\tRTT\tSOURCE\tSENT\tCODECS (ratio)\n")
+	for _, l := range links {
+		var codecs []string
+		for _, k := range l.Kinds {
+			codecs = append(codecs, fmt.Sprintf("%s %s (%.2f)", k.Kind, k.Codec, k.Ratio))
+		}
+		fmt.Fprintf(tw, "  %s->%s\t%.0f Mbit/s\t%.2f ms\t%s\t%s\t%s\n", l.From, l.To, l.MbitPerSec, l.RTTMS, l.Source,
+			mb(l.WireBytes), strings.Join(codecs, ", "))
+	}
+	tw.Flush()
+}
+
+func mb(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }

@@ -27,6 +27,8 @@ type clusterFlags struct {
 	ckptEvery int
 	replicas  int
 	fixed     bool
+	wire      string
+	noProbe   bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -37,6 +39,8 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its cost, ~2% of the time)")
 	fs.IntVar(&c.replicas, "replicas", job.DefaultReplicas, fmt.Sprintf("copies of each consistent cut and of the job's record, the coordinator's own included (1 to %d); with 2 or more the job survives the loss of its coordinator's node", job.MaxReplicas))
 	fs.BoolVar(&c.fixed, "no-rebalance", false, "keep the first plan (otherwise an automatic plan follows measured speeds, joins and leaves)")
+	fs.StringVar(&c.wire, "wire", "", "activations and gradients between stages: lossless, each link choosing its codec (default); raw (uncompressed); or lossy bf16 or int8 (not with --deterministic)")
+	fs.BoolVar(&c.noProbe, "no-probe", false, "plan every link as 1 Gbit/s instead of measuring the links")
 }
 
 func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.Writer) error {
@@ -57,6 +61,7 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	}
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
+	spec.Wire, spec.NoProbe = c.wire, c.noProbe
 	_, err := followJob(c.via, spec, f.json, stdout, stderr)
 	if errors.Is(err, job.ErrSpec) {
 		return usageError{err}

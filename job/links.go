@@ -1,0 +1,328 @@
+package job
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+)
+
+// The network as the core knows it (issue 16): every link between two
+// nodes that a plan uses or may use is probed when its nodes become
+// candidates (a Probe action at a plan change, or at a step boundary for
+// a node that joined). While the job trains, the frames the stages send
+// tell how long the link made them wait: a sender that waited w seconds
+// in its writes for b bytes saw the path carry at most b/w. When that
+// bound stays well below the planned rate (another program shares the
+// link), or well above it, the link is probed again at a step boundary:
+// the bound alone cannot tell a slow link from a receiver starved of CPU.
+// Probes while training are bounded to a small share of the training
+// time. The measured rates reach the planner the way measured node speeds
+// do.
+
+// Link-tracking constants.
+const (
+	// passiveBytes is the traffic a passive bound needs (smaller samples
+	// are dominated by the sockets' buffers).
+	passiveBytes = 512 << 10
+	// linkSlower and linkFaster are the factors by which the traffic's
+	// bound must stay below, or rise above, the planned rate for
+	// linkStreak bounds in a row to probe the link again.
+	linkSlower = 0.5
+	linkFaster = 1.5
+	linkStreak = 2
+	// reprobeAfter is the least time between two probes of a link, and
+	// probeShare (of the training time, plus probeAllowance) bounds the
+	// time spent probing while training.
+	reprobeAfter   = 5 * time.Second
+	probeShare     = 0.005
+	probeAllowance = time.Second
+	// loopbackRate is the planned speed between stages of one node.
+	loopbackRate = 10e9
+)
+
+// linkState is one directed link between two nodes.
+type linkState struct {
+	rate, rtt float64 // bytes/s and seconds, as planned
+	// source: "probe" once measured.
+	source   string
+	probedAt time.Time
+	// The passive estimate: bytes and write time accumulated until
+	// passiveBytes, the streaks of low and high bounds.
+	accBytes     int64
+	accWrite     time.Duration
+	slow, fast   int
+	bound        float64 // the last bound
+	kinds        map[string]*kindSent
+	reprobe     bool      // probe it again at the next boundary
+	tried       time.Time // the last probe asked for
+	planChanged bool      // its rate changed since the plan was made
+}
+
+// kindSent totals what a link carried of one kind.
+type kindSent struct {
+	codec            string
+	frames, raw, wire int64
+	encode, sample   time.Duration
+}
+
+func (c *Core) link(from, to string) *linkState {
+	k := [2]string{from, to}
+	l := c.links[k]
+	if l == nil {
+		l = &linkState{kinds: map[string]*kindSent{}}
+		c.links[k] = l
+	}
+	return l
+}
+
+// linkRate is the planned speed of the link from one node to another:
+// measured, or the default link's.
+func (c *Core) linkRate(from, to string) float64 {
+	if from == to {
+		return loopbackRate
+	}
+	if l := c.links[[2]string{from, to}]; l != nil && l.rate > 0 {
+		return l.rate
+	}
+	return balance.DefaultLink.Bandwidth
+}
+
+// unmeasured lists the links between the nodes that have no measurement,
+// or that traffic asked to probe again, and were not asked for within
+// reprobeAfter (a node that does not answer probes is not asked at every
+// step).
+func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
+	if c.spec.NoProbe {
+		return nil
+	}
+	names := []string{}
+	for _, n := range nodes {
+		if n.ProbeAddr != "" {
+			names = append(names, n.Name)
+		}
+	}
+	var out [][2]string
+	for _, a := range names {
+		for _, b := range names {
+			if a == b {
+				continue
+			}
+			l := c.links[[2]string{a, b}]
+			if l != nil && l.source != "" && !l.reprobe || l != nil && !l.tried.IsZero() && now.Sub(l.tried) < reprobeAfter {
+				continue
+			}
+			out = append(out, [2]string{a, b})
+		}
+	}
+	return out
+}
+
+// probeDue returns the links to probe at this boundary while training:
+// those never measured, and those traffic asked for if the budget allows.
+func (c *Core) probeDue(now time.Time) [][2]string {
+	pairs := c.unmeasured(now, c.candidates())
+	if c.probeSpent > probeAllowance+time.Duration(probeShare*float64(c.run)) {
+		pairs = slices.DeleteFunc(pairs, func(p [2]string) bool {
+			l := c.links[p]
+			return l != nil && l.source != ""
+		})
+	}
+	return pairs
+}
+
+// probeLinks asks for the probe of links: they count as tried.
+func (c *Core) probeLinks(now time.Time, pairs [][2]string) {
+	for _, p := range pairs {
+		c.link(p[0], p[1]).tried = now
+	}
+}
+
+// probed records link measurements.
+func (c *Core) probed(now time.Time, ms []LinkMeasure) {
+	for _, m := range ms {
+		if !(m.BytesPerSec > 0) {
+			continue
+		}
+		l := c.link(m.From, m.To)
+		if l.source != "" && changedRate(l.rate, m.BytesPerSec) {
+			l.planChanged = true
+		}
+		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
+		l.reprobe, l.slow, l.fast, l.accBytes, l.accWrite = false, 0, 0, 0, 0
+		c.log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
+	}
+}
+
+func changedRate(old, v float64) bool { return v < linkSlower*old || v > linkFaster*old }
+
+func ms64(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// stageNode is the node of stage k of the current plan (the coordinator's
+// for balance.Coordinator).
+func (c *Core) stageNode(k int) (string, bool) {
+	if k == balance.Coordinator {
+		return c.cfg.Self, c.cfg.Self != ""
+	}
+	if k < 0 || k >= len(c.plan.Stages) {
+		return "", false
+	}
+	return c.plan.Stages[k].Node, true
+}
+
+// observeLinks accounts a step's traffic to its links and checks their
+// passive bounds.
+func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSent) {
+	type sent struct {
+		bytes int64
+		write time.Duration
+	}
+	step := map[[2]string]*sent{}
+	add := func(from int, ls []LinkSent) {
+		src, ok := c.stageNode(from)
+		if !ok {
+			return
+		}
+		for _, s := range ls {
+			dst, ok := c.stageNode(s.Peer)
+			if !ok || dst == src {
+				continue
+			}
+			l := c.link(src, dst)
+			ks := l.kinds[s.Kind]
+			if ks == nil {
+				ks = &kindSent{}
+				l.kinds[s.Kind] = ks
+			}
+			ks.codec = s.Codec
+			ks.frames += s.Frames
+			ks.raw += s.RawBytes
+			ks.wire += s.WireBytes
+			ks.encode += s.Encode
+			ks.sample += s.Sample
+			k := [2]string{src, dst}
+			if step[k] == nil {
+				step[k] = &sent{}
+			}
+			step[k].bytes += s.WireBytes
+			step[k].write += s.Write
+		}
+	}
+	for k, t := range timings {
+		add(k, t.Links)
+	}
+	add(balance.Coordinator, feeds)
+	for k, s := range step {
+		l := c.links[k]
+		l.accBytes += s.bytes
+		l.accWrite += s.write
+		if l.accBytes < passiveBytes {
+			continue
+		}
+		bound := float64(l.accBytes) / max(l.accWrite.Seconds(), 1e-9)
+		l.accBytes, l.accWrite, l.bound = 0, 0, bound
+		rate := c.linkRate(k[0], k[1])
+		switch {
+		case bound < linkSlower*rate:
+			l.slow, l.fast = l.slow+1, 0
+		case bound > linkFaster*rate:
+			l.fast, l.slow = l.fast+1, 0
+		default:
+			l.slow, l.fast = 0, 0
+		}
+		if (l.slow >= linkStreak || l.fast >= linkStreak) && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter {
+			c.log.Info("traffic disagrees with a link's rate: probing it again", "from", k[0], "to", k[1],
+				"planned_mbit_s", rate*8/1e6, "traffic_bound_mbit_s", bound*8/1e6)
+			l.reprobe, l.slow, l.fast = true, 0, 0
+		}
+	}
+}
+
+// changedLink names a link whose planned rate changed since the plan was
+// made ("a->b: 1000 -> 50 Mbit/s"), or "".
+func (c *Core) changedLink() string {
+	for _, k := range slices.SortedFunc(maps.Keys(c.links), cmpPair) {
+		if l := c.links[k]; l.planChanged {
+			return fmt.Sprintf("%s->%s now %.0f Mbit/s", k[0], k[1], l.rate*8/1e6)
+		}
+	}
+	return ""
+}
+
+func cmpPair(a, b [2]string) int {
+	if r := strings.Compare(a[0], b[0]); r != 0 {
+		return r
+	}
+	return strings.Compare(a[1], b[1])
+}
+
+// stepRates are the planned speeds of the current plan's links, by sender
+// and receiver stage, the coordinator's included.
+func (c *Core) stepRates() map[[2]int]float64 {
+	rates := map[[2]int]float64{}
+	S := len(c.plan.Stages)
+	for from := balance.Coordinator; from < S; from++ {
+		for to := balance.Coordinator; to < S; to++ {
+			if from == to {
+				continue
+			}
+			a, ok1 := c.stageNode(from)
+			b, ok2 := c.stageNode(to)
+			if ok1 && ok2 {
+				rates[[2]int{from, to}] = c.linkRate(a, b)
+			}
+		}
+	}
+	return rates
+}
+
+// clusterLinks are the measured links between the nodes, for the planner.
+func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
+	var out []balance.LinkProfile
+	for _, a := range nodes {
+		for _, b := range nodes {
+			l := c.links[[2]string{a.Name, b.Name}]
+			if a.Name == b.Name || l == nil || l.source == "" {
+				continue
+			}
+			out = append(out, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: l.rate, Latency: l.rtt / 2})
+		}
+	}
+	return out
+}
+
+// linkStatus describes the links the job knows, sorted.
+func (c *Core) linkStatus() []LinkStatus {
+	keys := slices.SortedFunc(maps.Keys(c.links), cmpPair)
+	var out []LinkStatus
+	for _, k := range keys {
+		l := c.links[k]
+		ls := LinkStatus{From: k[0], To: k[1], MbitPerSec: l.rate * 8 / 1e6, RTTMS: l.rtt * 1e3, Source: l.source}
+		if l.source == "" {
+			ls.MbitPerSec, ls.Source = balance.DefaultLink.Bandwidth*8/1e6, "default"
+		}
+		if l.bound > 0 {
+			ls.TrafficMbitPerSec = l.bound * 8 / 1e6
+		}
+		if !l.probedAt.IsZero() {
+			ls.ProbedAt = l.probedAt
+		}
+		for _, kind := range slices.Sorted(maps.Keys(l.kinds)) {
+			ks := l.kinds[kind]
+			ratio := 0.0
+			if ks.wire > 0 {
+				ratio = float64(ks.raw) / float64(ks.wire)
+			}
+			ls.Kinds = append(ls.Kinds, LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
+				RawBytes: ks.raw, WireBytes: ks.wire, EncodeMS: ms(ks.encode), SampleMS: ms(ks.sample)})
+			ls.WireBytes += ks.wire
+		}
+		out = append(out, ls)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].WireBytes > 0 && out[j].WireBytes == 0 })
+	return out
+}

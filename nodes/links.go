@@ -1,0 +1,108 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/linkprobe"
+)
+
+// Link probes (issue 16): every node answers probes on its data-plane
+// host (gossip tag "probe"); a coordinator measures the link from node a
+// to node b by asking a, through POST /v1/links/probe, to probe b.
+
+// LinkProbeRequest asks a node to probe its link to the member To (a node
+// name: the API probes members only).
+type LinkProbeRequest struct {
+	To string `json:"to"`
+}
+
+// LinkProbeReply is a link's measurement.
+type LinkProbeReply struct {
+	From        string  `json:"from"`
+	To          string  `json:"to"`
+	BytesPerSec float64 `json:"bytes_per_s"`
+	RTTMS       float64 `json:"rtt_ms"`
+	TookMS      float64 `json:"took_ms"`
+}
+
+var errNotProbeable = errors.New("nodes: bad link probe")
+
+// linkProbeTimeout bounds one probe (about 0.3 s on a working link).
+const linkProbeTimeout = 20 * time.Second
+
+// ProbeLink measures this node's link to the member called to.
+func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error) {
+	var addr string
+	for _, n := range a.nodeInfos() {
+		if n.Name == to {
+			addr = n.ProbeAddr
+		}
+	}
+	if addr == "" || to == a.cfg.Name {
+		return LinkProbeReply{}, fmt.Errorf("%w: %q is not another live member that answers probes", errNotProbeable, to)
+	}
+	a.probeMu.Lock()
+	defer a.probeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, linkProbeTimeout)
+	defer cancel()
+	r, err := linkprobe.Measure(ctx, addr, linkprobe.Options{})
+	if err != nil {
+		return LinkProbeReply{}, err
+	}
+	a.log.Debug("nodes: link probed", "to", to, "mbit_s", r.BytesPerSec*8/1e6, "rtt", r.RTT, "took", r.Took)
+	return LinkProbeReply{From: a.cfg.Name, To: to, BytesPerSec: r.BytesPerSec, RTTMS: ms(r.RTT), TookMS: ms(r.Took)}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// MeasureLink measures the link from one member to another: here, or by
+// asking from (actors.LinkProber).
+func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo) (job.LinkMeasure, error) {
+	var r LinkProbeReply
+	var err error
+	if from.Name == a.cfg.Name {
+		r, err = a.ProbeLink(ctx, to.Name)
+	} else {
+		a.mu.Lock()
+		addr := a.httpOf[from.Name]
+		a.mu.Unlock()
+		if addr == "" {
+			return job.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
+		}
+		r, err = NewClient(addr).ProbeLink(ctx, to.Name)
+	}
+	if err != nil {
+		return job.LinkMeasure{}, err
+	}
+	return job.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}, nil
+}
+
+func (a *Agent) postLinkProbe(w http.ResponseWriter, r *http.Request) {
+	var req LinkProbeRequest
+	if !decodeJSON(w, r, &req, errNotProbeable) {
+		return
+	}
+	rep, err := a.ProbeLink(r.Context(), req.To)
+	if err != nil {
+		code := http.StatusBadGateway
+		if errors.Is(err, errNotProbeable) {
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// ProbeLink asks the node to measure its link to the member to (POST
+// /v1/links/probe).
+func (c *Client) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error) {
+	var rep LinkProbeReply
+	err := c.do(ctx, http.MethodPost, "/v1/links/probe", LinkProbeRequest{To: to}, &rep)
+	return rep, err
+}

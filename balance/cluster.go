@@ -25,11 +25,50 @@ type NodeProfile struct {
 
 // LinkProfile is the link from one node to another: a transfer of n bytes
 // occupies it for n/Bandwidth seconds and arrives Latency seconds later.
+// Act and Grad, if set, price the codecs of the activations and
+// gradients sent over it.
 type LinkProfile struct {
-	From      string  `json:"from,omitempty"`
-	To        string  `json:"to,omitempty"`
-	Bandwidth float64 `json:"bytes_per_s"`
-	Latency   float64 `json:"latency_s"`
+	From      string    `json:"from,omitempty"`
+	To        string    `json:"to,omitempty"`
+	Bandwidth float64   `json:"bytes_per_s"`
+	Latency   float64   `json:"latency_s"`
+	Act       *WireCost `json:"act,omitempty"`
+	Grad      *WireCost `json:"grad,omitempty"`
+}
+
+// WireCost is what a codec makes of a transfer of n raw bytes: n·Ratio
+// bytes on the link, and n·Seconds of encoding and decoding.
+type WireCost struct {
+	Ratio   float64 `json:"ratio"`
+	Seconds float64 `json:"s_per_byte"`
+}
+
+func (w *WireCost) valid() bool {
+	return w == nil || w.Ratio > 0 && w.Ratio <= 2 && w.Seconds >= 0 && w.Seconds < 1
+}
+
+// occupies is how long n raw bytes occupy the link.
+func (l LinkProfile) occupies(n float64, grad bool) float64 {
+	w := l.Act
+	if grad {
+		w = l.Grad
+	}
+	if w == nil {
+		return n / l.Bandwidth
+	}
+	return n*w.Seconds + n*w.Ratio/l.Bandwidth
+}
+
+// wire is the bytes n raw bytes take on the link.
+func (l LinkProfile) wire(n float64, grad bool) float64 {
+	w := l.Act
+	if grad {
+		w = l.Grad
+	}
+	if w == nil {
+		return n
+	}
+	return n * w.Ratio
 }
 
 // Cluster is the machines a plan may use and the links between them.
@@ -61,7 +100,7 @@ func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 	if n.def.Bandwidth == 0 {
 		n.def = DefaultLink
 	}
-	if !(n.def.Bandwidth > 0) || !(n.def.Latency >= 0) || math.IsInf(n.def.Bandwidth, 0) {
+	if !(n.def.Bandwidth > 0) || !(n.def.Latency >= 0) || math.IsInf(n.def.Bandwidth, 0) || !n.def.Act.valid() || !n.def.Grad.valid() {
 		return nil, fmt.Errorf("%w: default link %+v", ErrCluster, c.DefaultLink)
 	}
 	for _, nd := range c.Nodes {
@@ -95,6 +134,9 @@ func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 		if !(l.Bandwidth > 0) || !(l.Latency >= 0) || math.IsInf(l.Bandwidth, 0) {
 			return nil, fmt.Errorf("%w: link %s->%s has bandwidth %v, latency %v", ErrCluster, l.From, l.To, l.Bandwidth, l.Latency)
 		}
+		if !l.Act.valid() || !l.Grad.valid() {
+			return nil, fmt.Errorf("%w: link %s->%s has wire costs %+v, %+v", ErrCluster, l.From, l.To, l.Act, l.Grad)
+		}
 		n.links[[2]int{i, j}] = l
 	}
 	for k, l := range n.links {
@@ -112,13 +154,14 @@ func (n *network) link(from, to int) LinkProfile {
 	return n.def
 }
 
-// transfer is the time to move bytes from node i to node j (0 for none).
-func (n *network) transfer(from, to int, bytes float64) float64 {
+// transfer is the time to move bytes of activations (or gradients) from
+// node i to node j (0 for none).
+func (n *network) transfer(from, to int, bytes float64, grad bool) float64 {
 	if bytes <= 0 {
 		return 0
 	}
 	l := n.link(from, to)
-	return bytes/l.Bandwidth + l.Latency
+	return l.occupies(bytes, grad) + l.Latency
 }
 
 // ParseNodes reads "a=1.0,b=0.5:4GiB,c=0.25": node names with speeds

@@ -160,8 +160,8 @@ func (p *problem) xin(i, c, node int) (x, sum float64) {
 		return math.Inf(1), math.Inf(1)
 	}
 	prev := p.order[c]
-	f := p.net.transfer(prev, node, p.c.act[i])
-	b := p.net.transfer(node, prev, p.c.grad[i])
+	f := p.net.transfer(prev, node, p.c.act[i], false)
+	b := p.net.transfer(node, prev, p.c.grad[i], true)
 	return max(f, b), f + b
 }
 
@@ -503,8 +503,8 @@ func (p *problem) branchTransfers(r *region, i, c, G int) (xs, xsum []float64) {
 			continue
 		}
 		src, dst := p.order[c-1], p.order[c-1-g]
-		f := p.net.transfer(src, dst, p.c.act[r.start])
-		b := p.net.transfer(dst, src, p.c.grad[r.start])
+		f := p.net.transfer(src, dst, p.c.act[r.start], false)
+		b := p.net.transfer(dst, src, p.c.grad[r.start], true)
 		xs[g], xsum[g] = max(f, b), f+b
 	}
 	return xs, xsum

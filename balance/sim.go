@@ -79,8 +79,9 @@ const noPeer = -2
 type simCosts interface {
 	// compute is the duration of a compute instruction of stage s.
 	compute(s int, op Op) float64
-	// transfer is how long a message occupies the link and its latency.
-	transfer(from, to int, tensors []string) (busy, latency, bytes float64)
+	// transfer is how long a message (of gradients if grad) occupies the
+	// link, its latency and its bytes on the wire.
+	transfer(from, to int, tensors []string, grad bool) (busy, latency, bytes float64)
 }
 
 // unitCosts make every pass take one unit and transfers nothing, to check
@@ -93,7 +94,9 @@ func (unitCosts) compute(s int, op Op) float64 {
 	}
 	return 0
 }
-func (unitCosts) transfer(from, to int, tensors []string) (float64, float64, float64) { return 0, 0, 0 }
+func (unitCosts) transfer(from, to int, tensors []string, grad bool) (float64, float64, float64) {
+	return 0, 0, 0
+}
 
 // profileCosts prices a plan by a model profile on a cluster.
 type profileCosts struct {
@@ -115,7 +118,7 @@ func (c *profileCosts) compute(s int, op Op) float64 {
 	return 0
 }
 
-func (c *profileCosts) transfer(from, to int, tensors []string) (float64, float64, float64) {
+func (c *profileCosts) transfer(from, to int, tensors []string, grad bool) (float64, float64, float64) {
 	if from == Coordinator || to == Coordinator {
 		return 0, 0, 0
 	}
@@ -124,7 +127,7 @@ func (c *profileCosts) transfer(from, to int, tensors []string) (float64, float6
 		b += c.bytes[t]
 	}
 	l := c.net.link(c.node[from], c.node[to])
-	return b / l.Bandwidth, l.Latency, b
+	return l.occupies(b, grad), l.Latency, l.wire(b, grad)
 }
 
 // SimOptions configure a simulation.
@@ -321,7 +324,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			if _, dup := sent[k]; dup {
 				return nil, fmt.Errorf("%w: stage %d sends micro-batch %d to stage %d twice", ErrPlan, s, in.Micro, in.Peer)
 			}
-			bt, lat, bytes := c.transfer(s, in.Peer, in.Tensors)
+			bt, lat, bytes := c.transfer(s, in.Peer, in.Tensors, in.Op == OpSendGrad)
 			lk := [2]int{s, in.Peer}
 			start := max(t, linkFree[lk])
 			linkFree[lk] = start + bt

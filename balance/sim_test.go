@@ -115,3 +115,49 @@ func frameHeader(g *nn.Graph, j int) int {
 	l := newLayout(g, Analytic(g, AnalyticOptions{}))
 	return int(l.tensorBytes(j, 1)) - int(4*nn.Size(g.Nodes[j].Shape))
 }
+
+// A link's wire costs price its transfers: with a codec of ratio r and s
+// seconds per raw byte, one transfer of n bytes occupies the link for
+// n·s + n·r/bandwidth and puts n·r bytes on it; activations and gradients
+// are priced apart.
+func TestSimulatorWireCost(t *testing.T) {
+	g, prof, c, part := equalStages(t, 2, 0.001, 0.001)
+	nodes := []string{c.Nodes[0].Name, c.Nodes[1].Name}
+	p, err := Build(g, part, nodes, GPipe, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bw = 1e6
+	link := func(act, grad *WireCost) *Report {
+		t.Helper()
+		c.Links = []LinkProfile{{From: nodes[0], To: nodes[1], Bandwidth: bw, Act: act, Grad: grad}}
+		r, err := Simulate(p, g, prof, c, SimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	raw := link(nil, nil)
+	act := &WireCost{Ratio: 0.25, Seconds: 1e-8}
+	coded := link(act, nil)
+	n := raw.Links[0].Bytes // the frame of one sample's activation
+	want := raw.StepTime - n/bw + n*act.Seconds + n*act.Ratio/bw
+	if math.Abs(coded.StepTime-want) > 1e-12 {
+		t.Fatalf("step %.9f with a codec on activations, want %.9f (raw %.9f)", coded.StepTime, want, raw.StepTime)
+	}
+	var fwd, back float64
+	for _, l := range coded.Links {
+		if l.From == 0 {
+			fwd = l.Bytes
+		} else {
+			back = l.Bytes
+		}
+	}
+	if fwd != n*act.Ratio || back != n {
+		t.Fatalf("bytes on the link %v forward and %v back, want %v and %v", fwd, back, n*act.Ratio, n)
+	}
+	c.Links[0].Grad = &WireCost{Ratio: 3}
+	if _, err := Simulate(p, g, prof, c, SimOptions{}); err == nil {
+		t.Fatal("a wire cost of ratio 3 was accepted")
+	}
+}

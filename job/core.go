@@ -452,6 +452,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	c.recordStep(e.Loss, e.Timings)
 	c.observe(e.Timings)
 	c.observeLinks(now, e.Timings, e.Feeds)
+	c.checkSlowSteps(now)
 	c.status.Links = c.linkStatus()
 	if c.maybeRebalance(now) {
 		return
@@ -676,6 +677,7 @@ func (c *Core) clusterOf(nodes []NodeInfo) *balance.Cluster {
 		cl.Nodes = append(cl.Nodes, np)
 	}
 	cl.Links = c.clusterLinks(cl.Nodes)
+	cl.DefaultLink.Act, cl.DefaultLink.Grad = c.wireCost(nil, kindActivation), c.wireCost(nil, kindGradient)
 	return cl
 }
 

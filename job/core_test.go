@@ -47,7 +47,8 @@ func TestCore(t *testing.T) {
 //	job nodes=a:1,b:1:64MB model=mlp32 width=128 batch=48 micro=4 samples=2880
 //	    steps=60 [checkpoint=K] [partition=P] [schedule=S] [optimizer=O]
 //	    [no-rebalance] [eval-each-epoch] [persist] [resume=STEP] [takeover]
-//	    [generation=G]                               the job, planned
+//	    [generation=G] [probes]                      the job, planned (probes: the
+//	                                                   nodes answer link probes)
 //	run [to=STEP] [until=replan|recovery|paused] [for=D] [trace] [evals]
 //	                                                   runs; prints what changed, with trace
 //	                                                   every operation, with evals every
@@ -60,6 +61,9 @@ func TestCore(t *testing.T) {
 //	join NODE:SPEED[:MEMORY]                           a member joins
 //	leave NODE                                         a member leaves
 //	request PARTITION [via-cut]                        a user asks for a re-plan
+//	link A B MBIT                                      the true rate of the link A-B, both ways
+//	                                                   (default 1000; probes measure it, steps pay it)
+//	links                                              the job's link table
 //	fail-next OP                                       the next start, restore, move or cut fails
 //	status                                             the job's status
 type sim struct {
@@ -88,6 +92,8 @@ type sim struct {
 	out      strings.Builder
 	last     Status
 	simCache map[string]*balance.Report
+	rates    map[[2]string]float64 // true link rates (bytes/s), both ways
+	probes   bool                  // nodes answer link probes
 }
 
 const refGFLOPS = 10
@@ -95,12 +101,18 @@ const refGFLOPS = 10
 func newSim(t *testing.T, d *datadriven.TestData) *sim {
 	s := &sim{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), speed: map[string]float64{}, flicker: map[string][2]float64{},
 		nodes: map[string]NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]bool{},
-		stages: map[uint64]*balance.Plan{}, ops: map[Op]uint64{}, timeout: map[Op]time.Duration{}, simCache: map[string]*balance.Report{}}
+		stages: map[uint64]*balance.Plan{}, ops: map[Op]uint64{}, timeout: map[Op]time.Duration{}, simCache: map[string]*balance.Report{},
+		rates: map[[2]string]float64{}}
 	spec := DefaultSpec()
 	spec.ID, spec.Data, spec.Deterministic, spec.Threads, spec.Epochs = "sim", "synthetic:8x8x1:4", true, 1, 100
 	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
 	var nodes []NodeInfo
 	cfg := Config{GFLOPS: refGFLOPS, Backend: "sim", Logger: slog.New(evalLog{s}), Now: s.now}
+	for _, a := range d.CmdArgs {
+		if a.Key == "probes" {
+			s.probes = true
+		}
+	}
 	for _, a := range d.CmdArgs {
 		v := ""
 		if len(a.Vals) > 0 {
@@ -143,6 +155,7 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 			cfg.Takeover = true
 		case "generation":
 			cfg.Generation = uint64(s.float(v))
+		case "probes":
 		default:
 			d.Fatalf(t, "job: unknown argument %q", a.Key)
 		}
@@ -166,6 +179,9 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 func (s *sim) parseNode(desc string) NodeInfo {
 	parts := strings.Split(desc, ":")
 	n := NodeInfo{Name: parts[0], ActorAddr: parts[0] + ":1", GFLOPS: refGFLOPS}
+	if s.probes {
+		n.ProbeAddr = parts[0] + ":2"
+	}
 	if len(parts) > 1 {
 		n.GFLOPS = refGFLOPS * s.float(parts[1])
 	}
@@ -261,6 +277,14 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 		s.deliver(ReplanRequested{Partition: strings.TrimSpace(d.Input), ViaCut: via})
 	case "fail-next":
 		s.failNext[d.CmdArgs[0].Key] = true
+	case "link":
+		a, b, mbit := d.CmdArgs[0].Key, d.CmdArgs[1].Key, s.float(d.CmdArgs[2].Key)
+		s.rates[[2]string{a, b}], s.rates[[2]string{b, a}] = mbit*1e6/8, mbit*1e6/8
+		clear(s.simCache)
+	case "links":
+		for _, l := range s.core.Status().Links {
+			fmt.Fprintf(&s.out, "%s->%s %.0f Mbit/s %s\n", l.From, l.To, l.MbitPerSec, l.Source)
+		}
 	case "status":
 		st := s.core.Status()
 		fmt.Fprintf(&s.out, "state %s step %d/%d plan %s\n", st.State, st.Step, st.Total, st.Plan)
@@ -419,7 +443,13 @@ func (s *sim) exec(a Action) {
 				live = append(live, n)
 			}
 		}
-		s.after(time.Millisecond, Probed{Op: a.Op, Live: live})
+		var ms []LinkMeasure
+		for _, p := range a.Links {
+			if !s.dead[p[0]] && !s.dead[p[1]] {
+				ms = append(ms, LinkMeasure{From: p[0], To: p[1], BytesPerSec: s.rate(p[0], p[1]), RTT: 100 * time.Microsecond})
+			}
+		}
+		s.after(time.Millisecond+time.Duration(len(ms))*200*time.Millisecond, Probed{Op: a.Op, Live: live, Links: ms})
 	case StartStages:
 		s.ops[a.Op] = a.Gen
 		if err := s.check("start", a.Plan); err != nil {
@@ -473,6 +503,15 @@ func (s *sim) exec(a Action) {
 		for k, st := range rep.Stages {
 			busy := time.Duration(st.Busy * float64(time.Second))
 			timings[k] = StageTiming{Forward: busy / 3, Backward: busy - busy/3, Wall: time.Duration(rep.StepTime * float64(time.Second))}
+		}
+		// The senders wait for their links as long as the links are busy.
+		for _, l := range rep.Links {
+			kind := "activation"
+			if l.From > l.To {
+				kind = "gradient"
+			}
+			timings[l.From].Links = append(timings[l.From].Links, LinkSent{Peer: l.To, Kind: kind, Codec: "raw", Frames: 1,
+				RawBytes: int64(l.Bytes), WireBytes: int64(l.Bytes), Write: time.Duration(l.Busy * float64(time.Second))})
 		}
 		d := time.Duration(rep.StepTime*float64(time.Second)) + s.extra
 		s.after(d, StepFinished{Op: a.Op, Loss: 1, Correct: 1, Seen: int64(s.job.Spec.Batch), Timings: timings})
@@ -600,7 +639,16 @@ func (s *sim) stateTime(b int64) time.Duration {
 	return time.Millisecond + time.Duration(float64(b)/500e6*float64(time.Second))
 }
 
-// simulate is plan's step at the nodes' true speeds.
+// rate is the true rate of the link from a to b.
+func (s *sim) rate(a, b string) float64 {
+	if r, ok := s.rates[[2]string{a, b}]; ok {
+		return r
+	}
+	return balance.DefaultLink.Bandwidth
+}
+
+// simulate is plan's step at the nodes' true speeds and the links' true
+// rates.
 func (s *sim) simulate(plan *balance.Plan) *balance.Report {
 	cl := &balance.Cluster{DefaultLink: balance.DefaultLink}
 	var key strings.Builder
@@ -609,6 +657,13 @@ func (s *sim) simulate(plan *balance.Plan) *balance.Report {
 		if !slices.ContainsFunc(cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
 			cl.Nodes = append(cl.Nodes, balance.NodeProfile{Name: sp.Node, Speed: s.speed[sp.Node]})
 			fmt.Fprintf(&key, " %s=%g", sp.Node, s.speed[sp.Node])
+		}
+	}
+	for _, a := range cl.Nodes {
+		for _, b := range cl.Nodes {
+			if a.Name != b.Name {
+				cl.Links = append(cl.Links, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: s.rate(a.Name, b.Name), Latency: balance.DefaultLink.Latency})
+			}
 		}
 	}
 	if r, ok := s.simCache[key.String()]; ok {

@@ -38,7 +38,7 @@ const (
 	// reprobeAfter is the least time between two probes of a link, and
 	// probeShare (of the training time, plus probeAllowance) bounds the
 	// time spent probing while training.
-	reprobeAfter   = 5 * time.Second
+	reprobeAfter   = time.Second
 	probeShare     = 0.005
 	probeAllowance = time.Second
 	// loopbackRate is the planned speed between stages of one node.
@@ -53,11 +53,11 @@ type linkState struct {
 	probedAt time.Time
 	// The passive estimate: bytes and write time accumulated until
 	// passiveBytes, the streaks of low and high bounds.
-	accBytes     int64
-	accWrite     time.Duration
-	slow, fast   int
-	bound        float64 // the last bound
-	kinds        map[string]*kindSent
+	accBytes    int64
+	accWrite    time.Duration
+	slow, fast  int
+	bound       float64 // the last bound
+	kinds       map[string]*kindSent
 	reprobe     bool      // probe it again at the next boundary
 	tried       time.Time // the last probe asked for
 	planChanged bool      // its rate changed since the plan was made
@@ -65,9 +65,9 @@ type linkState struct {
 
 // kindSent totals what a link carried of one kind.
 type kindSent struct {
-	codec            string
+	codec             string
 	frames, raw, wire int64
-	encode, sample   time.Duration
+	encode, sample    time.Duration
 }
 
 func (c *Core) link(from, to string) *linkState {
@@ -260,6 +260,39 @@ func cmpPair(a, b [2]string) int {
 	return strings.Compare(a[1], b[1])
 }
 
+// slowSteps is how far the measured steps may exceed the plan's prediction
+// at the measured speeds before the plan's links are probed again: small
+// transfers fit in the sockets' buffers and never make a sender wait, but
+// a slow link still shows in the step time.
+const slowSteps = 1.5
+
+// checkSlowSteps probes the plan's links again when the last steps took
+// much longer than the plan predicts at the measured speeds and links.
+func (c *Core) checkSlowSteps(now time.Time) {
+	if c.spec.NoProbe || len(c.steps) < rebalanceEvery || c.g%rebalanceEvery != 0 {
+		return
+	}
+	cur, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, c.clusterOf(c.candidates()), balance.SimOptions{Optimizer: c.spec.Optimizer})
+	if err != nil {
+		return
+	}
+	med := balance.Median(c.steps[len(c.steps)-rebalanceEvery:])
+	if med <= slowSteps*cur.StepTime {
+		return
+	}
+	for _, a := range c.plan.Stages {
+		for _, b := range c.plan.Stages {
+			l := c.links[[2]string{a.Node, b.Node}]
+			if l == nil || l.source == "" || l.reprobe || now.Sub(l.probedAt) < reprobeAfter {
+				continue
+			}
+			c.log.Info("steps slower than predicted: probing the plan's links again", "from", a.Node, "to", b.Node,
+				"measured_ms", med*1e3, "predicted_ms", cur.StepTime*1e3)
+			l.reprobe = true
+		}
+	}
+}
+
 // stepRates are the planned speeds of the current plan's links, by sender
 // and receiver stage, the coordinator's included.
 func (c *Core) stepRates() map[[2]int]float64 {
@@ -280,7 +313,9 @@ func (c *Core) stepRates() map[[2]int]float64 {
 	return rates
 }
 
-// clusterLinks are the measured links between the nodes, for the planner.
+// clusterLinks are the measured links between the nodes, for the planner,
+// with what their codecs did to the activations and gradients they
+// carried (or, for a link that carried none, all links did).
 func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
 	var out []balance.LinkProfile
 	for _, a := range nodes {
@@ -289,10 +324,41 @@ func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
 			if a.Name == b.Name || l == nil || l.source == "" {
 				continue
 			}
-			out = append(out, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: l.rate, Latency: l.rtt / 2})
+			out = append(out, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: l.rate, Latency: l.rtt / 2,
+				Act: c.wireCost(l, kindActivation), Grad: c.wireCost(l, kindGradient)})
 		}
 	}
 	return out
+}
+
+// The kinds of tensors that cross the links between stages.
+const (
+	kindActivation = "activation"
+	kindGradient   = "gradient"
+)
+
+// wireMinBytes is the traffic of a kind a link must have carried for its
+// own wire cost to count.
+const wireMinBytes = 1 << 20
+
+// wireCost is what codecs made of a kind of tensor on link l, or on all
+// links if l carried too little of it; nil before any traffic. Decoding is
+// taken to cost what encoding did.
+func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
+	var ks kindSent
+	if l != nil && l.kinds[kind] != nil && l.kinds[kind].raw >= wireMinBytes {
+		ks = *l.kinds[kind]
+	} else {
+		for _, l := range c.links {
+			if k := l.kinds[kind]; k != nil {
+				ks.raw, ks.wire, ks.encode = ks.raw+k.raw, ks.wire+k.wire, ks.encode+k.encode
+			}
+		}
+	}
+	if ks.raw < wireMinBytes || ks.wire <= 0 {
+		return nil
+	}
+	return &balance.WireCost{Ratio: min(float64(ks.wire)/float64(ks.raw), 2), Seconds: 2 * ks.encode.Seconds() / float64(ks.raw)}
 }
 
 // linkStatus describes the links the job knows, sorted.

@@ -1,0 +1,86 @@
+package job
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+)
+
+// linkCore is a core planned over a and b with both links probed at 100
+// Mbit/s, its plan over both.
+func linkCore(t *testing.T) *Core {
+	t.Helper()
+	spec := DefaultSpec()
+	spec.ID, spec.Data, spec.Threads, spec.Epochs = "links", "synthetic:8x8x1:4", 1, 100
+	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
+	spec.Partition = "fc1-fc16@a; fc17-fc32@b"
+	j, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS})
+	nodes := []NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2"}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2"}}
+	c, err := NewCore(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	c.probed(now, []LinkMeasure{{From: "a", To: "b", BytesPerSec: 12.5e6}, {From: "b", To: "a", BytesPerSec: 12.5e6}})
+	return c
+}
+
+// The traffic's bound (bytes over the senders' write time) probes a link
+// again when it stays below half the planned rate, or above 1.5 times it,
+// two bounds of 512 KiB in a row; traffic near the rate does not.
+func TestPassiveBound(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		write   time.Duration // per MiB
+		reprobe bool
+	}{
+		{"near the rate", 90 * time.Millisecond, false},
+		{"4x slower", 320 * time.Millisecond, true},
+		{"3x faster", 27 * time.Millisecond, true},
+	} {
+		c := linkCore(t)
+		now := time.Unix(10, 0)
+		for range 4 { // 4 steps of 256 KiB: two bounds
+			c.observeLinks(now, []StageTiming{{Links: []LinkSent{{Peer: 1, Kind: kindActivation, Codec: "raw", Frames: 4,
+				RawBytes: 256 << 10, WireBytes: 256 << 10, Write: tc.write / 4}}}}, nil)
+		}
+		l := c.links[[2]string{"a", "b"}]
+		if l.reprobe != tc.reprobe {
+			t.Errorf("%s: reprobe %v, want %v (bound %.1f Mbit/s)", tc.name, l.reprobe, tc.reprobe, l.bound*8/1e6)
+		}
+		if got := c.unmeasured(now, c.candidates()); (len(got) == 1) != tc.reprobe {
+			t.Errorf("%s: links to probe %v", tc.name, got)
+		}
+		if ks := l.kinds[kindActivation]; ks.raw != 1<<20 || ks.frames != 16 {
+			t.Errorf("%s: totals %+v", tc.name, ks)
+		}
+	}
+}
+
+// Probing while training stays within its budget: past probeAllowance
+// plus probeShare of the training time, links already measured wait;
+// links never measured do not.
+func TestProbeBudget(t *testing.T) {
+	c := linkCore(t)
+	now := time.Unix(10, 0)
+	c.links[[2]string{"a", "b"}].reprobe = true
+	c.run = 10 * time.Second
+	if got := c.probeDue(now); len(got) != 1 {
+		t.Fatalf("within the budget: %v to probe, want a->b", got)
+	}
+	c.probeSpent = probeAllowance + 60*time.Millisecond // over 1 s + 0.5% of 10 s
+	if got := c.probeDue(now); len(got) != 0 {
+		t.Fatalf("over the budget: %v to probe, want none", got)
+	}
+	c.members["n"] = NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
+	if got := c.probeDue(now); len(got) != 4 {
+		t.Fatalf("a node joined: %v to probe, want its 4 links", got)
+	}
+}

@@ -25,8 +25,8 @@ type NodeProfile struct {
 
 // LinkProfile is the link from one node to another: a transfer of n bytes
 // occupies it for n/Bandwidth seconds and arrives Latency seconds later.
-// Act and Grad, if set, price the codecs of the activations and
-// gradients sent over it.
+// Act, Grad and Input, if set, price the codecs of the activations,
+// gradients and inputs sent over it.
 type LinkProfile struct {
 	From      string    `json:"from,omitempty"`
 	To        string    `json:"to,omitempty"`
@@ -34,6 +34,26 @@ type LinkProfile struct {
 	Latency   float64   `json:"latency_s"`
 	Act       *WireCost `json:"act,omitempty"`
 	Grad      *WireCost `json:"grad,omitempty"`
+	Input     *WireCost `json:"input,omitempty"`
+}
+
+// flow is what a transfer carries.
+type flow int
+
+const (
+	flowAct flow = iota
+	flowGrad
+	flowInput
+)
+
+func (l LinkProfile) cost(f flow) *WireCost {
+	switch f {
+	case flowGrad:
+		return l.Grad
+	case flowInput:
+		return l.Input
+	}
+	return l.Act
 }
 
 // WireCost is what a codec makes of a transfer of n raw bytes: n·Ratio
@@ -47,28 +67,21 @@ func (w *WireCost) valid() bool {
 	return w == nil || w.Ratio > 0 && w.Ratio <= 2 && w.Seconds >= 0 && w.Seconds < 1
 }
 
-// occupies is how long n raw bytes occupy the link.
-func (l LinkProfile) occupies(n float64, grad bool) float64 {
-	w := l.Act
-	if grad {
-		w = l.Grad
-	}
+// occupies is how long n raw bytes of f occupy the link.
+func (l LinkProfile) occupies(n float64, f flow) float64 {
+	w := l.cost(f)
 	if w == nil {
 		return n / l.Bandwidth
 	}
 	return n*w.Seconds + n*w.Ratio/l.Bandwidth
 }
 
-// wire is the bytes n raw bytes take on the link.
-func (l LinkProfile) wire(n float64, grad bool) float64 {
-	w := l.Act
-	if grad {
-		w = l.Grad
+// wire is the bytes n raw bytes of f take on the link.
+func (l LinkProfile) wire(n float64, f flow) float64 {
+	if w := l.cost(f); w != nil {
+		return n * w.Ratio
 	}
-	if w == nil {
-		return n
-	}
-	return n * w.Ratio
+	return n
 }
 
 // Cluster is the machines a plan may use and the links between them.
@@ -78,6 +91,11 @@ type Cluster struct {
 	// symmetric, and pairs not given use DefaultLink.
 	Links       []LinkProfile `json:"links,omitempty"`
 	DefaultLink LinkProfile   `json:"default_link"`
+	// Feeder, if set, is the node that sends the stages that read the
+	// model's input their micro-batches (the job's coordinator); its
+	// links count like the others. Empty, or not one of Nodes: inputs
+	// cost nothing.
+	Feeder string `json:"feeder,omitempty"`
 }
 
 // DefaultLink is 1 Gbit/s with 100 µs latency.
@@ -90,13 +108,15 @@ type network struct {
 	index map[string]int
 	links map[[2]int]LinkProfile
 	def   LinkProfile
+	// feeder is the index of Cluster.Feeder, or -1.
+	feeder int
 }
 
 func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 	if len(c.Nodes) == 0 {
 		return nil, fmt.Errorf("%w: no nodes", ErrCluster)
 	}
-	n := &network{index: map[string]int{}, links: map[[2]int]LinkProfile{}, def: c.DefaultLink}
+	n := &network{index: map[string]int{}, links: map[[2]int]LinkProfile{}, def: c.DefaultLink, feeder: -1}
 	if n.def.Bandwidth == 0 {
 		n.def = DefaultLink
 	}
@@ -125,6 +145,9 @@ func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 		n.index[nd.Name] = len(n.nodes)
 		n.nodes = append(n.nodes, nd)
 	}
+	if i, ok := n.index[c.Feeder]; ok {
+		n.feeder = i
+	}
 	for _, l := range c.Links {
 		i, ok1 := n.index[l.From]
 		j, ok2 := n.index[l.To]
@@ -134,7 +157,7 @@ func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 		if !(l.Bandwidth > 0) || !(l.Latency >= 0) || math.IsInf(l.Bandwidth, 0) {
 			return nil, fmt.Errorf("%w: link %s->%s has bandwidth %v, latency %v", ErrCluster, l.From, l.To, l.Bandwidth, l.Latency)
 		}
-		if !l.Act.valid() || !l.Grad.valid() {
+		if !l.Act.valid() || !l.Grad.valid() || !l.Input.valid() {
 			return nil, fmt.Errorf("%w: link %s->%s has wire costs %+v, %+v", ErrCluster, l.From, l.To, l.Act, l.Grad)
 		}
 		n.links[[2]int{i, j}] = l
@@ -154,14 +177,14 @@ func (n *network) link(from, to int) LinkProfile {
 	return n.def
 }
 
-// transfer is the time to move bytes of activations (or gradients) from
-// node i to node j (0 for none).
-func (n *network) transfer(from, to int, bytes float64, grad bool) float64 {
-	if bytes <= 0 {
+// transfer is the time to move bytes of f from node i to node j (0 for
+// none).
+func (n *network) transfer(from, to int, bytes float64, f flow) float64 {
+	if bytes <= 0 || from == to {
 		return 0
 	}
 	l := n.link(from, to)
-	return l.occupies(bytes, grad) + l.Latency
+	return l.occupies(bytes, f) + l.Latency
 }
 
 // ParseNodes reads "a=1.0,b=0.5:4GiB,c=0.25": node names with speeds

@@ -22,7 +22,11 @@
 // Speed (given, or its GEMM GFLOP/s over the reference's; nodes measure
 // theirs over whole quota periods, MeasureGEMMSpeeds). A transfer of n bytes (the tensorio frame of the
 // activation or gradient) occupies the link for n/bandwidth and arrives a
-// latency later. A stage's memory is its parameters and buffers, one
+// latency later; with a link's WireCost for its kind (what its codec did),
+// for n·(encode and decode seconds per byte) + n·ratio/bandwidth. The
+// Feeder's links carry each micro-batch's inputs to the stages that read
+// them, from the step's start (the planner charges them at the first cut;
+// it does not prefer the feeder's node for the first stage). A stage's memory is its parameters and buffers, one
 // gradient and the optimizer's state per trainable parameter, and per
 // micro-batch in flight its layers' buffers and its received inputs;
 // GPipe keeps M micro-batches in flight, 1F1B min(M, S-k) on stage k.

@@ -153,15 +153,19 @@ func (p *problem) comp(i, e, c int) float64 { return (p.c.work[e] - p.c.work[i])
 // xin is the bottleneck term and xsum the critical-path term of the cut
 // before unit i into a stage on order[c-1] from one on order[c].
 func (p *problem) xin(i, c, node int) (x, sum float64) {
-	if i == 0 {
-		return 0, 0
+	if i == 0 { // the inputs, from the feeder
+		if p.net.feeder < 0 {
+			return 0, 0
+		}
+		f := p.net.transfer(p.net.feeder, node, p.c.act[0], flowInput)
+		return f, f
 	}
 	if c >= len(p.order) {
 		return math.Inf(1), math.Inf(1)
 	}
 	prev := p.order[c]
-	f := p.net.transfer(prev, node, p.c.act[i], false)
-	b := p.net.transfer(node, prev, p.c.grad[i], true)
+	f := p.net.transfer(prev, node, p.c.act[i], flowAct)
+	b := p.net.transfer(node, prev, p.c.grad[i], flowGrad)
 	return max(f, b), f + b
 }
 
@@ -503,8 +507,8 @@ func (p *problem) branchTransfers(r *region, i, c, G int) (xs, xsum []float64) {
 			continue
 		}
 		src, dst := p.order[c-1], p.order[c-1-g]
-		f := p.net.transfer(src, dst, p.c.act[r.start], false)
-		b := p.net.transfer(dst, src, p.c.grad[r.start], true)
+		f := p.net.transfer(src, dst, p.c.act[r.start], flowAct)
+		b := p.net.transfer(dst, src, p.c.grad[r.start], flowGrad)
 		xs[g], xsum[g] = max(f, b), f+b
 	}
 	return xs, xsum

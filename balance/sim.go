@@ -82,6 +82,9 @@ type simCosts interface {
 	// transfer is how long a message (of gradients if grad) occupies the
 	// link, its latency and its bytes on the wire.
 	transfer(from, to int, tensors []string, grad bool) (busy, latency, bytes float64)
+	// input is when micro-batch m's inputs reach stage s: the feeder sends
+	// every stage's, micro-batch after micro-batch, from the step's start.
+	input(s, m int, tensors []string) float64
 }
 
 // unitCosts make every pass take one unit and transfers nothing, to check
@@ -97,6 +100,7 @@ func (unitCosts) compute(s int, op Op) float64 {
 func (unitCosts) transfer(from, to int, tensors []string, grad bool) (float64, float64, float64) {
 	return 0, 0, 0
 }
+func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
 
 // profileCosts prices a plan by a model profile on a cluster.
 type profileCosts struct {
@@ -126,8 +130,24 @@ func (c *profileCosts) transfer(from, to int, tensors []string, grad bool) (floa
 	for _, t := range tensors {
 		b += c.bytes[t]
 	}
+	f := flowAct
+	if grad {
+		f = flowGrad
+	}
 	l := c.net.link(c.node[from], c.node[to])
-	return l.occupies(b, grad), l.Latency, l.wire(b, grad)
+	return l.occupies(b, f), l.Latency, l.wire(b, f)
+}
+
+func (c *profileCosts) input(s, m int, tensors []string) float64 {
+	if c.net.feeder < 0 || c.net.feeder == c.node[s] {
+		return 0
+	}
+	var b float64
+	for _, t := range tensors {
+		b += c.bytes[t]
+	}
+	l := c.net.link(c.net.feeder, c.node[s])
+	return float64(m+1)*l.occupies(b, flowInput) + l.Latency
 }
 
 // SimOptions configure a simulation.
@@ -220,6 +240,9 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	for j := range g.Nodes {
 		pc.bytes[g.Nodes[j].Name] = l.tensorBytes(j, b)
 	}
+	for k, name := range g.InputNames {
+		pc.bytes[name] = float64(4 * nn.Size(g.InputShapes[k]) * b)
+	}
 	r, err := replay(p, pc)
 	if err != nil {
 		return nil, err
@@ -299,6 +322,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				if in.Op == OpRecvGrad {
 					return nil, fmt.Errorf("%w: stage %d waits for gradients from the coordinator", ErrPlan, s)
 				}
+				next = max(t, c.input(s, in.Micro, in.Tensors))
 				break
 			}
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {

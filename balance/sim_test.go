@@ -161,3 +161,32 @@ func TestSimulatorWireCost(t *testing.T) {
 		t.Fatal("a wire cost of ratio 3 was accepted")
 	}
 }
+
+// The feeder's links carry the inputs: the simulator charges a first stage
+// away from the feeder the wait for its inputs.
+func TestFeeder(t *testing.T) {
+	g := chainModel(t, 6)
+	prof := Analytic(g, AnalyticOptions{GFLOPS: 1})
+	c := &Cluster{Nodes: []NodeProfile{{Name: "a", Speed: 1}, {Name: "b", Speed: 1}},
+		Links: []LinkProfile{{From: "a", To: "b", Bandwidth: 1e5}}, DefaultLink: LinkProfile{Bandwidth: 1e12}}
+	// The same two-stage plan, fed from its first stage's node and from
+	// the other: 4 micro-batches of 16 samples of 8 floats over 1e5 B/s.
+	part := &Partition{Stages: []PartStage{{Node: "a", Layers: []string{"l0", "l1", "l2"}}, {Node: "b", Layers: []string{"l3", "l4", "l5"}}}}
+	p, err := Build(g, part, []string{"a", "b"}, GPipe, 4, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Feeder = "a"
+	near, err := Simulate(p, g, prof, c, SimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Feeder = "b"
+	far, err := Simulate(p, g, prof, c, SimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := 4 * 16 * 8 * 4 / 1e5; far.StepTime < near.StepTime+in/4 {
+		t.Errorf("step %.4f s fed from b, %.4f s fed from a: the inputs (%.4f s on the link) cost too little", far.StepTime, near.StepTime, in)
+	}
+}

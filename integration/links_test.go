@@ -1,8 +1,14 @@
 package integration
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +112,220 @@ func logLinks(t *testing.T, st job.Status) {
 			line += fmt.Sprintf("; %s %s %.2fx encode %.0f ms", k.Kind, k.Codec, k.Ratio, k.EncodeMS)
 		}
 		t.Log(line)
+	}
+}
+
+// ddp runs bench/ddp_gloo.py on one process per namespaced node, the links
+// at rate bits/s (0: unshaped), and returns rank 0's samples per second.
+func ddp(t *testing.T, nw *Network, names []string, rate uint64, steps int) float64 {
+	t.Helper()
+	for i := range names {
+		for j := i + 1; j < len(names); j++ {
+			if err := nw.SetRate(names[i], names[j], rate); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	script, err := filepath.Abs("../bench/ddp_gloo.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	outs := make([]bytes.Buffer, len(names))
+	var cmds []*exec.Cmd
+	for r, n := range names {
+		bin, args, err := nw.Command(n, "/usr/bin/python3", []string{script, "--rank", fmt.Sprint(r), "--world", fmt.Sprint(len(names)),
+			"--master", Subnet + ".11:29500", "--steps", fmt.Sprint(steps)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "GLOO_SOCKET_IFNAME=eth0")
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	var res struct {
+		SamplesPerSec float64 `json:"samples_per_sec"`
+	}
+	lines := strings.Split(strings.TrimSpace(outs[0].String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("rank 0 printed %q: %v", outs[0].String(), err)
+	}
+	return res.SamplesPerSec
+}
+
+// TestLinksDDP: PyTorch DDP (gloo) on the same namespaces, model, global
+// batch and optimizer as TestLinksRate, unshaped and at 100 Mbit/s,
+// alternated.
+func TestLinksDDP(t *testing.T) {
+	requireLinkBench(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 (Debian's python3-torch)")
+	}
+	nw := NewNetwork(t)
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		if _, err := nw.AddNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 {
+		for _, rate := range []uint64{0, 100e6} {
+			steps := 40
+			if rate != 0 {
+				steps = 8
+			}
+			t.Logf("round %d: DDP, links %4d Mbit/s: %.1f samples/s", round, rate/1e6, ddp(t, nw, names, rate, steps))
+		}
+	}
+}
+
+// wireShare sums what the job's links carried of activations and
+// gradients: raw and on the wire.
+func wireShare(st job.Status) (raw, wire int64) {
+	for _, l := range st.Links {
+		for _, k := range l.Kinds {
+			if k.Kind == "activation" || k.Kind == "gradient" {
+				raw, wire = raw+k.RawBytes, wire+k.WireBytes
+			}
+		}
+	}
+	return raw, wire
+}
+
+// overhead is the share of the training time spent probing links and
+// choosing codecs (the senders' sampling, summed over links).
+func overhead(st job.Status) float64 {
+	ms := st.ProbeMS
+	for _, l := range st.Links {
+		for _, k := range l.Kinds {
+			ms += k.SampleMS
+		}
+	}
+	return ms / (st.Result.Seconds * 1e3)
+}
+
+// TestLinksCodec (acceptance 1): every link at 100 Mbit/s, raw frames
+// against the automatic codecs, alternated, for mlp32 at two widths; then
+// a deterministic run with the automatic codecs gives --local's weights.
+func TestLinksCodec(t *testing.T) {
+	requireLinkBench(t)
+	c := startShaped(t, 3, 100e6)
+	for _, width := range []float64{128, 512} {
+		for round := range 2 {
+			for _, wire := range []string{"raw", ""} {
+				spec := linkSpec(fmt.Sprintf("codec-%v-%d-%s", width, round, wire), 150)
+				spec.Width, spec.Wire = width, wire
+				st := runJob(t, c, spec)
+				r := st.Result
+				raw, w := wireShare(st)
+				t.Logf("width %4v wire %-4q: %.0f samples/s, step %.1f ms (predicted %.1f), activations+gradients %.2fx, overhead %.2f%%, plan %s",
+					width, wire, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, float64(raw)/float64(max(w, 1)), 100*overhead(st), r.Plan)
+				logLinks(t, st)
+			}
+		}
+	}
+	spec := linkSpec("codec-deterministic", 40)
+	spec.Width, spec.Deterministic = 128, true
+	st := runJob(t, c, spec)
+	if want := localSHA(t, spec); st.Result.WeightsSHA256 != want {
+		t.Errorf("deterministic on 100 Mbit/s links with automatic codecs: weights %s, --local %s", st.Result.WeightsSHA256, want)
+	}
+	logLinks(t, st)
+}
+
+// TestLinksSlowNode (acceptance 2): c behind 20 Mbit/s links, a-b at
+// 1 Gbit/s; the link-blind plan (--no-probe) against the link-aware one,
+// alternated.
+func TestLinksSlowNode(t *testing.T) {
+	requireLinkBench(t)
+	c := startShaped(t, 3, 0)
+	for _, l := range []struct {
+		x, y string
+		r    uint64
+	}{{"a", "b", 1e9}, {"a", "c", 20e6}, {"b", "c", 20e6}} {
+		if err := c.Network().SetRate(l.x, l.y, l.r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 {
+		for _, blind := range []bool{true, false} {
+			spec := linkSpec(fmt.Sprintf("slow-%d-%v", round, blind), 60)
+			spec.Width, spec.Batch, spec.NoProbe = 1024, 256, blind
+			st := runJob(t, c, spec)
+			r := st.Result
+			t.Logf("link-blind %-5v: %.0f samples/s, step %.1f ms, predicted %.1f ms (%+.0f%%), plan %s",
+				blind, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, 100*(r.PredictedStepMS/r.MeasuredStepMS-1), r.Plan)
+			logLinks(t, st)
+		}
+	}
+}
+
+// TestLinksCut (acceptance 3): every link at 1 Gbit/s; mid-job the link
+// between the first two stages' nodes drops to 50 Mbit/s. The job
+// re-plans within 30 steps; its throughput after the re-plan is compared
+// with a fresh job's on the new links.
+func TestLinksCut(t *testing.T) {
+	requireLinkBench(t)
+	c := startShaped(t, 3, 1e9)
+	spec := linkSpec("cut", 400)
+	rep, err := c.Node("a").Submit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := watchSteps(c.Node("a"), rep.ID)
+	before := sc.waitStep(t, 60)
+	nodes := stageNodes(before)
+	if len(nodes) < 2 {
+		t.Fatalf("plan %s has one stage", before.Plan)
+	}
+	if err := c.Network().SetRate(nodes[0], nodes[1], 50e6); err != nil {
+		t.Fatal(err)
+	}
+	cut := sc.waitStep(t, 61).Step
+	st := sc.wait(t)
+	var first *job.Replan
+	for i, r := range st.Replans {
+		t.Logf("  re-plan at step %d (%s): %s; %s", r.Step, r.Trigger, r.Reason, r.Plan)
+		if first == nil && r.Step >= cut {
+			first = &st.Replans[i]
+		}
+	}
+	logLinks(t, st)
+	if first == nil {
+		t.Fatalf("no re-plan after the link %s-%s dropped at step %d (plan %s)", nodes[0], nodes[1], cut, before.Plan)
+	}
+	after := sc.rate(first.Step+10, st.Total) * float64(spec.Batch)
+	fresh := runJob(t, c, linkSpec("cut-fresh", 150)).Result
+	t.Logf("link %s-%s at 50 Mbit/s from step %d; re-plan at step %d (%d steps later): %s", nodes[0], nodes[1], cut, first.Step, first.Step-cut, first.Plan)
+	t.Logf("samples/s: before %.0f, slowed %.0f, after the re-plan %.0f; a fresh job on the new links %.0f (%s): %.2fx",
+		sc.rate(10, cut)*float64(spec.Batch), sc.rate(cut+2, first.Step)*float64(spec.Batch), after, fresh.SamplesPerSec, fresh.Plan, after/fresh.SamplesPerSec)
+	if first.Step-cut > 30 {
+		t.Errorf("re-planned %d steps after the link dropped, want at most 30", first.Step-cut)
+	}
+}
+
+// TestLinksInt8 (acceptance 5): one epoch of mlp32 on MNIST, lossless
+// against --wire int8: test accuracy and bytes on the wire.
+func TestLinksInt8(t *testing.T) {
+	requireLinkBench(t)
+	c := startShaped(t, 3, 0)
+	for _, wire := range []string{"", "int8", "bf16"} {
+		spec := linkSpec("int8-"+wire, 0)
+		spec.Epochs, spec.Wire = 1, wire
+		st := runJob(t, c, spec)
+		raw, w := wireShare(st)
+		t.Logf("wire %-5q: test accuracy %.4f, activations+gradients %d of %d raw bytes (%.3fx), %.0f samples/s",
+			wire, st.Result.TestAccuracy, w, raw, float64(w)/float64(raw), st.Result.SamplesPerSec)
+		logLinks(t, st)
 	}
 }

@@ -144,6 +144,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		c.attempt(now)
 	case opProbe:
 		e := ev.(Probed)
+		c.status.ProbeMS += ms(now.Sub(c.opStart))
 		c.probed(now, e.Links)
 		if len(e.Live) == 0 {
 			c.changeFailed(now, errors.New("no live node"))

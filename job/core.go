@@ -312,6 +312,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 		c.cutTaken(now, c.waitFor, e)
 	case Probed:
 		c.probeSpent += now.Sub(c.opStart)
+		c.status.ProbeMS += ms(now.Sub(c.opStart))
 		c.probed(now, e.Links)
 		c.boundary(now)
 	}
@@ -678,6 +679,7 @@ func (c *Core) clusterOf(nodes []NodeInfo) *balance.Cluster {
 	}
 	cl.Links = c.clusterLinks(cl.Nodes)
 	cl.DefaultLink.Act, cl.DefaultLink.Grad = c.wireCost(nil, kindActivation), c.wireCost(nil, kindGradient)
+	cl.DefaultLink.Input, cl.Feeder = c.wireCost(nil, kindInput), c.cfg.Self
 	return cl
 }
 

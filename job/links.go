@@ -325,7 +325,7 @@ func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
 				continue
 			}
 			out = append(out, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: l.rate, Latency: l.rtt / 2,
-				Act: c.wireCost(l, kindActivation), Grad: c.wireCost(l, kindGradient)})
+				Act: c.wireCost(l, kindActivation), Grad: c.wireCost(l, kindGradient), Input: c.wireCost(l, kindInput)})
 		}
 	}
 	return out
@@ -335,6 +335,7 @@ func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
 const (
 	kindActivation = "activation"
 	kindGradient   = "gradient"
+	kindInput      = "input"
 )
 
 // wireMinBytes is the traffic of a kind a link must have carried for its

@@ -64,10 +64,11 @@ type CoordinatorConfig struct {
 	Links LinkProber
 }
 
-// LinkProber measures the link from one node to another: nodes probe over
-// their data-plane hosts; tests use a twin.
+// LinkProber measures the link from one node to another, or returns a
+// measurement at most maxAge old: nodes probe over their data-plane hosts;
+// tests use a twin.
 type LinkProber interface {
-	MeasureLink(ctx context.Context, from, to job.NodeInfo) (job.LinkMeasure, error)
+	MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (job.LinkMeasure, error)
 }
 
 // Coordinator runs one pipelined job on this node: the driver around the
@@ -189,9 +190,13 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
 	}
 	prof.Model = spec.Model
+	// What the codecs make of the inputs, for the planner: a micro-batch of
+	// them, sampled.
+	x, _ := jb.Loader.Micro(0, 0, 0, nil, nil)
+	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(x), dataplane.DefaultRate)
 	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: be.Name(),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
-		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Now: c.clk.Now()})
+		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs, Now: c.clk.Now()})
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +391,11 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 	case job.Probe:
 		c.start(ctx, nil, func(ctx context.Context) outcome {
 			live := c.probe(ctx, a.Nodes)
-			return outcome{ev: job.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links)}}
+			maxAge := job.LinkMaxAge
+			if a.Fresh {
+				maxAge = 0
+			}
+			return outcome{ev: job.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links, maxAge)}}
 		})
 	case job.StartStages:
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {

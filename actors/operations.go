@@ -40,10 +40,11 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 	return out
 }
 
-// measureLinks measures the links of pairs between live nodes, one at a
-// time (two probes at once could share a network interface); a link that
-// cannot be measured is logged and left out.
-func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string) []job.LinkMeasure {
+// measureLinks measures the links of pairs between live nodes (or takes
+// measurements at most maxAge old), one at a time (two probes at once
+// could share a network interface); a link that cannot be measured is
+// logged and left out.
+func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []job.LinkMeasure {
 	if c.cfg.Links == nil {
 		return nil
 	}
@@ -58,7 +59,7 @@ func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pai
 		if !ok1 || !ok2 || ctx.Err() != nil {
 			continue
 		}
-		m, err := c.cfg.Links.MeasureLink(ctx, from, to)
+		m, err := c.cfg.Links.MeasureLink(ctx, from, to, maxAge)
 		if err != nil {
 			c.log.Warn("measuring a link", "from", p[0], "to", p[1], "err", err)
 			continue

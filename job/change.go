@@ -99,8 +99,8 @@ func (c *Core) attempt(now time.Time) {
 			ch.probed[n.Name] = true
 		}
 		pairs := c.unmeasured(now, cands)
-		c.probeLinks(now, pairs)
-		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs} })
+		fresh := c.probeLinks(now, pairs)
+		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs, Fresh: fresh} })
 		return
 	}
 	c.startStages(now)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // Config configures a [Core].
@@ -48,8 +49,11 @@ type Config struct {
 	Takeover bool
 	Logger   *slog.Logger
 	// Self is the node the driver runs on, which sends the stages their
-	// inputs.
-	Self string
+	// inputs; Inputs, if set, are the codec estimates of a micro-batch of
+	// them (tensorio.SpeedTable.Estimates), which price the inputs on
+	// links that have not carried any yet.
+	Self   string
+	Inputs []tensorio.Estimate
 	// Now is when the job was submitted.
 	Now time.Time
 }
@@ -312,7 +316,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 		c.cutTaken(now, c.waitFor, e)
 	case Probed:
 		c.probeSpent += now.Sub(c.opStart)
-		c.status.ProbeMS += ms(now.Sub(c.opStart))
+		c.status.ProbeTrainMS += ms(now.Sub(c.opStart))
 		c.probed(now, e.Links)
 		c.boundary(now)
 	}
@@ -405,8 +409,8 @@ func (c *Core) boundary(now time.Time) {
 	}
 	if pairs := c.probeDue(now); len(pairs) > 0 {
 		cands := c.candidates()
-		c.probeLinks(now, pairs)
-		c.issue(now, opMeasure, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs} })
+		fresh := c.probeLinks(now, pairs)
+		c.issue(now, opMeasure, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs, Fresh: fresh} })
 		return
 	}
 	c.runStep(now)

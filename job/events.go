@@ -146,12 +146,14 @@ type Action interface{ action() }
 
 type (
 	// Probe asks which of Nodes answer, and measures the links between
-	// the pairs of Links (From, To: node names) that answer. Answer:
+	// the pairs of Links (From, To: node names) that answer: at once if
+	// Fresh, else a measurement of the last LinkMaxAge will do. Answer:
 	// [Probed].
 	Probe struct {
 		Op    Op
 		Nodes []NodeInfo
 		Links [][2]string
+		Fresh bool
 	}
 	// StartStages spawns, sets up and connects the stages of Plan under
 	// generation Gen, stage k on the node at actor address Addrs[k].

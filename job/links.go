@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // The network as the core knows it (issue 16): every link between two
@@ -18,26 +19,32 @@ import (
 // tell how long the link made them wait: a sender that waited w seconds
 // in its writes for b bytes saw the path carry at most b/w. When that
 // bound stays well below the planned rate (another program shares the
-// link), or well above it, the link is probed again at a step boundary:
-// the bound alone cannot tell a slow link from a receiver starved of CPU.
-// Probes while training are bounded to a small share of the training
-// time. The measured rates reach the planner the way measured node speeds
-// do.
+// link), or the steps take much longer than the plan predicts, the plan's
+// links are probed again at a step boundary (the bound alone cannot tell
+// a slow link from a receiver starved of CPU). A link that got faster
+// makes nobody wait, so every link is probed again every refreshEvery,
+// within probeShare of the training time. The measured rates reach the
+// planner the way measured node speeds do.
 
 // Link-tracking constants.
 const (
 	// passiveBytes is the traffic a passive bound needs (smaller samples
 	// are dominated by the sockets' buffers).
 	passiveBytes = 512 << 10
-	// linkSlower and linkFaster are the factors by which the traffic's
-	// bound must stay below, or rise above, the planned rate for
-	// linkStreak bounds in a row to probe the link again.
+	// linkSlower is the factor by which the traffic's bound must stay
+	// below the planned rate for linkStreak bounds in a row to probe the
+	// link again; a probe that finds the rate changed by linkSlower or
+	// linkFaster changes the plan's links.
 	linkSlower = 0.5
 	linkFaster = 1.5
 	linkStreak = 2
+	// refreshEvery is the age at which a link is probed again anyway, if
+	// the probes so far took less than probeShare of the training time.
+	refreshEvery = 2 * time.Minute
 	// reprobeAfter is the least time between two probes of a link, and
-	// probeShare (of the training time, plus probeAllowance) bounds the
-	// time spent probing while training.
+	// probeShare (of the training time, plus probeAllowance when the
+	// traffic or the steps asked) bounds the time spent probing while
+	// training.
 	reprobeAfter   = time.Second
 	probeShare     = 0.005
 	probeAllowance = time.Second
@@ -55,7 +62,7 @@ type linkState struct {
 	// passiveBytes, the streaks of low and high bounds.
 	accBytes    int64
 	accWrite    time.Duration
-	slow, fast  int
+	slow        int
 	bound       float64 // the last bound
 	kinds       map[string]*kindSent
 	reprobe     bool      // probe it again at the next boundary
@@ -123,23 +130,43 @@ func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
 }
 
 // probeDue returns the links to probe at this boundary while training:
-// those never measured, and those traffic asked for if the budget allows.
+// those never measured; those the traffic or the steps asked for, within
+// probeAllowance plus probeShare of the training time; and, within
+// probeShare alone, those measured more than refreshEvery ago.
 func (c *Core) probeDue(now time.Time) [][2]string {
 	pairs := c.unmeasured(now, c.candidates())
-	if c.probeSpent > probeAllowance+time.Duration(probeShare*float64(c.run)) {
+	share := time.Duration(probeShare * float64(c.run))
+	if c.probeSpent > probeAllowance+share {
 		pairs = slices.DeleteFunc(pairs, func(p [2]string) bool {
 			l := c.links[p]
 			return l != nil && l.source != ""
 		})
 	}
+	if len(pairs) > 0 || c.spec.NoProbe || c.probeSpent > share {
+		return pairs
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(c.links), cmpPair) {
+		if l := c.links[k]; l.source != "" && now.Sub(l.probedAt) >= refreshEvery && c.members[k[0]].ProbeAddr != "" && c.members[k[1]].ProbeAddr != "" {
+			pairs = append(pairs, k)
+		}
+	}
 	return pairs
 }
 
-// probeLinks asks for the probe of links: they count as tried.
-func (c *Core) probeLinks(now time.Time, pairs [][2]string) {
+// LinkMaxAge is how old a measurement of a link may be for a job that
+// meets the link for the first time (the nodes keep them): links change
+// more slowly than jobs start.
+const LinkMaxAge = 10 * time.Minute
+
+// probeLinks asks for the probe of links: they count as tried. It reports
+// whether one of them was measured before (the probe must be fresh).
+func (c *Core) probeLinks(now time.Time, pairs [][2]string) (fresh bool) {
 	for _, p := range pairs {
-		c.link(p[0], p[1]).tried = now
+		l := c.link(p[0], p[1])
+		fresh = fresh || l.source != ""
+		l.tried = now
 	}
+	return fresh
 }
 
 // probed records link measurements.
@@ -153,7 +180,7 @@ func (c *Core) probed(now time.Time, ms []LinkMeasure) {
 			l.planChanged = true
 		}
 		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
-		l.reprobe, l.slow, l.fast, l.accBytes, l.accWrite = false, 0, 0, 0, 0
+		l.reprobe, l.slow, l.accBytes, l.accWrite = false, 0, 0, 0
 		c.log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
 	}
 }
@@ -226,18 +253,14 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 		bound := float64(l.accBytes) / max(l.accWrite.Seconds(), 1e-9)
 		l.accBytes, l.accWrite, l.bound = 0, 0, bound
 		rate := c.linkRate(k[0], k[1])
-		switch {
-		case bound < linkSlower*rate:
-			l.slow, l.fast = l.slow+1, 0
-		case bound > linkFaster*rate:
-			l.fast, l.slow = l.fast+1, 0
-		default:
-			l.slow, l.fast = 0, 0
+		if bound >= linkSlower*rate {
+			l.slow = 0
+			continue
 		}
-		if (l.slow >= linkStreak || l.fast >= linkStreak) && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter {
-			c.log.Info("traffic disagrees with a link's rate: probing it again", "from", k[0], "to", k[1],
+		if l.slow++; l.slow >= linkStreak && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter {
+			c.log.Info("the link is slower than planned: probing it again", "from", k[0], "to", k[1],
 				"planned_mbit_s", rate*8/1e6, "traffic_bound_mbit_s", bound*8/1e6)
-			l.reprobe, l.slow, l.fast = true, 0, 0
+			l.reprobe, l.slow = true, 0
 		}
 	}
 }
@@ -343,8 +366,9 @@ const (
 const wireMinBytes = 1 << 20
 
 // wireCost is what codecs made of a kind of tensor on link l, or on all
-// links if l carried too little of it; nil before any traffic. Decoding is
-// taken to cost what encoding did.
+// links if l carried too little of it; before any traffic, for inputs, the
+// estimate of the codec l would choose, else nil. Decoding is taken to
+// cost what encoding did.
 func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
 	var ks kindSent
 	if l != nil && l.kinds[kind] != nil && l.kinds[kind].raw >= wireMinBytes {
@@ -357,6 +381,18 @@ func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
 		}
 	}
 	if ks.raw < wireMinBytes || ks.wire <= 0 {
+		if kind == kindInput && len(c.cfg.Inputs) > 0 && c.spec.AutoCodecs() {
+			rate := balance.DefaultLink.Bandwidth
+			if l != nil && l.rate > 0 {
+				rate = l.rate
+			}
+			best := tensorio.Best(c.cfg.Inputs, rate)
+			for _, e := range c.cfg.Inputs {
+				if e.Codec == best {
+					return &balance.WireCost{Ratio: min(e.Ratio, 2), Seconds: e.Fixed}
+				}
+			}
+		}
 		return nil
 	}
 	return &balance.WireCost{Ratio: min(float64(ks.wire)/float64(ks.raw), 2), Seconds: 2 * ks.encode.Seconds() / float64(ks.raw)}

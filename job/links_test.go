@@ -33,8 +33,9 @@ func linkCore(t *testing.T) *Core {
 }
 
 // The traffic's bound (bytes over the senders' write time) probes a link
-// again when it stays below half the planned rate, or above 1.5 times it,
-// two bounds of 512 KiB in a row; traffic near the rate does not.
+// again when it stays below half the planned rate two bounds of 512 KiB
+// in a row; traffic near or above the rate does not (a sender that does
+// not wait says nothing of the link's rate).
 func TestPassiveBound(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -43,7 +44,7 @@ func TestPassiveBound(t *testing.T) {
 	}{
 		{"near the rate", 90 * time.Millisecond, false},
 		{"4x slower", 320 * time.Millisecond, true},
-		{"3x faster", 27 * time.Millisecond, true},
+		{"no wait", 27 * time.Millisecond, false},
 	} {
 		c := linkCore(t)
 		now := time.Unix(10, 0)
@@ -82,5 +83,23 @@ func TestProbeBudget(t *testing.T) {
 	c.members["n"] = NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
 	if got := c.probeDue(now); len(got) != 4 {
 		t.Fatalf("a node joined: %v to probe, want its 4 links", got)
+	}
+}
+
+// Links measured refreshEvery ago are probed again while the probes took
+// less than probeShare of the training time.
+func TestProbeRefresh(t *testing.T) {
+	c := linkCore(t)
+	later := time.Unix(0, 0).Add(refreshEvery)
+	c.run = 10 * time.Minute
+	if got := c.probeDue(later.Add(-time.Second)); len(got) != 0 {
+		t.Fatalf("before refreshEvery: %v to probe", got)
+	}
+	if got := c.probeDue(later); len(got) != 2 {
+		t.Fatalf("after refreshEvery: %v to probe, want a->b and b->a", got)
+	}
+	c.probeSpent = 4 * time.Second // over 0.5% of 10 min
+	if got := c.probeDue(later); len(got) != 0 {
+		t.Fatalf("over the budget: %v to probe", got)
 	}
 }

@@ -70,10 +70,12 @@ type Status struct {
 	Recoveries      []Recovery `json:"recoveries,omitempty"`
 	Replans         []Replan   `json:"replans,omitempty"`
 	// Links are the links between the job's nodes as it measured them,
-	// those that carried its tensors first; ProbeMS is the time the job
-	// spent probing nodes and links (at plan changes and between steps).
-	Links   []LinkStatus `json:"links,omitempty"`
-	ProbeMS float64      `json:"probe_ms,omitempty"`
+	// those that carried its tensors first. ProbeMS is the time the job
+	// spent probing nodes and links at plan changes, ProbeTrainMS the
+	// time it paused training to probe links between steps.
+	Links        []LinkStatus `json:"links,omitempty"`
+	ProbeMS      float64      `json:"probe_ms,omitempty"`
+	ProbeTrainMS float64      `json:"probe_train_ms,omitempty"`
 }
 
 // LinkStatus is one directed link between two nodes.

@@ -116,7 +116,7 @@ type Agent struct {
 	loops  sync.WaitGroup // event loop and HTTP server
 	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
 
-	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records, httpOf and the jobs' rec
+	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records, httpOf, links and the jobs' rec
 	jobs    map[string]*coordinated
 	order   []string // job ids in submission order
 	seq     int
@@ -128,6 +128,8 @@ type Agent struct {
 	// httpOf is every member's last known HTTP address, by name (a
 	// failed member's too).
 	httpOf map[string]string
+	// links are the link measurements this node made or asked for.
+	links map[[2]string]keptLink
 
 	// cutMu guards cutRuns: the run of each job's cuts in the local store
 	// (see cuts.go).
@@ -213,7 +215,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
-		records: map[string]*JobRecord{}, httpOf: map[string]string{}, cutRuns: map[string]string{}}
+		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	self := a // a is nil once an error is returned
 	defer func() {

@@ -60,9 +60,17 @@ func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
-// MeasureLink measures the link from one member to another: here, or by
-// asking from (actors.LinkProber).
-func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo) (job.LinkMeasure, error) {
+// MeasureLink measures the link from one member to another, here or by
+// asking from, unless a measurement at most maxAge old is kept
+// (actors.LinkProber).
+func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (job.LinkMeasure, error) {
+	k := [2]string{from.Name, to.Name}
+	a.mu.Lock()
+	kept, ok := a.links[k]
+	a.mu.Unlock()
+	if ok && maxAge > 0 && time.Since(kept.at) <= maxAge {
+		return kept.m, nil
+	}
 	var r LinkProbeReply
 	var err error
 	if from.Name == a.cfg.Name {
@@ -79,7 +87,18 @@ func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo) (job.Lin
 	if err != nil {
 		return job.LinkMeasure{}, err
 	}
-	return job.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}, nil
+	m := job.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}
+	a.mu.Lock()
+	a.links[k] = keptLink{m, time.Now()}
+	a.mu.Unlock()
+	return m, nil
+}
+
+// keptLink is a link measurement this node keeps for the jobs it
+// coordinates.
+type keptLink struct {
+	m  job.LinkMeasure
+	at time.Time
 }
 
 func (a *Agent) postLinkProbe(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/linkprobe"
 )
 
 // The fault-injection scenarios of testdata/scenarios (see the package
@@ -238,9 +239,31 @@ func TestNetworkRate(t *testing.T) { // not parallel: it measures throughput
 	if r := ba(500 * time.Millisecond); r < 300e6 {
 		t.Errorf("b to a unshaped again: %.0f Mbit/s, want at least 300", r/1e6)
 	}
-	ac, _ := stream("a", "c")
+	ac, stopAC := stream("a", "c")
 	if r := ac(500 * time.Millisecond); r < 300e6 {
 		t.Errorf("unshaped a to c: %.0f Mbit/s, want at least 300", r/1e6)
+	}
+	stopAC()
+	// The link probe measures the shaped rates, within 20%, in about a
+	// tenth of a second.
+	srv := probeServer(t, nw, "c", ips["c"])
+	for _, rate := range []uint64{20e6, 1e9} {
+		if err := nw.SetRate("a", "c", rate); err != nil {
+			t.Fatal(err)
+		}
+		path, _ := nw.nodeNetns("a")
+		var r linkprobe.Result
+		var perr error
+		if err := inNetns(path, func() { r, perr = linkprobe.Measure(context.Background(), srv, linkprobe.Options{}) }); err != nil || perr != nil {
+			t.Fatalf("probing c from a: %v %v", err, perr)
+		}
+		t.Logf("probe a to c at %d Mbit/s: %.1f Mbit/s, RTT %v, %d bytes in %v", rate/1e6, r.BytesPerSec*8/1e6, r.RTT, r.Bytes, r.Took)
+		if got := r.BytesPerSec * 8; got < 0.8*float64(rate) || got > 1.2*float64(rate) {
+			t.Errorf("probe at %d Mbit/s measured %.1f", rate/1e6, got/1e6)
+		}
+		if r.Took > time.Second {
+			t.Errorf("probe at %d Mbit/s took %v", rate/1e6, r.Took)
+		}
 	}
 	if err := nw.SetRate("a", "a", 1e6); err == nil {
 		t.Error("SetRate of a node with itself: no error")
@@ -248,4 +271,20 @@ func TestNetworkRate(t *testing.T) { // not parallel: it measures throughput
 	if err := nw.SetRate("a", "b", 100); err == nil {
 		t.Error("SetRate of 100 bit/s: no error")
 	}
+}
+
+// probeServer runs a link probe server in node name's namespace.
+func probeServer(t *testing.T, nw *Network, name, ip string) string {
+	t.Helper()
+	path, err := nw.nodeNetns(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srv *linkprobe.Server
+	var lerr error
+	if err := inNetns(path, func() { srv, lerr = linkprobe.Listen(ip) }); err != nil || lerr != nil {
+		t.Fatalf("probe server in %s: %v %v", name, err, lerr)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv.Addr()
 }

@@ -76,7 +76,7 @@ func runJob(t *testing.T, c *Cluster, spec job.Spec) job.Status {
 }
 
 // linkSpec is acceptance 4's job: mlp32 width 512 on MNIST, batch 128,
-// SGD.
+// SGD with momentum 0.9 (as bench/ddp_gloo.py).
 func linkSpec(id string, steps int) job.Spec {
 	spec := job.DefaultSpec()
 	spec.ID = id
@@ -95,9 +95,11 @@ func TestLinksRate(t *testing.T) {
 	for round := range 2 {
 		for _, rate := range []uint64{0, 100e6} {
 			setAllRates(t, c, rate)
-			st := runJob(t, c, linkSpec(fmt.Sprintf("rate-%d-%d", round, rate/1e6), 150))
+			spec := linkSpec(fmt.Sprintf("rate-%d-%d", round, rate/1e6), 600)
+			st := runJob(t, c, spec)
 			r := st.Result
-			t.Logf("links %4d Mbit/s: %.0f samples/s, step %.1f ms (predicted %.1f), plan %s", rate/1e6, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, r.Plan)
+			t.Logf("links %4d Mbit/s: %.0f samples/s, step %.1f ms (predicted %.1f), steady overhead %.2f%%, plan %s",
+				rate/1e6, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, 100*overhead(st), r.Plan)
 			logLinks(t, st)
 		}
 	}
@@ -281,11 +283,13 @@ func TestLinksSlowNode(t *testing.T) {
 // TestLinksCut (acceptance 3): every link at 1 Gbit/s; mid-job the link
 // between the first two stages' nodes drops to 50 Mbit/s. The job
 // re-plans within 30 steps; its throughput after the re-plan is compared
-// with a fresh job's on the new links.
+// with a fresh job's on the new links. mlp32 width 256: at width 512 a
+// step's compute hides 50 Mbit/s (the slowed job ran as fast as before).
 func TestLinksCut(t *testing.T) {
 	requireLinkBench(t)
 	c := startShaped(t, 3, 1e9)
-	spec := linkSpec("cut", 400)
+	spec := linkSpec("cut", 600)
+	spec.Width = 256 // the links matter: 50 Mbit/s carries its cut in about its step
 	rep, err := c.Node("a").Submit(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -309,15 +313,26 @@ func TestLinksCut(t *testing.T) {
 		}
 	}
 	logLinks(t, st)
-	if first == nil {
-		t.Fatalf("no re-plan after the link %s-%s dropped at step %d (plan %s)", nodes[0], nodes[1], cut, before.Plan)
+	for _, l := range strings.Split(c.Node("a").stderr.tail(400), "\n") {
+		if strings.Contains(l, "link") || strings.Contains(l, "re-plan") {
+			t.Log("  a: " + l)
+		}
 	}
-	after := sc.rate(first.Step+10, st.Total) * float64(spec.Batch)
-	fresh := runJob(t, c, linkSpec("cut-fresh", 150)).Result
-	t.Logf("link %s-%s at 50 Mbit/s from step %d; re-plan at step %d (%d steps later): %s", nodes[0], nodes[1], cut, first.Step, first.Step-cut, first.Plan)
+	replan := cut
+	if first != nil {
+		replan = first.Step
+		t.Logf("link %s-%s at 50 Mbit/s from step %d; re-plan at step %d (%d steps later): %s", nodes[0], nodes[1], cut, first.Step, first.Step-cut, first.Plan)
+	}
+	after := sc.rate(replan+10, st.Total) * float64(spec.Batch)
+	freshSpec := linkSpec("cut-fresh", 300)
+	freshSpec.Width = spec.Width
+	fresh := runJob(t, c, freshSpec).Result
 	t.Logf("samples/s: before %.0f, slowed %.0f, after the re-plan %.0f; a fresh job on the new links %.0f (%s): %.2fx",
-		sc.rate(10, cut)*float64(spec.Batch), sc.rate(cut+2, first.Step)*float64(spec.Batch), after, fresh.SamplesPerSec, fresh.Plan, after/fresh.SamplesPerSec)
-	if first.Step-cut > 30 {
+		sc.rate(10, cut)*float64(spec.Batch), sc.rate(cut+2, replan)*float64(spec.Batch), after, fresh.SamplesPerSec, fresh.Plan, after/fresh.SamplesPerSec)
+	switch {
+	case first == nil:
+		t.Errorf("no re-plan after the link %s-%s dropped at step %d (plan %s)", nodes[0], nodes[1], cut, before.Plan)
+	case first.Step-cut > 30:
 		t.Errorf("re-planned %d steps after the link dropped, want at most 30", first.Step-cut)
 	}
 }

@@ -275,6 +275,7 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 		c.status.Replans = append(c.status.Replans, *r)
 		c.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(c.steps)}
 	}
+	c.planFrom = len(c.steps)
 	c.setState(StateTraining, "")
 	c.boundary(now)
 }

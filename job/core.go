@@ -105,8 +105,10 @@ type Core struct {
 	known   map[string]NodeInfo
 	speed   map[string]float64
 	links   map[[2]string]*linkState // by sending and receiving node
-	// probeSpent is the time spent probing links while training.
+	// probeSpent is the time spent probing links while training;
+	// slowChecks counts the checks in a row that found the steps slow.
 	probeSpent time.Duration
+	slowChecks int
 
 	// Progress: the next step, what the result has accumulated, the
 	// latest cut, every step's duration, the training time (recoveries
@@ -133,6 +135,8 @@ type Core struct {
 	// that favoured a change, the last re-plan followed until measured, a
 	// re-plan a user asked for.
 	planStep, streak int
+	// planFrom is the index in steps of the plan's first step.
+	planFrom int
 	check            replanCheck
 	requested        *ReplanRequested
 

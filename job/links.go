@@ -31,13 +31,16 @@ const (
 	// passiveBytes is the traffic a passive bound needs (smaller samples
 	// are dominated by the sockets' buffers).
 	passiveBytes = 512 << 10
-	// linkSlower is the factor by which the traffic's bound must stay
+	// boundSlower is the factor by which the traffic's bound must stay
 	// below the planned rate for linkStreak bounds in a row to probe the
-	// link again; a probe that finds the rate changed by linkSlower or
+	// link again (senders also wait for receivers short of CPU: on 1
+	// Gbit/s links shared with busy stages the bound was 0.2 to 0.5 of the
+	// rate); a probe that finds the rate changed by linkSlower or
 	// linkFaster changes the plan's links.
-	linkSlower = 0.5
-	linkFaster = 1.5
-	linkStreak = 2
+	boundSlower = 0.15
+	linkSlower  = 0.5
+	linkFaster  = 1.5
+	linkStreak  = 2
 	// refreshEvery is the age at which a link is probed again anyway, if
 	// the probes so far took less than probeShare of the training time.
 	refreshEvery = 2 * time.Minute
@@ -156,7 +159,7 @@ func (c *Core) probeDue(now time.Time) [][2]string {
 // LinkMaxAge is how old a measurement of a link may be for a job that
 // meets the link for the first time (the nodes keep them): links change
 // more slowly than jobs start.
-const LinkMaxAge = 10 * time.Minute
+const LinkMaxAge = refreshEvery
 
 // probeLinks asks for the probe of links: they count as tried. It reports
 // whether one of them was measured before (the probe must be fresh).
@@ -253,7 +256,7 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 		bound := float64(l.accBytes) / max(l.accWrite.Seconds(), 1e-9)
 		l.accBytes, l.accWrite, l.bound = 0, 0, bound
 		rate := c.linkRate(k[0], k[1])
-		if bound >= linkSlower*rate {
+		if bound >= boundSlower*rate {
 			l.slow = 0
 			continue
 		}
@@ -284,13 +287,18 @@ func cmpPair(a, b [2]string) int {
 }
 
 // slowSteps is how far the measured steps may exceed the plan's prediction
-// at the measured speeds before the plan's links are probed again: small
-// transfers fit in the sockets' buffers and never make a sender wait, but
-// a slow link still shows in the step time.
-const slowSteps = 1.5
+// at the measured speeds, and slowerSteps the plan's own first steps,
+// before the plan's links are probed again: small transfers fit in the
+// sockets' buffers and never make a sender wait, but a slow link still
+// shows in the step time. (A false alarm costs a probe, within budget.)
+const (
+	slowSteps   = 1.5
+	slowerSteps = 1.25
+)
 
 // checkSlowSteps probes the plan's links again when the last steps took
-// much longer than the plan predicts at the measured speeds and links.
+// much longer than the plan predicts at the measured speeds and links, or
+// than its first steps took, twice in a row.
 func (c *Core) checkSlowSteps(now time.Time) {
 	if c.spec.NoProbe || len(c.steps) < rebalanceEvery || c.g%rebalanceEvery != 0 {
 		return
@@ -300,9 +308,18 @@ func (c *Core) checkSlowSteps(now time.Time) {
 		return
 	}
 	med := balance.Median(c.steps[len(c.steps)-rebalanceEvery:])
-	if med <= slowSteps*cur.StepTime {
+	first := 0.0 // the plan's steps 2 to 6 (the first ones warm up)
+	if n := c.planFrom + 2 + rebalanceEvery; len(c.steps) >= n+rebalanceEvery {
+		first = balance.Median(c.steps[n-rebalanceEvery : n])
+	}
+	if med <= slowSteps*cur.StepTime && (first == 0 || med <= slowerSteps*first) {
+		c.slowChecks = 0
 		return
 	}
+	if c.slowChecks++; c.slowChecks < linkStreak {
+		return
+	}
+	c.slowChecks = 0
 	for _, a := range c.plan.Stages {
 		for _, b := range c.plan.Stages {
 			l := c.links[[2]string{a.Node, b.Node}]

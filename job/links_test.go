@@ -33,9 +33,9 @@ func linkCore(t *testing.T) *Core {
 }
 
 // The traffic's bound (bytes over the senders' write time) probes a link
-// again when it stays below half the planned rate two bounds of 512 KiB
-// in a row; traffic near or above the rate does not (a sender that does
-// not wait says nothing of the link's rate).
+// again when it stays below boundSlower of the planned rate two bounds of
+// 512 KiB in a row; traffic near or above the rate does not (a sender
+// that does not wait says nothing of the link's rate).
 func TestPassiveBound(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -43,7 +43,8 @@ func TestPassiveBound(t *testing.T) {
 		reprobe bool
 	}{
 		{"near the rate", 90 * time.Millisecond, false},
-		{"4x slower", 320 * time.Millisecond, true},
+		{"half the rate", 160 * time.Millisecond, false},
+		{"10x slower", 800 * time.Millisecond, true},
 		{"no wait", 27 * time.Millisecond, false},
 	} {
 		c := linkCore(t)

@@ -202,12 +202,15 @@ func Measure(ctx context.Context, addr string, o Options) (Result, error) {
 	}
 	slices.Sort(rtts)
 	r.RTT = rtts[len(rtts)/2]
+	// The first transfer sizes the second by the rate the client saw,
+	// which the round trip makes low rather than high (the server's times
+	// of a small transfer can be a burst out of the socket buffers).
 	const first = 256 << 10
-	rate, err := bulk(ctx, addr, first)
-	if err != nil {
+	t0 := time.Now()
+	if _, err := bulk(ctx, addr, first); err != nil {
 		return r, err
 	}
-	n := int64(rate * o.Duration.Seconds())
+	n := int64(first / time.Since(t0).Seconds() * o.Duration.Seconds())
 	n = min(max(n, first), MaxBulk)
 	if r.BytesPerSec, err = bulk(ctx, addr, n); err != nil {
 		return r, err

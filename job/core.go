@@ -136,9 +136,9 @@ type Core struct {
 	// re-plan a user asked for.
 	planStep, streak int
 	// planFrom is the index in steps of the plan's first step.
-	planFrom int
-	check            replanCheck
-	requested        *ReplanRequested
+	planFrom  int
+	check     replanCheck
+	requested *ReplanRequested
 
 	status Status
 	step   stepFunc // the state's

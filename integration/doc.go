@@ -29,8 +29,8 @@
 //
 // Faults: [Cluster.Kill] (SIGKILL), [Cluster.Pause] and [Cluster.Resume]
 // (SIGSTOP, SIGCONT), [Cluster.Stop] (SIGTERM: a graceful leave), and,
-// between nodes in network namespaces, [Network.Cut] and
-// [Network.Restore].
+// between nodes in network namespaces, [Network.Cut], [Network.SetRate]
+// (a link's rate in one direction) and [Network.Restore].
 //
 // # Network namespaces
 //
@@ -119,5 +119,11 @@
 // fails; a graceful leave. Each job ends with the weights of the run
 // without the fault and replays at most K steps per recovery. With -short
 // only the single kill runs. TestNetworkCut checks the cut itself: only
-// the two nodes lose each other, both ways, until Restore.
+// the two nodes lose each other, both ways, until Restore; TestNetworkRate
+// checks a shaped rate and the link probe's measurement of it.
+//
+// Links (PPNODE_LINKS=1, bench/links.sh): jobs on three namespaced nodes
+// with shaped links, timed, for BENCHMARKS.md: automatic codecs against
+// raw frames, a slow node's links, a link that slows mid-job, --wire int8,
+// and PyTorch DDP (bench/ddp_gloo.py) on the same links.
 package integration

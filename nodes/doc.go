@@ -69,6 +69,13 @@
 //	GET    /v1/jobrecords       the records this node holds
 //	GET    /v1/jobrecords/{id}  the record held, or the one this node sent
 //	                      as the job's coordinator; 404 otherwise
+//	POST   /v1/links/probe  body: {"to": NODE}. Measures the link from
+//	                      this node to a member (round-trip time and rate,
+//	                      over the member's probe port, gossip tag "probe"):
+//	                      200 [LinkProbeReply]; 400 for a node that is not
+//	                      another live member. One probe at a time per
+//	                      node; a coordinator keeps what it measured for
+//	                      job.LinkMaxAge ([Agent.MeasureLink]).
 //
 // Floats that JSON cannot carry (a diverged job's NaN loss) are sent as 0.
 //

@@ -88,19 +88,30 @@ func linkSpec(id string, steps int) job.Spec {
 }
 
 // TestLinksRate: the same job on unshaped links and on 100 Mbit/s links,
-// alternated.
+// alternated, each on new nodes (which have not measured the links yet).
 func TestLinksRate(t *testing.T) {
 	requireLinkBench(t)
-	c := startShaped(t, 3, 0)
-	for round := range 2 {
+	for round := range 3 {
 		for _, rate := range []uint64{0, 100e6} {
-			setAllRates(t, c, rate)
-			spec := linkSpec(fmt.Sprintf("rate-%d-%d", round, rate/1e6), 600)
-			st := runJob(t, c, spec)
-			r := st.Result
-			t.Logf("links %4d Mbit/s: %.0f samples/s, step %.1f ms (predicted %.1f), steady overhead %.2f%%, plan %s",
-				rate/1e6, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, 100*overhead(st), r.Plan)
-			logLinks(t, st)
+			t.Run(fmt.Sprintf("%d-%dMbit", round, rate/1e6), func(t *testing.T) {
+				c := startShaped(t, 3, rate)
+				st := runJob(t, c, linkSpec("rate", 600))
+				r := st.Result
+				t.Logf("links %4d Mbit/s: %.0f samples/s, step %.1f ms (predicted %.1f), steady overhead %.2f%%, plan %s",
+					rate/1e6, r.SamplesPerSec, r.MeasuredStepMS, r.PredictedStepMS, 100*overhead(st), r.Plan)
+				logLinks(t, st)
+				logLinkLines(t, c.Node("a"))
+			})
+		}
+	}
+}
+
+// logLinkLines logs what a node said about links and re-plans.
+func logLinkLines(t *testing.T, n *Node) {
+	t.Helper()
+	for _, l := range strings.Split(n.stderr.tail(400), "\n") {
+		if strings.Contains(l, "link") || strings.Contains(l, "re-plan") {
+			t.Log("  " + n.Name + ": " + l)
 		}
 	}
 }
@@ -313,11 +324,7 @@ func TestLinksCut(t *testing.T) {
 		}
 	}
 	logLinks(t, st)
-	for _, l := range strings.Split(c.Node("a").stderr.tail(400), "\n") {
-		if strings.Contains(l, "link") || strings.Contains(l, "re-plan") {
-			t.Log("  a: " + l)
-		}
-	}
+	logLinkLines(t, c.Node("a"))
 	replan := cut
 	if first != nil {
 		replan = first.Step
@@ -338,12 +345,13 @@ func TestLinksCut(t *testing.T) {
 }
 
 // TestLinksInt8 (acceptance 5): one epoch of mlp32 on MNIST, lossless
-// against --wire int8: test accuracy and bytes on the wire.
+// against --wire int8, alternated, then bf16: test accuracy and bytes on
+// the wire.
 func TestLinksInt8(t *testing.T) {
 	requireLinkBench(t)
 	c := startShaped(t, 3, 0)
-	for _, wire := range []string{"", "int8", "bf16"} {
-		spec := linkSpec("int8-"+wire, 0)
+	for i, wire := range []string{"", "int8", "", "int8", "", "int8", "bf16"} {
+		spec := linkSpec(fmt.Sprintf("int8-%d-%s", i, wire), 0)
 		spec.Epochs, spec.Wire = 1, wire
 		st := runJob(t, c, spec)
 		raw, w := wireShare(st)

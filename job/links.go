@@ -38,9 +38,13 @@ const (
 	// rate); a probe that finds the rate changed by linkSlower or
 	// linkFaster changes the plan's links.
 	boundSlower = 0.15
-	linkSlower  = 0.5
-	linkFaster  = 1.5
-	linkStreak  = 2
+	// boundSteps is how much slower than the plan's first steps the last
+	// ones must be for a low bound to count: on fast links the senders
+	// wait for busy receivers, and a slow link that matters slows the steps.
+	boundSteps = 1.1
+	linkSlower = 0.5
+	linkFaster = 1.5
+	linkStreak = 2
 	// refreshEvery is the age at which a link is probed again anyway, if
 	// the probes so far took less than probeShare of the training time.
 	refreshEvery = 2 * time.Minute
@@ -260,7 +264,7 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 			l.slow = 0
 			continue
 		}
-		if l.slow++; l.slow >= linkStreak && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter {
+		if l.slow++; l.slow >= linkStreak && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter && c.slowedBy() >= boundSteps {
 			c.log.Info("the link is slower than planned: probing it again", "from", k[0], "to", k[1],
 				"planned_mbit_s", rate*8/1e6, "traffic_bound_mbit_s", bound*8/1e6)
 			l.reprobe, l.slow = true, 0
@@ -293,7 +297,7 @@ func cmpPair(a, b [2]string) int {
 // shows in the step time. (A false alarm costs a probe, within budget.)
 const (
 	slowSteps   = 1.5
-	slowerSteps = 1.25
+	slowerSteps = 1.4
 )
 
 // checkSlowSteps probes the plan's links again when the last steps took
@@ -308,11 +312,7 @@ func (c *Core) checkSlowSteps(now time.Time) {
 		return
 	}
 	med := balance.Median(c.steps[len(c.steps)-rebalanceEvery:])
-	first := 0.0 // the plan's steps 2 to 6 (the first ones warm up)
-	if n := c.planFrom + 2 + rebalanceEvery; len(c.steps) >= n+rebalanceEvery {
-		first = balance.Median(c.steps[n-rebalanceEvery : n])
-	}
-	if med <= slowSteps*cur.StepTime && (first == 0 || med <= slowerSteps*first) {
+	if med <= slowSteps*cur.StepTime && c.slowedBy() <= slowerSteps {
 		c.slowChecks = 0
 		return
 	}
@@ -331,6 +331,17 @@ func (c *Core) checkSlowSteps(now time.Time) {
 			l.reprobe = true
 		}
 	}
+}
+
+// slowedBy is the median of the last rebalanceEvery steps over the
+// median of the plan's steps 2 to 6 (the first ones warm up), or 0 before
+// both are known.
+func (c *Core) slowedBy() float64 {
+	n := c.planFrom + 2 + rebalanceEvery
+	if len(c.steps) < n+rebalanceEvery {
+		return 0
+	}
+	return balance.Median(c.steps[len(c.steps)-rebalanceEvery:]) / balance.Median(c.steps[n-rebalanceEvery:n])
 }
 
 // stepRates are the planned speeds of the current plan's links, by sender

@@ -34,21 +34,32 @@ func linkCore(t *testing.T) *Core {
 
 // The traffic's bound (bytes over the senders' write time) probes a link
 // again when it stays below boundSlower of the planned rate two bounds of
-// 512 KiB in a row; traffic near or above the rate does not (a sender
-// that does not wait says nothing of the link's rate).
+// 512 KiB in a row while the steps are boundSteps slower than the plan's
+// first; traffic near or above the rate does not (a sender that does not
+// wait says nothing of the link's rate), nor a low bound while the steps
+// keep their pace (the senders waited for their receivers).
 func TestPassiveBound(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		write   time.Duration // per MiB
+		slowed  float64       // the last steps over the first
 		reprobe bool
 	}{
-		{"near the rate", 90 * time.Millisecond, false},
-		{"half the rate", 160 * time.Millisecond, false},
-		{"10x slower", 800 * time.Millisecond, true},
-		{"no wait", 27 * time.Millisecond, false},
+		{"near the rate", 90 * time.Millisecond, 1.5, false},
+		{"half the rate", 160 * time.Millisecond, 1.5, false},
+		{"10x slower", 800 * time.Millisecond, 1.5, true},
+		{"10x slower, steps at their pace", 800 * time.Millisecond, 1.05, false},
+		{"no wait", 27 * time.Millisecond, 1.5, false},
 	} {
 		c := linkCore(t)
 		now := time.Unix(10, 0)
+		for i := range 2 + 2*rebalanceEvery {
+			step := 0.1
+			if i >= 2+rebalanceEvery {
+				step *= tc.slowed
+			}
+			c.steps = append(c.steps, step)
+		}
 		for range 4 { // 4 steps of 256 KiB: two bounds
 			c.observeLinks(now, []StageTiming{{Links: []LinkSent{{Peer: 1, Kind: kindActivation, Codec: "raw", Frames: 4,
 				RawBytes: 256 << 10, WireBytes: 256 << 10, Write: tc.write / 4}}}}, nil)

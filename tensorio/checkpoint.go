@@ -232,47 +232,38 @@ func WriteCheckpoint(w io.Writer, c *Checkpoint) error {
 // returns the complete checkpoint or an error wrapping ErrCorrupt that
 // names what is wrong; the tensors do not alias data.
 func ReadCheckpoint(data []byte) (*Checkpoint, error) {
-	return readCheckpoint(data, true)
+	return readCheckpoint(&ckptFile{data: data, size: int64(len(data))}, true)
 }
 
-// VerifyCheckpoint checks a checkpoint file held in data as ReadCheckpoint
-// does (layout, index, every frame and its checksum) without keeping its
-// tensors: the checkpoint it returns has the metadata and the parameter
-// and slot names, with nil tensors. It allocates no more than the largest
-// tensor.
+// VerifyCheckpoint checks a checkpoint file held in data as
+// VerifyCheckpointAt does.
 func VerifyCheckpoint(data []byte) (*Checkpoint, error) {
-	return readCheckpoint(data, false)
+	return VerifyCheckpointAt(bytes.NewReader(data), int64(len(data)))
 }
 
-func readCheckpoint(data []byte, keep bool) (*Checkpoint, error) {
-	if len(data) < ckptHeaderLen+ckptFooterLen {
-		return nil, corruptWrap(io.ErrUnexpectedEOF, "checkpoint of %d bytes", len(data))
+// VerifyCheckpointAt checks the checkpoint file of size bytes that r reads
+// as ReadCheckpoint does (layout, index, every frame and its checksum)
+// without keeping its tensors: the checkpoint it returns has the metadata
+// and the parameter and slot names, with nil tensors. It reads the header,
+// the footer and the index (its length checked against the file and
+// MaxCheckpointIndex, its checksum computed, before it is read into
+// memory), then each frame's header, and checksums each payload in pieces
+// of 1 MiB: besides the index it allocates about 1 MiB, whatever the size
+// of the file. (A frame of a codec other than raw, which WriteCheckpoint
+// never writes, is decoded once its checksum matches.) Errors of the
+// bytes wrap ErrCorrupt; r's errors are returned wrapped.
+func VerifyCheckpointAt(r io.ReaderAt, size int64) (*Checkpoint, error) {
+	return readCheckpoint(&ckptFile{r: r, size: size}, false)
+}
+
+// readCheckpoint reads and verifies f, decoding its tensors if keep.
+func readCheckpoint(f *ckptFile, keep bool) (*Checkpoint, error) {
+	if err := f.header(); err != nil {
+		return nil, err
 	}
-	if string(data[:4]) != ckptMagic {
-		return nil, corruptf("not a checkpoint: magic %q", data[:4])
-	}
-	if data[4] != ckptVersion {
-		return nil, corruptf("unsupported checkpoint version %d", data[4])
-	}
-	if data[5]|data[6]|data[7] != 0 {
-		return nil, corruptf("checkpoint header has non-zero reserved bytes % x", data[5:8])
-	}
-	foot := data[len(data)-ckptFooterLen:]
-	if string(foot[8:]) != ckptEndMagic {
-		return nil, corruptWrap(io.ErrUnexpectedEOF, "checkpoint has no end marker (truncated?)")
-	}
-	il := int64(binary.LittleEndian.Uint32(foot))
-	indexEnd := int64(len(data) - ckptFooterLen)
-	if il > MaxCheckpointIndex || il > indexEnd-ckptHeaderLen {
-		return nil, corruptf("checkpoint index length %d out of range", il)
-	}
-	js := data[indexEnd-il : indexEnd]
-	if got, want := crc(js), binary.LittleEndian.Uint32(foot[4:]); got != want {
-		return nil, corruptf("checkpoint index checksum %08x, want %08x", got, want)
-	}
-	var idx ckptIndex
-	if err := json.Unmarshal(js, &idx); err != nil {
-		return nil, corruptWrap(err, "checkpoint index")
+	idx, end, err := f.index()
+	if err != nil {
+		return nil, err
 	}
 	c := &Checkpoint{
 		JobID: idx.Job, Step: idx.Step, PlanHash: idx.Plan, Part: idx.Part,
@@ -281,31 +272,17 @@ func readCheckpoint(data []byte, keep bool) (*Checkpoint, error) {
 	// Frames must tile [header, index) in index order.
 	at := int64(ckptHeaderLen)
 	for _, e := range idx.Tensors {
-		if e.Offset != at || e.Length < 0 || e.Length > indexEnd-il-at {
+		if e.Offset != at || e.Length < 0 || e.Length > end-at {
 			return nil, corruptf("checkpoint %s: frame at [%d, +%d) does not follow the previous one (at %d) within the file", e.what(), e.Offset, e.Length, at)
 		}
-		frame := data[at : at+e.Length]
-		at += e.Length
-		var (
-			t     *nn.Tensor
-			shape []int
-			n     int
-			err   error
-		)
-		if keep {
-			t, n, err = DecodeFrame(frame, nil)
-			if t != nil {
-				shape = t.Shape()
-			}
-		} else {
-			shape, n, err = checkFrame(frame)
-		}
+		t, shape, n, err := f.frame(at, e.Length, keep)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", e.what(), err)
 		}
-		if int64(n) != e.Length {
+		if n != e.Length {
 			return nil, corruptf("checkpoint %s: frame of %d bytes in a slot of %d", e.what(), n, e.Length)
 		}
+		at += e.Length
 		if want := e.Shape; !nn.SameShape(shape, want) && !(len(want) == 0 && nn.SameShape(shape, []int{1})) {
 			return nil, corruptf("checkpoint %s: frame shape %v, index says %v", e.what(), shape, want)
 		}
@@ -315,8 +292,8 @@ func readCheckpoint(data []byte, keep bool) (*Checkpoint, error) {
 			c.Optim = append(c.Optim, OptimState{Param: e.Name, Slot: e.Slot, T: t})
 		}
 	}
-	if at != indexEnd-il {
-		return nil, corruptf("checkpoint has %d unaccounted bytes before its index", indexEnd-il-at)
+	if at != end {
+		return nil, corruptf("checkpoint has %d unaccounted bytes before its index", end-at)
 	}
 	if err := c.validate(keep); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -333,13 +310,20 @@ func SaveCheckpoint(path string, c *Checkpoint) error {
 	return writeFileAtomic(path, func(w io.Writer) error { return WriteCheckpoint(w, c) })
 }
 
-// LoadCheckpoint reads and verifies the checkpoint file at path.
+// LoadCheckpoint reads and verifies the checkpoint file at path, a frame
+// at a time: raw payloads are read straight into their tensors, so it
+// holds the tensors, not the file as well.
 func LoadCheckpoint(path string) (*Checkpoint, error) {
-	data, err := os.ReadFile(path)
+	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	c, err := ReadCheckpoint(data)
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return nil, err
+	}
+	c, err := readCheckpoint(&ckptFile{r: file, size: st.Size()}, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -91,7 +91,10 @@ func TestCheckpointRoundTrip(t *testing.T) {
 }
 
 // TestCheckpointCorruption flips every byte and cuts the file at every
-// length: each damaged file must be rejected with ErrCorrupt.
+// length: each damaged file must be rejected with ErrCorrupt, and with the
+// same error by every reader: ReadCheckpoint (in memory), VerifyCheckpoint
+// (through an io.ReaderAt) and the io.ReaderAt reader that LoadCheckpoint
+// uses.
 func TestCheckpointCorruption(t *testing.T) {
 	c := testCheckpoint("job-1", 7, 8)
 	var buf bytes.Buffer
@@ -99,27 +102,39 @@ func TestCheckpointCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := buf.Bytes()
-	for _, read := range []func([]byte) (*Checkpoint, error){ReadCheckpoint, VerifyCheckpoint} {
-		for i := range good {
-			b := bytes.Clone(good)
-			b[i] ^= 0x40
-			if _, err := read(b); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("byte %d flipped: %v", i, err)
-			}
+	readAt := func(b []byte) (*Checkpoint, error) {
+		return readCheckpoint(&ckptFile{r: bytes.NewReader(b), size: int64(len(b))}, true)
+	}
+	check := func(what string, b []byte) {
+		t.Helper()
+		_, want := ReadCheckpoint(b)
+		if !errors.Is(want, ErrCorrupt) {
+			t.Fatalf("%s: %v", what, want)
 		}
-		for n := range len(good) {
-			if _, err := read(good[:n]); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("cut at %d: %v", n, err)
+		for _, read := range []func([]byte) (*Checkpoint, error){VerifyCheckpoint, readAt} {
+			if _, err := read(b); err == nil || err.Error() != want.Error() {
+				t.Fatalf("%s: %v, ReadCheckpoint says %v", what, err, want)
 			}
-		}
-		if _, err := read(append(bytes.Clone(good), 0)); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("trailing byte: %v", err)
 		}
 	}
+	for i := range good {
+		b := bytes.Clone(good)
+		b[i] ^= 0x40
+		check(fmt.Sprintf("byte %d flipped", i), b)
+	}
+	for n := range len(good) {
+		check(fmt.Sprintf("cut at %d", n), good[:n])
+	}
+	check("trailing byte", append(bytes.Clone(good), 0))
 	v, err := VerifyCheckpoint(good)
 	if err != nil || v.JobID != c.JobID || v.Step != c.Step || len(v.Params) != len(c.Params) || len(v.Optim) != len(c.Optim) || v.Params[0].T != nil {
 		t.Fatalf("VerifyCheckpoint: %+v, %v", v, err)
 	}
+	got, err := readAt(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, got, c)
 }
 
 // SaveFrom stores what it verifies and nothing else: not a damaged file,

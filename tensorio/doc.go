@@ -97,12 +97,22 @@
 // keeps the last N checkpoints of each job and part in a directory and
 // finds the newest complete one.
 //
+// [VerifyCheckpointAt] checks a file through an io.ReaderAt without
+// holding it: header, footer, index (its length bounded by the file and
+// [MaxCheckpointIndex], its checksum computed before it is read in), then
+// each frame, its payload checksummed 1 MiB at a time. [Store.SaveFrom]
+// streams a received file to disk, refusing it at the first bytes that
+// are not a checkpoint header, and verifies it there: a 64 MiB upload
+// costs about 2 MiB of heap besides its index, garbage or not. [LoadCheckpoint] reads each
+// frame straight into its tensor.
+//
 // # Safetensors
 //
 // [WriteSafetensors] and [ReadSafetensors] speak the safetensors format
 // (8-byte header length, JSON header, raw little-endian data) laid out as
 // the reference implementation does, so weights move between ppnode and
-// PyTorch. Reading accepts F32, F64, I32, I64, U8, BF16 and F16 and
+// PyTorch. Reading refuses, as the reference does, a header that is not
+// valid UTF-8; it accepts F32, F64, I32, I64, U8, BF16 and F16 and
 // converts to float32 on demand ([Entry.Float32s]); writing produces F32,
 // and I64 through [I64Entry]. [WeightsSHA256] fingerprints a set of
 // weights bit for bit.

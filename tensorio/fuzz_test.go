@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -66,7 +67,13 @@ func fuzzSafetensors() [][]byte {
 	buf.Reset()
 	WriteSafetensorsEntries(&buf, es, nil)
 	out = append(out, bytes.Clone(buf.Bytes()))
-	return out
+	// A name in UTF-8, and the same file with a byte of it made invalid.
+	buf.Reset()
+	WriteSafetensors(&buf, []Named{{"poids_\u00e9", randTensor(r, []int{2}, fillGauss)}}, map[string]string{"r\u00f4le": "\u2713"})
+	out = append(out, bytes.Clone(buf.Bytes()))
+	bad := bytes.Clone(buf.Bytes())
+	bad[bytes.Index(bad, []byte("\u00e9"))] = 0xff
+	return append(out, bad)
 }
 
 // FuzzDecodeFrame feeds arbitrary bytes to the frame decoders: they must
@@ -208,7 +215,8 @@ func FuzzReadCheckpoint(f *testing.F) {
 }
 
 // FuzzReadSafetensors: the safetensors reader never panics, fails with
-// ErrCorrupt, and what it accepts survives a write and read unchanged.
+// ErrCorrupt, accepts only headers of valid UTF-8, and what it accepts
+// survives a write and read unchanged.
 func FuzzReadSafetensors(f *testing.F) {
 	for _, b := range fuzzSafetensors() {
 		f.Add(b)
@@ -220,6 +228,9 @@ func FuzzReadSafetensors(f *testing.F) {
 				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
 			}
 			return
+		}
+		if hl := binary.LittleEndian.Uint64(data); !utf8.Valid(data[8 : 8+hl]) {
+			t.Fatal("accepted a header that is not valid UTF-8")
 		}
 		var buf bytes.Buffer
 		if err := WriteSafetensorsEntries(&buf, es, meta); err != nil {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -178,9 +179,10 @@ type safetensorsInfo struct {
 
 // ParseSafetensors parses a safetensors file held in data and returns its
 // entries, sorted by name, and its metadata. The entries' Data alias data.
-// The file is validated as the reference implementation does: known
-// dtypes, non-negative shapes whose size matches the data offsets, and
-// offsets that tile the data section exactly, without gaps or overlaps.
+// The file is validated as the reference implementation does: a header
+// of valid UTF-8, known dtypes, non-negative shapes whose size matches the
+// data offsets, and offsets that tile the data section exactly, without
+// gaps or overlaps.
 // Errors wrap ErrCorrupt.
 func ParseSafetensors(data []byte) ([]Entry, map[string]string, error) {
 	if len(data) < 8 {
@@ -195,6 +197,11 @@ func ParseSafetensors(data []byte) ([]Entry, map[string]string, error) {
 	}
 	header := data[8 : 8+hlen]
 	body := data[8+hlen:]
+	// encoding/json would turn invalid bytes into U+FFFD (a name that is
+	// not the file's); the reference implementation refuses them.
+	if i := invalidUTF8(header); i < len(header) {
+		return nil, nil, corruptf("safetensors header is not valid UTF-8: byte %d of the file is %#02x", 8+i, header[i])
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(header, &raw); err != nil {
 		return nil, nil, corruptWrap(err, "safetensors header")
@@ -281,6 +288,19 @@ func (info *safetensorsInfo) entry(name string, body []byte) (Entry, error) {
 		shape[i] = int(d)
 	}
 	return Entry{Name: name, DType: dt, Shape: shape, Data: body[begin:end:end]}, nil
+}
+
+// invalidUTF8 returns the offset of the first invalid UTF-8 sequence in b,
+// or len(b).
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // satMul multiplies, saturating at MaxUint64.

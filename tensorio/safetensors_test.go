@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -221,6 +223,31 @@ func TestSafetensorsBadInput(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: error %v does not wrap ErrCorrupt", name, err)
 		}
+	}
+}
+
+// TestSafetensorsUTF8: a header that is not valid UTF-8 is refused (as by
+// the reference implementation), with the byte named; valid non-ASCII
+// names are kept as they are.
+func TestSafetensorsUTF8(t *testing.T) {
+	body := make([]byte, 8)
+	for name, header := range map[string]string{
+		"invalid byte in a name":   `{"a` + "\xff" + `":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`,
+		"cut sequence in metadata": `{"__metadata__":{"k":"` + "\xe2\x82" + `"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`,
+		"overlong encoding":        `{"a` + "\xc0\xaf" + `":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`,
+		"encoded surrogate":        `{"a` + "\xed\xa0\x80" + `":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`,
+		"in the padding":           `{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  ` + "\x80",
+	} {
+		_, _, err := ParseSafetensors(stFile(header, body))
+		at := 8 + strings.IndexFunc(header, func(r rune) bool { return r == utf8.RuneError })
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not valid UTF-8") || !strings.Contains(err.Error(), fmt.Sprintf("byte %d ", at)) {
+			t.Errorf("%s: %v, want ErrCorrupt naming byte %d", name, err, at)
+		}
+	}
+	name := "poids_é✓😀"
+	es, _, err := ParseSafetensors(stFile(`{"`+name+`":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, body))
+	if err != nil || len(es) != 1 || es[0].Name != name {
+		t.Fatalf("valid UTF-8 name: %+v, %v", es, err)
 	}
 }
 

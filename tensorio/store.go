@@ -115,12 +115,13 @@ func (s *Store) prune(job, part string) error {
 }
 
 // SaveFrom stores the checkpoint file read from r as Save stores a
-// checkpoint, without decoding its tensors: the bytes go to a temporary
-// file, which is read back once and verified (VerifyCheckpoint), offered to
-// check (if not nil; an error refuses it), synced and renamed into place.
-// It returns the checkpoint's metadata and names (nil tensors). On any
-// error nothing is stored; errors of the bytes wrap ErrCorrupt, r's and
-// check's are returned as they are.
+// checkpoint, without decoding its tensors or holding the file in memory:
+// the bytes go to a temporary file (the copy stops at the first bytes that
+// are not a checkpoint header), which is verified where it lies
+// (VerifyCheckpointAt), offered to check (if not nil; an error refuses
+// it), synced and renamed into place. It returns the checkpoint's metadata
+// and names (nil tensors). On any error nothing is stored; errors of the
+// bytes wrap ErrCorrupt, r's and check's are returned as they are.
 func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpoint, err error) {
 	t, err := createTemp(s.dir, "recv"+ckptExt)
 	if err != nil {
@@ -131,14 +132,13 @@ func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpo
 			t.abort()
 		}
 	}()
-	if _, err = io.CopyBuffer(t.f, r, make([]byte, 1<<20)); err != nil {
-		return nil, err
-	}
-	data, err := os.ReadFile(t.name) // from the page cache
+	// Hide the file's ReadFrom, which would copy 32 KiB at a time, so that
+	// the copy uses the 1 MiB buffer.
+	n, err := io.CopyBuffer(struct{ io.Writer }{t.f}, &headerReader{r: r}, make([]byte, 1<<20))
 	if err != nil {
 		return nil, err
 	}
-	if c, err = VerifyCheckpoint(data); err != nil {
+	if c, err = VerifyCheckpointAt(t.f, n); err != nil {
 		return nil, err
 	}
 	if check != nil {
@@ -155,6 +155,26 @@ func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpo
 		return nil, err
 	}
 	return c, s.prune(c.JobID, c.Part)
+}
+
+// headerReader passes r's bytes through, and fails with an error wrapping
+// ErrCorrupt as soon as the first ones are not a checkpoint header: a
+// stream of garbage is refused at its first read, not once on disk.
+type headerReader struct {
+	r   io.Reader
+	hdr [ckptHeaderLen]byte
+	n   int // bytes of hdr seen
+}
+
+func (h *headerReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if h.n < len(h.hdr) && n > 0 {
+		h.n += copy(h.hdr[h.n:], p[:n])
+		if cerr := checkCkptHeader(h.hdr[:h.n]); cerr != nil {
+			return 0, cerr
+		}
+	}
+	return n, err
 }
 
 // Steps lists, in ascending order, the steps for which the store holds a

@@ -447,6 +447,13 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 		c.failure(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, e.Err))
 		return
 	}
+	if err := CheckLoss(c.g, e.Loss); err != nil {
+		// Going back to a cut would replay the same steps to the same
+		// loss: the job has failed.
+		c.stopAll(true)
+		c.finish(nil, err)
+		return
+	}
 	c.steps = append(c.steps, dt.Seconds())
 	c.followReplan()
 	if cost, ok := c.win.measure(c.steps); ok {
@@ -552,11 +559,14 @@ func (c *Core) finishTraining(e CutTaken) {
 	c.finish(res, nil)
 }
 
-// finish ends the job.
+// finish ends the job: done with res, else failed (diverged) with err.
 func (c *Core) finish(res *Result, err error) {
 	c.change, c.wait, c.step = nil, 0, stepEnded
 	if err != nil {
 		c.status.State, c.status.Reason, c.status.Error = StateFailed, "", err.Error()
+		if errors.Is(err, ErrDiverged) {
+			c.status.State = StateDiverged
+		}
 	} else {
 		c.status.State, c.status.Reason, c.status.Result = StateDone, "", res
 	}

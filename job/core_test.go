@@ -65,6 +65,8 @@ func TestCore(t *testing.T) {
 //	                                                   (default 1000; probes measure it, steps pay it)
 //	links                                              the job's link table
 //	fail-next OP                                       the next start, restore, move or cut fails
+//	loss V [at=STEP]                                   the steps asked for from now (or from step
+//	                                                   STEP on) report loss V (NaN, +Inf...); else 1
 //	status                                             the job's status
 type sim struct {
 	t        *testing.T
@@ -94,6 +96,13 @@ type sim struct {
 	simCache map[string]*balance.Report
 	rates    map[[2]string]float64 // true link rates (bytes/s), both ways
 	probes   bool                  // nodes answer link probes
+	loss     *stepLoss             // the loss the steps report from a step on (nil: 1)
+}
+
+// stepLoss is the loss the steps report from step from on.
+type stepLoss struct {
+	from int
+	v    float64
 }
 
 const refGFLOPS = 10
@@ -277,6 +286,12 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 		s.deliver(ReplanRequested{Partition: strings.TrimSpace(d.Input), ViaCut: via})
 	case "fail-next":
 		s.failNext[d.CmdArgs[0].Key] = true
+	case "loss":
+		l := &stepLoss{v: s.float(d.CmdArgs[0].Key)}
+		if v, ok := arg("at"); ok {
+			l.from = int(s.float(v))
+		}
+		s.loss = l
 	case "link":
 		a, b, mbit := d.CmdArgs[0].Key, d.CmdArgs[1].Key, s.float(d.CmdArgs[2].Key)
 		s.rates[[2]string{a, b}], s.rates[[2]string{b, a}] = mbit*1e6/8, mbit*1e6/8
@@ -291,6 +306,9 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 		fmt.Fprintf(&s.out, "cuts %d latest %d every %d; recoveries %d; re-plans %d\n", st.Cuts, st.LatestCut, st.CheckpointEvery, len(st.Recoveries), len(st.Replans))
 		if st.Reason != "" {
 			fmt.Fprintf(&s.out, "reason %s\n", st.Reason)
+		}
+		if st.Error != "" {
+			fmt.Fprintf(&s.out, "error %s\n", st.Error)
 		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
@@ -514,7 +532,11 @@ func (s *sim) exec(a Action) {
 				RawBytes: int64(l.Bytes), WireBytes: int64(l.Bytes), Write: time.Duration(l.Busy * float64(time.Second))})
 		}
 		d := time.Duration(rep.StepTime*float64(time.Second)) + s.extra
-		s.after(d, StepFinished{Op: a.Op, Loss: 1, Correct: 1, Seen: int64(s.job.Spec.Batch), Timings: timings})
+		loss := 1.0
+		if s.loss != nil && a.Step >= s.loss.from {
+			loss = s.loss.v
+		}
+		s.after(d, StepFinished{Op: a.Op, Loss: loss, Correct: 1, Seen: int64(s.job.Spec.Batch), Timings: timings})
 		if s.every > 0 && (a.Step+1)%s.every == 0 {
 			for n, f := range s.flicker {
 				if s.speed[n] == f[0] {

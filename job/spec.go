@@ -328,7 +328,8 @@ type Result struct {
 // TrainLocal trains the job in this process with the single-process
 // reference trainer (`ppnode train --local`): the result a pipelined run of
 // the same spec must reproduce. progress, if set, is called after every
-// step.
+// step. A loss that becomes NaN or infinite ends it with an error wrapping
+// ErrDiverged (see CheckLoss).
 func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64)) (*Result, error) {
 	s := j.Spec
 	be, err := s.NewBackend(threads)
@@ -348,6 +349,9 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		t0 := time.Now()
 		opt.SetLR(j.LR.At(g))
 		last = tr.Step(j.Loader, g/j.StepsPerEpoch, g%j.StepsPerEpoch, g)
+		if err := CheckLoss(g, last.Loss); err != nil {
+			return nil, err
+		}
 		steps = append(steps, time.Since(t0).Seconds())
 		correct += last.Correct
 		seen += last.Samples

@@ -29,22 +29,29 @@ const (
 	StateEvaluating State = "evaluating" // measuring the final weights' accuracy
 	StateDone       State = "done"
 	StateFailed     State = "failed"
+	// StateDiverged: its training loss became NaN or infinite (Error says
+	// at which step); its weights are lost, so it has failed.
+	StateDiverged State = "diverged"
 )
 
 // Ended reports whether a job in state s has stopped for good.
-func (s State) Ended() bool { return s == StateDone || s == StateFailed }
+func (s State) Ended() bool { return s == StateDone || s == StateFailed || s == StateDiverged }
 
 // Status is a job's progress, for `ppnode status` and the train client.
 type Status struct {
 	ID    string `json:"id"`
 	State State  `json:"state"`
-	// Reason says why a job is paused or recovering; Error why it failed.
+	// Reason says why a job is paused or recovering; Error why it failed
+	// or diverged.
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Model  string `json:"model"`
-	Step   int    `json:"step"`
-	Total  int    `json:"total"`
-	// Loss is the last step's mean training loss.
+	// Step counts the steps done (of a diverged job: those before the one
+	// that diverged, which is step Step counting from 0).
+	Step  int `json:"step"`
+	Total int `json:"total"`
+	// Loss is the last step's mean training loss (a finite one: a
+	// diverged job keeps the loss of the step before).
 	Loss          float64       `json:"loss"`
 	SamplesPerSec float64       `json:"samples_per_sec"`
 	Plan          string        `json:"plan,omitempty"`

@@ -201,7 +201,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 				return nil, fmt.Errorf("job %s is done but reported no result", sub.ID)
 			}
 			return st.Result, printResult(st.Result, asJSON, stdout, stderr)
-		case job.StateFailed:
+		case job.StateFailed, job.StateDiverged:
 			bar.done()
 			return nil, fmt.Errorf("job %s failed: %s", sub.ID, st.Error)
 		}

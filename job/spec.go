@@ -215,11 +215,23 @@ type Job struct {
 	Total int
 }
 
-// Prepare normalises the spec, loads the data and builds the model with
-// its initial weights.
-func (s Spec) Prepare() (*Job, error) {
+// Prepare normalises the spec, checks that what this process allocates
+// for it fits this machine's memory (see PrepareWithin), loads the data
+// and builds the model with its initial weights.
+func (s Spec) Prepare() (*Job, error) { return s.PrepareWithin(AvailableMemory()) }
+
+// PrepareWithin is Prepare in a process that may allocate memory bytes (0:
+// unknown): a job whose Footprint.Local is over it is refused (ErrSpec)
+// before anything is allocated for it. A spec that cannot be estimated
+// goes on: loading its data or building its model says what is wrong.
+func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	if err := s.Normalize(); err != nil {
 		return nil, err
+	}
+	if f, err := s.Estimate(); err == nil {
+		if err := checkLocal(f, memory); err != nil {
+			return nil, err
+		}
 	}
 	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples})
 	if err != nil {

@@ -468,7 +468,14 @@ func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
 	a.runs.Add(1)
 	a.mu.Unlock()
 
-	c, err := actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0, false))
+	// The job against the members' memory first, from shapes alone: the
+	// coordinator then checks its own share against this node's memory
+	// before it builds the model.
+	err := spec.CheckMemory(a.nodeInfos())
+	var c *actors.Coordinator
+	if err == nil {
+		c, err = actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0, false))
+	}
 	if err == nil {
 		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
 	}

@@ -1,0 +1,191 @@
+package job
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ppnode/ppnode/data"
+)
+
+// Footprint is the memory a job needs, estimated from its spec and its
+// model's layer shapes alone, before anything is allocated. Tensors are
+// float32; the Go values around them are not counted.
+type Footprint struct {
+	// Params are the parameters and buffers (BatchNorm's running
+	// statistics); Grads a gradient per trainable parameter; Optimizer the
+	// optimizer's state: one slot per trainable parameter for SGD with
+	// momentum (none without), two for Adam.
+	Params, Grads, Optimizer int64
+	// Activations are those of all of a step's micro-batches in flight at
+	// once (GPipe keeps them all, 1F1B fewer): per sample and layer, its
+	// output and its inputs' gradients, a convolution's im2col columns, a
+	// dropout's mask.
+	Activations int64
+	// MicroBatches is the number of micro-batches in flight counted.
+	MicroBatches int
+	// Data is the data set (both splits), loaded by the process that
+	// prepares the job; LocalActivations what that process runs itself:
+	// two micro-batches (a coordinator profiles every layer in two slots,
+	// --local trains one) and an evaluation chunk's forward pass.
+	Data, LocalActivations int64
+}
+
+// Total is what the pipelined job needs over all its nodes.
+func (f Footprint) Total() int64 {
+	return sat(float64(f.Params) + float64(f.Grads) + float64(f.Optimizer) + float64(f.Activations))
+}
+
+// Local is what the process that prepares the job allocates itself
+// (`ppnode train --local`, or the coordinator, which builds the whole
+// model, profiles it and gathers the cuts into it): the whole model with
+// its gradients and optimizer state, the data and its own activations.
+func (f Footprint) Local() int64 {
+	return sat(float64(f.Params) + float64(f.Grads) + float64(f.Optimizer) + float64(f.Data) + float64(f.LocalActivations))
+}
+
+// evalChunk is the samples Job.Evaluate runs at a time.
+const evalChunk = 256
+
+// Estimate computes the spec's footprint from shapes only: the data set's
+// from its name, the model's layer by layer as nn/zoo builds it (see
+// modelShapes), so that nothing in proportion to the model is allocated.
+// It fails for a spec that does not normalise, an unknown data set or a
+// model that does not take its input.
+func (s Spec) Estimate() (Footprint, error) {
+	if err := s.Normalize(); err != nil {
+		return Footprint{}, err
+	}
+	input, classes, train, test, err := dataShape(s)
+	if err != nil {
+		return Footprint{}, err
+	}
+	w, err := modelShapes(s.Model, s.Width, input, classes)
+	if err != nil {
+		return Footprint{}, specErr("%v", err)
+	}
+	slots := 0.0
+	switch {
+	case s.Optimizer == "adam":
+		slots = 2
+	case s.Momentum != 0:
+		slots = 1
+	}
+	M := s.MicroBatches
+	micro := float64((s.Batch + M - 1) / M)
+	perSample := float64(w.outs + w.back + w.cols)
+	sample := float64(size64(input))
+	return Footprint{
+		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
+		Activations: sat(4 * float64(M) * micro * perSample), MicroBatches: M,
+		Data:             sat(4 * float64(train+test) * (sample + 1)),
+		LocalActivations: sat(4 * (2*micro*perSample + float64(min(evalChunk, test))*float64(w.outs+w.cols))),
+	}, nil
+}
+
+// dataShape is the per-sample shape, classes and split sizes of the spec's
+// data set, known from its name (as data.Load would load it).
+func dataShape(s Spec) (shape []int, classes, train, test int, err error) {
+	switch {
+	case s.Data == "mnist" || s.Data == "fashion-mnist":
+		return []int{28, 28, 1}, 10, 60000, 10000, nil
+	case s.Data == "synthetic" || strings.HasPrefix(s.Data, "synthetic:"):
+		shape, classes, err := data.ParseSynthetic(s.Data)
+		train := s.SyntheticSamples
+		if train == 0 {
+			train = data.DefaultSyntheticTrain
+		}
+		return shape, classes, train, data.DefaultSyntheticTest, err
+	}
+	return nil, 0, 0, 0, fmt.Errorf("data set %q: shape unknown before loading", s.Data)
+}
+
+// CheckMemory refuses (ErrSpec) a job that needs more memory than the
+// members it may use have together: all of them, or the MaxNodes with the
+// most. It checks nothing if a member's memory is unknown (0), or if the
+// spec cannot be estimated (Prepare then says why).
+func (s Spec) CheckMemory(members []NodeInfo) error {
+	f, err := s.Estimate()
+	if err != nil {
+		return nil
+	}
+	mem := make([]int64, 0, len(members))
+	for _, n := range members {
+		if n.Memory <= 0 {
+			return nil
+		}
+		mem = append(mem, n.Memory)
+	}
+	slices.SortFunc(mem, func(a, b int64) int { return cmp.Compare(b, a) })
+	if m := s.MaxNodes; m > 0 && len(mem) > m {
+		mem = mem[:m]
+	}
+	var have float64
+	for _, m := range mem {
+		have += float64(m)
+	}
+	if need := f.Total(); len(mem) > 0 && float64(need) > have {
+		return specErr("job needs about %s (parameters %s, gradients %s, optimizer state %s, activations %s of %d micro-batches in flight); the members have %s",
+			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Activations), f.MicroBatches, gib(sat(have)))
+	}
+	return nil
+}
+
+// checkLocal refuses (ErrSpec) a job whose share of this process, f.Local,
+// is over avail bytes (0: unknown, not checked).
+func checkLocal(f Footprint, avail int64) error {
+	if need := f.Local(); avail > 0 && need > avail {
+		return specErr("preparing the job needs about %s in this process (parameters %s, gradients %s, optimizer state %s, data %s, activations %s); this machine has %s available",
+			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Data), gib(f.LocalActivations), gib(avail))
+	}
+	return nil
+}
+
+// AvailableMemory is the memory this machine has for a job: MemAvailable,
+// bounded by the cgroup's limit (0: unknown), as nodes gossip it.
+func AvailableMemory() int64 {
+	var avail uint64
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if kb, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+				if v, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64); err == nil {
+					avail = v << 10
+				}
+			}
+		}
+		f.Close()
+	}
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (avail == 0 || v < avail) {
+			avail = v
+		}
+	}
+	return int64(min(avail, math.MaxInt64))
+}
+
+// gib formats bytes in GiB, as `ppnode status` shows the members' memory
+// (MiB below one GiB).
+func gib(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+}
+
+// sat is x as an int64, saturated.
+func sat(x float64) int64 {
+	if x >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(x)
+}

@@ -1,0 +1,158 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// The memory estimate walks each model as nn/zoo builds it: the same
+// parameters, trainable ones and layer outputs as the graphs built, for
+// every model of the zoo.
+func TestModelShapes(t *testing.T) {
+	cases := []struct {
+		model   string
+		width   float64
+		input   []int
+		classes int
+	}{
+		{"mlp32", 0, []int{28, 28, 1}, 10},
+		{"mlp32", 37, []int{8, 8, 1}, 4},
+		{"vgg16", 0.125, []int{32, 32, 3}, 10},
+		{"vgg16", 0.1, []int{5, 7, 2}, 3},
+		{"resnet50", 0.25, []int{32, 32, 3}, 10},
+		{"resnet50", 0.1, []int{9, 6, 1}, 5},
+		{"uno", 0, []int{28, 28, 1}, 10},
+		{"uno", 0.05, []int{100}, 2},
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.model] = true
+		name := fmt.Sprintf("%s width %v on %v", c.model, c.width, c.input)
+		g, err := zoo.Build(c.model, zoo.Options{Width: c.width, Input: c.input, Classes: c.classes})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var params, trainable, outs int64
+		for _, p := range g.Params() {
+			params += int64(nn.Size(p.Value.Shape()))
+			if p.Trainable() {
+				trainable += int64(nn.Size(p.Value.Shape()))
+			}
+		}
+		for _, n := range g.Nodes {
+			outs += int64(nn.Size(n.Shape))
+		}
+		w, err := modelShapes(c.model, c.width, c.input, c.classes)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if w.params != params || w.trainable != trainable || w.outs != outs {
+			t.Errorf("%s: estimated %d values (%d trainable), %d outputs per sample; built %d (%d), %d", name,
+				w.params, w.trainable, w.outs, params, trainable, outs)
+		}
+	}
+	for _, m := range zoo.Names() {
+		if !covered[m] {
+			t.Errorf("model %s has no case here: its memory estimate is unchecked", m)
+		}
+	}
+	if _, err := modelShapes("vgg16", 1, []int{784}, 10); err == nil {
+		t.Error("vgg16 on a flat input: no error")
+	}
+}
+
+// hugeMLP is mlp32 at the widest width the spec allows: 8 billion
+// parameters, 30 GiB of them.
+func hugeMLP() Spec {
+	s := DefaultSpec()
+	s.Width = 1 << 14
+	return s
+}
+
+// allocated runs f and returns the bytes the heap allocated meanwhile
+// (freed or not).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A job too large for the members, or for the process that prepares it,
+// is refused with both figures, before anything in proportion to its model
+// is allocated: the heap allocates under 4 MB in all (it allocated about
+// 64 GiB before).
+func TestHugeJobIsRefused(t *testing.T) {
+	const tolerance = 4 << 20
+	s := hugeMLP()
+	members := []NodeInfo{{Name: "a", Memory: 8 << 30}, {Name: "b", Memory: 8 << 30}}
+	var errMembers, errLocal error
+	var j *Job
+	n := allocated(func() {
+		errMembers = s.CheckMemory(members)
+		j, errLocal = s.PrepareWithin(16 << 30)
+	})
+	t.Logf("refused after allocating %d bytes:\n%v\n%v", n, errMembers, errLocal)
+	if n > tolerance {
+		t.Errorf("allocated %d bytes to refuse the job; want at most %d", n, tolerance)
+	}
+	if !errors.Is(errMembers, ErrSpec) || !strings.Contains(errMembers.Error(), "job needs about 121.2 GiB (parameters 30.1 GiB") ||
+		!strings.HasSuffix(errMembers.Error(), "the members have 16.0 GiB") {
+		t.Errorf("members: %v; want the job's need and the members' 16.0 GiB", errMembers)
+	}
+	if j != nil || !errors.Is(errLocal, ErrSpec) || !strings.Contains(errLocal.Error(), "preparing the job needs about 121.9 GiB in this process") ||
+		!strings.HasSuffix(errLocal.Error(), "this machine has 16.0 GiB available") {
+		t.Errorf("local: %v; want the process's need and the 16.0 GiB available", errLocal)
+	}
+}
+
+// Usual jobs pass: the default mlp32 and resnet50 at width 0.25 on
+// CIFAR-sized inputs, on two members of 8 GiB, in a process of 8 GiB. (The
+// latter's estimate, 5.6 GiB in the process, is above what `ppnode train
+// --local` used: 4.9 GiB at most, resident.)
+func TestUsualJobsFit(t *testing.T) {
+	resnet := DefaultSpec()
+	resnet.Model, resnet.Width, resnet.Data = "resnet50", 0.25, "synthetic:32x32x3:10"
+	members := []NodeInfo{{Name: "a", Memory: 8 << 30}, {Name: "b", Memory: 8 << 30}}
+	for _, s := range []Spec{DefaultSpec(), resnet} {
+		f, err := s.Estimate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s width %v: %+v; total %s, local %s", s.Model, s.Width, f, gib(f.Total()), gib(f.Local()))
+		if err := s.CheckMemory(members); err != nil {
+			t.Errorf("%s: %v", s.Model, err)
+		}
+		if err := checkLocal(f, 8<<30); err != nil {
+			t.Errorf("%s: %v", s.Model, err)
+		}
+	}
+}
+
+// The members counted are those the job may use, and a member of unknown
+// memory leaves the job unchecked.
+func TestCheckMemoryMembers(t *testing.T) {
+	s := hugeMLP()
+	s.Optimizer = "sgd" // 90 GiB: parameters, gradients, momentum
+	big := []NodeInfo{{Name: "a", Memory: 64 << 30}, {Name: "b", Memory: 64 << 30}, {Name: "c", Memory: 1 << 30}}
+	if err := s.CheckMemory(big); err != nil {
+		t.Errorf("128 GiB over three members: %v", err)
+	}
+	s.MaxNodes = 1
+	if err := s.CheckMemory(big); err == nil || !strings.HasSuffix(err.Error(), "the members have 64.0 GiB") {
+		t.Errorf("one member at most: %v; want the 64 GiB of the largest", err)
+	}
+	s.MaxNodes = 0
+	unknown := slices.Concat(big[2:], []NodeInfo{{Name: "d"}})
+	if err := s.CheckMemory(unknown); err != nil {
+		t.Errorf("a member of unknown memory: %v", err)
+	}
+}

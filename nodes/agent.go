@@ -164,8 +164,8 @@ type coordinated struct {
 // Start starts a node: it measures the node, starts the actor system, the
 // HTTP listener and the membership, and returns once all are up.
 func Start(cfg Config) (a *Agent, err error) {
-	if cfg.Name == "" {
-		return nil, errors.New("nodes: a node name is required")
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("nodes: %w", err) // the records naming it would be refused
 	}
 	if cfg.Bind == "" {
 		cfg.Bind = DefaultBind

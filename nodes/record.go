@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -82,9 +83,11 @@ var (
 	ErrStaleRecord = errors.New("nodes: stale job record")
 )
 
+// MaxNameBytes bounds a node name (see CheckName).
+const MaxNameBytes = 256
+
 // Bounds of a job record.
 const (
-	maxNameBytes  = 256
 	maxErrorBytes = 4096
 	maxTakeovers  = 64
 	maxRunBytes   = 64
@@ -111,11 +114,30 @@ func checkRun(run string) error {
 // newRun draws the run nonce of a new submission.
 func newRun() string { return rand.Text() }
 
-// checkName checks a node name that came from the network.
+// CheckName is the one rule for a node name: 1 to MaxNameBytes bytes of
+// UTF-8 without control characters (a newline, a tab). Job records are
+// checked with it, and so is a node's own name (Config.Name, join --name):
+// a node every record holder would refuse to name would get no replicas.
+func CheckName(name string) error {
+	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return fmt.Errorf("node name %s: want 1 to %d bytes of UTF-8 without control characters", quoteName(name), MaxNameBytes)
+	}
+	return nil
+}
+
+// quoteName quotes a name for an error, cut short if it is long.
+func quoteName(name string) string {
+	const show = 48
+	if len(name) <= show {
+		return strconv.Quote(name)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", name[:show], len(name))
+}
+
+// checkName checks a node name of a record that came from the network.
 func checkName(what, name string) error {
-	if name == "" || len(name) > maxNameBytes || !utf8.ValidString(name) ||
-		strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) }) {
-		return recordErr("%s %q: want 1 to %d printable bytes", what, name, maxNameBytes)
+	if err := CheckName(name); err != nil {
+		return recordErr("%s: %v", what, err)
 	}
 	return nil
 }

@@ -59,6 +59,9 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	if cfg.Name == "" {
 		return cfg, 0, usagef("--name is required")
 	}
+	if err := nodes.CheckName(cfg.Name); err != nil {
+		return cfg, 0, usagef("--name: %v", err) // as every job record holder would say
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return cfg, 0, usagef("--log-level %q: want debug, info, warn or error", logLevel)

@@ -1,6 +1,14 @@
 // Package job owns what a job is: its description ([Spec]) and validation,
-// preparing its model and data ([Spec.Prepare]), single-process training
-// ([Job.TrainLocal], the reference every pipelined run reproduces), its
-// progress as reported ([Status]), and the pure core that runs a pipelined
-// job ([Core]): events in, actions out, time as an input.
+// its memory estimated from shapes alone ([Spec.Estimate]; a job over the
+// members' memory, or over the preparing process's, is refused before its
+// model is built), preparing its model and data ([Spec.Prepare]),
+// single-process training ([Job.TrainLocal], the reference every pipelined
+// run reproduces), its progress as reported ([Status]), and the pure core
+// that runs a pipelined job ([Core]): events in, actions out, time as an
+// input.
+//
+// A job is planning, starting, training, recovering, paused or evaluating
+// until it ends done (with a [Result]), failed, or diverged: a step's loss
+// became NaN or infinite ([CheckLoss], the one rule of the core and of
+// TrainLocal), and Status.Error says at which step.
 package job

@@ -101,7 +101,8 @@
 // (JobStatus.LatestCut) only once all of this is acknowledged. All of it
 // runs in the background: the pipeline only waits if the previous cut is
 // still being written when the next one is gathered. When the job ends
-// the record says done (with the result) or failed.
+// the record says done (with the result) or failed (a diverged job too:
+// its error says at which step), and is not taken over.
 //
 // A holder that sees the coordinator's node fail or leave (memberlist)
 // computes the successor: the holder with the smallest name among the

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -13,7 +14,19 @@ import (
 // like "inmem:3" and are only valid within the same Inmem. Unlike TCP a
 // pipe has no buffer: a Send completes when the peer has read the bytes.
 // The zero value is ready to use; it is safe for concurrent use.
+//
+// Key, ServerTLS and ClientTLS are TCP's, with the same handshake on the
+// pipes, so tests can run a cluster's configuration in memory. Two
+// differences: the host of every address is "inmem", the name an empty
+// ClientTLS.ServerName becomes; and ServerTLS is used without session
+// tickets (a TLS 1.3 server that asks for a client certificate writes them
+// before it has read all of the dialer's last flight: over an unbuffered
+// pipe, both ends could wait on their writes).
 type Inmem struct {
+	Key       []byte
+	ServerTLS *tls.Config
+	ClientTLS *tls.Config
+
 	mu   sync.Mutex
 	next int
 	lns  map[string]*pipeListener
@@ -26,6 +39,14 @@ func (p *Inmem) Listen(want Hello, o Options) (Listener, error) {
 	if _, err := encodeHello(want); err != nil {
 		return nil, err
 	}
+	sec := p.security()
+	if err := sec.validate(true); err != nil {
+		return nil, err
+	}
+	if sec.server != nil {
+		sec.server = sec.server.Clone()
+		sec.server.SessionTicketsDisabled = true
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lns == nil {
@@ -35,13 +56,21 @@ func (p *Inmem) Listen(want Hello, o Options) (Listener, error) {
 	addr := fmt.Sprintf("inmem:%d", p.next)
 	pl := &pipeListener{p: p, addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
 	p.lns[addr] = pl
-	return &listener{ln: pl, addr: addr, want: want, o: o.WithDefaults()}, nil
+	return newListener(pl, addr, want, o, sec), nil
+}
+
+func (p *Inmem) security() security {
+	return security{key: p.Key, server: p.ServerTLS, client: p.ClientTLS}
 }
 
 // Dial connects to a listener of this Inmem and authenticates with h.
 func (p *Inmem) Dial(addr string, h Hello, o Options) (Link, error) {
 	o = o.WithDefaults()
 	if _, err := encodeHello(h); err != nil {
+		return nil, err
+	}
+	sec := p.security()
+	if err := sec.validate(false); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
@@ -58,7 +87,7 @@ func (p *Inmem) Dial(addr string, h Hello, o Options) (Link, error) {
 	case <-time.After(o.HandshakeTimeout):
 		return nil, fmt.Errorf("dataplane: dial %s: timed out waiting for Accept", addr)
 	}
-	lk, err := clientHandshake(client, h, o)
+	lk, err := clientHandshake(client, addr, h, o, sec)
 	if err != nil {
 		client.Close()
 		return nil, err

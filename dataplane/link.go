@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,8 +50,9 @@ type Tag struct {
 	Kind       Kind
 }
 
-// Hello authenticates a connection: the dialer sends its own, the listener
-// compares it with the one it was created with.
+// Hello names the link a connection is for: the dialer sends its own, the
+// listener compares it with the one it was created with. Without a cluster
+// key it is all a dialer has to show (doc.go, "Protection").
 type Hello struct {
 	JobID      string // at most 255 bytes
 	Generation uint64 // plan generation; a re-plan increments it
@@ -126,10 +128,13 @@ type Listener interface {
 	// Addr is the address the sender passes to Dial.
 	Addr() string
 	// Accept waits for a connection that passes the handshake and returns
-	// its link. Connections that fail it are refused (the dialer is told
+	// its link. The handshakes run in the background, concurrently, as
+	// connections arrive; those that fail are refused (the dialer is told
 	// why) and Accept keeps waiting. After Close it returns ErrClosed.
 	Accept() (Link, error)
-	// Close stops listening; links already accepted stay open.
+	// Close stops listening and ends the handshakes in progress; links
+	// admitted but not yet accepted are closed, links already accepted
+	// stay open.
 	Close() error
 }
 
@@ -190,182 +195,12 @@ type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "dataplane: link refused: " + e.Reason }
 
-// ---- Handshake ----
+// ---- Link over any net.Conn ----
 
 const (
-	helloMagic   = "PPDL"
-	helloVersion = 1
-	tagLen       = 16
-	ioBufSize    = 64 << 10
+	tagLen    = 16
+	ioBufSize = 64 << 10
 )
-
-func encodeHello(h Hello) ([]byte, error) {
-	if len(h.JobID) == 0 || len(h.JobID) > 255 {
-		return nil, fmt.Errorf("dataplane: job id of %d bytes, want 1-255", len(h.JobID))
-	}
-	b := make([]byte, 0, 30+len(h.JobID))
-	b = append(b, helloMagic...)
-	b = append(b, helloVersion, byte(len(h.JobID)))
-	b = append(b, h.JobID...)
-	b = binary.LittleEndian.AppendUint64(b, h.Generation)
-	b = binary.LittleEndian.AppendUint32(b, h.Link)
-	b = binary.LittleEndian.AppendUint32(b, h.From)
-	b = binary.LittleEndian.AppendUint32(b, h.To)
-	b = binary.LittleEndian.AppendUint32(b, tensorio.Checksum(b))
-	return b, nil
-}
-
-func readHello(r io.Reader) (Hello, error) {
-	var pre [6]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return Hello{}, err
-	}
-	if string(pre[:4]) != helloMagic || pre[4] != helloVersion || pre[5] == 0 {
-		return Hello{}, fmt.Errorf("dataplane: bad handshake header %q: %w", pre[:], tensorio.ErrCorrupt)
-	}
-	rest := make([]byte, int(pre[5])+24)
-	if _, err := io.ReadFull(r, rest); err != nil {
-		return Hello{}, err
-	}
-	all := append(pre[:], rest...)
-	n := len(all) - 4
-	if tensorio.Checksum(all[:n]) != binary.LittleEndian.Uint32(all[n:]) {
-		return Hello{}, fmt.Errorf("dataplane: handshake checksum mismatch: %w", tensorio.ErrCorrupt)
-	}
-	j := 6 + int(pre[5])
-	return Hello{
-		JobID:      string(all[6:j]),
-		Generation: binary.LittleEndian.Uint64(all[j:]),
-		Link:       binary.LittleEndian.Uint32(all[j+8:]),
-		From:       binary.LittleEndian.Uint32(all[j+12:]),
-		To:         binary.LittleEndian.Uint32(all[j+16:]),
-	}, nil
-}
-
-// check returns why a listener expecting want refuses got, or "".
-func check(want, got Hello) string {
-	switch {
-	case got.JobID != want.JobID:
-		return fmt.Sprintf("job %q, this listener is for job %q", got.JobID, want.JobID)
-	case got.Generation < want.Generation:
-		return fmt.Sprintf("stale plan generation %d, current is %d", got.Generation, want.Generation)
-	case got.Generation > want.Generation:
-		return fmt.Sprintf("plan generation %d is newer than this listener's %d", got.Generation, want.Generation)
-	case got.Link != want.Link || got.From != want.From || got.To != want.To:
-		return fmt.Sprintf("link %d (stage %d->%d), this listener is for link %d (stage %d->%d)",
-			got.Link, got.From, got.To, want.Link, want.From, want.To)
-	}
-	return ""
-}
-
-// reply: status byte (0 accepted, 1 refused), u8 reason length, reason.
-func writeReply(w io.Writer, reason string) error {
-	if len(reason) > 255 {
-		reason = reason[:255]
-	}
-	b := []byte{0, byte(len(reason))}
-	if reason != "" {
-		b[0] = 1
-	}
-	_, err := w.Write(append(b, reason...))
-	return err
-}
-
-func readReply(r io.Reader) error {
-	var b [2]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return err
-	}
-	reason := make([]byte, b[1])
-	if _, err := io.ReadFull(r, reason); err != nil {
-		return err
-	}
-	switch b[0] {
-	case 0:
-		return nil
-	case 1:
-		return &RefusedError{Reason: string(reason)}
-	}
-	return fmt.Errorf("dataplane: bad handshake reply %d: %w", b[0], tensorio.ErrCorrupt)
-}
-
-// serverHandshake authenticates a freshly accepted connection.
-func serverHandshake(c net.Conn, want Hello, o Options) (*link, error) {
-	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
-	got, err := readHello(c)
-	if err != nil {
-		return nil, fmt.Errorf("dataplane: handshake: %w", err)
-	}
-	reason := check(want, got)
-	if err := writeReply(c, reason); err != nil {
-		return nil, fmt.Errorf("dataplane: handshake: %w", err)
-	}
-	if reason != "" {
-		return nil, &RefusedError{Reason: reason}
-	}
-	c.SetDeadline(time.Time{})
-	return newLink(c, got, o), nil
-}
-
-// clientHandshake authenticates c as h and waits for the listener's verdict.
-func clientHandshake(c net.Conn, h Hello, o Options) (*link, error) {
-	b, err := encodeHello(h)
-	if err != nil {
-		return nil, err
-	}
-	c.SetDeadline(time.Now().Add(o.HandshakeTimeout))
-	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("dataplane: handshake: %w", err)
-	}
-	if err := readReply(c); err != nil {
-		var re *RefusedError
-		if errors.As(err, &re) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("dataplane: handshake: %w", err)
-	}
-	c.SetDeadline(time.Time{})
-	return newLink(c, h, o), nil
-}
-
-// ---- Listener over any net.Listener ----
-
-type listener struct {
-	ln   net.Listener
-	addr string
-	want Hello
-	o    Options
-}
-
-func (l *listener) Addr() string { return l.addr }
-func (l *listener) Close() error { return l.ln.Close() }
-
-func (l *listener) Accept() (Link, error) {
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil, ErrClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return nil, err
-		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			tuneTCP(tc)
-		}
-		lk, err := serverHandshake(c, l.want, l.o)
-		if err != nil {
-			c.Close() // refused or broken: keep listening
-			continue
-		}
-		return lk, nil
-	}
-}
-
-// ---- Link over any net.Conn ----
 
 type link struct {
 	c    net.Conn
@@ -448,10 +283,19 @@ func (l *link) fail(err error) error {
 		l.emu.Lock()
 		l.err = err
 		l.emu.Unlock()
-		l.c.Close()
+		closeConn(l.c)
 		close(l.done)
 	})
 	return l.Err()
+}
+
+// closeConn closes c at once: a TLS connection without its close_notify
+// alert, whose write could block on a peer that no longer reads.
+func closeConn(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	c.Close()
 }
 
 func (l *link) Close() error {
@@ -490,7 +334,7 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 		if l.bw.Buffered() == tagLen && !isNetErr(err) {
 			// Nothing of the frame went out: a caller error (bad
 			// tensor or codec). Drop the tag; the link stays usable.
-			l.bw.Reset(l.c)
+			l.bw.Reset(l.tc)
 			return fmt.Errorf("dataplane: Send: %w", err)
 		}
 		return l.fail(fmt.Errorf("dataplane: Send: %w", err))

@@ -1,23 +1,54 @@
 package dataplane
 
 import (
+	"crypto/tls"
 	"net"
 	"time"
 )
 
 // TCP is the data plane over TCP. Its zero value listens on 127.0.0.1 with
-// a port chosen by the system.
+// a port chosen by the system and protects nothing: anyone who can reach
+// the port and knows a listener's Hello gets its link, and the tensors
+// cross in the clear. A node sets Key, ServerTLS and ClientTLS once; the
+// links' Options do not change with them. doc.go says what each protects.
 type TCP struct {
 	// Host is the address Listen binds (default 127.0.0.1); the port is
 	// always chosen by the system.
 	Host string
+	// Key, if not empty, is the cluster's secret (at least 16 bytes, the
+	// same on every node): both ends of every link prove they know it,
+	// bound to the link's Hello and to fresh nonces from both ends, and a
+	// listener refuses a dialer without it (and the other way round). It
+	// authenticates; on its own it does not encrypt.
+	Key []byte
+	// ServerTLS, if set, makes the connections Listen accepts TLS servers:
+	// the Hello, the key's proofs and every tensor then cross encrypted. It
+	// should hold the node's certificate and require client certificates
+	// of the cluster's CA (ClientAuth tls.RequireAndVerifyClientCert,
+	// ClientCAs); a listener with it refuses a dialer without TLS.
+	ServerTLS *tls.Config
+	// ClientTLS, if set, makes Dial's connections TLS clients: it should
+	// hold the node's certificate and the cluster's CA (RootCAs). An empty
+	// ServerName is taken from the dialed address's host, as tls.Dial does,
+	// so the listener's certificate must name its host (an IP address SAN
+	// for a numeric Host); certificates that share one name instead set
+	// ServerName to it.
+	ClientTLS *tls.Config
 }
 
 var _ DataPlane = (*TCP)(nil)
 
+func (p *TCP) security() security {
+	return security{key: p.Key, server: p.ServerTLS, client: p.ClientTLS}
+}
+
 // Listen binds Host:0 and returns a listener for want.
 func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if _, err := encodeHello(want); err != nil {
+		return nil, err
+	}
+	sec := p.security()
+	if err := sec.validate(true); err != nil {
 		return nil, err
 	}
 	host := p.Host
@@ -28,7 +59,7 @@ func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &listener{ln: ln, addr: ln.Addr().String(), want: want, o: o.WithDefaults()}, nil
+	return newListener(ln, ln.Addr().String(), want, o, sec), nil
 }
 
 // Dial connects to addr (host:port) and authenticates with h.
@@ -37,12 +68,16 @@ func (p *TCP) Dial(addr string, h Hello, o Options) (Link, error) {
 	if _, err := encodeHello(h); err != nil {
 		return nil, err
 	}
+	sec := p.security()
+	if err := sec.validate(false); err != nil {
+		return nil, err
+	}
 	c, err := net.DialTimeout("tcp", addr, o.HandshakeTimeout)
 	if err != nil {
 		return nil, err
 	}
 	tuneTCP(c.(*net.TCPConn))
-	lk, err := clientHandshake(c, h, o)
+	lk, err := clientHandshake(c, addr, h, o, sec)
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -41,7 +41,7 @@ const (
 	// boundSteps is how much slower than the plan's first steps the last
 	// ones must be for a low bound to count: on fast links the senders
 	// wait for busy receivers, and a slow link that matters slows the steps.
-	boundSteps = 1.1
+	boundSteps = 1.25
 	linkSlower = 0.5
 	linkFaster = 1.5
 	linkStreak = 2

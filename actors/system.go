@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
@@ -84,6 +86,11 @@ type Config struct {
 	// MaxGRPCBytes is gRPC's send and receive limit for one batch of
 	// messages (default 16 MiB; gRPC's own default is 4 MiB).
 	MaxGRPCBytes int
+	// ServerTLS and ClientTLS, when set, secure the gRPC port with mutual
+	// TLS: the server's config should require client certificates of the
+	// cluster, the client's present this node's. Unset: plaintext, and
+	// anyone who reaches the port can spawn actors.
+	ServerTLS, ClientTLS *tls.Config
 }
 
 // Defaults of [Config].
@@ -161,6 +168,15 @@ func Start(cfg Config) (*System, error) {
 		kinds = append(kinds, remote.NewKind(name, props))
 	}
 
+	clientCreds := insecure.NewCredentials()
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes), grpc.MaxSendMsgSize(cfg.MaxGRPCBytes)}
+	if (cfg.ServerTLS == nil) != (cfg.ClientTLS == nil) {
+		return nil, errors.New("actors: ServerTLS and ClientTLS go together")
+	}
+	if cfg.ServerTLS != nil {
+		clientCreds = credentials.NewTLS(cfg.ClientTLS)
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(cfg.ServerTLS)))
+	}
 	opts := []remote.ConfigOption{
 		remote.WithKinds(kinds...),
 		remote.WithEndpointWriterBatchSize(batch),
@@ -170,16 +186,13 @@ func Start(cfg Config) (*System, error) {
 		remote.WithMaxRetryCount(1),
 		// WithDialOptions replaces the default grpc.WithInsecure().
 		remote.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(clientCreds),
 			grpc.WithDefaultCallOptions(
 				grpc.MaxCallRecvMsgSize(cfg.MaxGRPCBytes),
 				grpc.MaxCallSendMsgSize(cfg.MaxGRPCBytes),
 			),
 		),
-		remote.WithServerOptions(
-			grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes),
-			grpc.MaxSendMsgSize(cfg.MaxGRPCBytes),
-		),
+		remote.WithServerOptions(serverOpts...),
 	}
 	if cfg.Advertise != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))

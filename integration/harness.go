@@ -301,6 +301,10 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 		args = append(args, "--data-dir", d)
 	}
 	n := &Node{opts: o, ready: make(chan Ready, 1), exited: make(chan struct{}), client: client}
+	if _, err := Creds(o.Name); err != nil {
+		os.RemoveAll(dataDir)
+		return nil, fmt.Errorf("node %s: %w", o.Name, err)
+	}
 	name, argv := c.bin, args
 	if c.net != nil {
 		var err error
@@ -309,6 +313,11 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 			return nil, err
 		}
 		n.client = c.net.Client()
+	}
+	var err error
+	if n.client, err = withTLS(n.client); err != nil {
+		os.RemoveAll(dataDir)
+		return nil, err
 	}
 	if o.CPUQuota > 0 {
 		dir, err := MakeCgroup(fmt.Sprintf("ppnode-test-%d-%s", os.Getpid(), o.Name), o.CPUQuota)

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	RemoveBinary()
+	RemoveCreds()
 	os.Exit(code)
 }
 

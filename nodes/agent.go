@@ -28,6 +28,7 @@ import (
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
+	"github.com/ppnode/ppnode/trust"
 )
 
 // Defaults of [Config].
@@ -66,8 +67,26 @@ type Config struct {
 	// takes a lock on DataDir/lock until the node stops).
 	DataDir string
 	// SecretFile is a gossip encryption key file (see
-	// cluster.ReadKeyFile); empty: gossip in the clear.
+	// cluster.ReadKeyFile; readable by its owner only); empty: the
+	// Identity's gossip key, or gossip in the clear without one.
 	SecretFile string
+	// Identity is the node's cluster identity (trust.Load): with it the
+	// HTTP API, the actor port and the data plane authenticate their
+	// peers with the cluster's CA and key (SECURITY.md).
+	Identity *trust.Identity
+	// Insecure allows a node without an Identity to listen beyond
+	// loopback (Start refuses otherwise); it logs a warning.
+	Insecure bool
+	// EncryptData sends tensors between stages over TLS (with an
+	// Identity); otherwise links only authenticate their ends.
+	EncryptData bool
+	// Pprof serves Go's profiler at /debug/pprof/ (to the cluster's
+	// certificates, or anyone without an Identity).
+	Pprof bool
+	// HTTPTimeout bounds reading a request and writing an answer, and
+	// any silence within a checkpoint's transfer (default
+	// DefaultHTTPTimeout).
+	HTTPTimeout time.Duration
 	// Threads is the compute threads of this node (0: all CPUs).
 	Threads int
 	// ProfileFor is how long the GEMM speed is measured at start (default
@@ -110,6 +129,8 @@ type Agent struct {
 	dirLock     *os.File // holds the lock on the data dir; nil without one
 	httpLn      net.Listener
 	srv         *http.Server
+	hc          *http.Client  // calls to other nodes
+	uploads     chan struct{} // a slot per checkpoint upload in progress
 
 	ctx    context.Context // cancelled by Close and Leave: ends the jobs
 	cancel context.CancelFunc
@@ -182,6 +203,18 @@ func Start(cfg Config) (a *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.HTTPTimeout <= 0 {
+		cfg.HTTPTimeout = DefaultHTTPTimeout
+	}
+	if err := checkExposure(cfg, cfg.Bind, cfg.HTTP, cfg.ActorBind, cfg.Advertise); err != nil {
+		return nil, err
+	}
+	if cfg.Identity != nil && cfg.Identity.Name != cfg.Name {
+		return nil, fmt.Errorf("nodes: the certificate is for %q, not %q", cfg.Identity.Name, cfg.Name)
+	}
+	if cfg.Identity != nil && cfg.Identity.Role != trust.RoleNode {
+		return nil, fmt.Errorf("nodes: the certificate of %q is a %s's, not a node's", cfg.Identity.Name, cfg.Identity.Role)
+	}
 	bindHost, _, err := net.SplitHostPort(cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: gossip address %q: %w", cfg.Bind, err)
@@ -208,14 +241,24 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 	var key []byte
-	if cfg.SecretFile != "" {
+	switch {
+	case cfg.SecretFile != "":
+		if err := trust.CheckKeyFile(cfg.SecretFile); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
+		}
 		if key, err = cluster.ReadKeyFile(cfg.SecretFile); err != nil {
 			return nil, fmt.Errorf("nodes: %w", err)
 		}
+	case cfg.Identity != nil:
+		key = cfg.Identity.Gossip
 	}
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
-		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{}}
+		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{},
+		hc: httpClient(cfg.Identity), uploads: make(chan struct{}, MaxUploads)}
+	if cfg.Identity == nil {
+		a.log.Warn("nodes: running without cluster credentials: anyone who reaches this node's ports can submit, cancel and poison jobs (SECURITY.md)", "insecure", cfg.Insecure)
+	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	self := a // a is nil once an error is returned
 	defer func() {
@@ -255,6 +298,12 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 
 	a.dp = &dataplane.TCP{Host: dataHost}
+	if id := cfg.Identity; id != nil {
+		a.dp.Key = id.DataPlaneKey()
+		if cfg.EncryptData {
+			a.dp.ServerTLS, a.dp.ClientTLS = id.ServerTLS(true), id.ClientTLS()
+		}
+	}
 	probeHost := dataHost
 	if probeHost == "" {
 		probeHost = "127.0.0.1" // as the data plane
@@ -264,11 +313,15 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
 	a.host = host
-	a.sys, err = actors.Start(actors.Config{
+	acfg := actors.Config{
 		Bind: cfg.ActorBind, Advertise: actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(host)},
 		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel,
-	})
+	}
+	if id := cfg.Identity; id != nil {
+		acfg.ServerTLS, acfg.ClientTLS = id.ServerTLS(true), id.ClientTLS()
+	}
+	a.sys, err = actors.Start(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
@@ -292,13 +345,17 @@ func Start(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 
-	a.srv = &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	a.srv = a.newServer()
+	a.srv.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
 	a.loops.Add(2)
 	go a.watch()
 	go func() {
 		defer a.loops.Done()
-		if err := a.srv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := a.srv.Serve
+		if a.srv.TLSConfig != nil {
+			serve = func(l net.Listener) error { return a.srv.ServeTLS(l, "", "") }
+		}
+		if err := serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("nodes: HTTP server", "err", err)
 		}
 	}()

@@ -19,8 +19,9 @@ import (
 // cuts) and the tests use it. It is safe for concurrent use. Every call
 // is bounded by its context.
 type Client struct {
-	addr string
-	hc   *http.Client
+	addr   string
+	scheme string // http, or https for a transport with TLS
+	hc     *http.Client
 }
 
 // NewClient returns a client of the node whose HTTP API listens at addr
@@ -28,8 +29,15 @@ type Client struct {
 func NewClient(addr string) *Client { return NewClientWith(addr, http.DefaultClient) }
 
 // NewClientWith is NewClient with its own HTTP client (a transport of its
-// own, a proxy).
-func NewClientWith(addr string, hc *http.Client) *Client { return &Client{addr: addr, hc: hc} }
+// own, a proxy). A transport with a TLS configuration ([HTTPClient])
+// speaks https.
+func NewClientWith(addr string, hc *http.Client) *Client {
+	scheme := "http"
+	if t, ok := hc.Transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+		scheme = "https"
+	}
+	return &Client{addr: addr, scheme: scheme, hc: hc}
+}
 
 // Addr is the node's HTTP address.
 func (c *Client) Addr() string { return c.addr }
@@ -177,13 +185,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswerBytes))
 	if err != nil {
-		return fmt.Errorf("%s http://%s%s: %w", method, c.addr, path, err)
+		return fmt.Errorf("%s %s://%s%s: %w", method, c.scheme, c.addr, path, err)
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s http://%s%s: bad answer: %w", method, c.addr, path, err)
+		return fmt.Errorf("%s %s://%s%s: bad answer: %w", method, c.scheme, c.addr, path, err)
 	}
 	return nil
 }
@@ -191,7 +199,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 // send sends a request and returns a 2xx answer; any other becomes an
 // *APIError.
 func (c *Client) send(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.addr+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+c.addr+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +222,9 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	}
 	if msg == "" {
 		msg = res.Status
+	}
+	if strings.Contains(msg, "HTTP request to an HTTPS server") {
+		msg = "the node at " + c.addr + " speaks TLS: give the cluster's credentials (--creds DIR or PPNODE_CREDS; see SECURITY.md)"
 	}
 	return nil, &APIError{Code: res.StatusCode, Msg: msg}
 }

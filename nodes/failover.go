@@ -104,7 +104,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		}
 		// Encoded as it is sent: a cut is hundreds of MB.
 		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
-		err := NewClient(byName[name]).PutCut(ctx, ck.JobID, func(w io.Writer) error { return tensorio.WriteCheckpoint(w, sck) })
+		err := a.client(byName[name]).PutCut(ctx, ck.JobID, func(w io.Writer) error { return tensorio.WriteCheckpoint(w, sck) })
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
@@ -182,7 +182,7 @@ func (a *Agent) sendRecord(j *coordinated, rec JobRecord, timeout time.Duration)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), timeout)
 			defer cancel()
-			err := NewClient(addr).PutRecord(ctx, rec)
+			err := a.client(addr).PutRecord(ctx, rec)
 			if err != nil && holder {
 				a.log.Warn("nodes: sending a job record", "job", rec.ID, "to", name, "err", err)
 				mu.Lock()
@@ -466,7 +466,7 @@ func (a *Agent) stillRuns(rec JobRecord) bool {
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, stillRunsTimeout)
 	defer cancel()
-	st, err := NewClient(addr).Job(ctx, rec.ID)
+	st, err := a.client(addr).Job(ctx, rec.ID)
 	return err == nil && st.MovedTo == "" && st.State != "" && !st.State.Ended()
 }
 
@@ -514,7 +514,7 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(a.ctx, recordTimeout)
-		list, err := NewClient(addr).Cuts(ctx, rec.ID)
+		list, err := a.client(addr).Cuts(ctx, rec.ID)
 		cancel()
 		if err != nil {
 			a.log.Warn("nodes: asking a holder for its cuts", "job", rec.ID, "holder", h, "err", err)
@@ -587,7 +587,7 @@ func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, erro
 	} else {
 		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
 		defer cancel()
-		b, err := NewClient(s.http).Cut(ctx, id, s.step, MaxCheckpointBytes)
+		b, err := a.client(s.http).Cut(ctx, id, s.step, MaxCheckpointBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
@@ -32,15 +33,15 @@ type ErrorReply struct {
 
 func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", a.postJob)
-	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/jobs", a.guard(user, a.postJob))
+	mux.HandleFunc("GET /v1/jobs", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		js := a.Jobs()
 		for i := range js {
 			finite(&js[i].Status)
 		}
 		writeJSON(w, http.StatusOK, js)
-	})
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/jobs/{id}", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		st, err := a.Job(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)
@@ -48,8 +49,8 @@ func (a *Agent) handler() http.Handler {
 		}
 		finite(&st.Status)
 		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", a.guard(user, func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		if err := a.Cancel(id); err != nil {
 			writeError(w, http.StatusNotFound, err)
@@ -58,36 +59,38 @@ func (a *Agent) handler() http.Handler {
 		st, _ := a.Job(id)
 		finite(&st.Status)
 		writeJSON(w, http.StatusAccepted, st)
-	})
-	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.postReplan)
-	mux.HandleFunc("POST /v1/links/probe", a.postLinkProbe)
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.guard(user, a.postReplan))
+	mux.HandleFunc("POST /v1/links/probe", a.guard(member, a.postLinkProbe))
+	mux.HandleFunc("GET /v1/status", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
 		for i := range st.Jobs {
 			finite(&st.Jobs[i].Status)
 		}
 		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.putCheckpoint)
-	mux.HandleFunc("GET /v1/checkpoints/{job}", a.listCheckpoints)
-	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", a.getCheckpoint)
-	mux.HandleFunc("PUT /v1/jobrecords/{id}", a.putRecord)
-	mux.HandleFunc("GET /v1/jobrecords", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.guard(member, a.putCheckpoint))
+	mux.HandleFunc("GET /v1/checkpoints/{job}", a.guard(member, a.listCheckpoints))
+	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", a.guard(member, a.getCheckpoint))
+	mux.HandleFunc("PUT /v1/jobrecords/{id}", a.guard(member, a.putRecord))
+	mux.HandleFunc("GET /v1/jobrecords", a.guard(member, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.Records())
-	})
-	mux.HandleFunc("GET /v1/jobrecords/{id}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/jobrecords/{id}", a.guard(member, func(w http.ResponseWriter, r *http.Request) {
 		rec, err := a.Record(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, rec)
-	})
-	// Go's profiler, for an operator looking into a slow node (the API
-	// listens on loopback unless told otherwise).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}))
+	// Go's profiler, for an operator looking into a slow node (join
+	// --pprof).
+	if a.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", a.guard(user, pprof.Index))
+		mux.HandleFunc("GET /debug/pprof/profile", a.guard(user, pprof.Profile))
+		mux.HandleFunc("GET /debug/pprof/trace", a.guard(user, pprof.Trace))
+	}
 	return mux
 }
 
@@ -109,6 +112,20 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	if err := a.fromCoordinator(job, peerName(r)); err != nil {
+		writeError(w, http.StatusForbidden, err)
+		return
+	}
+	select {
+	case a.uploads <- struct{}{}:
+		defer func() { <-a.uploads }()
+	case <-r.Context().Done():
+		return
+	case <-time.After(a.cfg.HTTPTimeout):
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("nodes: %d checkpoint uploads in progress here; try again", MaxUploads))
+		return
+	}
+	w, r = a.streaming(w, r)
 	// The file streams to disk and is verified there: a cut is hundreds
 	// of MB, and this node is usually running a stage.
 	code := http.StatusInternalServerError
@@ -184,6 +201,7 @@ func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
+	w, _ = a.streaming(w, r)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if fi, err := f.Stat(); err == nil {
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
@@ -205,6 +223,10 @@ func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := rec.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if p := peerName(r); a.cfg.Identity != nil && p != rec.Coordinator {
+		writeError(w, http.StatusForbidden, fmt.Errorf("nodes: a record of job %q naming coordinator %q sent by %q: only a job's coordinator sends its record", rec.ID, rec.Coordinator, p))
 		return
 	}
 	if err := a.acceptRecord(rec); err != nil {

@@ -82,7 +82,7 @@ func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge t
 		if addr == "" {
 			return job.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
 		}
-		r, err = NewClient(addr).ProbeLink(ctx, to.Name)
+		r, err = a.client(addr).ProbeLink(ctx, to.Name)
 	}
 	if err != nil {
 		return job.LinkMeasure{}, err

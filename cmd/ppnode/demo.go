@@ -19,6 +19,7 @@ import (
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
+	"github.com/ppnode/ppnode/trust"
 )
 
 // The demo: `ppnode demo` starts nodes as child processes of this binary
@@ -73,6 +74,14 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	dataDir, err := os.MkdirTemp("", "ppnode-demo-data-")
 	if err != nil {
 		os.RemoveAll(logDir)
+		return err
+	}
+	// The cluster's credentials, made for this run: the demo runs as a
+	// real cluster does, with mutual TLS and an encrypted gossip.
+	creds := filepath.Join(dataDir, "creds")
+	if err := demoCreds(creds, *nodeCount); err != nil {
+		os.RemoveAll(logDir)
+		os.RemoveAll(dataDir)
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -137,7 +146,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			seeds = nodes[0].ready.Gossip
 		}
-		n, err := demoStart(exe, name, seeds, q, logDir, filepath.Join(dataDir, name))
+		n, err := demoStart(exe, name, seeds, q, logDir, filepath.Join(dataDir, name), creds)
 		if err != nil {
 			return err
 		}
@@ -240,12 +249,26 @@ func demoMakeCgroup(name string, quota float64) (string, error) {
 	return dir, nil
 }
 
+// demoCreds creates a cluster's credentials in dir for nodes a, b, ...
+// and makes the CLI use them.
+func demoCreds(dir string, n int) error {
+	if err := trust.Init(dir); err != nil {
+		return err
+	}
+	for i := range n {
+		if _, err := trust.Issue(dir, string(rune('a'+i)), trust.RoleNode, nil); err != nil {
+			return err
+		}
+	}
+	return useCreds(dir)
+}
+
 // demoStart starts `exe join` for one node, with dataDir as its data dir;
 // with quota > 0 the process enters its cgroup before it execs (a shell
 // moves itself in, then execs the node), so the node's start-up profile
 // sees its quota.
-func demoStart(exe, name, seeds string, quota float64, logDir, dataDir string) (*demoNode, error) {
-	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--data-dir", dataDir}
+func demoStart(exe, name, seeds string, quota float64, logDir, dataDir, creds string) (*demoNode, error) {
+	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--data-dir", dataDir, "--creds", creds}
 	if seeds != "" {
 		args = append(args, "--seeds", seeds)
 	}
@@ -356,7 +379,7 @@ func demoWaitMembers(ctx context.Context, via string, want int) ([]nodes.MemberS
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if st, err := nodes.NewClient(via).Status(ctx); err == nil {
+		if st, err := api(via).Status(ctx); err == nil {
 			var alive []nodes.MemberStatus
 			for _, m := range st.Members {
 				if m.State == nodes.MemberAlive {
@@ -442,7 +465,7 @@ func demoCutQuota(ctx context.Context, via, id string, n *demoNode, at float64, 
 func demoJob(ctx context.Context, addr, id string) (nodes.JobStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return nodes.NewClient(addr).Job(ctx, id)
+	return api(addr).Job(ctx, id)
 }
 
 // isTerminal reports whether w is a terminal.

@@ -47,7 +47,16 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the node's checkpoint store, which keeps the consistent cuts of its jobs and copies of\n"+
 		"other nodes' (coordinator failover needs it); \"none\": no store (default: the user's state directory,\n"+
 		"$XDG_STATE_HOME/ppnode/<name>, else $HOME/.local/state/ppnode/<name>)")
-	fs.StringVar(&cfg.SecretFile, "secret-file", "", "gossip encryption key file (16, 24 or 32 bytes; raw, hex or base64)")
+	fs.StringVar(&cfg.SecretFile, "secret-file", "", "gossip encryption key file (16, 24 or 32 bytes; raw, hex or base64; mode 0600)\n"+
+		"(default: the credentials' gossip.key)")
+	creds := credsFlag(fs)
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "run without cluster credentials beyond loopback: anyone who reaches the node's\n"+
+		"ports can submit, cancel and poison jobs (SECURITY.md)")
+	fs.BoolVar(&cfg.EncryptData, "encrypt-data", false, "send tensors between stages over TLS (with credentials; otherwise the links only\n"+
+		"authenticate their ends)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP API")
+	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", nodes.DefaultHTTPTimeout, "the HTTP API's bound on reading a request and writing an answer,\n"+
+		"and on any silence within a checkpoint's transfer")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -62,6 +71,11 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	if err := nodes.CheckName(cfg.Name); err != nil {
 		return cfg, 0, usagef("--name: %v", err) // as every job record holder would say
 	}
+	id, err := nodeIdentity(*creds, cfg.Name)
+	if err != nil {
+		return cfg, 0, err
+	}
+	cfg.Identity = id
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return cfg, 0, usagef("--log-level %q: want debug, info, warn or error", logLevel)

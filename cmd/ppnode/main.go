@@ -27,6 +27,8 @@ type command struct {
 var commands = []command{
 	{"train", "train a model (--local: in this process)", runTrain},
 	{"demo", "start nodes on this machine and train mlp32 on MNIST across them", runDemo},
+	{"init", "create a cluster's credentials: its CA, gossip key and a client certificate", runInit},
+	{"cert", "issue a node's (or --client) certificate: cert NAME --host ADDR", runCert},
 	{"join", "run a node: join the cluster and host stages and jobs", runJoin},
 	{"status", "show the cluster's members and jobs: status --via host:port", runStatus},
 	{"replan", "move a running job to another partition: replan --via host:port JOB PARTITION", runReplan},

@@ -28,8 +28,12 @@ func runReplan(args []string, stdout, stderr io.Writer) error {
 	}
 	via := fs.String("via", "", "HTTP address of the node that coordinates the job, host:port")
 	viaCut := fs.Bool("via-cut", false, "move the state through a cut instead of straight between the stages")
+	creds := credsFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
+	}
+	if err := useCreds(*creds); err != nil {
+		return err
 	}
 	if fs.NArg() != 2 {
 		return usagef("want a job id and a partition, got %d arguments", fs.NArg())
@@ -40,7 +44,7 @@ func runReplan(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	id := fs.Arg(0)
-	st, err := nodes.NewClient(*via).Replan(ctx, id, nodes.ReplanRequest{Partition: fs.Arg(1), ViaCut: *viaCut})
+	st, err := api(*via).Replan(ctx, id, nodes.ReplanRequest{Partition: fs.Arg(1), ViaCut: *viaCut})
 	if errors.Is(err, job.ErrSpec) {
 		return usageError{err}
 	}

@@ -31,8 +31,12 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	via := fs.String("via", "", "HTTP address of a node, host:port")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	creds := credsFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
+	}
+	if err := useCreds(*creds); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
@@ -47,7 +51,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	var cs clusterStatus
 	var err error
-	if cs.Status, err = nodes.NewClient(*via).Status(ctx); err != nil {
+	if cs.Status, err = api(*via).Status(ctx); err != nil {
 		return err
 	}
 	// Jobs live on the node that coordinates them: ask the other members.
@@ -60,7 +64,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
-			st, err := nodes.NewClient(m.HTTP).Status(ctx)
+			st, err := api(m.HTTP).Status(ctx)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -29,6 +29,7 @@ type clusterFlags struct {
 	fixed     bool
 	wire      string
 	noProbe   bool
+	creds     string
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -41,6 +42,8 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.fixed, "no-rebalance", false, "keep the first plan (otherwise an automatic plan follows measured speeds, joins and leaves)")
 	fs.StringVar(&c.wire, "wire", "", "activations and gradients between stages: lossless, each link choosing its codec (default); raw (uncompressed); or lossy bf16 or int8 (not with --deterministic)")
 	fs.BoolVar(&c.noProbe, "no-probe", false, "plan every link as 1 Gbit/s instead of measuring the links")
+	c.creds = defaultCreds()
+	fs.StringVar(&c.creds, "creds", c.creds, "the cluster's credentials directory, for --via (ppnode init; env PPNODE_CREDS)")
 }
 
 func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.Writer) error {
@@ -49,6 +52,9 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	}
 	if _, _, err := net.SplitHostPort(c.via); err != nil {
 		return usagef("--via %q: want host:port", c.via)
+	}
+	if err := useCreds(c.creds); err != nil {
+		return err
 	}
 	if f.out != "" {
 		return usagef("--out works with --local only: the weights of a cluster job stay on its nodes")
@@ -102,7 +108,7 @@ func followJob(via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer)
 func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
 	fmt.Fprintf(stderr, "submitting %s on %s through %s (planning over the cluster)\n", spec.Model, spec.Data, via)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	sub, err := nodes.NewClient(via).Submit(sctx, spec)
+	sub, err := api(via).Submit(sctx, spec)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -126,7 +132,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err := nodes.NewClient(f.cur).Job(pctx, sub.ID)
+		st, err := api(f.cur).Job(pctx, sub.ID)
 		cancel()
 		if err == nil && st.MovedTo != "" {
 			err = fmt.Errorf("the job moved to %s", st.MovedTo) // this node was declared dead
@@ -232,7 +238,7 @@ func (f *follower) name(addr string) string {
 func (f *follower) refresh(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	st, err := nodes.NewClient(addr).Status(ctx)
+	st, err := api(addr).Status(ctx)
 	if err != nil {
 		return false
 	}
@@ -258,7 +264,7 @@ func (f *follower) search(ctx context.Context) (found nodes.JobStatus, rec *node
 		names := slices.Sorted(maps.Keys(f.members))
 		for _, n := range names {
 			addr := f.members[n]
-			cl := nodes.NewClient(addr)
+			cl := api(addr)
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			st, err := cl.Job(qctx, f.id)
 			cancel()

@@ -188,8 +188,12 @@ func TestSendAfterCallerError(t *testing.T) {
 		t.Fatal("Send with a bad codec succeeded")
 	}
 	snd.SetCodec(0)
-	go snd.Send(Tag{Kind: KindActivation}, nn.New(4))
+	sent := make(chan error, 1)
+	go func() { sent <- snd.Send(Tag{Kind: KindActivation}, nn.New(4)) }()
 	if _, _, err := rcv.Recv(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil { // Send counts once its write returned
 		t.Fatal(err)
 	}
 	if got, want := snd.Stats()[KindActivation].WireBytes, RawWireBytes([]int{4}); got != want {

@@ -31,10 +31,10 @@ var fixedSpeeds = SpeedTable{
 	CodecBF16:        {Encode: 2800e6, Decode: 4000e6},
 }
 
-// tiesRaw reports whether c is lossless and estimated within 2% of raw:
-// with speeds measured on a loaded machine, raw framing and AVX-512 sparse
-// coding of incompressible data come out within a percent of each other,
-// either way.
+// tiesRaw reports whether c is lossless and estimated within 10% of raw:
+// speeds are measured in a few milliseconds, and on a loaded machine (make
+// test runs packages side by side) raw framing and AVX-512 sparse coding
+// of incompressible data came out up to 7% apart, either way.
 func tiesRaw(es []Estimate, c Codec) bool {
 	var raw, got float64
 	for _, e := range es {
@@ -45,7 +45,7 @@ func tiesRaw(es []Estimate, c Codec) bool {
 			got = e.SecondsPerByte
 		}
 	}
-	return c.Lossless() && raw > 0 && got > 0 && got >= 0.98*raw
+	return c.Lossless() && raw > 0 && got > 0 && got >= 0.9*raw
 }
 
 func TestChoose(t *testing.T) {

@@ -103,6 +103,10 @@ func moveTimeout(ms int64) time.Time {
 	return time.Now().Add(d)
 }
 
+// moveSkew bounds how far apart the two ends of a move put its deadline
+// (each from the message's timeout as it arrives).
+const moveSkew = time.Second
+
 // closeOnAbort closes c when quit is closed or the deadline passes, until
 // the returned function is called; abortErr then explains an error of an
 // operation on c.
@@ -132,6 +136,10 @@ func closeOnAbort(c io.Closer, quit <-chan struct{}, deadline time.Time) (stop f
 	abortErr = func(err error) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if why == nil && time.Until(deadline) < moveSkew {
+			// The other end's deadline passed first and it closed the link.
+			why = errors.New("the move timed out")
+		}
 		if why != nil {
 			return fmt.Errorf("%w (%w)", why, err)
 		}

@@ -366,7 +366,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		}
 		r.Trigger = TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
-		if l := c.changedLink(); l != "" {
+		if l := c.changedLink(); l != "" && c.linksMatter(cl, cur.StepTime) {
 			r.Trigger = TriggerLinks
 			r.Reason = fmt.Sprintf("measured links (%s): predicted step %.1f ms -> %.1f ms", l, r.BeforeMS, r.AfterMS)
 		}

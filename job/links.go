@@ -3,6 +3,7 @@ package job
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -281,6 +282,19 @@ func (c *Core) changedLink() string {
 		}
 	}
 	return ""
+}
+
+// linksMatter reports whether the links as measured now, rather than as
+// the plan was made with, move the plan's predicted step (step, on cl) by
+// more than 5%: a re-plan is the links' doing only then.
+func (c *Core) linksMatter(cl *balance.Cluster, step float64) bool {
+	if c.cl == nil {
+		return true
+	}
+	then := *cl
+	then.Links, then.DefaultLink = c.cl.Links, c.cl.DefaultLink
+	r, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, &then, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	return err != nil || math.Abs(r.StepTime-step) > 0.05*step
 }
 
 func cmpPair(a, b [2]string) int {

@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tags=()
-if { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libopenblas\.so '; then
+# (grep reads all: with pipefail, grep -q's early exit fails ldconfig's write)
+if { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep 'libopenblas\.so ' >/dev/null; then
 	tags=(-tags openblas)
 	export CGO_LDFLAGS=-lopenblas
 fi

@@ -16,10 +16,11 @@ const DefaultRate = 125e6
 // Re-sampling: a kind's codec is chosen again from a fresh sample once
 // resampleFrames frames have gone since the last, and at least
 // resampleFactor times as long as that sampling took, which bounds its
-// cost to 1/resampleFactor of the link's time.
+// cost to 1/resampleFactor of the link's time per kind (a stage's links
+// carry up to four kinds between them: 0.2% of its time in all).
 const (
 	resampleFrames = 64
-	resampleFactor = 500
+	resampleFactor = 2000
 )
 
 // KindStats is what a link sent of one kind of tensor.

@@ -69,7 +69,7 @@ type Options struct {
 	// Auto chooses the codec of each kind of tensor this end sends with
 	// tensorio's estimates (the lossless codec with the least encode +
 	// transfer + decode time) from a sample of that kind and the link's
-	// Rate; it samples again every so often (at most 0.2% of the link's
+	// Rate; it samples again every so often (at most 0.05% of the link's
 	// time) and chooses again when the rate changes ([Link.SetRate]).
 	Auto bool
 	// Rate is the link's speed in bytes per second for Auto (default

@@ -43,6 +43,10 @@ const (
 	// ones must be for a low bound to count: on fast links the senders
 	// wait for busy receivers, and a slow link that matters slows the steps.
 	boundSteps = 1.25
+	// boundWait is the share of a step the senders must have waited on a
+	// link for its bound to count: a link that holds them up for less
+	// cannot be what slows the steps.
+	boundWait  = 0.1
 	linkSlower = 0.5
 	linkFaster = 1.5
 	linkStreak = 2
@@ -70,6 +74,7 @@ type linkState struct {
 	// passiveBytes, the streaks of low and high bounds.
 	accBytes    int64
 	accWrite    time.Duration
+	accSteps    int
 	slow        int
 	bound       float64 // the last bound
 	kinds       map[string]*kindSent
@@ -188,7 +193,7 @@ func (c *Core) probed(now time.Time, ms []LinkMeasure) {
 			l.planChanged = true
 		}
 		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
-		l.reprobe, l.slow, l.accBytes, l.accWrite = false, 0, 0, 0
+		l.reprobe, l.slow, l.accBytes, l.accWrite, l.accSteps = false, 0, 0, 0, 0
 		c.log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
 	}
 }
@@ -255,13 +260,15 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 		l := c.links[k]
 		l.accBytes += s.bytes
 		l.accWrite += s.write
+		l.accSteps++
 		if l.accBytes < passiveBytes {
 			continue
 		}
 		bound := float64(l.accBytes) / max(l.accWrite.Seconds(), 1e-9)
-		l.accBytes, l.accWrite, l.bound = 0, 0, bound
+		waited := l.accWrite.Seconds() / float64(l.accSteps)
+		l.accBytes, l.accWrite, l.accSteps, l.bound = 0, 0, 0, bound
 		rate := c.linkRate(k[0], k[1])
-		if bound >= boundSlower*rate {
+		if bound >= boundSlower*rate || len(c.steps) > 0 && waited < boundWait*c.steps[len(c.steps)-1] {
 			l.slow = 0
 			continue
 		}

@@ -35,26 +35,29 @@ func linkCore(t *testing.T) *Core {
 // The traffic's bound (bytes over the senders' write time) probes a link
 // again when it stays below boundSlower of the planned rate two bounds of
 // 512 KiB in a row while the steps are boundSteps slower than the plan's
-// first; traffic near or above the rate does not (a sender that does not
-// wait says nothing of the link's rate), nor a low bound while the steps
-// keep their pace (the senders waited for their receivers).
+// first and the senders waited at least boundWait of a step; traffic near
+// or above the rate does not (a sender that does not wait says nothing of
+// the link's rate), nor a low bound while the steps keep their pace (the
+// senders waited for their receivers), nor waits too short to matter.
 func TestPassiveBound(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		write   time.Duration // per MiB
 		slowed  float64       // the last steps over the first
+		step    float64       // the first steps' time, seconds
 		reprobe bool
 	}{
-		{"near the rate", 90 * time.Millisecond, 1.5, false},
-		{"half the rate", 160 * time.Millisecond, 1.5, false},
-		{"10x slower", 800 * time.Millisecond, 1.5, true},
-		{"10x slower, steps at their pace", 800 * time.Millisecond, 1.05, false},
-		{"no wait", 27 * time.Millisecond, 1.5, false},
+		{"near the rate", 90 * time.Millisecond, 1.5, 0.1, false},
+		{"half the rate", 160 * time.Millisecond, 1.5, 0.1, false},
+		{"10x slower", 800 * time.Millisecond, 1.5, 0.1, true},
+		{"10x slower, steps at their pace", 800 * time.Millisecond, 1.05, 0.1, false},
+		{"10x slower, a small share of the steps", 800 * time.Millisecond, 1.5, 2, false},
+		{"no wait", 27 * time.Millisecond, 1.5, 0.1, false},
 	} {
 		c := linkCore(t)
 		now := time.Unix(10, 0)
 		for i := range 2 + 2*rebalanceEvery {
-			step := 0.1
+			step := tc.step
 			if i >= 2+rebalanceEvery {
 				step *= tc.slowed
 			}

@@ -344,19 +344,27 @@ func TestLinksCut(t *testing.T) {
 	}
 }
 
-// TestLinksInt8 (acceptance 5): one epoch of mlp32 on MNIST, lossless
-// against --wire int8, alternated, then bf16: test accuracy and bytes on
-// the wire.
+// TestLinksInt8 (acceptance 5): one epoch of mlp32 on MNIST as `ppnode
+// train` runs it by default (Adam, cosine schedule) on three stages, lossless against
+// --wire int8, three seeds each, alternated: test accuracy and bytes on
+// the wire. (One seed says little: a perturbation of this deep a model's
+// training moves its accuracy after an epoch by a point either way.)
 func TestLinksInt8(t *testing.T) {
 	requireLinkBench(t)
 	c := startShaped(t, 3, 0)
-	for i, wire := range []string{"", "int8", "", "int8", "", "int8", "bf16"} {
-		spec := linkSpec(fmt.Sprintf("int8-%d-%s", i, wire), 0)
-		spec.Epochs, spec.Wire = 1, wire
-		st := runJob(t, c, spec)
-		raw, w := wireShare(st)
-		t.Logf("wire %-5q: test accuracy %.4f, activations+gradients %d of %d raw bytes (%.3fx), %.0f samples/s",
-			wire, st.Result.TestAccuracy, w, raw, float64(w)/float64(raw), st.Result.SamplesPerSec)
-		logLinks(t, st)
+	acc := map[string]float64{}
+	for seed := 1; seed <= 3; seed++ {
+		for _, wire := range []string{"", "int8"} {
+			spec := job.DefaultSpec()
+			spec.ID = fmt.Sprintf("int8-%d-%s", seed, wire)
+			spec.Epochs, spec.Seed, spec.Wire, spec.Threads, spec.CheckpointEvery = 1, uint64(seed), wire, 1, 1000
+			spec.Partition = "fc1-fc10@a; fc11-fc21@b; fc22-fc32@c" // every tensor crosses a link
+			st := runJob(t, c, spec)
+			raw, w := wireShare(st)
+			acc[wire] += st.Result.TestAccuracy / 3
+			t.Logf("seed %d wire %-5q: test accuracy %.4f, activations+gradients %d of %d raw bytes (%.3fx), %.0f samples/s, plan %s",
+				seed, wire, st.Result.TestAccuracy, w, raw, float64(w)/float64(raw), st.Result.SamplesPerSec, st.Result.Plan)
+		}
 	}
+	t.Logf("mean test accuracy: lossless %.4f, int8 %.4f (%+.2f points)", acc[""], acc["int8"], 100*(acc["int8"]-acc[""]))
 }

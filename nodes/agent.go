@@ -1,7 +1,6 @@
 package nodes
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -284,7 +283,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, cfg.ProfileFor)
-	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: availableMemory(), Threads: cfg.Threads}
+	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: cfg.Threads}
 	a.burstGFLOPS = burst
 	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
 
@@ -933,32 +932,4 @@ func lockDataDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("nodes: locking data dir %s: %w", dir, err)
 	}
 	return f, nil
-}
-
-// availableMemory is the memory this machine (or its cgroup) has for
-// training: MemAvailable, bounded by a cgroup limit; 0 if unknown.
-func availableMemory() uint64 {
-	var avail uint64
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if kb, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-				v, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
-				if err == nil {
-					avail = v << 10
-				}
-			}
-		}
-		f.Close()
-	}
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (avail == 0 || v < avail) {
-			avail = v
-		}
-	}
-	return avail
 }

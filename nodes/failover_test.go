@@ -426,6 +426,13 @@ func TestCancelledJobIsNotTakenOver(t *testing.T) {
 	if err != nil || r.State != RecordFailed || !strings.Contains(r.Error, "canceled") {
 		t.Fatalf("record on b: %+v, %v; want it failed", r, err)
 	}
+	notTakenOver(t, a, b, spec.ID, "a cancelled job")
+}
+
+// notTakenOver closes a, the coordinator of job id, and checks that b,
+// its record's holder, does not take the job over.
+func notTakenOver(t *testing.T, a, b *Agent, id, what string) {
+	t.Helper()
 	changed := b.membersChanged() // closed after b handled a's failure
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -436,10 +443,10 @@ func TestCancelledJobIsNotTakenOver(t *testing.T) {
 		t.Fatal("b did not see a fail within 30 s")
 	}
 	b.mu.Lock()
-	_, taken := b.jobs[spec.ID]
+	_, taken := b.jobs[id]
 	b.mu.Unlock()
 	if taken {
-		t.Fatal("b took over a cancelled job")
+		t.Fatal("b took over " + what)
 	}
 }
 

@@ -53,19 +53,5 @@ func TestDivergedJobIsNotTakenOver(t *testing.T) {
 	if err != nil || r.State != RecordFailed || r.Error != st.Error {
 		t.Fatalf("record on b: %+v, %v; want it failed: %s", r, err, st.Error)
 	}
-	changed := b.membersChanged() // closed after b handled a's failure
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-changed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("b did not see a fail within 30 s")
-	}
-	b.mu.Lock()
-	_, taken := b.jobs[spec.ID]
-	b.mu.Unlock()
-	if taken {
-		t.Fatal("b took over a diverged job")
-	}
+	notTakenOver(t, a, b, spec.ID, "a diverged job")
 }

@@ -34,6 +34,18 @@
 //
 // All bodies are JSON. Errors are {"error": "..."} with a 4xx or 5xx code.
 //
+// With cluster credentials (Config.Identity; SECURITY.md) the API serves
+// TLS and authorises by the client's certificate: the GETs of jobs and
+// status need a certificate of the cluster or a client on loopback;
+// submitting, cancelling and re-planning a client's or a node's
+// certificate; job records, checkpoints and link probes a node's (a record
+// only from the coordinator it names, a cut only from the coordinator of
+// the record held here): 401 without a certificate, 403 with the wrong
+// one. Every request's Host must be an IP address, localhost, the node's
+// name or a name of its certificate, and an Origin header its own (403).
+// Without credentials every endpoint is open, and Start refuses to listen
+// beyond loopback unless Config.Insecure.
+//
 //	POST   /v1/jobs       body: job.Spec (fields left out take
 //	                      job.DefaultSpec's values; an empty id gets a
 //	                      unique one). The job is planned over the live

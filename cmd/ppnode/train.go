@@ -39,7 +39,8 @@ type trainFlags struct {
 func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.local, "local", false, "train in this process")
 	fs.StringVar(&f.model, "model", "mlp32", "model: "+fmt.Sprint(zoo.Names()))
-	fs.StringVar(&f.data, "data", "mnist", "data set: mnist, fashion-mnist, synthetic[:HxWxC[:classes]]")
+	fs.StringVar(&f.data, "data", "mnist", "data set: mnist, fashion-mnist, synthetic[:HxWxC[:classes]], or a .npz or .safetensors file\n"+
+		"holding x (samples) and y (labels), optionally x_test and y_test (with --via: a path on the node's machine)")
 	fs.Float64Var(&f.width, "width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	fs.IntVar(&f.batch, "batch", 128, "mini-batch size")
 	fs.IntVar(&f.micro, "micro-batches", 4, "micro-batches per mini-batch")

@@ -1,0 +1,42 @@
+package integration
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A user's data set in a NumPy file (issue 18): written with numpy.savez,
+// trained on in one process and through a cluster, with the same weights.
+func TestDataFile(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.Command("/usr/bin/python3", "-c", "import numpy").CombinedOutput(); err != nil {
+		t.Skip("no numpy for /usr/bin/python3 (Debian's python3-numpy)")
+	}
+	path := filepath.Join(t.TempDir(), "digits.npz")
+	script := `import numpy as np, sys
+rng = np.random.default_rng(1)
+x = rng.integers(0, 256, (640, 8, 8, 1), dtype=np.uint8)
+y = (x[:, 0, 0, 0] % 4).astype(np.int64)
+np.savez_compressed(sys.argv[1], x=x, y=y)`
+	if out, err := exec.Command("/usr/bin/python3", "-c", script, path).CombinedOutput(); err != nil {
+		t.Fatalf("numpy: %v\n%s", err, out)
+	}
+	args := []string{"--deterministic", "--model", "mlp32", "--width", "32", "--data", path,
+		"--batch", "32", "--micro-batches", "4", "--steps", "8", "--threads", "1"}
+	local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
+	waitMembers(t, c.Node("a"), 2)
+	via, err := Train(t, time.Minute, append([]string{"--via", c.Node("a").HTTP, "--partition", "uniform"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if via.WeightsSHA256 != local.WeightsSHA256 {
+		t.Errorf("two nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
+	}
+	t.Logf("%s: test accuracy %.3f; weights %.16s on one process and two nodes", filepath.Base(path), local.TestAccuracy, local.WeightsSHA256)
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -55,7 +56,7 @@ func LoadFile(path string) (*Set, error) {
 		if test, err = fileSplit(path, xt, yt, "x_test", "y_test"); err != nil {
 			return nil, err
 		}
-		if !equalShape(test.Shape, train.Shape) {
+		if !nn.SameShape(test.Shape, train.Shape) {
 			return nil, corrupt(path, "x_test's samples have shape %v, x's %v", test.Shape, train.Shape)
 		}
 	default:
@@ -102,18 +103,6 @@ func cut(s *Split, k int) (*Split, *Split) {
 	a := &Split{N: k, Shape: s.Shape, X: s.X[:k*d], Y: s.Y[:k], Classes: s.Classes}
 	b := &Split{N: s.N - k, Shape: s.Shape, X: s.X[k*d:], Y: s.Y[k:], Classes: s.Classes}
 	return a, b
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // readNPZ reads the .npy arrays of a zip archive (stored or deflated, as

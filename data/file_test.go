@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ppnode/ppnode/nn"
 )
 
 // writeNPZ writes arrays into an .npz archive (deflated if compress, as
@@ -65,7 +67,7 @@ func TestLoadNPZ(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if set.Train.N != 45 || set.Test.N != 5 || set.Classes != 3 || !equalShape(set.Train.Shape, []int{4, 4, 1}) {
+		if set.Train.N != 45 || set.Test.N != 5 || set.Classes != 3 || !nn.SameShape(set.Train.Shape, []int{4, 4, 1}) {
 			t.Fatalf("compress %v: train %d, test %d, classes %d, shape %v; want 45, 5 (10%% held out), 3, [4 4 1]",
 				compress, set.Train.N, set.Test.N, set.Classes, set.Train.Shape)
 		}

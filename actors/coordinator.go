@@ -232,6 +232,15 @@ func (c *Coordinator) Status() job.Status {
 	return c.status
 }
 
+// Weights returns the final weights of a job that is done (the model's
+// parameters and buffers, gathered at its last cut).
+func (c *Coordinator) Weights() ([]*nn.Param, error) {
+	if st := c.Status(); st.State != job.StateDone {
+		return nil, fmt.Errorf("actors: job %s is %s, not done: no final weights", c.spec.ID, st.State)
+	}
+	return c.job.Graph.Params(), nil
+}
+
 // Changed returns a channel that is closed when the status changes next.
 func (c *Coordinator) Changed() <-chan struct{} {
 	c.mu.Lock()

@@ -1,14 +1,19 @@
 package integration
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // A user's data set in a NumPy file (issue 18): written with numpy.savez,
-// trained on in one process and through a cluster, with the same weights.
+// trained on in one process and through a cluster, with the same weights;
+// the cluster's weights come out with train --via --out.
 func TestDataFile(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.Command("/usr/bin/python3", "-c", "import numpy").CombinedOutput(); err != nil {
@@ -31,12 +36,32 @@ np.savez_compressed(sys.argv[1], x=x, y=y)`
 	}
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)
-	via, err := Train(t, time.Minute, append([]string{"--via", c.Node("a").HTTP, "--partition", "uniform"}, args...)...)
+	out := filepath.Join(t.TempDir(), "w.safetensors")
+	via, err := Train(t, time.Minute, append([]string{"--via", c.Node("a").HTTP, "--partition", "uniform", "--out", out}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if via.WeightsSHA256 != local.WeightsSHA256 {
 		t.Errorf("two nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
+	}
+	// The weights out of the distributed run (train --via --out) are --local's.
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, meta, err := tensorio.ParseSafetensors(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, ts := make([]string, len(es)), make([]*nn.Tensor, len(es))
+	for i, e := range es {
+		names[i] = e.Name
+		if ts[i], err = e.Tensor(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := nn.TensorsSHA256(names, ts); got != local.WeightsSHA256 || meta["weights_sha256"] != got {
+		t.Errorf("--out file: weights %s (metadata %s), --local %s", got, meta["weights_sha256"], local.WeightsSHA256)
 	}
 	t.Logf("%s: test accuracy %.3f; weights %.16s on one process and two nodes", filepath.Base(path), local.TestAccuracy, local.WeightsSHA256)
 }

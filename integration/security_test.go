@@ -92,6 +92,7 @@ func TestUnauthenticatedRequestsAreRefused(t *testing.T) {
 			{"POST", "/v1/jobs", specJSON},
 			{"DELETE", "/v1/jobs/" + spec.ID, nil},
 			{"POST", "/v1/jobs/" + spec.ID + "/replan", []byte(`{"partition":"uniform"}`)},
+			{"GET", "/v1/jobs/" + spec.ID + "/weights", nil},
 			{"GET", "/v1/jobrecords", nil},
 			{"GET", "/v1/jobrecords/" + spec.ID, nil},
 			{"PUT", "/v1/jobrecords/" + spec.ID, rec},

@@ -382,3 +382,17 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 	}, nil
 }
+
+// WeightsMeta is the metadata of a safetensors file of a job's final
+// weights. Tensors keep ppnode's layout: Linear weights are [out, in] as in
+// PyTorch; Conv2D weights are [out, kh, kw, in] (PyTorch's is [out, in,
+// kh, kw]: permute(0, 3, 1, 2)).
+func WeightsMeta(res Result) map[string]string {
+	return map[string]string{
+		"format":         "ppnode",
+		"model":          res.Model,
+		"steps":          fmt.Sprint(res.Steps),
+		"layout":         "activations NHWC; conv2d weights OHWI; linear weights [out, in]",
+		"weights_sha256": res.WeightsSHA256,
+	}
+}

@@ -61,6 +61,7 @@ func (a *Agent) handler() http.Handler {
 		writeJSON(w, http.StatusAccepted, st)
 	}))
 	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.guard(user, a.postReplan))
+	mux.HandleFunc("GET /v1/jobs/{id}/weights", a.guard(user, a.getWeights))
 	mux.HandleFunc("POST /v1/links/probe", a.guard(member, a.postLinkProbe))
 	mux.HandleFunc("GET /v1/status", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()

@@ -173,7 +173,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := followJob(via, spec, false, stdout, stderr)
+		res, _, err := followJob(via, spec, false, stdout, stderr)
 		done <- outcome{res, err}
 	}()
 	if !isTerminal(stderr) {

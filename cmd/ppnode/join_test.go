@@ -41,7 +41,6 @@ func TestJoinFlagErrors(t *testing.T) {
 		{[]string{"status"}, "--via"},
 		{[]string{"status", "--via", "nohost"}, "--via"},
 		{[]string{"train", "--via", "nohost"}, "--via"},
-		{[]string{"train", "--via", "127.0.0.1:1", "--out", "w.safetensors"}, "--out"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)

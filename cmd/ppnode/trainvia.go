@@ -56,9 +56,6 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if err := useCreds(c.creds); err != nil {
 		return err
 	}
-	if f.out != "" {
-		return usagef("--out works with --local only: the weights of a cluster job stay on its nodes")
-	}
 	if c.maxNodes < 0 || c.ckptEvery < 0 {
 		return usagef("--max-nodes and --checkpoint-every want 0 or more")
 	}
@@ -68,11 +65,23 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
 	spec.Wire, spec.NoProbe = c.wire, c.noProbe
-	_, err := followJob(c.via, spec, f.json, stdout, stderr)
+	res, at, err := followJob(c.via, spec, f.json, stdout, stderr)
 	if errors.Is(err, job.ErrSpec) {
 		return usageError{err}
 	}
-	return err
+	if err != nil || f.out == "" {
+		return err
+	}
+	if at == "" {
+		return fmt.Errorf("job %s ended while its coordinator was out of reach: its weights are in its last cut (ppnode ckpt export)", res.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := api(at).Weights(ctx, res.ID, f.out, res.WeightsSHA256); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "weights written to %s\n", f.out)
+	return nil
 }
 
 // How followJob follows a job.
@@ -99,19 +108,19 @@ const (
 // stops following and returns an error saying the job keeps running in the
 // cluster. A job that fails returns its error; a refused spec returns an
 // error that wraps job.ErrSpec.
-func followJob(via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
+func followJob(via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, string, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return followJobContext(ctx, via, spec, asJSON, stdout, stderr)
 }
 
-func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, error) {
+func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON bool, stdout, stderr io.Writer) (*job.Result, string, error) {
 	fmt.Fprintf(stderr, "submitting %s on %s through %s (planning over the cluster)\n", spec.Model, spec.Data, via)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	sub, err := api(via).Submit(sctx, spec)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	fmt.Fprintf(stderr, "job %s: %s\n", sub.ID, sub.Plan)
 	for _, s := range sub.Status.Stages {
@@ -127,7 +136,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		select {
 		case <-ctx.Done():
 			bar.done()
-			return nil, fmt.Errorf("interrupted: job %s keeps running in the cluster (see ppnode status --via %s; stop it with DELETE http://%s/v1/jobs/%s)",
+			return nil, "", fmt.Errorf("interrupted: job %s keeps running in the cluster (see ppnode status --via %s; stop it with DELETE http://%s/v1/jobs/%s)",
 				sub.ID, f.cur, f.cur, sub.ID)
 		case <-tick.C:
 		}
@@ -151,14 +160,14 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 					continue
 				}
 				bar.done()
-				return nil, fmt.Errorf("lost track of job %s after %s stopped answering (%v): %w", sub.ID, lost, err, serr)
+				return nil, "", fmt.Errorf("lost track of job %s after %s stopped answering (%v): %w", sub.ID, lost, err, serr)
 			}
 			if rec != nil { // the job ended while nobody was asked
 				bar.done()
 				if rec.State == nodes.RecordDone {
-					return rec.Result, printResult(rec.Result, asJSON, stdout, stderr)
+					return rec.Result, "", printResult(rec.Result, asJSON, stdout, stderr)
 				}
-				return nil, fmt.Errorf("job %s failed: %s", sub.ID, rec.Error)
+				return nil, "", fmt.Errorf("job %s failed: %s", sub.ID, rec.Error)
 			}
 			st = found
 			if name := f.name(f.cur); name != lost {
@@ -204,12 +213,12 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		case job.StateDone:
 			bar.done()
 			if st.Result == nil {
-				return nil, fmt.Errorf("job %s is done but reported no result", sub.ID)
+				return nil, "", fmt.Errorf("job %s is done but reported no result", sub.ID)
 			}
-			return st.Result, printResult(st.Result, asJSON, stdout, stderr)
+			return st.Result, f.cur, printResult(st.Result, asJSON, stdout, stderr)
 		case job.StateFailed, job.StateDiverged:
 			bar.done()
-			return nil, fmt.Errorf("job %s failed: %s", sub.ID, st.Error)
+			return nil, "", fmt.Errorf("job %s failed: %s", sub.ID, st.Error)
 		}
 	}
 }

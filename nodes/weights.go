@@ -1,0 +1,114 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// Weights out of a distributed run (issue 18): the coordinator holds a done
+// job's final weights (gathered at its last cut) and serves them as
+// safetensors, GET /v1/jobs/{id}/weights.
+
+// errNoWeights is a job whose weights this node cannot give.
+var errNoWeights = errors.New("nodes: no final weights")
+
+// weights returns the final weights and result of job id, coordinated and
+// done here.
+func (a *Agent) weights(id string) ([]*nn.Param, *job.Result, error) {
+	a.mu.Lock()
+	j := a.jobs[id]
+	a.mu.Unlock()
+	if j == nil || j.c == nil {
+		return nil, nil, fmt.Errorf("%w: %q", ErrNoJob, id)
+	}
+	ps, err := j.c.Weights()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errNoWeights, err)
+	}
+	return ps, j.c.Status().Result, nil
+}
+
+func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
+	ps, res, err := a.weights(r.PathValue("id"))
+	switch {
+	case errors.Is(err, ErrNoJob):
+		writeError(w, http.StatusNotFound, err)
+		return
+	case err != nil:
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	ts := make([]tensorio.Named, 0, len(ps))
+	for _, p := range nn.SortByName(ps) {
+		ts = append(ts, tensorio.Named{Name: p.Name, T: p.Value})
+	}
+	w, _ = a.streaming(w, r)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if err := tensorio.WriteSafetensors(w, ts, job.WeightsMeta(*res)); err != nil {
+		a.log.Warn("nodes: sending weights", "job", res.ID, "err", err)
+	}
+}
+
+// Weights downloads the final weights of job id (GET
+// /v1/jobs/{id}/weights) to path as safetensors, atomically, once their
+// fingerprint is sha (the job's Result.WeightsSHA256).
+func (c *Client) Weights(ctx context.Context, id, path, sha string) error {
+	res, err := c.send(ctx, http.MethodGet, "/v1/jobs/"+id+"/weights", "", nil)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: a no-op
+	_, err = io.Copy(tmp, io.LimitReader(res.Body, MaxCheckpointBytes))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("weights of job %s: %w", id, err)
+	}
+	if err := verifyWeights(tmp.Name(), sha); err != nil {
+		return fmt.Errorf("weights of job %s: %w", id, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// verifyWeights checks that the safetensors file at path holds weights
+// whose fingerprint is sha.
+func verifyWeights(path, sha string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	es, _, err := tensorio.ParseSafetensors(b)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(es))
+	ts := make([]*nn.Tensor, len(es))
+	for i, e := range es {
+		if ts[i], err = e.Tensor(); err != nil {
+			return err
+		}
+		names[i] = e.Name
+	}
+	if got := nn.TensorsSHA256(names, ts); got != sha {
+		return fmt.Errorf("%w: received weights %.16s, the job's are %.16s", tensorio.ErrCorrupt, got, sha)
+	}
+	return nil
+}

@@ -233,12 +233,14 @@ func (c *Coordinator) Status() job.Status {
 }
 
 // Weights returns the final weights of a job that is done (the model's
-// parameters and buffers, gathered at its last cut).
-func (c *Coordinator) Weights() ([]*nn.Param, error) {
-	if st := c.Status(); st.State != job.StateDone {
-		return nil, fmt.Errorf("actors: job %s is %s, not done: no final weights", c.spec.ID, st.State)
+// parameters and buffers, gathered at its last cut) with their metadata
+// (job.Job.WeightsMeta).
+func (c *Coordinator) Weights() ([]*nn.Param, map[string]string, error) {
+	st := c.Status()
+	if st.State != job.StateDone || st.Result == nil {
+		return nil, nil, fmt.Errorf("actors: job %s is %s, not done: no final weights", c.spec.ID, st.State)
 	}
-	return c.job.Graph.Params(), nil
+	return c.job.Graph.Params(), c.job.WeightsMeta(*st.Result), nil
 }
 
 // Changed returns a channel that is closed when the status changes next.

@@ -63,5 +63,8 @@ np.savez_compressed(sys.argv[1], x=x, y=y)`
 	if got := nn.TensorsSHA256(names, ts); got != local.WeightsSHA256 || meta["weights_sha256"] != got {
 		t.Errorf("--out file: weights %s (metadata %s), --local %s", got, meta["weights_sha256"], local.WeightsSHA256)
 	}
+	if meta["model"] != "mlp32" || meta["width"] != "32" || meta["input_shape"] != "[8,8,1]" || meta["classes"] != "4" || meta["input_mean"] == "" || meta["input_std"] == "" {
+		t.Errorf("--out file's metadata %v: want the model, width, input shape, classes and standardisation", meta)
+	}
 	t.Logf("%s: test accuracy %.3f; weights %.16s on one process and two nodes", filepath.Base(path), local.TestAccuracy, local.WeightsSHA256)
 }

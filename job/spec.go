@@ -1,11 +1,13 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -213,6 +215,9 @@ type Job struct {
 	StepsPerEpoch int
 	// Total is the number of steps the job runs.
 	Total int
+	// Mean and Std standardised the inputs, per channel (nil: not
+	// standardised).
+	Mean, Std []float64
 }
 
 // Prepare normalises the spec, checks that what this process allocates
@@ -237,8 +242,9 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	var mean, std []float64
 	if s.Standardize {
-		set.Standardize()
+		mean, std = set.Standardize()
 	}
 	g, err := s.BuildModel(set.Train.Shape, set.Classes)
 	if err != nil {
@@ -264,7 +270,7 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	if err != nil {
 		return nil, specErr("%v", err)
 	}
-	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total}, nil
+	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std}, nil
 }
 
 // BuildModel builds the spec's model (without initialising it) for inputs
@@ -383,16 +389,27 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	}, nil
 }
 
-// WeightsMeta is the metadata of a safetensors file of a job's final
-// weights. Tensors keep ppnode's layout: Linear weights are [out, in] as in
+// WeightsMeta is the metadata of a safetensors file of the job's final
+// weights: what a user needs to use them elsewhere (the model, its input
+// shape and classes, the inputs' standardisation) and their fingerprint.
+// Tensors keep ppnode's layout: Linear weights are [out, in] as in
 // PyTorch; Conv2D weights are [out, kh, kw, in] (PyTorch's is [out, in,
 // kh, kw]: permute(0, 3, 1, 2)).
-func WeightsMeta(res Result) map[string]string {
-	return map[string]string{
+func (j *Job) WeightsMeta(res Result) map[string]string {
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	m := map[string]string{
 		"format":         "ppnode",
 		"model":          res.Model,
+		"width":          strconv.FormatFloat(j.Spec.Width, 'g', -1, 64),
+		"data":           j.Spec.Data,
+		"input_shape":    js(j.Set.Train.Shape),
+		"classes":        strconv.Itoa(j.Set.Classes),
 		"steps":          fmt.Sprint(res.Steps),
 		"layout":         "activations NHWC; conv2d weights OHWI; linear weights [out, in]",
 		"weights_sha256": res.WeightsSHA256,
 	}
+	if j.Mean != nil {
+		m["input_mean"], m["input_std"] = js(j.Mean), js(j.Std)
+	}
+	return m
 }

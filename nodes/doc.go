@@ -61,7 +61,7 @@
 //	DELETE /v1/jobs/{id}  cancels the job (it stops at its next step; its
 //	                      record says failed, so it is not taken over): 202
 //	GET    /v1/jobs/{id}/weights  the final weights of a job done here,
-//	                      as safetensors (job.WeightsMeta); 409 before it
+//	                      as safetensors (job.Job.WeightsMeta); 409 before it
 //	                      is done; [Client.Weights] verifies and writes them
 //	POST   /v1/jobs/{id}/replan  body: [ReplanRequest]. The job moves to
 //	                      the partition at its next step boundary: 202

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -21,24 +20,24 @@ import (
 // errNoWeights is a job whose weights this node cannot give.
 var errNoWeights = errors.New("nodes: no final weights")
 
-// weights returns the final weights and result of job id, coordinated and
-// done here.
-func (a *Agent) weights(id string) ([]*nn.Param, *job.Result, error) {
+// weights returns the final weights and their metadata of job id,
+// coordinated and done here.
+func (a *Agent) weights(id string) ([]*nn.Param, map[string]string, error) {
 	a.mu.Lock()
 	j := a.jobs[id]
 	a.mu.Unlock()
 	if j == nil || j.c == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrNoJob, id)
 	}
-	ps, err := j.c.Weights()
+	ps, meta, err := j.c.Weights()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", errNoWeights, err)
 	}
-	return ps, j.c.Status().Result, nil
+	return ps, meta, nil
 }
 
 func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
-	ps, res, err := a.weights(r.PathValue("id"))
+	ps, meta, err := a.weights(r.PathValue("id"))
 	switch {
 	case errors.Is(err, ErrNoJob):
 		writeError(w, http.StatusNotFound, err)
@@ -53,8 +52,8 @@ func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
 	}
 	w, _ = a.streaming(w, r)
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if err := tensorio.WriteSafetensors(w, ts, job.WeightsMeta(*res)); err != nil {
-		a.log.Warn("nodes: sending weights", "job", res.ID, "err", err)
+	if err := tensorio.WriteSafetensors(w, ts, meta); err != nil {
+		a.log.Warn("nodes: sending weights", "job", r.PathValue("id"), "err", err)
 	}
 }
 

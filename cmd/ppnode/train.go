@@ -114,7 +114,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	progress.done()
 	if f.out != "" {
-		if err := saveWeights(f.out, jb.Graph.Params(), *res); err != nil {
+		if err := saveWeights(f.out, jb, *res); err != nil {
 			return err
 		}
 	}

@@ -400,13 +400,15 @@ func (j *Job) WeightsMeta(res Result) map[string]string {
 	m := map[string]string{
 		"format":         "ppnode",
 		"model":          res.Model,
-		"width":          strconv.FormatFloat(j.Spec.Width, 'g', -1, 64),
 		"data":           j.Spec.Data,
 		"input_shape":    js(j.Set.Train.Shape),
 		"classes":        strconv.Itoa(j.Set.Classes),
 		"steps":          fmt.Sprint(res.Steps),
 		"layout":         "activations NHWC; conv2d weights OHWI; linear weights [out, in]",
 		"weights_sha256": res.WeightsSHA256,
+	}
+	if j.Spec.Width != 0 { // else the model's default
+		m["width"] = strconv.FormatFloat(j.Spec.Width, 'g', -1, 64)
 	}
 	if j.Mean != nil {
 		m["input_mean"], m["input_std"] = js(j.Mean), js(j.Std)

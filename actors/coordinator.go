@@ -350,6 +350,11 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 			if out.set != nil {
 				c.sets[out.set.gen] = out.set
 			}
+			if err := ctx.Err(); err != nil {
+				// The cancel cut the operation short: its outcome is not
+				// the job's (a probe cut short finds no live node).
+				c.core.Cancel(c.clk.Now(), err)
+			}
 			before := c.core.Status().Step
 			c.core.Step(c.clk.Now(), out.ev)
 			if e, ok := out.ev.(job.StepFinished); ok && e.Err == nil && c.cfg.OnStep != nil && c.core.Status().Step != before {

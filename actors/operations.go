@@ -234,10 +234,11 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
 	dones := make([]<-chan reply, len(s.refs))
 	for k, ref := range s.refs {
-		rates := stageRates(a.Rates, k)
 		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}}
-		for peer, r := range rates {
-			begin.LinkRates[int32(peer)] = r
+		for p, r := range a.Rates {
+			if p[0] == k {
+				begin.LinkRates[int32(p[1])] = r
+			}
 		}
 		dones[k] = c.request(ref, begin, a.Timeout)
 	}

@@ -384,23 +384,29 @@ func TestSendWhileStopping(t *testing.T) {
 	}
 }
 
-func sendWhileStopping(t *testing.T) {
-	env := startPair(t)
-	toB, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
-	if err != nil {
+// connectedPair starts two systems, each with a ping actor spawned by the
+// other, both endpoints connected (a request answered each way).
+func connectedPair(t *testing.T) (env *testEnv, toB, toA StageRef) {
+	t.Helper()
+	env = startPair(t)
+	var err error
+	if toB, err = env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout); err != nil {
 		t.Fatal(err)
 	}
-	toA, err := env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
-	if err != nil {
+	if toA, err = env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout); err != nil {
 		t.Fatal(err)
 	}
-	// Both endpoints are connected before the stop.
 	if _, err := env.a.Request(toB, &Ping{Header: hdr}, testTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.b.Request(toA, &Ping{Header: hdr}, testTimeout); err != nil {
 		t.Fatal(err)
 	}
+	return env, toB, toA
+}
+
+func sendWhileStopping(t *testing.T) {
+	env, toB, toA := connectedPair(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	send := func(s *System, to StageRef) {
@@ -479,21 +485,7 @@ func TestStopAfterARefusedPeer(t *testing.T) {
 // times in 40).
 func TestStopTogether(t *testing.T) {
 	for range 50 {
-		env := startPair(t)
-		toB, err := env.a.Spawn(env.b.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		toA, err := env.b.Spawn(env.a.Address(), &SpawnStage{Header: hdr, Kind: "ping"}, testTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.a.Request(toB, &Ping{Header: hdr}, testTimeout); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.b.Request(toA, &Ping{Header: hdr}, testTimeout); err != nil {
-			t.Fatal(err)
-		}
+		env, _, _ := connectedPair(t)
 		var wg sync.WaitGroup
 		wg.Go(env.a.Stop)
 		wg.Go(env.b.Stop)

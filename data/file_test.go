@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -200,4 +203,30 @@ func FuzzReadNPY(f *testing.F) {
 			t.Fatalf("shape %v of %s with %d bytes from %d", a.shape, a.dtype, len(a.data), len(b))
 		}
 	})
+}
+
+// writeNPY writes a as a version 1.0 .npy file .
+func writeNPY(w io.Writer, a *array) error {
+	dims := make([]string, len(a.shape))
+	for i, d := range a.shape {
+		dims[i] = strconv.Itoa(d)
+	}
+	shape := strings.Join(dims, ", ")
+	if len(dims) == 1 {
+		shape += ","
+	}
+	order := "<"
+	if itemSize(a.dtype) == 1 {
+		order = "|"
+	}
+	h := fmt.Sprintf("{'descr': '%s%s', 'fortran_order': False, 'shape': (%s), }", order, a.dtype, shape)
+	pad := 64 - (10+len(h)+1)%64
+	h += strings.Repeat(" ", pad%64) + "\n"
+	var b bytes.Buffer
+	b.WriteString("\x93NUMPY\x01\x00")
+	binary.Write(&b, binary.LittleEndian, uint16(len(h)))
+	b.WriteString(h)
+	b.Write(a.data)
+	_, err := w.Write(b.Bytes())
+	return err
 }

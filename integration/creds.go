@@ -61,8 +61,8 @@ func initCreds() error {
 	return os.Setenv("PPNODE_CREDS", dir)
 }
 
-// RemoveCreds removes the credentials directory (TestMain, at the end).
-func RemoveCreds() {
+// removeCreds removes the credentials directory (TestMain, at the end).
+func removeCreds() {
 	creds.Lock()
 	defer creds.Unlock()
 	if creds.dir != "" {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	RemoveBinary()
-	RemoveCreds()
+	removeCreds()
 	os.Exit(code)
 }
 

@@ -743,9 +743,6 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 // ends.
 func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan) {
 	c.plan, c.report, c.text, c.cl = res.Plan, res.Report, res.Spec, cl
-	for _, l := range c.links {
-		l.planChanged = false
-	}
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = c.text, c.plan.Schedule.String(), c.plan.MicroBatches
 	c.status.PredictedMS = c.report.StepTime * 1e3
 	c.status.Stages = nil

@@ -72,15 +72,14 @@ type linkState struct {
 	probedAt time.Time
 	// The passive estimate: bytes and write time accumulated until
 	// passiveBytes, the streaks of low and high bounds.
-	accBytes    int64
-	accWrite    time.Duration
-	accSteps    int
-	slow        int
-	bound       float64 // the last bound
-	kinds       map[string]*kindSent
-	reprobe     bool      // probe it again at the next boundary
-	tried       time.Time // the last probe asked for
-	planChanged bool      // its rate changed since the plan was made
+	accBytes int64
+	accWrite time.Duration
+	accSteps int
+	slow     int
+	bound    float64 // the last bound
+	kinds    map[string]*kindSent
+	reprobe  bool      // probe it again at the next boundary
+	tried    time.Time // the last probe asked for
 }
 
 // kindSent totals what a link carried of one kind.
@@ -189,9 +188,6 @@ func (c *Core) probed(now time.Time, ms []LinkMeasure) {
 			continue
 		}
 		l := c.link(m.From, m.To)
-		if l.source != "" && changedRate(l.rate, m.BytesPerSec) {
-			l.planChanged = true
-		}
 		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
 		l.reprobe, l.slow, l.accBytes, l.accWrite, l.accSteps = false, 0, 0, 0, 0
 		c.log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
@@ -280,12 +276,15 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 	}
 }
 
-// changedLink names a link whose planned rate changed since the plan was
-// made ("a->b: 1000 -> 50 Mbit/s"), or "".
+// changedLink names a link whose measured rate left the one the plan was
+// made with by linkSlower or linkFaster ("a->b now 50 Mbit/s"), or "".
 func (c *Core) changedLink() string {
-	for _, k := range slices.SortedFunc(maps.Keys(c.links), cmpPair) {
-		if l := c.links[k]; l.planChanged {
-			return fmt.Sprintf("%s->%s now %.0f Mbit/s", k[0], k[1], l.rate*8/1e6)
+	if c.cl == nil {
+		return ""
+	}
+	for _, lp := range c.cl.Links {
+		if l := c.links[[2]string{lp.From, lp.To}]; l != nil && changedRate(lp.Bandwidth, l.rate) {
+			return fmt.Sprintf("%s->%s now %.0f Mbit/s", lp.From, lp.To, l.rate*8/1e6)
 		}
 	}
 	return ""

@@ -254,7 +254,7 @@ func Start(cfg Config) (a *Agent, err error) {
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
 		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{},
-		hc: httpClient(cfg.Identity), uploads: make(chan struct{}, MaxUploads)}
+		hc: HTTPClient(cfg.Identity), uploads: make(chan struct{}, MaxUploads)}
 	if cfg.Identity == nil {
 		a.log.Warn("nodes: running without cluster credentials: anyone who reaches this node's ports can submit, cancel and poison jobs (SECURITY.md)", "insecure", cfg.Insecure)
 	}

@@ -186,9 +186,9 @@ func checkExposure(cfg Config, addrs ...string) error {
 
 var errExposed = errors.New("anyone who reaches it could submit, cancel and poison jobs; create credentials with `ppnode init` and `ppnode cert NAME` (SECURITY.md) and pass --creds, or pass --insecure to run without them")
 
-// httpClient is the HTTP client of a node's calls to other nodes: mutual
-// TLS with its identity, when it has one.
-func httpClient(id *trust.Identity) *http.Client {
+// HTTPClient is the HTTP client of a caller holding id (a node calling
+// others, the CLI): mutual TLS with it; nil: plain HTTP.
+func HTTPClient(id *trust.Identity) *http.Client {
 	if id == nil {
 		return http.DefaultClient
 	}
@@ -212,6 +212,3 @@ func (a *Agent) fromCoordinator(job, peer string) error {
 
 // client is a client of another node's API.
 func (a *Agent) client(addr string) *Client { return NewClientWith(addr, a.hc) }
-
-// HTTPClient is the HTTP client of a caller holding id (nil: plain HTTP).
-func HTTPClient(id *trust.Identity) *http.Client { return httpClient(id) }

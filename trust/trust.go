@@ -190,7 +190,7 @@ func Load(dir, name string) (*Identity, error) {
 		return nil, err
 	}
 	crtPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := checkMode(keyPath); err != nil {
+	if err := CheckKeyFile(keyPath); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(crtPath, keyPath)
@@ -291,7 +291,7 @@ func (id *Identity) DataPlaneKey() []byte {
 // ReadKey reads a gossip key file as Init writes it (32 bytes in hex)
 // after checking its mode.
 func ReadKey(path string) ([]byte, error) {
-	if err := checkMode(path); err != nil {
+	if err := CheckKeyFile(path); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(path)
@@ -306,9 +306,7 @@ func ReadKey(path string) ([]byte, error) {
 }
 
 // CheckKeyFile refuses a key file that group or others may read.
-func CheckKeyFile(path string) error { return checkMode(path) }
-
-func checkMode(path string) error {
+func CheckKeyFile(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("trust: %w", err)
@@ -369,7 +367,7 @@ func readCert(path string) (*x509.Certificate, error) {
 }
 
 func readKey(path string) (*ecdsa.PrivateKey, error) {
-	if err := checkMode(path); err != nil {
+	if err := CheckKeyFile(path); err != nil {
 		return nil, err
 	}
 	der, err := readPEM(path, "PRIVATE KEY")

@@ -442,21 +442,25 @@ func countLayer(g *nn.Graph, n *nn.Node) layerCount {
 		c.elemF, c.elemB = out, out
 	case *nn.Conv2D:
 		ho, wo := float64(n.Shape[0]), float64(n.Shape[1])
-		kc := float64(l.K * l.K * l.In)
+		kc := float64(l.KH * l.KW * l.In / l.Groups)
 		f := 2 * kc * float64(l.Out) * ho * wo
 		c.gemmF, c.gemmB = f, f
 		if inNeed {
 			c.gemmB += f
 		}
-		if !(l.K == 1 && l.Stride == 1 && l.Pad == 0) {
+		direct := l.KH == 1 && l.KW == 1 && l.SH == 1 && l.SW == 1 && l.PadT+l.PadL+l.PadB+l.PadR == 0
+		if !direct {
+			kc *= float64(l.Groups) // the im2col matrix holds every group's columns
 			c.elemF, c.elemB = ho*wo*kc, ho*wo*kc
 			c.slot += 4 * ho * wo * kc // the im2col matrix, kept for backward
 		}
 	case *nn.BatchNorm:
 		c.elemF, c.elemB = 6*out, 8*out
 	case *nn.MaxPool2D:
-		c.elemF, c.elemB = float64(l.K*l.K)*out, inSize
-	case nn.Flatten, *nn.Flatten:
+		c.elemF, c.elemB = float64(l.KH*l.KW)*out, inSize
+	case *nn.AvgPool2D:
+		c.elemF, c.elemB = float64(l.KH*l.KW)*out, float64(l.KH*l.KW)*out
+	case nn.Flatten, *nn.Flatten, *nn.Reshape:
 		c.slot = 0
 	default:
 		c.elemF, c.elemB = max(out, inSize), max(out, inSize)

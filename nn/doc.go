@@ -6,10 +6,13 @@
 // # Layout
 //
 // Activations are stored batch-first and channels-last (NHWC for images,
-// [N, F] for features). Linear weights are [out, in] as in PyTorch; Conv2D
-// weights are [out, kh, kw, in] (OHWI), so that a 1x1 convolution is a plain
-// GEMM and im2col rows are contiguous. Parameter names are stable:
-// "<node>.<param>", for example "layer3.1.conv2.weight".
+// [N, F] for features). Linear weights are [out, in] as in PyTorch (or [in,
+// out] when Transposed); Conv2D weights are [out, kh, kw, in/groups] (OHWI),
+// so that a 1x1 convolution is a plain GEMM and im2col rows are contiguous.
+// A Param's Layout gives its exported (PyTorch) layout, OIHW for
+// convolutions: weight files and fingerprints use it. Parameter names are
+// stable: "<node>.<param>", for example "layer3.1.conv2.weight", or the
+// names a model file gives.
 //
 // # Micro-batches and slots
 //

@@ -103,6 +103,19 @@ func (b *Builder) Add(name string, l Layer, inputs ...string) string {
 	return name
 }
 
+// Shape is the per-sample output shape of the named layer or input, or nil
+// if there is none (or an earlier Add failed).
+func (b *Builder) Shape(name string) []int {
+	j, ok := b.g.index[name]
+	switch {
+	case b.err != nil || !ok:
+		return nil
+	case j < 0:
+		return b.g.InputShapes[-1-j]
+	}
+	return b.g.Nodes[j].Shape
+}
+
 // Build finishes the graph with output as the logits.
 func (b *Builder) Build(output string) (*Graph, error) {
 	if b.err != nil {

@@ -2,14 +2,20 @@ package nn
 
 import "fmt"
 
-// Linear is y = x·Wᵀ + b with W of shape [out, in]. Inputs with more than one
-// per-sample dimension are flattened.
+// Linear is y = x·Wᵀ + b with W of shape [out, in] (or y = x·W with W of
+// shape [in, out] when Transposed; without b when NoBias). Inputs with more
+// than one per-sample dimension are flattened.
 type Linear struct {
 	In, Out int
-	W, B    *Param
+	W, B    *Param // B is nil with NoBias
 	// He selects He initialisation (for layers followed by ReLU) instead of
 	// PyTorch's default.
 	He bool
+	// NoBias drops the bias: y = x·Wᵀ, and Params returns W alone.
+	NoBias bool
+	// Transposed stores W as [in, out], y = x·W, the layout of an ONNX
+	// MatMul's second operand or of a Gemm with transB = 0.
+	Transposed bool
 }
 
 // NewLinear returns a Linear layer with bias, initialised He-uniform
@@ -29,24 +35,49 @@ func (l *Linear) Build(in [][]int) ([]int, error) {
 	if l.He {
 		init = InitHe
 	}
-	l.W = newParam([]int{l.Out, l.In}, init, l.In)
+	shape := []int{l.Out, l.In}
+	if l.Transposed {
+		shape = []int{l.In, l.Out}
+	}
+	l.W = newParam(shape, init, l.In)
 	l.W.Name = "weight"
-	l.B = newParam([]int{l.Out}, InitZero, l.In)
-	l.B.Name = "bias"
+	l.B = nil
+	if !l.NoBias {
+		l.B = newParam([]int{l.Out}, InitZero, l.In)
+		l.B.Name = "bias"
+	}
 	return []int{l.Out}, nil
 }
 
-func (l *Linear) Params() []*Param { return []*Param{l.W, l.B} }
+func (l *Linear) Params() []*Param {
+	if l.NoBias {
+		return []*Param{l.W}
+	}
+	return []*Param{l.W, l.B}
+}
+
+// ldw is W's leading dimension (its row length).
+func (l *Linear) ldw() int {
+	if l.Transposed {
+		return l.Out
+	}
+	return l.In
+}
 
 func (l *Linear) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x := in[0]
 	n := Rows(x)
 	y := s.Buf(0, n, l.Out)
-	yd, b := F32(y), F32(l.B.Value)
-	for i := 0; i < n; i++ {
-		copy(yd[i*l.Out:(i+1)*l.Out], b)
+	yd := F32(y)
+	var beta float32
+	if !l.NoBias {
+		b := F32(l.B.Value)
+		for i := 0; i < n; i++ {
+			copy(yd[i*l.Out:(i+1)*l.Out], b)
+		}
+		beta = 1
 	}
-	c.Backend.Sgemm(false, true, n, l.Out, l.In, 1, F32(x), l.In, F32(l.W.Value), l.In, 1, yd, l.Out)
+	c.Backend.Sgemm(false, !l.Transposed, n, l.Out, l.In, 1, F32(x), l.In, F32(l.W.Value), l.ldw(), beta, yd, l.Out)
 	return y
 }
 
@@ -54,13 +85,21 @@ func (l *Linear) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 	x := in[0]
 	n := Rows(x)
 	dy := F32(dout)
-	// dW += dyᵀ·x, db += column sums of dy (rows in order).
-	c.Backend.Sgemm(true, false, l.Out, l.In, n, 1, dy, l.Out, F32(x), l.In, 1, F32(l.W.Grad), l.In)
-	colSumAdd(F32(l.B.Grad), dy, n, l.Out)
+	if l.Transposed {
+		// dW += xᵀ·dy.
+		c.Backend.Sgemm(true, false, l.In, l.Out, n, 1, F32(x), l.In, dy, l.Out, 1, F32(l.W.Grad), l.Out)
+	} else {
+		// dW += dyᵀ·x.
+		c.Backend.Sgemm(true, false, l.Out, l.In, n, 1, dy, l.Out, F32(x), l.In, 1, F32(l.W.Grad), l.In)
+	}
+	if !l.NoBias {
+		// db += column sums of dy (rows in order).
+		colSumAdd(F32(l.B.Grad), dy, n, l.Out)
+	}
 	g := s.Grads(1)
 	if need[0] {
 		dx := s.Buf(1, x.Shape()...)
-		c.Backend.Sgemm(false, false, n, l.In, l.Out, 1, dy, l.Out, F32(l.W.Value), l.In, 0, F32(dx), l.In)
+		c.Backend.Sgemm(false, l.Transposed, n, l.In, l.Out, 1, dy, l.Out, F32(l.W.Value), l.ldw(), 0, F32(dx), l.In)
 		g[0] = dx
 	}
 	return g

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -26,6 +27,12 @@ type Param struct {
 	Grad  *Tensor
 	Init  Init
 	FanIn int
+	// Given, when set, is the initial value (in Value's layout) that Reset
+	// copies instead of drawing from Init: weights from a file.
+	Given []float32
+	// Layout permutes Value's axes into the exported (PyTorch) layout:
+	// exported axis i is Value's axis Layout[i]. Nil is Value's own.
+	Layout []int
 }
 
 func newParam(shape []int, init Init, fanIn int) *Param {
@@ -43,6 +50,24 @@ func (p *Param) Trainable() bool { return p.Grad != nil }
 // (seed, p.Name) alone, so a parameter starts the same wherever it lives.
 func (p *Param) Reset(seed uint64) {
 	v := F32(p.Value)
+	switch {
+	case p.Given != nil:
+		copy(v, p.Given)
+	case p.Init == InitZero:
+		clear(v)
+	case p.Init == InitOne:
+		for i := range v {
+			v[i] = 1
+		}
+	default:
+		p.draw(seed, v)
+	}
+	if p.Grad != nil {
+		clear(F32(p.Grad))
+	}
+}
+
+func (p *Param) draw(seed uint64, v []float32) {
 	switch p.Init {
 	case InitZero:
 		clear(v)
@@ -59,9 +84,6 @@ func (p *Param) Reset(seed uint64) {
 		for i := range v {
 			v[i] = float32((2*r.Float64() - 1) * bound)
 		}
-	}
-	if p.Grad != nil {
-		clear(F32(p.Grad))
 	}
 }
 
@@ -89,4 +111,78 @@ func nameHash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// ExportedShape is Value's shape in the exported layout.
+func (p *Param) ExportedShape() []int { return permuteShape(p.Value.Shape(), p.Layout) }
+
+// Exported returns the value in the exported layout: Value itself when the
+// layouts agree, else a permuted copy.
+func (p *Param) Exported() *Tensor {
+	if p.Layout == nil {
+		return p.Value
+	}
+	shape := p.Value.Shape()
+	out := New(permuteShape(shape, p.Layout)...)
+	permuteInto(F32(out), F32(p.Value), shape, p.Layout)
+	return out
+}
+
+// FromExported converts data of the exported shape into Value's layout,
+// for Given or to load Value; it returns an error naming the shapes when
+// they differ.
+func (p *Param) FromExported(data []float32, shape []int) ([]float32, error) {
+	want := p.ExportedShape()
+	if !SameShape(shape, want) || len(data) != Size(want) {
+		return nil, fmt.Errorf("%s: shape %v, want %v", p.Name, shape, want)
+	}
+	out := make([]float32, len(data))
+	if p.Layout == nil {
+		copy(out, data)
+		return out, nil
+	}
+	inv := make([]int, len(p.Layout))
+	for i, a := range p.Layout {
+		inv[a] = i
+	}
+	permuteInto(out, data, want, inv)
+	return out, nil
+}
+
+func permuteShape(shape, perm []int) []int {
+	if perm == nil {
+		return append([]int(nil), shape...)
+	}
+	out := make([]int, len(perm))
+	for i, a := range perm {
+		out[i] = shape[a]
+	}
+	return out
+}
+
+// permuteInto writes src (of shape) with its axes permuted by perm into
+// dst: dst's axis i is src's axis perm[i].
+func permuteInto(dst, src []float32, shape, perm []int) {
+	n := len(shape)
+	stride := make([]int, n) // src strides
+	s := 1
+	for i := n - 1; i >= 0; i-- {
+		stride[i] = s
+		s *= shape[i]
+	}
+	dims := permuteShape(shape, perm)
+	idx := make([]int, n)
+	for o := range dst {
+		off := 0
+		for i, a := range perm {
+			off += idx[i] * stride[a]
+		}
+		dst[o] = src[off]
+		for i := n - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < dims[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
 }

@@ -103,12 +103,13 @@ func (t *Trainer) Evaluate(next func(x *Tensor, y []int32) (*Tensor, []int32)) f
 }
 
 // WeightsSHA256 hashes every parameter and buffer's little-endian float32
-// bytes in name order: two runs with the same hash have the same weights.
+// bytes, in the exported layout, in name order: two runs with the same hash
+// have the same weights, and an exported file hashes the same.
 func WeightsSHA256(ps []*Param) string {
 	names := make([]string, len(ps))
 	ts := make([]*Tensor, len(ps))
 	for i, p := range ps {
-		names[i], ts[i] = p.Name, p.Value
+		names[i], ts[i] = p.Name, p.Exported()
 	}
 	return TensorsSHA256(names, ts)
 }

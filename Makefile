@@ -77,4 +77,8 @@ proto:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I actors/proto \
 		--go_out=actors --go_opt=paths=source_relative \
 		actors/proto/ppnode.proto
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I onnx/onnxpb \
+		--go_out=onnx/onnxpb --go_opt=paths=source_relative \
+		--go_opt=Monnx.proto=github.com/ppnode/ppnode/onnx/onnxpb \
+		onnx/onnxpb/onnx.proto
 .PHONY: proto

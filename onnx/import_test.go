@@ -1,0 +1,143 @@
+package onnx_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/onnx"
+	"github.com/ppnode/ppnode/onnx/onnxpb"
+)
+
+// testdata/convnet.onnx and towers.onnx are testdata/torch_onnx.py's
+// exports (convnet: grouped, dilated and depthwise convolutions, padding,
+// average pooling, x.view(x.size(0), -1); towers: slices, a constant
+// product, BatchNorm1d, concatenation, LogSoftmax).
+var models = map[string][]int{"testdata/convnet.onnx": {4, 9, 7}, "testdata/towers.onnx": {24}}
+
+func read(t testing.TB, path string) *onnxpb.ModelProto {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestImport(t *testing.T) {
+	md, err := onnx.Read("testdata/convnet.onnx", onnx.Options{Input: []int{4, 9, 7}, Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds, params []string
+	for _, n := range md.Graph.Nodes {
+		kinds = append(kinds, n.Layer.Kind())
+	}
+	for _, p := range md.Graph.Params() {
+		params = append(params, p.Name+fmt.Sprint(p.ExportedShape()))
+	}
+	if got, want := strings.Join(kinds, " "), "permute conv2d relu conv2d relu add pad2d avgpool2d permute reshape linear"; got != want {
+		t.Errorf("layers %q, want %q", got, want)
+	}
+	if got, want := strings.Join(params, " "), "conv1.weight[8 2 3 2] conv1.bias[8] conv2.weight[8 1 3 3] conv2.bias[8] fc.weight[5 72] fc.bias[5]"; got != want {
+		t.Errorf("parameters %q, want %q", got, want)
+	}
+	if md.Classes != 5 || md.ChannelAxis != 0 {
+		t.Errorf("classes %d, channel axis %d", md.Classes, md.ChannelAxis)
+	}
+	// NHWC images feed the same model without the first permutation.
+	md, err = onnx.Read("testdata/convnet.onnx", onnx.Options{Input: []int{9, 7, 4}, Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := md.Graph.Nodes[0].Layer.Kind(); k != "conv2d" || md.ChannelAxis != 2 {
+		t.Errorf("NHWC input: first layer %s, channel axis %d", k, md.ChannelAxis)
+	}
+	md.Graph.Init(1)
+	w := md.Graph.Params()[0]
+	if !w.Trainable() || w.Value.Shape()[3] != 2 || nn.F32(w.Value)[0] == 0 {
+		t.Errorf("conv1.weight is %v (OHWI), starting at %v", w.Value.Shape(), nn.F32(w.Value)[:2])
+	}
+}
+
+// Bad models are refused with an error that says what and where, never a
+// panic.
+func TestBadModels(t *testing.T) {
+	base := read(t, "testdata/towers.onnx")
+	withOp := func(op string) []byte {
+		m := proto.Clone(base).(*onnxpb.ModelProto)
+		m.Graph.Node[len(m.Graph.Node)-1].OpType = proto.String(op)
+		b, _ := proto.Marshal(m)
+		return b
+	}
+	good, _ := proto.Marshal(base)
+	noInit := proto.Clone(base).(*onnxpb.ModelProto)
+	noInit.Graph.Initializer = noInit.Graph.Initializer[1:]
+	noInitB, _ := proto.Marshal(noInit)
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		input []int
+		want  []string
+	}{
+		{"unsupported op", withOp("Einsum"), []int{24}, []string{"operator Einsum", "/LogSoftmax", "ppnode supports", "Conv", "Gemm"}},
+		{"truncated", good[:len(good)/2], []int{24}, []string{"truncated or corrupt"}},
+		{"empty", nil, []int{24}, []string{"no graph"}},
+		{"text", []byte("this is not a model"), []int{24}, []string{"not an ONNX model"}},
+		{"other data", good, []int{5, 5}, []string{"samples of shape [24]", "[5 5]"}},
+		{"too few outputs", good, []int{24}, nil}, // classes below
+		{"missing initializer", noInitB, []int{24}, []string{"a1.weight"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			classes := 5
+			if c.name == "too few outputs" {
+				classes, c.want = 7, []string{"5 outputs", "7 classes"}
+			}
+			m, err := onnx.Parse(c.b)
+			if err == nil {
+				_, err = onnx.Import(m, onnx.Options{Input: c.input, Classes: classes})
+			}
+			if !errors.Is(err, onnx.ErrModel) && c.name != "missing initializer" || err == nil {
+				t.Fatalf("error %v, want onnx.ErrModel", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// FuzzImport: whatever the bytes, Parse and Import return a graph or an
+// error, and never panic.
+func FuzzImport(f *testing.F) {
+	for path := range models {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)*2/3])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := onnx.Parse(b)
+		if err != nil {
+			return
+		}
+		for _, input := range models {
+			if md, err := onnx.Import(m, onnx.Options{Input: input, Classes: 2}); err == nil {
+				md.Graph.Init(1)
+			}
+		}
+	})
+}

@@ -1,0 +1,171 @@
+package onnx_test
+
+import (
+	"math"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/onnx"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// torchPython is Debian's interpreter with python3-torch; the python3 first
+// on PATH may be another one.
+const torchPython = "/usr/bin/python3"
+
+// Micro-batches and optimizer of testdata/torch_onnx.py.
+var (
+	micro        = []int{5, 4, 3}
+	lr, momentum = 0.05, 0.9
+)
+
+// exportTorch runs testdata/torch_onnx.py for model and returns the ONNX
+// file and the reference tensors by name.
+func exportTorch(t *testing.T, model string) (string, map[string]*nn.Tensor) {
+	t.Helper()
+	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+		t.Skipf("PyTorch is not available (%s -c 'import torch': %v); install Debian's python3-torch", torchPython, err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command(torchPython, "testdata/torch_onnx.py", model, dir).CombinedOutput(); err != nil {
+		t.Fatalf("torch_onnx.py %s: %v\n%s", model, err, out)
+	}
+	ts, _, err := tensorio.LoadSafetensors(filepath.Join(dir, "ref.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := map[string]*nn.Tensor{}
+	for _, n := range ts {
+		ref[n.Name] = n.T
+	}
+	return filepath.Join(dir, "model.onnx"), ref
+}
+
+// steps serves the reference's mini-batches ("__x" [steps, batch, ...]).
+type steps struct {
+	x, y  *nn.Tensor
+	sizes []int
+}
+
+func (s *steps) BatchSize() int     { return s.x.Shape()[1] }
+func (s *steps) MicroBatches() int  { return len(s.sizes) }
+func (s *steps) StepsPerEpoch() int { return s.x.Shape()[0] }
+func (s *steps) shape() []int       { return s.x.Shape()[2:] }
+func (s *steps) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	lo := 0
+	for _, n := range s.sizes[:m] {
+		lo += n
+	}
+	n, per, b := s.sizes[m], nn.Size(s.shape()), s.BatchSize()
+	off := (step*b + lo) * per
+	x = nn.FromData(slices.Clone(nn.F32(s.x)[off:off+n*per]), append([]int{n}, s.shape()...)...)
+	y = make([]int32, n)
+	for i := range y {
+		y[i] = int32(nn.F32(s.y)[step*b+lo+i])
+	}
+	return x, y
+}
+
+// A model exported from PyTorch trains in ppnode as in PyTorch: the first
+// step's loss and gradients within 1e-4 of each tensor's largest magnitude,
+// the weights and running statistics after 20 steps of SGD within 1e-3.
+// PyTorch runs in float64 from the same float32 weights.
+func TestTorchModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("PyTorch parity runs without -short")
+	}
+	for _, model := range []string{"mlp", "resnet", "towers", "convnet"} {
+		t.Run(model, func(t *testing.T) {
+			t.Parallel()
+			path, ref := exportTorch(t, model)
+			data := &steps{x: ref["__x"], y: ref["__y"], sizes: micro}
+			md, err := onnx.Read(path, onnx.Options{Input: data.shape(), Classes: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := md.Graph
+			g.Init(1)
+			be, _ := nn.NewBackend("gonum", 1, true)
+			opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: lr, Momentum: momentum})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := nn.NewTrainer(g, opt, be, 1)
+			loss := firstStep(tr, data)
+			check(t, 1e-4, "loss1", []float32{float32(loss)}, nn.F32(ref["loss1"]))
+			grads := 0
+			for _, p := range g.Params() {
+				if !p.Trainable() {
+					continue
+				}
+				grads++
+				exported := (&nn.Param{Value: p.Grad, Layout: p.Layout}).Exported()
+				check(t, 1e-4, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name))
+			}
+			opt.Step(g.Params())
+			for s := 1; s < data.StepsPerEpoch(); s++ {
+				tr.Step(data, 0, s, s)
+			}
+			for _, p := range g.Params() {
+				check(t, 1e-3, "value20/"+p.Name, nn.F32(p.Exported()), f32(t, ref, "value20/"+p.Name))
+			}
+			t.Logf("%s: %d layers, %d parameters and buffers (%d trainable), loss %.4f", model, len(g.Nodes), len(g.Params()), grads, loss)
+		})
+	}
+}
+
+func f32(t *testing.T, ref map[string]*nn.Tensor, name string) []float32 {
+	t.Helper()
+	r, ok := ref[name]
+	if !ok {
+		t.Fatalf("PyTorch has no %s", name)
+	}
+	return nn.F32(r)
+}
+
+// firstStep runs the forward and backward passes of the first mini-batch
+// and returns its mean loss, leaving the gradients in place.
+func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
+	var ce nn.SoftmaxCE
+	tr.Ctx.Train = true
+	var total float64
+	in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)
+	for m := 0; m < b.MicroBatches(); m++ {
+		x, y := b.Micro(0, 0, m, nil, nil)
+		in[0] = x
+		tr.Ctx.Micro = m
+		out := tr.Stage.Forward(&tr.Ctx, 0, in)
+		loss, _, grad := ce.Forward(out[0], y, float32(1/float64(b.BatchSize())))
+		total += loss
+		dout[0] = grad
+		tr.Stage.Backward(&tr.Ctx, 0, dout)
+	}
+	return total / float64(b.BatchSize())
+}
+
+// check compares within tol of the reference tensor's largest magnitude, or
+// of 1e-3 for a tensor that is zero in exact arithmetic (the gradient of a
+// bias before a BatchNorm: PyTorch's float64 gives 1e-17, float32 1e-8).
+func check(t *testing.T, tol float64, name string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, PyTorch has %d", name, len(got), len(want))
+		return
+	}
+	scale := 1e-3
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(float64(v)))
+	}
+	worst, at := 0.0, 0
+	for i := range got {
+		if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst || math.IsNaN(d) {
+			worst, at = d, i
+		}
+	}
+	if worst > tol*scale || math.IsNaN(worst) {
+		t.Errorf("%s[%d]: ppnode %v, PyTorch %v (difference %.3g, %.3g of the largest magnitude)", name, at, got[at], want[at], worst, worst/scale)
+	}
+}

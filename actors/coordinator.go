@@ -233,14 +233,19 @@ func (c *Coordinator) Status() job.Status {
 }
 
 // Weights returns the final weights of a job that is done (the model's
-// parameters and buffers, gathered at its last cut) with their metadata
+// parameters and buffers, gathered at its last cut) as the tensors of a
+// weights file (job.WeightsEntries) with their metadata
 // (job.Job.WeightsMeta).
-func (c *Coordinator) Weights() ([]*nn.Param, map[string]string, error) {
+func (c *Coordinator) Weights() ([]tensorio.Entry, map[string]string, error) {
 	st := c.Status()
 	if st.State != job.StateDone || st.Result == nil {
 		return nil, nil, fmt.Errorf("actors: job %s is %s, not done: no final weights", c.spec.ID, st.State)
 	}
-	return c.job.Graph.Params(), c.job.WeightsMeta(*st.Result), nil
+	es, err := job.WeightsEntries(c.job.Graph.Params(), st.Result.Steps, c.spec.MicroBatches)
+	if err != nil {
+		return nil, nil, err
+	}
+	return es, c.job.WeightsMeta(*st.Result), nil
 }
 
 // Changed returns a channel that is closed when the status changes next.
@@ -570,8 +575,12 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc job.Progress) *tens
 		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer, "generation": strconv.FormatUint(s.gen, 10),
 			"train_loss": strconv.FormatFloat(acc.Loss, 'g', -1, 64), "train_correct": strconv.FormatInt(acc.Correct, 10),
 			"train_seen": strconv.FormatInt(acc.Seen, 10)}}
+	ck.Meta["micro_batches"] = strconv.Itoa(c.spec.MicroBatches)
 	for _, p := range nn.SortByName(c.job.Graph.Params()) {
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
+		if p.Layout != nil { // for ckpt export
+			ck.Meta[job.LayoutMetaPrefix+p.Name] = job.FormatLayout(p.Layout)
+		}
 		if p.Trainable() {
 			st := c.copt.State(p)
 			for _, k := range slices.Sorted(maps.Keys(st)) {

@@ -3,6 +3,7 @@ package data
 import (
 	"archive/zip"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,11 +109,24 @@ func cut(s *Split, k int) (*Split, *Split) {
 // readNPZ reads the .npy arrays of a zip archive (stored or deflated, as
 // numpy.savez and savez_compressed write them).
 func readNPZ(path string) (map[string]*array, error) {
-	zr, err := zip.OpenReader(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return readNPZFrom(f, fi.Size(), path)
+}
+
+// readNPZFrom reads the arrays of an .npz archive of size bytes.
+func readNPZFrom(r io.ReaderAt, size int64, path string) (map[string]*array, error) {
+	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, corrupt(path, "not an .npz archive: %v", err)
 	}
-	defer zr.Close()
 	out := map[string]*array{}
 	for _, f := range zr.File {
 		name, ok := strings.CutSuffix(f.Name, ".npy")

@@ -205,6 +205,40 @@ func FuzzReadNPY(f *testing.F) {
 	})
 }
 
+// FuzzReadNPZ: whatever the bytes, readNPZFrom returns arrays whose data
+// match their shapes, or an error; it never allocates what the archive only
+// claims (a stored entry's data is no larger than the input).
+func FuzzReadNPZ(f *testing.F) {
+	x, y := images(3, 2)
+	for _, deflate := range []bool{false, true} {
+		var b bytes.Buffer
+		zw := zip.NewWriter(&b)
+		for name, a := range map[string]*array{"x": x, "y": y} {
+			method := zip.Store
+			if deflate {
+				method = zip.Deflate
+			}
+			w, _ := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
+			writeNPY(w, a)
+		}
+		zw.Close()
+		f.Add(b.Bytes())
+		f.Add(b.Bytes()[:b.Len()/2])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		arrays, err := readNPZFrom(bytes.NewReader(b), int64(len(b)), "fuzz.npz")
+		if err != nil {
+			return
+		}
+		for name, a := range arrays {
+			n, err := elements(a.shape)
+			if err != nil || len(a.data) != n*itemSize(a.dtype) {
+				t.Fatalf("%s: shape %v of %s with %d bytes", name, a.shape, a.dtype, len(a.data))
+			}
+		}
+	})
+}
+
 // writeNPY writes a as a version 1.0 .npy file .
 func writeNPY(w io.Writer, a *array) error {
 	dims := make([]string, len(a.shape))

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -94,10 +95,13 @@ func readNPY(r io.Reader, size int64, name string) (*array, error) {
 	if rest := size - int64(8+lenBytes+hlen); want > rest {
 		return nil, corrupt(name, "shape %v of %s needs %d bytes; the file has %d", a.shape, a.dtype, want, rest)
 	}
-	a.data = make([]byte, want)
-	if _, err := io.ReadFull(r, a.data); err != nil {
+	// Grow with the bytes that arrive: a compressed archive's sizes are
+	// only claims.
+	buf := bytes.NewBuffer(make([]byte, 0, min(want, 64<<20)))
+	if _, err := io.CopyN(buf, r, want); err != nil {
 		return nil, corrupt(name, "data: %v", err)
 	}
+	a.data = buf.Bytes()
 	return a, nil
 }
 

@@ -9,20 +9,31 @@ import "math"
 // Statistics are summed in float64 in sample order, so they are the same on
 // every machine.
 func (s *Set) Standardize() (mean, std []float64) {
+	return s.StandardizeAxis(len(s.Train.Shape) - 1)
+}
+
+// StandardizeAxis is Standardize with the channels on the given axis of a
+// sample ([C, H, W] images have them on axis 0).
+func (s *Set) StandardizeAxis(axis int) (mean, std []float64) {
 	shape := s.Train.Shape
-	c := shape[len(shape)-1]
+	c := shape[axis]
+	inner := 1 // values of one channel that lie together
+	for _, d := range shape[axis+1:] {
+		inner *= d
+	}
+	ch := func(i int) int { return i / inner % c }
 	mean, std = make([]float64, c), make([]float64, c)
 	x := s.Train.X
 	n := float64(len(x) / c)
 	for i, v := range x {
-		mean[i%c] += float64(v)
+		mean[ch(i)] += float64(v)
 	}
 	for j := range mean {
 		mean[j] /= n
 	}
 	for i, v := range x {
-		d := float64(v) - mean[i%c]
-		std[i%c] += d * d
+		d := float64(v) - mean[ch(i)]
+		std[ch(i)] += d * d
 	}
 	for j := range std {
 		std[j] = math.Sqrt(std[j] / n)
@@ -32,7 +43,7 @@ func (s *Set) Standardize() (mean, std []float64) {
 	}
 	for _, sp := range []*Split{s.Train, s.Test} {
 		for i, v := range sp.X {
-			j := i % c
+			j := ch(i)
 			sp.X[i] = float32((float64(v) - mean[j]) / std[j])
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
+	"github.com/ppnode/ppnode/onnx"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -24,10 +25,16 @@ import (
 // same spec through [Spec.Normalize] and [Spec.Prepare], so that
 // with the same seed, batch and micro-batches both compute the same thing.
 type Spec struct {
-	ID    string  `json:"id,omitempty"`
+	ID string `json:"id,omitempty"`
+	// Model is a model of the zoo or the path of an ONNX file (on every
+	// node that runs a stage, as the data file's).
 	Model string  `json:"model"`
 	Data  string  `json:"data"`
 	Width float64 `json:"width,omitempty"`
+	// Init is the path of a safetensors file of initial weights (PyTorch
+	// names and layouts, as `--out` writes them); empty: the seed's or the
+	// ONNX file's.
+	Init string `json:"init,omitempty"`
 
 	Batch        int `json:"batch"`
 	MicroBatches int `json:"micro_batches"`
@@ -124,8 +131,11 @@ func specErr(format string, a ...any) error {
 // Normalize fills the defaults that do not depend on the data and checks
 // everything that can be checked without loading it.
 func (s *Spec) Normalize() error {
-	if !slices.Contains(zoo.Names(), s.Model) {
-		return specErr("unknown model %q (have %s)", s.Model, strings.Join(zoo.Names(), ", "))
+	if !slices.Contains(zoo.Names(), s.Model) && !IsModelFile(s.Model) {
+		return specErr("unknown model %q (have %s, or a .onnx file)", s.Model, strings.Join(zoo.Names(), ", "))
+	}
+	if IsModelFile(s.Model) && s.Width != 0 {
+		return specErr("--width sizes the zoo's models, not an ONNX file's")
 	}
 	if s.Data == "" {
 		return specErr("no data set")
@@ -240,15 +250,18 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	}
 	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples})
 	if err != nil {
+		if data.IsFile(s.Data) {
+			return nil, specErr("%v", err) // the user's file
+		}
+		return nil, err
+	}
+	g, channels, err := s.buildModel(set.Train.Shape, set.Classes)
+	if err != nil {
 		return nil, err
 	}
 	var mean, std []float64
 	if s.Standardize {
-		mean, std = set.Standardize()
-	}
-	g, err := s.BuildModel(set.Train.Shape, set.Classes)
-	if err != nil {
-		return nil, err
+		mean, std = set.StandardizeAxis(channels)
 	}
 	g.Init(s.Seed)
 	loader, err := data.NewLoader(set.Train, s.Seed, s.Batch, s.MicroBatches)
@@ -273,14 +286,92 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std}, nil
 }
 
-// BuildModel builds the spec's model (without initialising it) for inputs
-// of the given per-sample shape and classes.
+// IsModelFile reports whether model names an ONNX file.
+func IsModelFile(model string) bool { return strings.HasSuffix(strings.ToLower(model), ".onnx") }
+
+// BuildModel builds the spec's model for inputs of the given per-sample
+// shape and classes. Its parameters start (at Graph.Init) from the seed, or
+// from the ONNX file's initializers, or from the Init file.
 func (s Spec) BuildModel(input []int, classes int) (*nn.Graph, error) {
-	g, err := zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: input, Classes: classes})
-	if err != nil {
-		return nil, specErr("%v", err)
+	g, _, err := s.buildModel(input, classes)
+	return g, err
+}
+
+// buildModel is BuildModel that also gives the axis of a data sample that
+// holds its channels.
+func (s Spec) buildModel(input []int, classes int) (*nn.Graph, int, error) {
+	var g *nn.Graph
+	channels := len(input) - 1
+	if IsModelFile(s.Model) {
+		md, err := onnx.Read(s.Model, onnx.Options{Input: input, Classes: classes})
+		if err != nil {
+			return nil, 0, specErr("%v", err)
+		}
+		g, channels = md.Graph, md.ChannelAxis
+	} else {
+		var err error
+		if g, err = zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: input, Classes: classes}); err != nil {
+			return nil, 0, specErr("%v", err)
+		}
 	}
-	return g, nil
+	if s.Init != "" {
+		if err := giveWeights(g, s.Init); err != nil {
+			return nil, 0, specErr("--init %s: %v", s.Init, err)
+		}
+	}
+	return g, channels, nil
+}
+
+// giveWeights makes the weights in the safetensors file at path the
+// graph's initial ones. Every parameter and buffer must be there with its
+// exported shape; a name the model lacks is refused, except PyTorch's
+// num_batches_tracked.
+func giveWeights(g *nn.Graph, path string) error {
+	ts, _, err := tensorio.LoadSafetensors(path)
+	if err != nil {
+		return err
+	}
+	byName := map[string]*nn.Tensor{}
+	for _, t := range ts {
+		byName[t.Name] = t.T
+	}
+	var missing []string
+	have := map[string]bool{}
+	for _, p := range g.Params() {
+		have[p.Name] = true
+		if _, ok := byName[p.Name]; !ok {
+			missing = append(missing, p.Name)
+		}
+	}
+	var extra []string
+	for _, t := range ts {
+		if !have[t.Name] && !strings.HasSuffix(t.Name, ".num_batches_tracked") {
+			extra = append(extra, t.Name)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		return fmt.Errorf("the file is not of this model: it lacks %s and has %s besides", list(missing), list(extra))
+	}
+	for _, p := range g.Params() {
+		t := byName[p.Name]
+		v, err := p.FromExported(nn.F32(t), t.Shape())
+		if err != nil {
+			return fmt.Errorf("%w (is the file of a model of another size?)", err)
+		}
+		p.Given = v
+	}
+	return nil
+}
+
+// list names up to five items of a list.
+func list(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "nothing"
+	case len(names) > 5:
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+	}
+	return strings.Join(names, ", ")
 }
 
 // NewOptimizer returns the spec's optimizer at its base learning rate.
@@ -390,21 +481,20 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 }
 
 // WeightsMeta is the metadata of a safetensors file of the job's final
-// weights: what a user needs to use them elsewhere (the model, its input
-// shape and classes, the inputs' standardisation) and their fingerprint.
-// Tensors keep ppnode's layout: Linear weights are [out, in] as in
-// PyTorch; Conv2D weights are [out, kh, kw, in] (PyTorch's is [out, in,
-// kh, kw]: permute(0, 3, 1, 2)).
+// weights (WeightsEntries): what a user needs to use them elsewhere (the
+// model, its input shape and classes, the inputs' standardisation, the
+// steps and seed) and their fingerprint.
 func (j *Job) WeightsMeta(res Result) map[string]string {
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	m := map[string]string{
-		"format":         "ppnode",
+		"format":         "pt",
 		"model":          res.Model,
 		"data":           j.Spec.Data,
 		"input_shape":    js(j.Set.Train.Shape),
 		"classes":        strconv.Itoa(j.Set.Classes),
 		"steps":          fmt.Sprint(res.Steps),
-		"layout":         "activations NHWC; conv2d weights OHWI; linear weights [out, in]",
+		"seed":           strconv.FormatUint(j.Spec.Seed, 10),
+		"layout":         "PyTorch state_dict: linear weights [out, in], conv2d [out, in, kh, kw]",
 		"weights_sha256": res.WeightsSHA256,
 	}
 	if j.Spec.Width != 0 { // else the model's default

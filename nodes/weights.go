@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -22,22 +21,22 @@ var errNoWeights = errors.New("nodes: no final weights")
 
 // weights returns the final weights and their metadata of job id,
 // coordinated and done here.
-func (a *Agent) weights(id string) ([]*nn.Param, map[string]string, error) {
+func (a *Agent) weights(id string) ([]tensorio.Entry, map[string]string, error) {
 	a.mu.Lock()
 	j := a.jobs[id]
 	a.mu.Unlock()
 	if j == nil || j.c == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrNoJob, id)
 	}
-	ps, meta, err := j.c.Weights()
+	es, meta, err := j.c.Weights()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", errNoWeights, err)
 	}
-	return ps, meta, nil
+	return es, meta, nil
 }
 
 func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
-	ps, meta, err := a.weights(r.PathValue("id"))
+	es, meta, err := a.weights(r.PathValue("id"))
 	switch {
 	case errors.Is(err, ErrNoJob):
 		writeError(w, http.StatusNotFound, err)
@@ -46,13 +45,9 @@ func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, err)
 		return
 	}
-	ts := make([]tensorio.Named, 0, len(ps))
-	for _, p := range nn.SortByName(ps) {
-		ts = append(ts, tensorio.Named{Name: p.Name, T: p.Value})
-	}
 	w, _ = a.streaming(w, r)
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if err := tensorio.WriteSafetensors(w, ts, meta); err != nil {
+	if err := tensorio.WriteSafetensorsEntries(w, es, meta); err != nil {
 		a.log.Warn("nodes: sending weights", "job", r.PathValue("id"), "err", err)
 	}
 }
@@ -88,7 +83,7 @@ func (c *Client) Weights(ctx context.Context, id, path, sha string) error {
 }
 
 // verifyWeights checks that the safetensors file at path holds weights
-// whose fingerprint is sha.
+// whose fingerprint (of its float32 tensors) is sha.
 func verifyWeights(path, sha string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -98,15 +93,11 @@ func verifyWeights(path, sha string) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(es))
-	ts := make([]*nn.Tensor, len(es))
-	for i, e := range es {
-		if ts[i], err = e.Tensor(); err != nil {
-			return err
-		}
-		names[i] = e.Name
+	got, err := tensorio.EntriesSHA256(es)
+	if err != nil {
+		return err
 	}
-	if got := nn.TensorsSHA256(names, ts); got != sha {
+	if got != sha {
 		return fmt.Errorf("%w: received weights %.16s, the job's are %.16s", tensorio.ErrCorrupt, got, sha)
 	}
 	return nil

@@ -432,22 +432,3 @@ func (c *Checkpoint) sort() {
 		return cmp.Or(cmp.Compare(a.Param, b.Param), cmp.Compare(a.Slot, b.Slot))
 	})
 }
-
-// ExportSafetensors writes the checkpoint's parameters (not its optimizer
-// state) as a safetensors file, atomically, with the job, step, plan and
-// part, and the checkpoint's metadata, as the file's metadata.
-func ExportSafetensors(path string, c *Checkpoint) error {
-	meta := map[string]string{}
-	for k, v := range c.Meta {
-		meta[k] = v
-	}
-	meta["ppnode.job"] = c.JobID
-	meta["ppnode.step"] = fmt.Sprint(c.Step)
-	if c.PlanHash != "" {
-		meta["ppnode.plan"] = c.PlanHash
-	}
-	if c.Part != "" {
-		meta["ppnode.part"] = c.Part
-	}
-	return SaveSafetensors(path, c.Params, meta)
-}

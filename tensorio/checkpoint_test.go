@@ -449,21 +449,3 @@ func TestStoreCrash(t *testing.T) {
 	}
 	t.Logf("%d crashes (%d in the middle of a write) in %v, reached step %d", runs, midWrite, time.Since(start).Round(time.Millisecond), lastSaved)
 }
-
-func TestExportSafetensors(t *testing.T) {
-	c := testCheckpoint("job", 12, 16)
-	path := filepath.Join(t.TempDir(), "w.safetensors")
-	if err := ExportSafetensors(path, c); err != nil {
-		t.Fatal(err)
-	}
-	ts, meta, err := LoadSafetensors(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if meta["ppnode.step"] != "12" || meta["ppnode.job"] != "job" || meta["model"] != "mlp32" {
-		t.Fatalf("metadata %v", meta)
-	}
-	if len(ts) != len(c.Params) || WeightsSHA256(ts) != WeightsSHA256(c.Params) {
-		t.Fatal("exported weights differ")
-	}
-}

@@ -452,6 +452,11 @@ func SaveSafetensors(path string, ts []Named, meta map[string]string) error {
 	return writeFileAtomic(path, func(w io.Writer) error { return WriteSafetensors(w, ts, meta) })
 }
 
+// SaveSafetensorsEntries is SaveSafetensors of entries of any dtype.
+func SaveSafetensorsEntries(path string, es []Entry, meta map[string]string) error {
+	return writeFileAtomic(path, func(w io.Writer) error { return WriteSafetensorsEntries(w, es, meta) })
+}
+
 // WeightsSHA256 returns the hex SHA-256 of the tensors' little-endian
 // float32 bytes, concatenated in name order; names and shapes are not
 // hashed. Two sets of weights have the same digest exactly when their
@@ -463,4 +468,23 @@ func WeightsSHA256(ts []Named) string {
 		names[i], tensors[i] = t.Name, t.T
 	}
 	return nn.TensorsSHA256(names, tensors)
+}
+
+// EntriesSHA256 is WeightsSHA256 of a file's float32 tensors: a weights
+// file's other entries (BatchNorm's int64 num_batches_tracked) are counts,
+// not weights.
+func EntriesSHA256(es []Entry) (string, error) {
+	var names []string
+	var tensors []*nn.Tensor
+	for _, e := range es {
+		if e.DType != F32 {
+			continue
+		}
+		t, err := e.Tensor()
+		if err != nil {
+			return "", err
+		}
+		names, tensors = append(names, e.Name), append(tensors, t)
+	}
+	return nn.TensorsSHA256(names, tensors), nil
 }

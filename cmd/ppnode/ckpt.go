@@ -10,9 +10,12 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -159,10 +162,6 @@ func inspectFile(path string) (*ckptInfo, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	ts, _, err := tensorio.ReadSafetensors(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
 	info.Format = "safetensors"
 	info.Meta = meta
 	info.Job = meta["ppnode.job"]
@@ -174,7 +173,9 @@ func inspectFile(path string) (*ckptInfo, error) {
 			info.Step = &step
 		}
 	}
-	info.WeightsSHA256 = tensorio.WeightsSHA256(ts)
+	if info.WeightsSHA256, err = tensorio.EntriesSHA256(entries); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	for _, e := range entries {
 		n := 1
 		for _, d := range e.Shape {
@@ -292,10 +293,48 @@ func ckptExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	if err := tensorio.ExportSafetensors(out, c); err != nil {
-		return err
+	sha, err := exportWeights(out, c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d parameters of job %s, step %d (weights sha256 %s)\n",
-		out, len(c.Params), c.JobID, c.Step, tensorio.WeightsSHA256(c.Params))
+		out, len(c.Params), c.JobID, c.Step, sha)
 	return nil
+}
+
+// exportWeights writes a cut's parameters as a weights file (names and
+// layouts of the PyTorch state_dict, as `train --out` writes them) and
+// returns their fingerprint.
+func exportWeights(path string, c *tensorio.Checkpoint) (string, error) {
+	ps := make([]*nn.Param, len(c.Params))
+	meta := map[string]string{"format": "pt"}
+	for k, v := range c.Meta {
+		if !strings.HasPrefix(k, job.LayoutMetaPrefix) {
+			meta[k] = v
+		}
+	}
+	for i, n := range c.Params {
+		ps[i] = &nn.Param{Name: n.Name, Value: n.T}
+		if text, ok := c.Meta[job.LayoutMetaPrefix+n.Name]; ok {
+			l, err := job.ParseLayout(text, len(n.T.Shape()))
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", n.Name, err)
+			}
+			ps[i].Layout = l
+		}
+	}
+	micro, _ := strconv.Atoi(c.Meta["micro_batches"])
+	es, err := job.WeightsEntries(ps, int(c.Step), micro)
+	if err != nil {
+		return "", err
+	}
+	sha := nn.WeightsSHA256(ps)
+	meta["ppnode.job"], meta["ppnode.step"], meta["weights_sha256"] = c.JobID, fmt.Sprint(c.Step), sha
+	if c.PlanHash != "" {
+		meta["ppnode.plan"] = c.PlanHash
+	}
+	if c.Part != "" {
+		meta["ppnode.part"] = c.Part
+	}
+	return sha, tensorio.SaveSafetensorsEntries(path, es, meta)
 }

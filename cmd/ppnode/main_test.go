@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,12 +41,30 @@ func TestDeterministicRuns(t *testing.T) {
 	if a.Steps != 4 || a.Backend != "gonum" || !a.Deterministic || a.Params == 0 {
 		t.Fatalf("unexpected result %+v", a)
 	}
-	ts, meta, err := tensorio.LoadSafetensors(out)
+	raw, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tensorio.WeightsSHA256(ts); got != a.WeightsSHA256 || meta["weights_sha256"] != a.WeightsSHA256 {
+	es, meta, err := tensorio.ParseSafetensors(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tensorio.EntriesSHA256(es); got != a.WeightsSHA256 || meta["weights_sha256"] != a.WeightsSHA256 {
 		t.Fatalf("saved weights hash to %s (metadata %s), run reported %s", got, meta["weights_sha256"], a.WeightsSHA256)
+	}
+	// PyTorch's names and layouts: conv3.weight OIHW, bn1's count of
+	// training forward passes (4 steps of 4 micro-batches).
+	for _, e := range es {
+		switch e.Name {
+		case "conv3.weight":
+			if fmt.Sprint(e.Shape) != "[16 8 3 3]" {
+				t.Errorf("conv3.weight has shape %v, want PyTorch's [16 8 3 3]", e.Shape)
+			}
+		case "bn1.num_batches_tracked":
+			if n, err := e.Int64s(); err != nil || len(e.Shape) != 0 || n[0] != 16 {
+				t.Errorf("bn1.num_batches_tracked: %v %v of shape %v, want 16 (a scalar)", n, err, e.Shape)
+			}
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
@@ -46,7 +47,7 @@ type planStageJSON struct {
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "mlp32", "model: "+fmt.Sprint(zoo.Names()))
+	model := fs.String("model", "mlp32", "model: "+strings.Join(zoo.Names(), ", ")+", or an ONNX file")
 	width := fs.Float64("width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	input := fs.String("input", "", "per-sample input shape HxWxC (default 28x28x1)")
 	classes := fs.Int("classes", 0, "classes (default 10)")
@@ -99,7 +100,20 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			zo.Input = append(zo.Input, d)
 		}
 	}
-	g, err := zoo.Build(*model, zo)
+	if len(zo.Input) == 0 {
+		zo.Input = []int{28, 28, 1}
+	}
+	if zo.Classes == 0 {
+		zo.Classes = 10
+	}
+	spec := job.Spec{Model: *model, Width: *width}
+	var g *nn.Graph
+	var err error
+	if job.IsModelFile(*model) {
+		g, err = spec.BuildModel(zo.Input, zo.Classes)
+	} else {
+		g, err = zoo.Build(*model, zo)
+	}
 	if err != nil {
 		return usageError{err}
 	}

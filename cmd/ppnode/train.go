@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
+	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
@@ -18,6 +21,7 @@ import (
 type trainFlags struct {
 	local         bool
 	model, data   string
+	init          string
 	width         float64
 	batch, micro  int
 	epochs, steps int
@@ -38,9 +42,10 @@ type trainFlags struct {
 
 func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.local, "local", false, "train in this process")
-	fs.StringVar(&f.model, "model", "mlp32", "model: "+fmt.Sprint(zoo.Names()))
+	fs.StringVar(&f.model, "model", "mlp32", "model: "+strings.Join(zoo.Names(), ", ")+", or an ONNX file exported from PyTorch (model.onnx)")
 	fs.StringVar(&f.data, "data", "mnist", "data set: mnist, fashion-mnist, synthetic[:HxWxC[:classes]], or a .npz or .safetensors file\n"+
 		"holding x (samples) and y (labels), optionally x_test and y_test (with --via: a path on the node's machine)")
+	fs.StringVar(&f.init, "init", "", "start from the weights in this safetensors file (names and shapes of the model's PyTorch state_dict, as --out writes them)")
 	fs.Float64Var(&f.width, "width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	fs.IntVar(&f.batch, "batch", 128, "mini-batch size")
 	fs.IntVar(&f.micro, "micro-batches", 4, "micro-batches per mini-batch")
@@ -62,10 +67,18 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.standardize, "standardize", true, "scale each input channel to zero mean and unit variance (training-set statistics)")
 }
 
-// spec turns the flags into a job spec.
+// spec turns the flags into a job spec. File paths are made absolute: the
+// nodes that run the job read them where they are.
 func (f *trainFlags) spec() job.Spec {
+	abs := func(path string, isFile bool) string {
+		if p, err := filepath.Abs(path); isFile && err == nil {
+			return p
+		}
+		return path
+	}
 	return job.Spec{
-		Model: f.model, Data: f.data, Width: f.width, Batch: f.batch, MicroBatches: f.micro,
+		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
+		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: f.micro,
 		Epochs: f.epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,

@@ -2,17 +2,16 @@ package main
 
 import (
 	"github.com/ppnode/ppnode/job"
-	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-// saveWeights writes the job's parameters and buffers by name as
-// safetensors, with its metadata (job.Job.WeightsMeta).
+// saveWeights writes the job's parameters and buffers as the PyTorch
+// state_dict of the model holds them (job.WeightsEntries), with the job's
+// metadata (job.Job.WeightsMeta), atomically.
 func saveWeights(path string, jb *job.Job, res job.Result) error {
-	params := jb.Graph.Params()
-	ts := make([]tensorio.Named, 0, len(params))
-	for _, p := range nn.SortByName(params) {
-		ts = append(ts, tensorio.Named{Name: p.Name, T: p.Value})
+	es, err := job.WeightsEntries(jb.Graph.Params(), res.Steps, jb.Spec.MicroBatches)
+	if err != nil {
+		return err
 	}
-	return tensorio.SaveSafetensors(path, ts, jb.WeightsMeta(res))
+	return tensorio.SaveSafetensorsEntries(path, es, jb.WeightsMeta(res))
 }

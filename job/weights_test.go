@@ -1,0 +1,61 @@
+package job_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// --init starts a job from a weights file (names and layouts of the
+// PyTorch state_dict), whatever the seed; a file of another model, or of
+// another size, is refused naming what differs.
+func TestInitFromWeightsFile(t *testing.T) {
+	spec := job.DefaultSpec()
+	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "vgg16", 0.125, "synthetic:8x8x3:4", 64
+	spec.Batch, spec.MicroBatches, spec.Steps, spec.Seed = 16, 2, 1, 1
+	a, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := job.WeightsEntries(a.Graph.Params(), 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "w.safetensors")
+	if err := tensorio.SaveSafetensorsEntries(path, es, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec.Seed, spec.Init = 2, path
+	b, err := spec.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nn.WeightsSHA256(b.Graph.Params()), nn.WeightsSHA256(a.Graph.Params()); got != want {
+		t.Errorf("started at weights %.16s, the file holds %.16s", got, want)
+	}
+	for _, c := range []struct {
+		model string
+		width float64
+		want  []string
+	}{
+		{"mlp32", 16, []string{"not of this model", "lacks fc4.weight", "and 53 more", "has bn1.bias"}},
+		{"vgg16", 0.25, []string{"conv1.weight: shape [8 3 3 3], want [16 3 3 3]", "another size"}},
+	} {
+		s := spec
+		s.Model, s.Width = c.model, c.width
+		_, err := s.Prepare()
+		if !errors.Is(err, job.ErrSpec) {
+			t.Fatalf("%s width %v from vgg16 width 0.125's file: %v, want ErrSpec", c.model, c.width, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q lacks %q", err, w)
+			}
+		}
+	}
+}

@@ -19,13 +19,21 @@ func TestDataFile(t *testing.T) {
 	if _, err := exec.Command("/usr/bin/python3", "-c", "import numpy").CombinedOutput(); err != nil {
 		t.Skip("no numpy for /usr/bin/python3 (Debian's python3-numpy)")
 	}
-	path := filepath.Join(t.TempDir(), "digits.npz")
-	script := `import numpy as np, sys
+	dir := t.TempDir()
+	path := filepath.Join(dir, "digits.npz")
+	// The same arrays as .npz and as .safetensors, both written by NumPy.
+	script := `import json, struct, sys, numpy as np
 rng = np.random.default_rng(1)
 x = rng.integers(0, 256, (640, 8, 8, 1), dtype=np.uint8)
 y = (x[:, 0, 0, 0] % 4).astype(np.int64)
-np.savez_compressed(sys.argv[1], x=x, y=y)`
-	if out, err := exec.Command("/usr/bin/python3", "-c", script, path).CombinedOutput(); err != nil {
+np.savez_compressed(sys.argv[1] + ".npz", x=x, y=y)
+header, body = {}, b""
+for name, a, dt in (("x", x, "U8"), ("y", y, "I64")):
+    header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [len(body), len(body) + a.nbytes]}
+    body += a.tobytes()
+h = json.dumps(header).encode()
+open(sys.argv[1] + ".safetensors", "wb").write(struct.pack("<Q", len(h)) + h + body)`
+	if out, err := exec.Command("/usr/bin/python3", "-c", script, filepath.Join(dir, "digits")).CombinedOutput(); err != nil {
 		t.Fatalf("numpy: %v\n%s", err, out)
 	}
 	args := []string{"--deterministic", "--model", "mlp32", "--width", "32", "--data", path,
@@ -33,6 +41,13 @@ np.savez_compressed(sys.argv[1], x=x, y=y)`
 	local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	st, err := Train(t, time.Minute, append([]string{"--local"}, append(args, "--data", filepath.Join(dir, "digits.safetensors"))...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.WeightsSHA256 != local.WeightsSHA256 {
+		t.Errorf("the arrays as .safetensors: weights %s; as .npz %s", st.WeightsSHA256, local.WeightsSHA256)
 	}
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, c.Node("a"), 2)

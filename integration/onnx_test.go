@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/data"
+)
+
+const torchPython = "/usr/bin/python3"
+
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+		t.Skipf("no PyTorch for %s (Debian's python3-torch): %v", torchPython, err)
+	}
+}
+
+// Models exported from PyTorch to ONNX train on three nodes with the
+// automatic plan, and in deterministic mode give --local's weights.
+func TestONNXModel(t *testing.T) {
+	t.Parallel()
+	needTorch(t)
+	for _, c := range []struct{ model, shape string }{
+		{"towers", "24"}, // slices, towers, a concatenation: the graph planner's
+		{"resnet", "3, 8, 8"},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if out, err := exec.Command(torchPython, "../onnx/testdata/torch_onnx.py", c.model, dir).CombinedOutput(); err != nil {
+				t.Fatalf("torch_onnx.py: %v\n%s", err, out)
+			}
+			script := `import sys, numpy as np
+rng = np.random.default_rng(2)
+x = rng.normal(size=(480, ` + c.shape + `)).astype(np.float32)
+y = (x.reshape(len(x), -1)[:, :8].sum(1) > 0).astype(np.int64) + 2 * (x.reshape(len(x), -1)[:, -8:].sum(1) > 0)
+np.savez(sys.argv[1], x=x, y=y)`
+			data := filepath.Join(dir, "data.npz")
+			if out, err := exec.Command(torchPython, "-c", script, data).CombinedOutput(); err != nil {
+				t.Fatalf("numpy: %v\n%s", err, out)
+			}
+			args := []string{"--deterministic", "--model", filepath.Join(dir, "model.onnx"), "--data", data,
+				"--batch", "32", "--micro-batches", "4", "--steps", "12", "--optimizer", "sgd", "--threads", "1"}
+			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
+			waitMembers(t, cl.Node("a"), 3)
+			via, err := Train(t, 2*time.Minute, append([]string{"--via", cl.Node("a").HTTP}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if via.WeightsSHA256 != local.WeightsSHA256 {
+				t.Errorf("three nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
+			}
+			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", c.model, via.Plan, via.WeightsSHA256, len(via.Nodes))
+		})
+	}
+}
+
+// Weights out of a distributed run (train --via --out) load into the
+// reference PyTorch module (python/ppnode_models.py) with
+// load_state_dict(strict=True) and give ppnode's test accuracy on MNIST.
+// resnet50 (a minute, most of it evaluating) runs with PPNODE_RESNET=1.
+func TestWeightsIntoPyTorch(t *testing.T) {
+	t.Parallel()
+	needTorch(t)
+	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
+	waitMembers(t, cl.Node("a"), 2)
+	type run struct {
+		model string
+		args  []string
+	}
+	runs := []run{{"mlp32", []string{"--width", "64", "--steps", "200", "--lr", "0.002"}}}
+	if os.Getenv("PPNODE_RESNET") == "1" {
+		runs = append(runs, run{"resnet50", []string{"--width", "0.0625", "--steps", "20", "--batch", "32", "--optimizer", "sgd", "--lr", "0.05"}})
+	}
+	for _, c := range runs {
+		out := filepath.Join(t.TempDir(), c.model+".safetensors")
+		args := append([]string{"--via", cl.Node("a").HTTP, "--model", c.model, "--out", out, "--threads", "1"}, c.args...)
+		res, err := Train(t, 3*time.Minute, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := exec.Command(torchPython, "../bench/torch_weights.py", out, mnistDir(t)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("torch_weights.py: %v\n%s", err, b)
+		}
+		var got struct {
+			TestAccuracy  float64 `json:"test_accuracy"`
+			WeightsSHA256 string  `json:"weights_sha256"`
+		}
+		if err := json.Unmarshal(lastLine(b), &got); err != nil {
+			t.Fatalf("torch_weights.py: %v\n%s", err, b)
+		}
+		if math.Abs(got.TestAccuracy-res.TestAccuracy) > 0.001 || got.WeightsSHA256 != res.WeightsSHA256 {
+			t.Errorf("%s: PyTorch's test accuracy %.4f (weights %.16s), ppnode's %.4f (%.16s)", c.model, got.TestAccuracy, got.WeightsSHA256, res.TestAccuracy, res.WeightsSHA256)
+		}
+		t.Logf("%s: test accuracy %.4f in ppnode, %.4f in PyTorch", c.model, res.TestAccuracy, got.TestAccuracy)
+	}
+}
+
+func mnistDir(t *testing.T) string {
+	t.Helper()
+	dir, err := data.MNISTDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// lastLine is the last non-empty line of b.
+func lastLine(b []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	return lines[len(lines)-1]
+}

@@ -1,10 +1,14 @@
 package job
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -35,6 +39,10 @@ type Spec struct {
 	// names and layouts, as `--out` writes them); empty: the seed's or the
 	// ONNX file's.
 	Init string `json:"init,omitempty"`
+	// Files holds the SHA-256 of the files the spec names, by path, as the
+	// submitting client read them: a node whose file differs refuses the job
+	// rather than train another model (see HashFiles).
+	Files map[string]string `json:"files,omitempty"`
 
 	Batch        int `json:"batch"`
 	MicroBatches int `json:"micro_batches"`
@@ -248,6 +256,9 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 			return nil, err
 		}
 	}
+	if err := s.checkFile(s.Data); err != nil {
+		return nil, err
+	}
 	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples})
 	if err != nil {
 		if data.IsFile(s.Data) {
@@ -286,6 +297,61 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std}, nil
 }
 
+// HashFiles records in Files the SHA-256 of the model, data and initial
+// weights files the spec names.
+func (s *Spec) HashFiles() error {
+	files := []string{s.Init}
+	if IsModelFile(s.Model) {
+		files = append(files, s.Model)
+	}
+	if data.IsFile(s.Data) {
+		files = append(files, s.Data)
+	}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		sum, err := fileSHA256(f)
+		if err != nil {
+			return specErr("%v", err)
+		}
+		if s.Files == nil {
+			s.Files = map[string]string{}
+		}
+		s.Files[f] = sum
+	}
+	return nil
+}
+
+// checkFile refuses a file whose contents are not those Files recorded.
+func (s Spec) checkFile(path string) error {
+	want, ok := s.Files[path]
+	if !ok || path == "" {
+		return nil
+	}
+	got, err := fileSHA256(path)
+	if err != nil {
+		return specErr("%v", err)
+	}
+	if got != want {
+		return specErr("%s on this node is not the file the job was submitted with (sha256 %.16s, not %.16s): every node needs the same file at the same path", path, got, want)
+	}
+	return nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // IsModelFile reports whether model names an ONNX file.
 func IsModelFile(model string) bool { return strings.HasSuffix(strings.ToLower(model), ".onnx") }
 
@@ -300,6 +366,11 @@ func (s Spec) BuildModel(input []int, classes int) (*nn.Graph, error) {
 // buildModel is BuildModel that also gives the axis of a data sample that
 // holds its channels.
 func (s Spec) buildModel(input []int, classes int) (*nn.Graph, int, error) {
+	for _, f := range []string{s.Model, s.Init} {
+		if err := s.checkFile(f); err != nil {
+			return nil, 0, err
+		}
+	}
 	var g *nn.Graph
 	channels := len(input) - 1
 	if IsModelFile(s.Model) {

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,5 +58,34 @@ func TestInitFromWeightsFile(t *testing.T) {
 				t.Errorf("error %q lacks %q", err, w)
 			}
 		}
+	}
+}
+
+// A node whose file differs from the one the job was submitted with
+// refuses the job.
+func TestFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.onnx")
+	b, err := os.ReadFile("../onnx/testdata/towers.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := job.DefaultSpec()
+	spec.Model = model
+	if err := spec.HashFiles(); err != nil || len(spec.Files) != 1 {
+		t.Fatalf("HashFiles: %v, files %v", err, spec.Files)
+	}
+	if _, err := spec.BuildModel([]int{24}, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, b[:len(b)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = spec.BuildModel([]int{24}, 5)
+	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not the file the job was submitted with") {
+		t.Errorf("a changed model file: %v", err)
 	}
 }

@@ -65,6 +65,9 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
 	spec.Wire, spec.NoProbe = c.wire, c.noProbe
+	if err := spec.HashFiles(); err != nil {
+		return usageError{err}
+	}
 	res, at, err := followJob(c.via, spec, f.json, stdout, stderr)
 	if errors.Is(err, job.ErrSpec) {
 		return usageError{err}

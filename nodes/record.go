@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/job"
 )
 
@@ -119,8 +120,9 @@ func newRun() string { return rand.Text() }
 // checked with it, and so is a node's own name (Config.Name, join --name):
 // a node every record holder would refuse to name would get no replicas.
 func CheckName(name string) error {
-	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
-		return fmt.Errorf("node name %s: want 1 to %d bytes of UTF-8 without control characters", quoteName(name), MaxNameBytes)
+	if name == "" || len(name) > MaxNameBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) ||
+		strings.ContainsAny(name, balance.NameSpecials) {
+		return fmt.Errorf("node name %s: want 1 to %d bytes of UTF-8 without control characters or any of %q", quoteName(name), MaxNameBytes, balance.NameSpecials)
 	}
 	return nil
 }

@@ -260,7 +260,7 @@ func (im *importer) layerName(base, suffix string) string {
 		base += "." + suffix
 	}
 	base = strings.Map(func(r rune) rune {
-		if strings.ContainsRune(" ,;@", r) || r < ' ' {
+		if strings.ContainsRune(" ,;@-", r) || r < ' ' { // partition descriptions use these
 			return '_'
 		}
 		return r

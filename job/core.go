@@ -115,6 +115,7 @@ type Core struct {
 	// and moves excluded), the current step's start.
 	g         int
 	acc       Progress
+	losses    LossHistory // since the start, or the resumed cut
 	cut       Cut
 	steps     []float64
 	run       time.Duration
@@ -260,6 +261,8 @@ func (c *Core) Status() Status {
 	s.Accuracy = slices.Clone(s.Accuracy)
 	s.Recoveries = slices.Clone(s.Recoveries)
 	s.Replans = slices.Clone(s.Replans)
+	s.LossHistory = c.losses.Points()
+	s.LastSteps = slices.Clone(s.LastSteps)
 	return s
 }
 
@@ -466,6 +469,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	c.acc.Seen += e.Seen
 	c.g++
 	c.recordStep(e.Loss, e.Timings)
+	c.recordTimes(c.opStart, now, e.Timings)
 	c.observe(e.Timings)
 	c.observeLinks(now, e.Timings, e.Feeds)
 	c.checkSlowSteps(now)
@@ -553,6 +557,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: e.WeightsSHA256, Plan: c.text, Schedule: c.plan.Schedule.String(),
 		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: balance.Median(c.steps) * 1e3,
+		LossHistory: c.losses.Points(),
 	}
 	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
 	c.stopAll(true)
@@ -601,6 +606,7 @@ func (c *Core) setK(k int) {
 // recordStep updates the status after a step.
 func (c *Core) recordStep(loss float64, timings []StageTiming) {
 	c.status.Step, c.status.Loss = c.g, loss
+	c.losses.Add(c.g, loss) // a replayed step replaces the points from it on
 	c.status.SamplesPerSec = float64(c.g*c.spec.Batch) / c.run.Seconds()
 	const a = 0.2 // exponential smoothing of the per-stage times
 	for k, t := range timings {
@@ -749,7 +755,7 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	c.inPlan = map[string]bool{}
 	for _, sp := range c.plan.Stages {
 		c.inPlan[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers)})
+		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

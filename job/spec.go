@@ -46,9 +46,12 @@ type Spec struct {
 
 	Batch        int `json:"batch"`
 	MicroBatches int `json:"micro_batches"`
-	Epochs       int `json:"epochs"`
-	// Steps stops the job after this many steps (0: all epochs).
-	Steps int `json:"steps,omitempty"`
+	// Epochs and Steps bound the job's length: it runs Epochs passes over
+	// the training set, or Steps steps, whichever ends first. Epochs 0
+	// means as many as Steps needs (the job runs exactly Steps steps);
+	// Steps 0 means all of Epochs. One of them is not 0 (see [Job.Total]).
+	Epochs int `json:"epochs"`
+	Steps  int `json:"steps,omitempty"`
 
 	Optimizer   string  `json:"optimizer"`
 	LR          float64 `json:"lr,omitempty"` // 0: 3e-4 for adam, 0.005 for sgd
@@ -151,8 +154,8 @@ func (s *Spec) Normalize() error {
 	if s.Batch < 1 || s.MicroBatches < 1 || s.MicroBatches > s.Batch {
 		return specErr("need 1 <= micro-batches (%d) <= batch (%d)", s.MicroBatches, s.Batch)
 	}
-	if s.Epochs < 1 || s.Steps < 0 {
-		return specErr("need epochs >= 1 and steps >= 0")
+	if s.Epochs < 0 || s.Steps < 0 || s.Epochs == 0 && s.Steps == 0 {
+		return specErr("epochs %d and steps %d: need epochs >= 1, or steps >= 1 (epochs 0: as many as the steps need), or both", s.Epochs, s.Steps)
 	}
 	if s.Width < 0 || math.IsNaN(s.Width) || math.IsInf(s.Width, 0) {
 		return specErr("width %v", s.Width)
@@ -283,10 +286,7 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 	if spe == 0 {
 		return nil, specErr("batch %d is larger than the %d training samples", s.Batch, set.Train.N)
 	}
-	total := s.Epochs * spe
-	if s.Steps > 0 {
-		total = min(total, s.Steps)
-	}
+	total := TotalSteps(s.Epochs, s.Steps, spe)
 	if s.Warmup < 0 {
 		s.Warmup = min(150, total/5)
 	}
@@ -295,6 +295,19 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 		return nil, specErr("%v", err)
 	}
 	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std}, nil
+}
+
+// TotalSteps is the length in steps of a job of epochs epochs of
+// stepsPerEpoch steps and steps steps: the smaller of the two bounds, or
+// the one that is not 0 (see Spec.Epochs).
+func TotalSteps(epochs, steps, stepsPerEpoch int) int {
+	switch {
+	case epochs == 0:
+		return steps
+	case steps == 0:
+		return epochs * stepsPerEpoch
+	}
+	return min(epochs*stepsPerEpoch, steps)
 }
 
 // HashFiles records in Files the SHA-256 of the model, data and initial
@@ -503,6 +516,11 @@ type Result struct {
 	// jobs only), MeasuredStepMS the median measured one.
 	PredictedStepMS float64 `json:"predicted_step_ms,omitempty"`
 	MeasuredStepMS  float64 `json:"measured_step_ms,omitempty"`
+	// LossHistory is the training loss over the steps, downsampled to at
+	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...]. A
+	// job taken over by another node has the steps since the cut it
+	// resumed from.
+	LossHistory []LossPoint `json:"loss_history,omitempty"`
 }
 
 // TrainLocal trains the job in this process with the single-process
@@ -524,7 +542,8 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	start := time.Now()
 	var last nn.StepResult
 	var correct, seen int
-	steps := make([]float64, 0, j.Total)
+	var losses LossHistory
+	steps := make([]float64, 0, min(j.Total, 1<<20))
 	for g := 0; g < j.Total; g++ {
 		t0 := time.Now()
 		opt.SetLR(j.LR.At(g))
@@ -533,6 +552,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 			return nil, err
 		}
 		steps = append(steps, time.Since(t0).Seconds())
+		losses.Add(g+1, last.Loss)
 		correct += last.Correct
 		seen += last.Samples
 		if progress != nil {
@@ -548,6 +568,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
 		Backend: be.Name(), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
+		LossHistory: losses.Points(),
 	}, nil
 }
 

@@ -52,7 +52,10 @@ type Status struct {
 	Total int `json:"total"`
 	// Loss is the last step's mean training loss (a finite one: a
 	// diverged job keeps the loss of the step before).
-	Loss          float64       `json:"loss"`
+	Loss float64 `json:"loss"`
+	// LossHistory is the training loss over the steps, downsampled to at
+	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...].
+	LossHistory   []LossPoint   `json:"loss_history,omitempty"`
 	SamplesPerSec float64       `json:"samples_per_sec"`
 	Plan          string        `json:"plan,omitempty"`
 	Schedule      string        `json:"schedule,omitempty"`
@@ -83,6 +86,9 @@ type Status struct {
 	Links        []LinkStatus `json:"links,omitempty"`
 	ProbeMS      float64      `json:"probe_ms,omitempty"`
 	ProbeTrainMS float64      `json:"probe_train_ms,omitempty"`
+	// LastSteps are the last steps as measured (at most [LastSteps]),
+	// oldest first.
+	LastSteps []StepTiming `json:"last_steps,omitempty"`
 }
 
 // LinkStatus is one directed link between two nodes.
@@ -123,6 +129,9 @@ type StageStatus struct {
 	Node   string `json:"node"`
 	Layers string `json:"layers"`
 	Params int64  `json:"params"`
+	// To are the stages it sends activations to (none: it computes the
+	// loss).
+	To []int `json:"to,omitempty"`
 	// Mean milliseconds per step over the last steps.
 	ForwardMS  float64 `json:"forward_ms"`
 	BackwardMS float64 `json:"backward_ms"`

@@ -11,15 +11,19 @@ import (
 )
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "gemm" {
-		return usagef("usage: ppnode bench gemm [--size N] [--threads N]")
+	const synopsis = "gemm [--size N] [--threads N] [--time D]"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintf(stdout, "usage: ppnode bench %s\n\nRun 'ppnode bench gemm --help' for its flags.\n", synopsis)
+		return flag.ErrHelp
 	}
-	fs := flag.NewFlagSet("bench gemm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	if len(args) == 0 || args[0] != "gemm" {
+		return usagef("want a kernel to measure: ppnode bench %s", synopsis)
+	}
+	fs := newFlagSet("bench", synopsis)
 	size := fs.Int("size", 1024, "matrix size N (N×N times N×N)")
 	threads := fs.Int("threads", 0, "threads (default: all CPUs)")
 	dur := fs.Duration("time", time.Second, "time per backend")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], stdout); err != nil {
 		return err
 	}
 	if *size < 1 || *size > 16384 {

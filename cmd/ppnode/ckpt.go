@@ -28,29 +28,28 @@ const ckptUsage = `usage:
 
 func runCkpt(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("%s", ckptUsage)
+		return usagef("want a subcommand: inspect or export")
 	}
 	switch args[0] {
 	case "inspect":
 		return ckptInspect(args[1:], stdout, stderr)
 	case "export":
 		return ckptExport(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stderr, ckptUsage)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, ckptUsage)
 		return flag.ErrHelp
 	}
-	return usagef("unknown subcommand %q\n%s", args[0], ckptUsage)
+	return usagef("unknown subcommand %q: want inspect or export", args[0])
 }
 
 // parseInterspersed parses flags that may come before, between or after
-// the positional arguments, and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+// the positional arguments, and returns the positional ones; help and
+// mistakes are as parseFlags says.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		if err := parseFlags(fs, args, stdout); err != nil {
 			return nil, err
-		} else if err != nil {
-			return nil, usageError{err} // the flag package has printed the usage
 		}
 		if used := len(args) - fs.NArg(); fs.NArg() == 0 || used > 0 && args[used-1] == "--" {
 			return append(pos, fs.Args()...), nil // "--" ends the flags
@@ -97,16 +96,14 @@ type tensorInfo struct {
 var ckptMagic = []byte("PPCK")
 
 func ckptInspect(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ckpt inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("ckpt inspect", "[--json] FILE")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	fs.Usage = func() { fmt.Fprintln(stderr, ckptUsage) }
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("inspect takes one FILE\n%s", ckptUsage)
+		return usagef("inspect takes one FILE")
 	}
 	info, err := inspectFile(pos[0])
 	if err != nil {
@@ -264,16 +261,14 @@ func printInfo(w io.Writer, info *ckptInfo) error {
 var exportFormats = []string{"safetensors"}
 
 func ckptExport(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ckpt export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("ckpt export", "FILE --format safetensors OUT")
 	format := fs.String("format", "", "output format: "+strings.Join(exportFormats, ", "))
-	fs.Usage = func() { fmt.Fprintln(stderr, ckptUsage) }
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		return usagef("export takes FILE and OUT\n%s", ckptUsage)
+		return usagef("export takes FILE and OUT")
 	}
 	if !slices.Contains(exportFormats, *format) {
 		return usagef("--format %q: want one of %v", *format, exportFormats)

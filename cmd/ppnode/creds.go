@@ -37,11 +37,10 @@ func credsFlag(fs *flag.FlagSet) *string {
 }
 
 func runInit(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("init", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("init", "[--creds DIR]")
 	dir := credsFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
@@ -55,8 +54,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 }
 
 func runCert(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cert", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("cert", "NAME [--host ADDR,...] [--client] [--creds DIR]")
 	dir := credsFlag(fs)
 	hosts := fs.String("host", "", "addresses (IPs or DNS names) the node serves at, comma-separated")
 	client := fs.Bool("client", false, "a client's certificate (submits and cancels jobs) instead of a node's")
@@ -65,14 +63,14 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	}
 	if name == "" || fs.NArg() > 1 {
-		return usagef("usage: ppnode cert NAME [--host ADDR,...] [--client] [--creds DIR]")
+		return usagef("want one NAME")
 	}
 	if err := trust.CheckName(name); err != nil {
 		return usageError{err}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,14 +28,13 @@ type readyLine struct {
 	HTTP   string `json:"http"`
 }
 
-// joinConfig parses join's command line.
-func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, error) {
-	fs := flag.NewFlagSet("join", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// joinConfig parses join's command line (its help goes to stdout).
+func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, error) {
+	fs := newFlagSet("join", "--name NAME [--bind host:port] [--seeds host:port,...] [--http host:port] [flags]")
 	var (
-		cfg      nodes.Config
-		seeds    string
-		logLevel string
+		cfg   nodes.Config
+		seeds string
+		logs  logFlags
 	)
 	fs.StringVar(&cfg.Name, "name", "", "this node's name in the cluster (required, unique)")
 	fs.StringVar(&cfg.Bind, "bind", nodes.DefaultBind, "gossip address, host:port (IP address; port 0: any free port)")
@@ -58,30 +56,31 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", nodes.DefaultHTTPTimeout, "the HTTP API's bound on reading a request and writing an answer,\n"+
 		"and on any silence within a checkpoint's transfer")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
-	fs.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return cfg, 0, flagError(err)
+	logs.register(fs)
+	var lo logOptions
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return cfg, lo, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, 0, usagef("unexpected argument %q", fs.Arg(0))
+		return cfg, lo, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if cfg.Name == "" {
-		return cfg, 0, usagef("--name is required")
+		return cfg, lo, usagef("--name is required")
 	}
 	if err := nodes.CheckName(cfg.Name); err != nil {
-		return cfg, 0, usagef("--name: %v", err) // as every job record holder would say
+		return cfg, lo, usagef("--name: %v", err) // as every job record holder would say
 	}
 	id, err := nodeIdentity(*creds, cfg.Name)
 	if err != nil {
-		return cfg, 0, err
+		return cfg, lo, err
 	}
 	cfg.Identity = id
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return cfg, 0, usagef("--log-level %q: want debug, info, warn or error", logLevel)
+	lo, err = logs.options()
+	if err != nil {
+		return cfg, lo, err
 	}
 	if cfg.Threads < 0 {
-		return cfg, 0, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
+		return cfg, lo, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
 	}
 	dataDirSet := false
 	fs.Visit(func(f *flag.Flag) { dataDirSet = dataDirSet || f.Name == "data-dir" })
@@ -89,13 +88,13 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 	case !dataDirSet:
 		dir, err := defaultDataDir(cfg.Name)
 		if err != nil {
-			return cfg, 0, usageError{err}
+			return cfg, lo, usageError{err}
 		}
 		cfg.DataDir = dir
 	case cfg.DataDir == "none":
 		cfg.DataDir = ""
 	case cfg.DataDir == "":
-		return cfg, 0, usagef(`--data-dir "": give a directory, or "none" for no checkpoint store`)
+		return cfg, lo, usagef(`--data-dir "": give a directory, or "none" for no checkpoint store`)
 	}
 	for _, s := range strings.Split(seeds, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -117,10 +116,10 @@ func joinConfig(args []string, stderr io.Writer) (nodes.Config, slog.Level, erro
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			return cfg, 0, usagef("%s %q: want host:port", a.flag, a.addr)
+			return cfg, lo, usagef("%s %q: want host:port", a.flag, a.addr)
 		}
 	}
-	return cfg, level, nil
+	return cfg, lo, nil
 }
 
 // defaultDataDir is a node's data dir when --data-dir is not given: a
@@ -142,13 +141,13 @@ func defaultDataDir(name string) (string, error) {
 }
 
 func runJoin(args []string, stdout, stderr io.Writer) error {
-	cfg, level, err := joinConfig(args, stderr)
+	cfg, lo, err := joinConfig(args, stdout)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := lo.logger(stderr)
 	cfg.Logger = logger
-	cfg.ActorLogLevel = max(level, slog.LevelWarn) // protoactor is chatty at info
+	cfg.ActorLogLevel = max(lo.level, slog.LevelWarn) // protoactor is chatty at info
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -173,11 +172,43 @@ func runJoin(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// flagError makes a flag-parsing error a usage error (exit 2); -h stays
-// flag.ErrHelp.
-func flagError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
+// logFlags are the flags of a long-running command's log on stderr.
+type logFlags struct {
+	level, format string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	fs.StringVar(&l.format, "log-format", "text", "log format on stderr: text (key=value pairs) or json (one JSON object a line)")
+}
+
+// options checks the flags.
+func (l logFlags) options() (logOptions, error) {
+	var o logOptions
+	if err := o.level.UnmarshalText([]byte(l.level)); err != nil {
+		return o, usagef("--log-level %q: want debug, info, warn or error", l.level)
 	}
-	return usageError{err}
+	switch l.format {
+	case "text":
+	case "json":
+		o.json = true
+	default:
+		return o, usagef("--log-format %q: want text or json", l.format)
+	}
+	return o, nil
+}
+
+// logOptions are a checked level and format of a log.
+type logOptions struct {
+	level slog.Level
+	json  bool
+}
+
+// logger returns a logger that writes to w at o's level and in its format.
+func (o logOptions) logger(w io.Writer) *slog.Logger {
+	ho := &slog.HandlerOptions{Level: o.level}
+	if o.json {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
 }

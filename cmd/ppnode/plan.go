@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -45,8 +44,7 @@ type planStageJSON struct {
 }
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("plan", "[--model M] [--nodes a=1,b=0.5] [flags]")
 	model := fs.String("model", "mlp32", "model: "+strings.Join(zoo.Names(), ", ")+", or an ONNX file")
 	width := fs.Float64("width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	input := fs.String("input", "", "per-sample input shape HxWxC (default 28x28x1)")
@@ -70,7 +68,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	trace := fs.String("trace", "", "write the simulated step as a Chrome trace to this JSON file")
 	out := fs.String("out", "", "write the full plan (stages and programs) to this JSON file")
 	compare := fs.Bool("compare", false, "plan with every partitioner on the same profile and compare them")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

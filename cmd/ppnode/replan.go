@@ -18,7 +18,6 @@ import (
 // leaving or drifting speeds, asked by a user.
 func runReplan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: ppnode replan --via host:port [--via-cut] JOB PARTITION\n\n"+
 			"PARTITION is a partitioner (auto, uniform, params, balanced, graph) or a partition\n"+
@@ -29,8 +28,8 @@ func runReplan(args []string, stdout, stderr io.Writer) error {
 	via := fs.String("via", "", "HTTP address of the node that coordinates the job, host:port")
 	viaCut := fs.Bool("via-cut", false, "move the state through a cut instead of straight between the stages")
 	creds := credsFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if err := useCreds(*creds); err != nil {
 		return err

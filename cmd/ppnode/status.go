@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,13 +26,12 @@ type clusterStatus struct {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("status", "--via host:port [--json]")
 	via := fs.String("via", "", "HTTP address of a node, host:port")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	creds := credsFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if err := useCreds(*creds); err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -49,8 +48,9 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.width, "width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	fs.IntVar(&f.batch, "batch", 128, "mini-batch size")
 	fs.IntVar(&f.micro, "micro-batches", 4, "micro-batches per mini-batch")
-	fs.IntVar(&f.epochs, "epochs", 3, "epochs")
-	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps (0: all epochs)")
+	fs.IntVar(&f.epochs, "epochs", 3, "epochs; with --steps and without --epochs, as many as the steps need\n"+
+		"(with both, the smaller wins)")
+	fs.IntVar(&f.steps, "steps", 0, "train this many steps (0: all epochs)")
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: 3e-4 for adam, 0.005 for sgd)")
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
@@ -68,8 +68,14 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 }
 
 // spec turns the flags into a job spec. File paths are made absolute: the
-// nodes that run the job read them where they are.
-func (f *trainFlags) spec() job.Spec {
+// nodes that run the job read them where they are. set holds the flags
+// given on the command line: --steps without --epochs runs as many epochs
+// as the steps need.
+func (f *trainFlags) spec(set map[string]bool) job.Spec {
+	epochs := f.epochs
+	if set["steps"] && !set["epochs"] {
+		epochs = 0
+	}
 	abs := func(path string, isFile bool) string {
 		if p, err := filepath.Abs(path); isFile && err == nil {
 			return p
@@ -79,7 +85,7 @@ func (f *trainFlags) spec() job.Spec {
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: f.micro,
-		Epochs: f.epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
@@ -87,19 +93,18 @@ func (f *trainFlags) spec() job.Spec {
 }
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("train", "--local | --via host:port [--model M] [--data D] [--epochs N | --steps N] [flags]")
 	var f trainFlags
 	f.register(fs)
 	var c clusterFlags
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	spec := f.spec()
+	spec := f.spec(setFlags(fs))
 	if err := spec.Normalize(); err != nil {
 		return usageError{err}
 	}
@@ -118,14 +123,17 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	progress := newProgress(stderr, jb.Total, f.json)
 	fmt.Fprintf(stderr, "training %s (%d parameters) on %s: %d steps of %d samples in %d micro-batches, %d threads\n",
 		f.model, jb.Graph.ParamCount(), f.data, jb.Total, f.batch, f.micro, threads)
-	res, err := jb.TrainLocal(threads, progress.update)
+	if note := stepsNote(spec, jb.Total); note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	bar := newProgress(stderr, jb.Total, f.batch, f.json, time.Now())
+	res, err := jb.TrainLocal(threads, func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) })
+	bar.done()
 	if err != nil {
 		return err
 	}
-	progress.done()
 	if f.out != "" {
 		if err := saveWeights(f.out, jb, *res); err != nil {
 			return err
@@ -152,59 +160,14 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// progress draws a one-line progress bar on a terminal and stays silent
-// otherwise (or with --json, whose output is for programs).
-type progress struct {
-	w     io.Writer
-	total int
-	on    bool
-	last  time.Time
-}
-
-func newProgress(w io.Writer, total int, quiet bool) *progress {
-	on := false
-	if f, ok := w.(*os.File); ok && !quiet {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			on = true
-		}
+// stepsNote says which of a spec's bounds, epochs or steps, ends a job of
+// total steps when it has both ("" when it has one).
+func stepsNote(spec job.Spec, total int) string {
+	if spec.Epochs == 0 || spec.Steps == 0 {
+		return ""
 	}
-	return &progress{w: w, total: total, on: on}
-}
-
-func (p *progress) update(step int, loss, rate float64) {
-	if p == nil {
-		return
+	if total < spec.Steps {
+		return fmt.Sprintf("--epochs %d ends the job after %d steps, before --steps %d: the smaller wins", spec.Epochs, total, spec.Steps)
 	}
-	if !p.on || (step < p.total && time.Since(p.last) < 200*time.Millisecond) {
-		return
-	}
-	p.last = time.Now()
-	const width = 30
-	done := width * step / p.total
-	bar := make([]byte, width)
-	for i := range bar {
-		switch {
-		case i < done:
-			bar[i] = '='
-		case i == done:
-			bar[i] = '>'
-		default:
-			bar[i] = ' '
-		}
-	}
-	fmt.Fprintf(p.w, "\r[%s] %d/%d  loss %.4f  %.0f samples/s ", bar, step, p.total, loss, rate)
-}
-
-func (p *progress) done() {
-	if p.on {
-		fmt.Fprintln(p.w)
-	}
-}
-
-// note prints a line of news (a re-plan, a recovery) above the bar.
-func (p *progress) note(msg string) {
-	if p.on {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
-	fmt.Fprintln(p.w, msg)
+	return fmt.Sprintf("--steps %d ends the job before --epochs %d: the smaller wins", spec.Steps, spec.Epochs)
 }

@@ -103,7 +103,7 @@ const (
 )
 
 // followJob submits spec through the node whose HTTP address is via, shows
-// the plan on stderr and a progress bar while the job trains, and prints
+// the plan on stderr and the job's progress while it trains, and prints
 // the result with printResult (asJSON: the JSON of `train --local`, with
 // plan, schedule and nodes). If the coordinator's node stops answering, it
 // asks the other members for the job until the node that took it over
@@ -129,9 +129,12 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 	for _, s := range sub.Status.Stages {
 		fmt.Fprintf(stderr, "  stage %d on %s: %s\n", s.ID, s.Node, s.Layers)
 	}
+	if note := stepsNote(spec, sub.Status.Total); note != "" {
+		fmt.Fprintln(stderr, note)
+	}
 	f := &follower{id: sub.ID, cur: via, members: map[string]string{}}
 	f.refresh(ctx, via)
-	bar := newProgress(stderr, max(sub.Status.Total, 1), asJSON)
+	bar := newProgress(stderr, sub.Status.Total, spec.Batch, asJSON, time.Now())
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	failures, polls, seenRecoveries, seenReplans, seenMeasured := 0, 0, 0, 0, 0
@@ -139,7 +142,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		select {
 		case <-ctx.Done():
 			bar.done()
-			return nil, "", fmt.Errorf("interrupted: job %s keeps running in the cluster (see ppnode status --via %s; stop it with DELETE http://%s/v1/jobs/%s)",
+			return nil, "", fmt.Errorf("interrupted: job %s keeps running in the cluster (see ppnode status --via %s; stop it with ppnode cancel --via %s %s)",
 				sub.ID, f.cur, f.cur, sub.ID)
 		case <-tick.C:
 		}
@@ -210,7 +213,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 				r.Step, r.MeasuredBeforeMS, r.MeasuredAfterMS, r.BeforeMS, r.AfterMS))
 		}
 		if st.Step > 0 {
-			bar.update(st.Step, st.Loss, st.SamplesPerSec)
+			bar.update(time.Now(), st.Step, st.Loss, st.SamplesPerSec)
 		}
 		switch st.State {
 		case job.StateDone:

@@ -102,6 +102,8 @@ type Coordinator struct {
 	persisting sync.WaitGroup // a cut being written and copied
 	detached   sync.WaitGroup // cancelled operations not waited for
 
+	meter jobMeter // what Meter returns
+
 	mu      sync.Mutex // guards inbox, status, plan, report, text, changed, runs and ended
 	inbox   []job.Event
 	status  job.Status
@@ -131,8 +133,9 @@ type stageSet struct {
 
 // operation is the core's operation in flight.
 type operation struct {
-	gens []uint64 // the generations of the stages it works on
-	step int      // the step it runs (RunStep), else -1
+	gens    []uint64  // the generations of the stages it works on
+	step    int       // the step it runs (RunStep), else -1
+	started time.Time // when it started
 	// detached: a cancelled operation that touches nothing the next one
 	// uses is not waited for (starting stages on a node that does not
 	// answer takes up to a request timeout).
@@ -360,10 +363,14 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 				// the job's (a probe cut short finds no live node).
 				c.core.Cancel(c.clk.Now(), err)
 			}
+			now := c.clk.Now()
 			before := c.core.Status().Step
-			c.core.Step(c.clk.Now(), out.ev)
-			if e, ok := out.ev.(job.StepFinished); ok && e.Err == nil && c.cfg.OnStep != nil && c.core.Status().Step != before {
-				c.cfg.OnStep(op.step + 1)
+			c.core.Step(now, out.ev)
+			if e, ok := out.ev.(job.StepFinished); ok && e.Err == nil && c.core.Status().Step != before {
+				c.meter.step(now.Sub(op.started), c.sets[op.gens[0]], e.Timings)
+				if c.cfg.OnStep != nil {
+					c.cfg.OnStep(op.step + 1)
+				}
 			}
 		case <-c.notify:
 			c.deliverInbox()
@@ -453,7 +460,7 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 func (c *Coordinator) start(ctx context.Context, gens []uint64, run func(context.Context) outcome) {
 	c.cancelOp()
 	ctx, cancel := context.WithCancel(ctx)
-	op := &operation{gens: gens, step: -1, cancel: cancel, done: make(chan outcome, 1)}
+	op := &operation{gens: gens, step: -1, started: c.clk.Now(), cancel: cancel, done: make(chan outcome, 1)}
 	c.op = op
 	go func() { op.done <- run(ctx) }()
 }

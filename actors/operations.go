@@ -363,11 +363,13 @@ func waitAll(ctx context.Context, replies []<-chan reply, check func(k int, r pr
 // accuracy of the weights is measured too.
 func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
 	ev := job.CutTaken{Op: a.Op}
+	t0 := c.clk.Now()
 	c.persisting.Wait() // the model's tensors are the previous cut's until written
 	if err := c.gather(s); err != nil {
 		ev.Err = err
 		return ev
 	}
+	c.meter.cut(c.clk.Now().Sub(t0))
 	if a.Evaluate {
 		be, err := c.spec.NewBackend(c.cfg.Threads)
 		if err != nil {
@@ -395,6 +397,7 @@ func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
 			}
 			return nil
 		}()
+		c.meter.persist(c.clk.Now().Sub(t0))
 		c.log.Debug("cut persisted", "step", a.Step, "ms", msSince(t0, c.clk.Now()), "err", err)
 		c.post(job.CutPersisted{Step: a.Step, Err: err})
 	})

@@ -56,7 +56,7 @@ func (p *Inmem) Listen(want Hello, o Options) (Listener, error) {
 	addr := fmt.Sprintf("inmem:%d", p.next)
 	pl := &pipeListener{p: p, addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
 	p.lns[addr] = pl
-	return newListener(pl, addr, want, o, sec), nil
+	return newListener(pl, addr, want, o, sec, nil), nil
 }
 
 func (p *Inmem) security() security {

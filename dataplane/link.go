@@ -217,6 +217,11 @@ type link struct {
 	stmu  sync.Mutex // guards stats
 	stats Stats
 
+	// pc, if set, counts the link's traffic for its data plane's
+	// Traffic (set before the link is handed out, as rc.pc).
+	pc *peerCounters
+	rc *readCounter
+
 	br  *bufio.Reader
 	r   *tensorio.Reader
 	rtg [tagLen]byte
@@ -232,9 +237,17 @@ func newLink(c net.Conn, peer Hello, o Options) *link {
 	l.tc = &timedWriter{w: c}
 	l.bw = bufio.NewWriterSize(l.tc, ioBufSize)
 	l.w = tensorio.NewWriter(l.bw, o.Codec)
-	l.br = bufio.NewReaderSize(c, ioBufSize)
+	l.rc = &readCounter{r: c}
+	l.br = bufio.NewReaderSize(l.rc, ioBufSize)
 	l.r = tensorio.NewReader(l.br)
 	l.r.SetMaxElements(o.MaxElements)
+	return l
+}
+
+// metered makes pc count the link's traffic; it must be called before the
+// link is handed out.
+func (l *link) metered(pc *peerCounters) *link {
+	l.pc, l.rc.pc = pc, pc
 	return l
 }
 
@@ -353,6 +366,10 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 	ks.SampleNs += int64(sampled)
 	ks.Codec = codec
 	l.stmu.Unlock()
+	if l.pc != nil {
+		l.pc.sentFrames.Add(1)
+		l.pc.sentBytes.Add(l.tc.n - n0)
+	}
 	return nil
 }
 
@@ -396,6 +413,9 @@ func (l *link) RecvTo(pick func(Tag) *nn.Tensor) (Tag, *nn.Tensor, error) {
 			err = fmt.Errorf("stream ends after a tag: %w (%w)", tensorio.ErrCorrupt, io.ErrUnexpectedEOF)
 		}
 		return Tag{}, nil, l.fail(fmt.Errorf("dataplane: Recv %v %d/%d: %w", tag.Kind, tag.MicroBatch, tag.Tensor, err))
+	}
+	if l.pc != nil {
+		l.pc.recvFrames.Add(1)
 	}
 	return tag, t, nil
 }

@@ -21,6 +21,7 @@ type listener struct {
 	want Hello
 	o    Options
 	sec  security
+	m    *meter // counts the links' traffic; nil: not counted
 
 	ready chan *link    // admitted links waiting for Accept
 	slots chan struct{} // one per handshake in progress (or link waiting)
@@ -34,8 +35,8 @@ type listener struct {
 	conns  map[net.Conn]struct{} // in handshake: Close closes them
 }
 
-func newListener(ln net.Listener, addr string, want Hello, o Options, sec security) *listener {
-	l := &listener{ln: ln, addr: addr, want: want, o: o.WithDefaults(), sec: sec,
+func newListener(ln net.Listener, addr string, want Hello, o Options, sec security, m *meter) *listener {
+	l := &listener{ln: ln, addr: addr, want: want, o: o.WithDefaults(), sec: sec, m: m,
 		ready: make(chan *link), slots: make(chan struct{}, maxHandshakes), done: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
@@ -126,6 +127,9 @@ func (l *listener) handshake(c net.Conn) {
 	if err != nil {
 		c.Close() // refused or broken: the listener goes on
 		return
+	}
+	if l.m != nil {
+		lk.metered(l.m.peer(c.RemoteAddr().String()))
 	}
 	select {
 	case l.ready <- lk:

@@ -34,6 +34,8 @@ type TCP struct {
 	// for a numeric Host); certificates that share one name instead set
 	// ServerName to it.
 	ClientTLS *tls.Config
+
+	meter meter // the links' traffic by peer (Traffic)
 }
 
 var _ DataPlane = (*TCP)(nil)
@@ -59,7 +61,7 @@ func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newListener(ln, ln.Addr().String(), want, o, sec), nil
+	return newListener(ln, ln.Addr().String(), want, o, sec, &p.meter), nil
 }
 
 // Dial connects to addr (host:port) and authenticates with h.
@@ -82,8 +84,13 @@ func (p *TCP) Dial(addr string, h Hello, o Options) (Link, error) {
 		c.Close()
 		return nil, err
 	}
-	return lk, nil
+	return lk.metered(p.meter.peer(addr)), nil
 }
+
+// Traffic returns what the links of this data plane have carried, by
+// peer, since it was created (the links' own [Link.Stats] count what each
+// sent, by kind). It is safe to call at any time.
+func (p *TCP) Traffic() []PeerTraffic { return p.meter.traffic() }
 
 // Keepalive of the data plane's connections: a peer that stops answering
 // (its machine gone, the link cut: TCP itself notices neither while the

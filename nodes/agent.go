@@ -332,6 +332,9 @@ func Start(cfg Config) (a *Agent, err error) {
 	if a.store != nil {
 		tags[tagStore] = "1"
 	}
+	if cpus, ok := cpuLimit(); ok {
+		tags[tagCPUs] = formatCPUs(cpus)
+	}
 	a.node, err = cluster.Start(cluster.Config{
 		Name: cfg.Name, BindAddr: cfg.Bind, AdvertiseAddr: cfg.Advertise, Seeds: cfg.Seeds,
 		Meta: cluster.Meta{
@@ -384,6 +387,7 @@ const (
 	tagHTTP  = "http"  // the HTTP API's host:port
 	tagStore = "store" // "1": the node keeps checkpoints (it can hold cuts)
 	tagProbe = "probe" // the link probe server's host:port (linkprobe)
+	tagCPUs  = "cpus"  // the CPU limit at the node's start, in CPUs (none: no limit)
 )
 
 // watch follows the membership: members that fail or leave have their
@@ -786,6 +790,9 @@ type Profile struct {
 	GFLOPS  float64 `json:"gflops"`
 	Memory  uint64  `json:"memory_bytes"`
 	Threads int     `json:"threads"`
+	// CPULimit is the node's CPU limit in CPUs (its cgroup's quota; 0:
+	// none): this node's now, a member's as it was at its start.
+	CPULimit float64 `json:"cpu_limit,omitempty"`
 }
 
 // MemberState is what a node sees of a member.
@@ -821,9 +828,13 @@ func (a *Agent) Status() Status {
 		Name: a.cfg.Name, Version: Version, Gossip: a.node.Addr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
 		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(), Records: a.Records(),
 	}
+	if cpus, ok := cpuLimit(); ok {
+		s.Profile.CPULimit = cpus
+	}
 	for _, m := range a.node.Members() {
 		ms := MemberStatus{Name: m.Name, Gossip: m.Addr, Actors: m.Meta.ActorAddr, HTTP: m.Meta.Tags[tagHTTP],
 			Version: m.Meta.Version, Profile: toProfile(m.Meta.Profile)}
+		ms.Profile.CPULimit = parseCPUs(m.Meta.Tags[tagCPUs])
 		switch {
 		case m.State == cluster.StateAlive && m.Leaving:
 			ms.State = MemberLeaving

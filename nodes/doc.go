@@ -69,6 +69,9 @@
 //	                      not fit the model or the members
 //	GET    /v1/status     [Status]: the node, the members (with their HTTP
 //	                      addresses), the jobs, the records held
+//	GET    /              the dashboard, a page that draws /v1/status
+//	                      (dashboard.go; its files under /web/), with the
+//	                      access of the status
 //	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
 //	                      checkpoint file with its run in the metadata,
 //	                      MetaRun; verified before it is kept): 204; 400

@@ -70,6 +70,8 @@ func (a *Agent) handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, st)
 	}))
+	a.dashboard(mux) // GET /: the dashboard (dashboard.go)
+	mux.HandleFunc("GET /metrics", a.guard(readOnly, a.getMetrics))
 	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.guard(member, a.putCheckpoint))
 	mux.HandleFunc("GET /v1/checkpoints/{job}", a.guard(member, a.listCheckpoints))
 	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", a.guard(member, a.getCheckpoint))

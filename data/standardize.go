@@ -33,7 +33,7 @@ func (s *Set) StandardizeAxis(axis int) (mean, std []float64) {
 	}
 	for i, v := range x {
 		d := float64(v) - mean[ch(i)]
-		std[ch(i)] += d * d
+		std[ch(i)] += float64(d * d)
 	}
 	for j := range std {
 		std[j] = math.Sqrt(std[j] / n)

@@ -94,7 +94,7 @@ func (Tanh) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 		dx, y = dx[:len(dy)], y[:len(dy)]
 		for i, d := range dy {
 			v := float64(y[i])
-			dx[i] = float32(float64(d) * (1 - v*v))
+			dx[i] = float32(float64(d) * (1 - float64(v*v)))
 		}
 	})
 }
@@ -162,9 +162,9 @@ func (GELU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 		invSqrt2Pi := 1 / math.Sqrt(2*math.Pi)
 		for i, d := range dy {
 			u := float64(x[i])
-			cdf := 0.5 * math.Erfc(-u*math.Sqrt2/2)
+			cdf := float64(0.5 * math.Erfc(-u*math.Sqrt2/2))
 			pdf := invSqrt2Pi * math.Exp(-0.5*u*u)
-			dx[i] = float32(float64(d) * (cdf + u*pdf))
+			dx[i] = float32(float64(d) * (cdf + float64(u*pdf)))
 		}
 	})
 }
@@ -241,7 +241,7 @@ func (Softmax) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need [
 		ys, dys, ds := y[r*w:(r+1)*w], dy[r*w:(r+1)*w], d[r*w:(r+1)*w]
 		var dot float64
 		for i, v := range ys {
-			dot += float64(v) * float64(dys[i])
+			dot += float64(float64(v) * float64(dys[i]))
 		}
 		for i, v := range ys {
 			ds[i] = float32(float64(v) * (float64(dys[i]) - dot))
@@ -295,7 +295,7 @@ func (LogSoftmax) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, nee
 			sum += float64(v)
 		}
 		for i, v := range ys {
-			ds[i] = float32(float64(dys[i]) - math.Exp(float64(v))*sum)
+			ds[i] = float32(float64(dys[i]) - float64(math.Exp(float64(v))*sum))
 		}
 	})
 	g[0] = dx

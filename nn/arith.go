@@ -348,7 +348,7 @@ func (l *Scale) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need 
 		for r := 0; r < rows; r++ {
 			xs := x[r*C+lo : r*C+hi]
 			for j, v := range dy[r*C+lo : r*C+hi] {
-				d[j] += v * xs[j]
+				d[j] += float32(v * xs[j])
 			}
 		}
 	})

@@ -1,0 +1,177 @@
+// Package crossarch checks the promise of --deterministic across
+// architectures: training on arm64 gives the weights of training on amd64,
+// bit for bit. The test cross-compiles itself for arm64 (GOARCH=arm64 go
+// test -c) and runs that binary under qemu-user (Debian's qemu-user-static)
+// next to the same training in this process.
+//
+// mlp32 (20 steps, width 64) takes 15-20 s under qemu on a 2-core machine
+// (about 40 s with the cross-compilation) and runs unless -short; resnet50
+// (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
+// PPNODE_CROSSARCH_RESNET=1.
+package crossarch
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
+)
+
+// trainCase is a deterministic run, as `ppnode train --local
+// --deterministic` with these flags would do it.
+type trainCase struct {
+	name  string
+	flags string // for the report
+	spec  func() job.Spec
+	slow  bool
+}
+
+var cases = []trainCase{
+	{
+		name:  "mlp32",
+		flags: "--model mlp32 --width 64 --data synthetic:28x28x1:10 --synthetic-samples 512 --steps 20",
+		spec: func() job.Spec {
+			s := job.DefaultSpec()
+			s.Model, s.Width, s.Data, s.SyntheticSamples, s.Steps = "mlp32", 64, "synthetic:28x28x1:10", 512, 20
+			return s
+		},
+	},
+	{
+		name:  "resnet50",
+		flags: "--model resnet50 --width 0.25 --data synthetic:32x32x3:10 --synthetic-samples 64 --batch 16 --steps 5",
+		spec: func() job.Spec {
+			s := job.DefaultSpec()
+			s.Model, s.Width, s.Data, s.SyntheticSamples, s.Batch, s.Steps = "resnet50", 0.25, "synthetic:32x32x3:10", 64, 16, 5
+			return s
+		},
+		slow: true,
+	},
+}
+
+// weightsSHA trains c as TrainLocal does, without the evaluation on the
+// test split that the fingerprint does not depend on (it would be most of
+// the time under qemu), and returns the weights' fingerprint.
+func weightsSHA(c trainCase, threads int) (string, error) {
+	s := c.spec()
+	s.Deterministic, s.Threads = true, threads
+	j, err := s.Prepare()
+	if err != nil {
+		return "", err
+	}
+	be, err := j.Spec.NewBackend(threads)
+	if err != nil {
+		return "", err
+	}
+	opt, err := j.Spec.NewOptimizer(be.Threads())
+	if err != nil {
+		return "", err
+	}
+	tr := nn.NewTrainer(j.Graph, opt, be, j.Spec.Seed)
+	for g := 0; g < j.Total; g++ {
+		opt.SetLR(j.LR.At(g))
+		r := tr.Step(j.Loader, g/j.StepsPerEpoch, g%j.StepsPerEpoch, g)
+		if err := job.CheckLoss(g, r.Loss); err != nil {
+			return "", err
+		}
+	}
+	return nn.WeightsSHA256(j.Graph.Params()), nil
+}
+
+const workerEnv = "PPNODE_CROSSARCH_CASE"
+
+// TestWorker is what the arm64 binary runs: it prints the fingerprint of
+// the case named by $PPNODE_CROSSARCH_CASE.
+func TestWorker(t *testing.T) {
+	name := os.Getenv(workerEnv)
+	if name == "" {
+		t.Skip("the arm64 side of TestArm64WeightsAreAmd64Weights")
+	}
+	for _, c := range cases {
+		if c.name == name {
+			sha, err := weightsSHA(c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("weights_sha256 %s %s\n", runtime.GOARCH, sha)
+			return
+		}
+	}
+	t.Fatalf("no case %q", name)
+}
+
+// qemu finds qemu-user for aarch64.
+func qemu() (string, error) {
+	for _, name := range []string{"qemu-aarch64-static", "qemu-aarch64"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no qemu-aarch64-static or qemu-aarch64 on PATH (Debian: apt-get install qemu-user-static)")
+}
+
+// Deterministic training on arm64 (under qemu) ends with the weights of
+// the same training on this amd64 machine.
+func TestArm64WeightsAreAmd64Weights(t *testing.T) {
+	if os.Getenv(workerEnv) != "" {
+		t.Skip("worker")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("compares an amd64 run with an arm64 one; this is " + runtime.GOARCH)
+	}
+	if testing.Short() {
+		t.Skip("cross-compiles and runs training under qemu (~1 min)")
+	}
+	qemuPath, err := qemu()
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := filepath.Join(t.TempDir(), "crossarch.arm64.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("GOARCH=arm64 go test -c: %v\n%s", err, out)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.slow && os.Getenv("PPNODE_CROSSARCH_RESNET") == "" {
+				t.Skip("takes 7-8 minutes under qemu; set PPNODE_CROSSARCH_RESNET=1")
+			}
+			want, err := weightsSHA(c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			cmd := exec.Command(qemuPath, bin, "-test.run=^TestWorker$", "-test.count=1")
+			cmd.Env = append(os.Environ(), workerEnv+"="+c.name)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("arm64 under qemu: %v\n%s%s", err, out, stderr.Bytes())
+			}
+			got := ""
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			for sc.Scan() {
+				if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "weights_sha256" && f[1] == "arm64" {
+					got = f[2]
+				}
+			}
+			if got == "" {
+				t.Fatalf("arm64 under qemu printed no fingerprint:\n%s", out)
+			}
+			t.Logf("%s (%s): amd64 %s, arm64 %s (%.0f s under qemu)", c.name, c.flags, want[:16], got[:16], time.Since(start).Seconds())
+			if got != want {
+				t.Errorf("arm64 trained other weights: %s, amd64 %s", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sgemm
+
+import "time"
+
+func threadCPU() time.Duration { return 0 }

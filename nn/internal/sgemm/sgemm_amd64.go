@@ -1,0 +1,107 @@
+//go:build !purego
+
+package sgemm
+
+func cpuid(leaf, sub uint32) (a, b, c, d uint32)
+func xgetbv() (eax uint32)
+
+//go:noescape
+func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+
+//go:noescape
+func kernel8x32AVX512(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+
+//go:noescape
+func packN8(kc int, src *float32, lds int, dst *float32, ldd int) (finite bool)
+
+//go:noescape
+func packT8(kc8 int, src *float32, lds int, dst *float32, ldd int) (finite bool)
+
+// x86 holds the CPU features the kernels need: avx2 with the OS saving the
+// YMM state, avx512 (F) with the OS saving the ZMM state.
+var x86 = func() (f struct{ avx2, avx512 bool }) {
+	maxLeaf, _, _, _ := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return f
+	}
+	_, _, c1, _ := cpuid(1, 0)
+	const avx, osxsave = 1 << 28, 1 << 27
+	if c1&osxsave == 0 || c1&avx == 0 {
+		return f
+	}
+	xcr0 := xgetbv()
+	_, b7, _, _ := cpuid(7, 0)
+	const avx2, avx512f = 1 << 5, 1 << 16
+	f.avx2 = b7&avx2 != 0 && xcr0&0x6 == 0x6
+	f.avx512 = f.avx2 && b7&avx512f != 0 && xcr0&0xe6 == 0xe6
+	return f
+}()
+
+// AVX2 is the 6×16 kernel for AVX2: twelve YMM accumulators.
+var AVX2 = &Kernel{
+	Name: "avx2", MR: 6, NR: 16,
+	Tile:    kernel6x16AVX2,
+	Strided: true,
+	PackN:   packNAVX2(16),
+	PackT:   packTAVX2(16),
+}
+
+// AVX512 is the 8×32 kernel for AVX-512F: sixteen ZMM accumulators, s
+// broadcast from memory into the multiply. Half the instructions of AVX2's
+// for the same work: 30-40% faster on AMD Zen 4, whose 512-bit operations
+// take its 256-bit pipes twice.
+var AVX512 = &Kernel{
+	Name: "avx512", MR: 8, NR: 32,
+	Tile:    kernel8x32AVX512,
+	Strided: true,
+	PackN:   packNAVX2(32),
+	PackT:   packTAVX2(32),
+}
+
+func cpuKernels() []*Kernel {
+	var ks []*Kernel
+	if x86.avx512 {
+		ks = append(ks, AVX512)
+	}
+	if x86.avx2 {
+		ks = append(ks, AVX2)
+	}
+	return ks
+}
+
+func packNAVX2(nr int) func(int, []float32, int, []float32) bool {
+	return func(kc int, src []float32, lds int, dst []float32) bool {
+		if kc == 0 {
+			return true
+		}
+		_ = src[(kc-1)*lds+nr-1]
+		_ = dst[kc*nr-1]
+		ok := true
+		for j := 0; j < nr; j += 8 {
+			ok = packN8(kc, &src[j], lds, &dst[j], nr) && ok
+		}
+		return ok
+	}
+}
+
+func packTAVX2(nr int) func(int, []float32, int, []float32) bool {
+	tail := packTGo(nr)
+	return func(kc int, src []float32, lds int, dst []float32) bool {
+		if kc == 0 {
+			return true
+		}
+		_ = src[(nr-1)*lds+kc-1]
+		_ = dst[kc*nr-1]
+		ok := true
+		kc8 := kc / 8
+		if kc8 > 0 {
+			for r := 0; r < nr; r += 8 {
+				ok = packT8(kc8, &src[r*lds], lds, &dst[r], nr) && ok
+			}
+		}
+		if l := kc8 * 8; l < kc {
+			ok = tail(kc-l, src[l:], lds, dst[l*nr:]) && ok
+		}
+		return ok
+	}
+}

@@ -62,6 +62,84 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 	return nil, fmt.Errorf("nn: unknown optimizer %q (want sgd or adam)", c.Name)
 }
 
+// # How a step runs
+//
+// A step is one fused pass: every element of every trainable parameter is
+// read (gradient, value, state), updated and written back (state, value, a
+// zeroed gradient) in a single loop, so each array crosses the memory bus
+// once per step. The parameters are laid end to end as one index space (a
+// [pass]) that [parallel] splits among the threads: one hand-off to the
+// workers per step however many parameters there are, and small tensors
+// (biases) share the threads with large ones. The update is elementwise, so
+// where the split falls does not change a bit.
+//
+// The loops run in float32 with every product rounded before it is added
+// (float32(x*y) + z), which stops the compiler from fusing them into
+// multiply-adds (it does on arm64, and on amd64 from GOAMD64=v3): the bits
+// are the same on every machine. On amd64 with AVX2 the bulk of each
+// parameter runs in assembly (optim_amd64.s), eight lanes at a time with the
+// same operations in the same order (separate VMULPS and VADDPS, VSQRTPS,
+// VDIVPS); the Go loops take the tails, the other architectures and the
+// openblas build (see optim_amd64.go). The square root is the correctly
+// rounded float32 one everywhere: float32(math.Sqrt(float64(v))) rounds
+// twice, which is exact for a float32 root (53 >= 2·24+2 bits).
+//
+// The scalars (lr, μ, wd, β, ε, lr/(1−β1^t), √(1−β2^t)) are rounded to
+// float32 once per step, as PyTorch's CPU kernels use them on float32
+// tensors, and the operations are PyTorch's in its order. One difference
+// is kept from before, so that the bits did not change: 1−β is formed in
+// float32 from float32(β), where PyTorch rounds 1−β computed in float64
+// (0.100000024 rather than 0.1 for β1 = 0.9).
+
+// pass lays the trainable parameters of a step end to end.
+type pass struct {
+	spans []passParam
+	n     int
+}
+
+// passParam is one parameter's place in a pass, with the arrays its update
+// reads and writes.
+type passParam struct {
+	start, end int
+	w, g       []float32 // value and gradient
+	a, b       []float32 // optimizer state (nil if unused)
+}
+
+func (p *pass) reset() {
+	clear(p.spans) // drop references to the previous step's tensors
+	p.spans, p.n = p.spans[:0], 0
+}
+
+// add appends a parameter. State arrays must be as long as w (or nil).
+func (p *pass) add(w, g, a, b []float32) {
+	g = g[:len(w)]
+	if a != nil {
+		a = a[:len(w)]
+	}
+	if b != nil {
+		b = b[:len(w)]
+	}
+	p.spans = append(p.spans, passParam{start: p.n, end: p.n + len(w), w: w, g: g, a: a, b: b})
+	p.n += len(w)
+}
+
+// find returns the index of the parameter that holds element i.
+func (p *pass) find(i int) int {
+	lo, hi := 0, len(p.spans)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if p.spans[m].end <= i {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// optimGrain is the fewest elements worth a thread of an update.
+const optimGrain = 1 << 15
+
 // SGD is stochastic gradient descent with momentum and weight decay, as
 // PyTorch's torch.optim.SGD (dampening 0, no Nesterov):
 // g += wd·w; buf = g on the first step, else buf = μ·buf + g; w -= lr·buf.
@@ -69,6 +147,21 @@ type SGD struct {
 	LR, Momentum, WeightDecay float64
 	steps, threads            int
 	state                     map[*Param]*Tensor
+
+	pass pass
+	k    sgdCoef
+	run  func(lo, hi int) // o.chunk, made once so that a step allocates nothing
+}
+
+// sgdCoef is an SGD step's coefficients, in the layout sgdAVX2 reads
+// (optim_amd64.s): lr, mu, wd at 0, 4, 8; the flags at 12, 13, 14.
+type sgdCoef struct {
+	lr, mu, wd float32
+	// decay is wd != 0: like PyTorch, weight decay is skipped when zero
+	// rather than adding 0·w (which is not +0 for w = -0, ±Inf or NaN).
+	decay    bool
+	momentum bool // mu != 0: the update goes through the momentum buffer
+	first    bool // the first step: buf = g
 }
 
 func (o *SGD) Steps() int       { return o.steps }
@@ -93,21 +186,34 @@ func (o *SGD) buf(p *Param) *Tensor {
 
 func (o *SGD) Step(ps []*Param) {
 	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
-	first := o.steps == 0
+	o.k = sgdCoef{lr: lr, mu: mu, wd: wd, decay: wd != 0, momentum: mu != 0, first: o.steps == 0}
+	o.pass.reset()
 	for _, p := range ps {
 		if !p.Trainable() {
 			continue
 		}
-		w, g := F32(p.Value), F32(p.Grad)
 		var b []float32
-		if mu != 0 {
+		if o.k.momentum {
 			b = F32(o.buf(p))
 		}
-		parallel(o.threads, len(w), 1<<15, func(lo, hi int) {
-			sgdUpdate(w[lo:hi], g[lo:hi], sub(b, lo, hi), lr, mu, wd, first)
-		})
+		o.pass.add(F32(p.Value), F32(p.Grad), b, nil)
 	}
+	if o.run == nil {
+		o.run = o.chunk
+	}
+	parallel(o.threads, o.pass.n, optimGrain, o.run)
+	o.pass.reset()
 	o.steps++
+}
+
+// chunk updates elements [lo, hi) of the pass.
+func (o *SGD) chunk(lo, hi int) {
+	for k := o.pass.find(lo); lo < hi; k++ {
+		s := &o.pass.spans[k]
+		i, j := lo-s.start, min(hi, s.end)-s.start
+		sgdUpdate(s.w[i:j], s.g[i:j], sub(s.a, i, j), &o.k)
+		lo = s.end
+	}
 }
 
 func sub(b []float32, lo, hi int) []float32 {
@@ -117,45 +223,78 @@ func sub(b []float32, lo, hi int) []float32 {
 	return b[lo:hi]
 }
 
-// sgdUpdate is one SGD step on a chunk, with the common case (momentum, no
-// weight decay, not the first step) as a tight loop free of branches and
-// bounds checks.
-func sgdUpdate(w, g, b []float32, lr, mu, wd float32, first bool) {
+// sgdUpdate is one SGD step on a piece of a parameter (b is nil without
+// momentum): the vector kernel takes what it can, the loops the rest.
+func sgdUpdate(w, g, b []float32, k *sgdCoef) {
 	g = g[:len(w)]
-	if b != nil && wd == 0 && !first {
+	if b != nil {
 		b = b[:len(w)]
+	}
+	n := 0
+	if !k.first {
+		n = sgdVector(w, g, b, k)
+	}
+	w, g = w[n:], g[n:]
+	lr, mu, wd := k.lr, k.mu, k.wd
+	switch {
+	case k.momentum && !k.decay && !k.first:
+		b = b[n : len(w)+n]
 		for i := range w {
-			v := mu*b[i] + g[i]
+			v := float32(mu*b[i]) + g[i]
 			b[i] = v
-			w[i] -= lr * v
+			w[i] -= float32(lr * v)
 			g[i] = 0
 		}
-		return
-	}
-	for i := range w {
-		d := g[i]
-		if wd != 0 {
-			d += wd * w[i]
-		}
-		if b != nil {
-			if first {
-				b[i] = d
-			} else {
-				b[i] = mu*b[i] + d
+	case k.momentum:
+		b = b[n : len(w)+n]
+		for i := range w {
+			d := g[i]
+			if k.decay {
+				d += float32(wd * w[i])
 			}
-			d = b[i]
+			if !k.first {
+				d = float32(mu*b[i]) + d
+			}
+			b[i] = d
+			w[i] -= float32(lr * d)
+			g[i] = 0
 		}
-		w[i] -= lr * d
-		g[i] = 0
+	default:
+		for i := range w {
+			d := g[i]
+			if k.decay {
+				d += float32(wd * w[i])
+			}
+			w[i] -= float32(lr * d)
+			g[i] = 0
+		}
 	}
 }
 
 // Adam is torch.optim.Adam (L2 weight decay added to the gradient, no
-// AMSGrad), with PyTorch's order of operations.
+// AMSGrad), with PyTorch's order of operations:
+// g += wd·w; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g·g;
+// w -= lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	steps, threads                     int
 	state                              map[*Param][2]*Tensor
+
+	pass pass
+	k    adamCoef
+	run  func(lo, hi int) // o.chunk, made once so that a step allocates nothing
+}
+
+// adamCoef is an Adam step's coefficients, in the layout adamAVX2 reads
+// (optim_amd64.s): eight float32 at 0, 4, ..., 28, then the flag at 32.
+type adamCoef struct {
+	b1, c1   float32 // β1, 1−β1
+	b2, c2   float32 // β2, 1−β2
+	bc2s     float32 // √(1−β2^t)
+	eps      float32
+	stepSize float32 // lr/(1−β1^t)
+	wd       float32
+	decay    bool // wd != 0
 }
 
 func (o *Adam) Steps() int       { return o.steps }
@@ -181,28 +320,55 @@ func (o *Adam) Step(ps []*Param) {
 	t := float64(o.steps)
 	bc1 := 1 - math.Pow(o.Beta1, t)
 	bc2 := 1 - math.Pow(o.Beta2, t)
-	stepSize := float32(o.LR / bc1)
-	bc2s := float32(math.Sqrt(bc2))
 	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	eps, wd := float32(o.Eps), float32(o.WeightDecay)
+	wd := float32(o.WeightDecay)
+	o.k = adamCoef{
+		b1: b1, c1: 1 - b1, b2: b2, c2: 1 - b2,
+		bc2s: float32(math.Sqrt(bc2)), eps: float32(o.Eps), stepSize: float32(o.LR / bc1),
+		wd: wd, decay: wd != 0,
+	}
+	o.pass.reset()
 	for _, p := range ps {
 		if !p.Trainable() {
 			continue
 		}
 		mo := o.moments(p)
-		w, g, m, v := F32(p.Value), F32(p.Grad), F32(mo[0]), F32(mo[1])
-		parallel(o.threads, len(w), 1<<15, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				d := g[i]
-				if wd != 0 {
-					d += wd * w[i]
-				}
-				m[i] = m[i]*b1 + (1-b1)*d
-				v[i] = v[i]*b2 + (1-b2)*d*d
-				denom := float32(math.Sqrt(float64(v[i])))/bc2s + eps
-				w[i] -= stepSize * (m[i] / denom)
-				g[i] = 0
-			}
-		})
+		o.pass.add(F32(p.Value), F32(p.Grad), F32(mo[0]), F32(mo[1]))
+	}
+	if o.run == nil {
+		o.run = o.chunk
+	}
+	parallel(o.threads, o.pass.n, optimGrain, o.run)
+	o.pass.reset()
+}
+
+// chunk updates elements [lo, hi) of the pass.
+func (o *Adam) chunk(lo, hi int) {
+	for k := o.pass.find(lo); lo < hi; k++ {
+		s := &o.pass.spans[k]
+		i, j := lo-s.start, min(hi, s.end)-s.start
+		adamUpdate(s.w[i:j], s.g[i:j], s.a[i:j], s.b[i:j], &o.k)
+		lo = s.end
+	}
+}
+
+// adamUpdate is one Adam step on a piece of a parameter: the vector kernel
+// takes what it can, the loop the rest.
+func adamUpdate(w, g, m, v []float32, k *adamCoef) {
+	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
+	n := adamVector(w, g, m, v, k)
+	w, g, m, v = w[n:], g[n:], m[n:], v[n:]
+	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
+	for i := range w {
+		d := g[i]
+		if k.decay {
+			d += float32(k.wd * w[i])
+		}
+		mi := float32(m[i]*k.b1) + float32(k.c1*d)
+		vi := float32(v[i]*k.b2) + float32(float32(k.c2*d)*d)
+		m[i], v[i] = mi, vi
+		denom := float32(math.Sqrt(float64(vi)))/k.bc2s + k.eps
+		w[i] -= float32(k.stepSize * (mi / denom))
+		g[i] = 0
 	}
 }

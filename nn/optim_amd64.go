@@ -1,0 +1,75 @@
+//go:build !purego && !(cgo && openblas)
+
+package nn
+
+import "unsafe"
+
+// The AVX2 kernels of the optimizers (optim_amd64.s). Each updates the
+// first n elements, n a positive multiple of 8, of arrays at least that
+// long; b is not read without momentum (k.momentum false) and may be nil.
+//
+// They are not built with the openblas tag: nn then uses cgo, the go
+// command refuses Go assembly in a package that uses cgo, and that build
+// runs the loops of optim.go alone (optim_other.go).
+
+//go:noescape
+func sgdAVX2(n int, w, grad, b *float32, k *sgdCoef)
+
+//go:noescape
+func adamAVX2(n int, w, grad, m, v *float32, k *adamCoef)
+
+// The assembly reads the coefficients at fixed offsets: these lines stop
+// compiling if the structs move a field it reads.
+var (
+	_ [12]struct{} = [unsafe.Offsetof(sgdCoef{}.decay)]struct{}{}
+	_ [13]struct{} = [unsafe.Offsetof(sgdCoef{}.momentum)]struct{}{}
+	_ [28]struct{} = [unsafe.Offsetof(adamCoef{}.wd)]struct{}{}
+	_ [32]struct{} = [unsafe.Offsetof(adamCoef{}.decay)]struct{}{}
+)
+
+func cpuid(leaf, sub uint32) (a, b, c, d uint32)
+func xgetbv() (eax uint32)
+
+// hasAVX2 reports whether the CPU has AVX2 and the OS saves the YMM state.
+var hasAVX2 = func() bool {
+	maxLeaf, _, _, _ := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return false
+	}
+	_, _, c1, _ := cpuid(1, 0)
+	const avx, osxsave = 1 << 28, 1 << 27
+	// XCR0: the SSE and AVX (upper YMM) state.
+	if c1&avx == 0 || c1&osxsave == 0 || xgetbv()&6 != 6 {
+		return false
+	}
+	_, b7, _, _ := cpuid(7, 0)
+	const avx2 = 1 << 5
+	return b7&avx2 != 0
+}()
+
+// sgdVector runs the AVX2 kernel on the longest multiple of 8 elements and
+// returns how many it updated (0 without AVX2). Not for the first step.
+func sgdVector(w, g, b []float32, k *sgdCoef) int {
+	n := len(w) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	g = g[:n]
+	var bp *float32
+	if k.momentum {
+		bp = &b[:n][0]
+	}
+	sgdAVX2(n, &w[0], &g[0], bp, k)
+	return n
+}
+
+// adamVector is sgdVector's counterpart for Adam.
+func adamVector(w, g, m, v []float32, k *adamCoef) int {
+	n := len(w) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	g, m, v = g[:n], m[:n], v[:n]
+	adamAVX2(n, &w[0], &g[0], &m[0], &v[0], k)
+	return n
+}

@@ -1,0 +1,11 @@
+//go:build !amd64 || purego || (cgo && openblas)
+
+package nn
+
+// Without the assembly kernels (other architectures, purego, and builds
+// in which nn uses cgo: see optim_amd64.go) the loops in optim.go do all
+// the work.
+
+func sgdVector(w, g, b []float32, k *sgdCoef) int { return 0 }
+
+func adamVector(w, g, m, v []float32, k *adamCoef) int { return 0 }

@@ -31,7 +31,8 @@ type Conv2D struct {
 	W, B   *Param
 	h, w   int
 	ho, wo int
-	dcol   Slot // scratch for the column gradient, shared by all slots
+	dcol   Slot     // scratch for the column gradient, shared by all slots
+	dnnl   dnnlConv // oneDNN's primitives (see fastPath)
 }
 
 // NewConv2D returns a square convolution without bias (it is followed by
@@ -84,6 +85,7 @@ func (l *Conv2D) Build(in [][]int) ([]int, error) {
 	if l.Groups < 1 || l.In%l.Groups != 0 || l.Out%l.Groups != 0 {
 		return nil, fmt.Errorf("groups=%d does not divide in=%d and out=%d", l.Groups, l.In, l.Out)
 	}
+	l.dnnl.reset()
 	l.h, l.w = in[0][0], in[0][1]
 	eh, ew := l.DH*(l.KH-1)+1, l.DW*(l.KW-1)+1 // the dilated kernel's extent
 	if l.h+l.PadT+l.PadB < eh || l.w+l.PadL+l.PadR < ew {
@@ -125,6 +127,12 @@ func (l *Conv2D) direct() bool {
 func (l *Conv2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x := in[0]
 	n := Rows(x)
+	if fastPath(c) {
+		y := s.Buf(0, n, l.ho, l.wo, l.Out)
+		if l.dnnl.forward(c, l, F32(x), F32(y), n) {
+			return y
+		}
+	}
 	rows, kc := n*l.ho*l.wo, l.KH*l.KW*l.In
 	col := F32(x)
 	if !l.direct() {
@@ -152,6 +160,19 @@ func (l *Conv2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	x := in[0]
 	n := Rows(x)
+	if fastPath(c) {
+		var dx *Tensor
+		var dxd []float32
+		if need[0] {
+			dx = s.Buf(2, x.Shape()...)
+			dxd = F32(dx)
+		}
+		if l.dnnl.backward(c, l, F32(x), F32(dout), dxd, n) {
+			g := s.Grads(1)
+			g[0] = dx
+			return g
+		}
+	}
 	rows, kc := n*l.ho*l.wo, l.KH*l.KW*l.In
 	gk, gout := kc/l.Groups, l.Out/l.Groups
 	col := F32(x)

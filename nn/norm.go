@@ -17,7 +17,7 @@ type BatchNorm struct {
 	Weight, Bias, RunMean, RunVar *Param
 
 	sum, sum2 []float64 // scratch, one per channel
-	parts     []float64 // scratch, bnChunks × 2 × C partial sums
+	parts     []float64 // scratch, chunks × 2 × C partial sums
 }
 
 // bnChunks is the number of row chunks whose per-channel partial sums are
@@ -94,6 +94,10 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	rows := len(x) / C
 	y := s.Buf(0, in[0].Shape()...)
 	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
+	if fastPath(c) {
+		l.forwardFast(c, x, F32(y), mean, inv, F32(s.Buf(3, C)))
+		return y
+	}
 	if c.Train {
 		sum, sum2 := l.sum, l.sum2
 		l.reduce(c, rows, sum, func(part []float64, lo, hi int) {
@@ -160,6 +164,16 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 	C := l.C
 	rows := len(x) / C
 	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
+	if fastPath(c) {
+		g := s.Grads(1)
+		var dx []float32
+		if need[0] {
+			g[0] = s.Buf(5, in[0].Shape()...)
+			dx = F32(g[0])
+		}
+		l.backwardFast(c, x, dy, dx, mean, inv, F32(s.Buf(3, C)), F32(s.Buf(4, C)), F32(s.Buf(6, C)))
+		return g
+	}
 	sdy, sdyx := l.sum, l.sum2
 	l.reduce2(c, rows, sdy, sdyx, func(p1, p2 []float64, lo, hi int) {
 		for r := lo; r < hi; r++ {

@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"math"
+
+	"github.com/ppnode/ppnode/nn/internal/dnnl"
 )
 
 // window is the resolved geometry of a pooling layer on its input.
@@ -68,7 +70,8 @@ type MaxPool2D struct {
 	SH, SW                 int // strides; 0 means Stride (or the window)
 	PadT, PadL, PadB, PadR int // -Inf before and after each axis; all 0 means Pad
 
-	g window
+	g    window
+	dnnl dnnlPool // oneDNN's primitives (see fastPath)
 }
 
 func (p *MaxPool2D) Kind() string     { return "maxpool2d" }
@@ -82,6 +85,7 @@ func (p *MaxPool2D) Build(in [][]int) ([]int, error) {
 		return nil, err
 	}
 	p.g = g
+	p.dnnl.reset()
 	p.KH, p.KW, p.SH, p.SW = g.kh, g.kw, g.sh, g.sw
 	p.PadT, p.PadL, p.PadB, p.PadR = g.pt, g.pl, g.pb, g.pr
 	return []int{g.ho, g.wo, g.c}, nil
@@ -91,8 +95,11 @@ func (p *MaxPool2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	g := &p.g
 	n := Rows(in[0])
 	y := s.Buf(0, n, g.ho, g.wo, g.c)
-	arg := s.Ints(0, n*g.ho*g.wo*g.c)
 	x, yd := F32(in[0]), F32(y)
+	if fastPath(c) && p.dnnl.forward(c, s, g, dnnl.PoolMax, x, yd, n) {
+		return y
+	}
+	arg := s.Ints(0, n*g.ho*g.wo*g.c)
 	parallel(threadsOf(c), n, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			for oy := 0; oy < g.ho; oy++ {
@@ -135,10 +142,17 @@ func (p *MaxPool2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 	if !need[0] {
 		return g
 	}
+	n := Rows(in[0])
+	if fastPath(c) {
+		dx := s.Buf(1, in[0].Shape()...)
+		if p.dnnl.backward(c, s, &p.g, dnnl.PoolMax, F32(dout), F32(dx), n) {
+			g[0] = dx
+			return g
+		}
+	}
 	dx := s.ZeroBuf(1, in[0].Shape()...)
 	d, dy := F32(dx), F32(dout)
 	arg := s.Ints(0, len(dy))
-	n := Rows(in[0])
 	per := p.g.ho * p.g.wo * p.g.c
 	// Windows of one sample touch only that sample's input: split by sample.
 	parallel(threadsOf(c), n, 1, func(lo, hi int) {
@@ -162,7 +176,8 @@ type AvgPool2D struct {
 	PadT, PadL, PadB, PadR int // zeros before and after each axis; all 0 means Pad
 	CountIncludePad        bool
 
-	g window
+	g    window
+	dnnl dnnlPool // oneDNN's primitives (see fastPath)
 }
 
 func (p *AvgPool2D) Kind() string     { return "avgpool2d" }
@@ -176,6 +191,7 @@ func (p *AvgPool2D) Build(in [][]int) ([]int, error) {
 		return nil, err
 	}
 	p.g = g
+	p.dnnl.reset()
 	p.KH, p.KW, p.SH, p.SW = g.kh, g.kw, g.sh, g.sw
 	p.PadT, p.PadL, p.PadB, p.PadR = g.pt, g.pl, g.pb, g.pr
 	return []int{g.ho, g.wo, g.c}, nil
@@ -201,6 +217,9 @@ func (p *AvgPool2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	n := Rows(in[0])
 	y := s.Buf(0, n, g.ho, g.wo, g.c)
 	x, yd := F32(in[0]), F32(y)
+	if fastPath(c) && p.dnnl.forward(c, s, g, p.dnnlAlg(), x, yd, n) {
+		return y
+	}
 	parallel(threadsOf(c), n, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			for oy := 0; oy < g.ho; oy++ {
@@ -239,6 +258,10 @@ func (p *AvgPool2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 	dx := s.Buf(1, in[0].Shape()...)
 	d, dy := F32(dx), F32(dout)
 	n := Rows(in[0])
+	if fastPath(c) && p.dnnl.backward(c, s, g, p.dnnlAlg(), dy, d, n) {
+		grads[0] = dx
+		return grads
+	}
 	per := g.h * g.w * g.c
 	// Windows of one sample touch only that sample's input: split by
 	// sample; within one, the windows add in a fixed order.

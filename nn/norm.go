@@ -116,7 +116,7 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 				xs := x[r*C : (r+1)*C]
 				for j, v := range xs {
 					d := float64(v) - sum[j]
-					part[j] += d * d
+					part[j] += float64(d * d) // float64(): no fused multiply-add (arm64)
 				}
 			}
 		})
@@ -130,8 +130,8 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 			if rows > 1 {
 				unbiased = sum2[j] / float64(rows-1)
 			}
-			rm[j] = float32((1-m)*float64(rm[j]) + m*sum[j])
-			rv[j] = float32((1-m)*float64(rv[j]) + m*unbiased)
+			rm[j] = float32(float64((1-m)*float64(rm[j])) + float64(m*sum[j]))
+			rv[j] = float32(float64((1-m)*float64(rv[j])) + float64(m*unbiased))
 		}
 	} else {
 		rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)
@@ -152,7 +152,7 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		for r := lo; r < hi; r++ {
 			xs, ys := x[r*C:(r+1)*C], yd[r*C:(r+1)*C]
 			for j, v := range xs {
-				ys[j] = (v-mean[j])*scale[j] + b[j]
+				ys[j] = float32((v-mean[j])*scale[j]) + b[j]
 			}
 		}
 	})
@@ -181,7 +181,7 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 			for j, d := range ds {
 				xhat := float64((xs[j] - mean[j]) * inv[j])
 				p1[j] += float64(d)
-				p2[j] += float64(d) * xhat
+				p2[j] += float64(float64(d) * xhat)
 			}
 		}
 	})
@@ -215,7 +215,7 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 			xs, ds, o := x[r*C:(r+1)*C], dy[r*C:(r+1)*C], d[r*C:(r+1)*C]
 			for j, v := range ds {
 				xhat := (xs[j] - mean[j]) * inv[j]
-				o[j] = k[j] * (v - a[j] - xhat*bb[j])
+				o[j] = k[j] * (v - a[j] - float32(xhat*bb[j]))
 			}
 		}
 	})

@@ -280,7 +280,7 @@ func (p *AvgPool2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 							off := ((b*g.h+iy)*g.w + ix) * g.c
 							ds := d[off : off+len(ys)]
 							for i, v := range ys {
-								ds[i] += v * f
+								ds[i] += float32(v * f) // no fused multiply-add (arm64)
 							}
 						}
 					}

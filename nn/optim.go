@@ -93,8 +93,8 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 
 // pass lays the trainable parameters of a step end to end.
 type pass struct {
-	spans []passParam
-	n     int
+	params []passParam
+	n      int
 }
 
 // passParam is one parameter's place in a pass, with the arrays its update
@@ -106,8 +106,8 @@ type passParam struct {
 }
 
 func (p *pass) reset() {
-	clear(p.spans) // drop references to the previous step's tensors
-	p.spans, p.n = p.spans[:0], 0
+	clear(p.params) // drop references to the previous step's tensors
+	p.params, p.n = p.params[:0], 0
 }
 
 // add appends a parameter. State arrays must be as long as w (or nil).
@@ -119,16 +119,16 @@ func (p *pass) add(w, g, a, b []float32) {
 	if b != nil {
 		b = b[:len(w)]
 	}
-	p.spans = append(p.spans, passParam{start: p.n, end: p.n + len(w), w: w, g: g, a: a, b: b})
+	p.params = append(p.params, passParam{start: p.n, end: p.n + len(w), w: w, g: g, a: a, b: b})
 	p.n += len(w)
 }
 
 // find returns the index of the parameter that holds element i.
 func (p *pass) find(i int) int {
-	lo, hi := 0, len(p.spans)
+	lo, hi := 0, len(p.params)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if p.spans[m].end <= i {
+		if p.params[m].end <= i {
 			lo = m + 1
 		} else {
 			hi = m
@@ -209,7 +209,7 @@ func (o *SGD) Step(ps []*Param) {
 // chunk updates elements [lo, hi) of the pass.
 func (o *SGD) chunk(lo, hi int) {
 	for k := o.pass.find(lo); lo < hi; k++ {
-		s := &o.pass.spans[k]
+		s := &o.pass.params[k]
 		i, j := lo-s.start, min(hi, s.end)-s.start
 		sgdUpdate(s.w[i:j], s.g[i:j], sub(s.a, i, j), &o.k)
 		lo = s.end
@@ -345,7 +345,7 @@ func (o *Adam) Step(ps []*Param) {
 // chunk updates elements [lo, hi) of the pass.
 func (o *Adam) chunk(lo, hi int) {
 	for k := o.pass.find(lo); lo < hi; k++ {
-		s := &o.pass.spans[k]
+		s := &o.pass.params[k]
 		i, j := lo-s.start, min(hi, s.end)-s.start
 		adamUpdate(s.w[i:j], s.g[i:j], s.a[i:j], s.b[i:j], &o.k)
 		lo = s.end

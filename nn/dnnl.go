@@ -59,17 +59,13 @@ type dnnlPlan[P any] struct {
 	omp   int // oneDNN's OpenMP threads
 }
 
-// run calls fn on every part, the parts in parallel.
-func (p *dnnlPlan[P]) run(fn func(pt *dnnlPart[P])) {
+// each runs fn on parts [lo, hi) of the plan, all in parallel.
+func (p *dnnlPlan[P]) each(fn func(lo, hi int)) {
 	if len(p.parts) == 1 {
-		fn(&p.parts[0])
+		fn(0, 1)
 		return
 	}
-	parallel(len(p.parts), len(p.parts), 1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			fn(&p.parts[i])
-		}
-	})
+	parallel(len(p.parts), len(p.parts), 1, fn)
 }
 
 type planKey struct{ n, threads int }
@@ -114,8 +110,20 @@ func btoi(b bool) int {
 	return 0
 }
 
-// dnnlConv is a Conv2D's oneDNN state.
-type dnnlConv struct{ plans dnnlPlans[dnnl.Conv] }
+// dnnlConv is a Conv2D's oneDNN state: its plans, and the pass in progress,
+// which the goroutines running its parts read and which is cleared when it
+// returns. The functions that run parts are made once, so that a pass
+// allocates nothing.
+type dnnlConv struct {
+	plans dnnlPlans[dnnl.Conv]
+
+	cur          *dnnlPlan[dnnl.Conv]
+	l            *Conv2D
+	x, y, dy, dx []float32
+	w, b, dw, db []float32
+	in, out, omp int
+	fwdFn, bwdFn func(lo, hi int)
+}
 
 func (d *dnnlConv) reset() { d.plans = nil }
 
@@ -129,21 +137,42 @@ func (d *dnnlConv) plan(l *Conv2D, n, threads int) *dnnlPlan[dnnl.Conv] {
 	})
 }
 
+// begin sets up a pass of l on plan p; end clears it.
+func (d *dnnlConv) begin(l *Conv2D, p *dnnlPlan[dnnl.Conv]) {
+	if d.fwdFn == nil {
+		d.fwdFn, d.bwdFn = d.forwardParts, d.backwardParts
+	}
+	d.cur, d.l, d.omp = p, l, p.omp
+	d.in, d.out = l.h*l.w*l.In, l.ho*l.wo*l.Out
+	d.w, d.b, d.dw, d.db = F32(l.W.Value), nil, F32(l.W.Grad), nil
+	if l.Bias {
+		d.b, d.db = F32(l.B.Value), F32(l.B.Grad)
+	}
+}
+
+func (d *dnnlConv) end() {
+	d.cur, d.l = nil, nil
+	d.x, d.y, d.dy, d.dx, d.w, d.b, d.dw, d.db = nil, nil, nil, nil, nil, nil, nil, nil
+}
+
 func (d *dnnlConv) forward(c *Ctx, l *Conv2D, x, y []float32, n int) bool {
 	p := d.plan(l, n, threadsOf(c))
 	if p == nil {
 		return false
 	}
-	var b []float32
-	if l.Bias {
-		b = F32(l.B.Value)
-	}
-	w := F32(l.W.Value)
-	in, out := l.h*l.w*l.In, l.ho*l.wo*l.Out
-	p.run(func(pt *dnnlPart[dnnl.Conv]) {
-		pt.p.Forward(p.omp, x[pt.lo*in:(pt.lo+pt.n)*in], w, b, y[pt.lo*out:(pt.lo+pt.n)*out])
-	})
+	d.begin(l, p)
+	d.x, d.y = x, y
+	p.each(d.fwdFn)
+	d.end()
 	return true
+}
+
+func (d *dnnlConv) forwardParts(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		pt := &d.cur.parts[i]
+		a, b := pt.lo, pt.lo+pt.n
+		pt.p.Forward(d.omp, d.x[a*d.in:b*d.in], d.w, d.b, d.y[a*d.out:b*d.out])
+	}
 }
 
 // backward adds the weight (and bias) gradients and, unless dx is nil,
@@ -154,23 +183,26 @@ func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int) bool 
 	if p == nil {
 		return false
 	}
-	w := F32(l.W.Value)
-	in, out := l.h*l.w*l.In, l.ho*l.wo*l.Out
-	p.run(func(pt *dnnlPart[dnnl.Conv]) {
-		xs, dys := x[pt.lo*in:(pt.lo+pt.n)*in], dy[pt.lo*out:(pt.lo+pt.n)*out]
-		pt.p.BackwardWeights(p.omp, xs, dys)
-		if dx != nil {
-			pt.p.BackwardData(p.omp, dys, w, dx[pt.lo*in:(pt.lo+pt.n)*in])
-		}
-	})
-	var db []float32
-	if l.Bias {
-		db = F32(l.B.Grad)
-	}
+	d.begin(l, p)
+	d.x, d.dy, d.dx = x, dy, dx
+	p.each(d.bwdFn)
 	for i := range p.parts {
-		p.parts[i].p.AddGrads(p.omp, F32(l.W.Grad), db)
+		p.parts[i].p.AddGrads(p.omp, d.dw, d.db)
 	}
+	d.end()
 	return true
+}
+
+func (d *dnnlConv) backwardParts(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		pt := &d.cur.parts[i]
+		a, b := pt.lo, pt.lo+pt.n
+		xs, dys := d.x[a*d.in:b*d.in], d.dy[a*d.out:b*d.out]
+		pt.p.BackwardWeights(d.omp, xs, dys)
+		if d.dx != nil {
+			pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
+		}
+	}
 }
 
 // impl names the kernels oneDNN chose for batch size n (forward, backward
@@ -185,8 +217,17 @@ func (d *dnnlConv) impl(n int) [3]string {
 	return [3]string{}
 }
 
-// dnnlPool is a pooling layer's oneDNN state.
-type dnnlPool struct{ plans dnnlPlans[dnnl.Pool] }
+// dnnlPool is a pooling layer's oneDNN state: its plans and the pass in
+// progress (see dnnlConv).
+type dnnlPool struct {
+	plans dnnlPlans[dnnl.Pool]
+
+	cur          *dnnlPlan[dnnl.Pool]
+	x, y, dy, dx []float32
+	ws           []int32
+	in, out, per int
+	fwdFn, bwdFn func(lo, hi int)
+}
 
 func (d *dnnlPool) reset() { d.plans = nil }
 
@@ -199,36 +240,44 @@ func (d *dnnlPool) plan(g *window, alg dnnl.PoolAlg, n, threads int) *dnnlPlan[d
 	})
 }
 
-// workspace returns the slot's int buffer 0, which holds the workspace of
-// the plan's parts (max pooling's argmax), per int32s each, part i's at
-// i·per.
-func (p *dnnlPlan[P]) workspace(s *Slot, per int) []int32 {
-	return s.Ints(0, per*len(p.parts))
-}
-
-// poolWorkspace is the largest workspace of p's parts.
-func poolWorkspace(p *dnnlPlan[dnnl.Pool]) int {
-	per := 0
-	for _, pt := range p.parts {
-		per = max(per, pt.p.Workspace())
+// begin sets up a pass on plan p over the window g. The slot's int buffer
+// 0 holds the parts' workspaces (max pooling's argmax), per int32s each,
+// part i's at i·per.
+func (d *dnnlPool) begin(s *Slot, g *window, p *dnnlPlan[dnnl.Pool]) {
+	if d.fwdFn == nil {
+		d.fwdFn, d.bwdFn = d.forwardParts, d.backwardParts
 	}
-	return per
+	d.per = 0
+	for _, pt := range p.parts {
+		d.per = max(d.per, pt.p.Workspace())
+	}
+	d.cur, d.ws = p, s.Ints(0, d.per*len(p.parts))
+	d.in, d.out = g.h*g.w*g.c, g.ho*g.wo*g.c
 }
 
-// forward writes y and the workspace its backward pass reads into the
-// slot's int buffer 0.
+func (d *dnnlPool) end() {
+	d.cur, d.x, d.y, d.dy, d.dx, d.ws = nil, nil, nil, nil, nil, nil
+}
+
+// forward writes y and the workspace its backward pass reads.
 func (d *dnnlPool) forward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, x, y []float32, n int) bool {
 	p := d.plan(g, alg, n, threadsOf(c))
 	if p == nil {
 		return false
 	}
-	per := poolWorkspace(p)
-	ws := p.workspace(s, per)
-	in, out := g.h*g.w*g.c, g.ho*g.wo*g.c
-	p.run(func(pt *dnnlPart[dnnl.Pool]) {
-		pt.p.Forward(p.omp, x[pt.lo*in:(pt.lo+pt.n)*in], y[pt.lo*out:(pt.lo+pt.n)*out], ws[pt.i*per:(pt.i+1)*per])
-	})
+	d.begin(s, g, p)
+	d.x, d.y = x, y
+	p.each(d.fwdFn)
+	d.end()
 	return true
+}
+
+func (d *dnnlPool) forwardParts(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		pt := &d.cur.parts[i]
+		a, b := pt.lo, pt.lo+pt.n
+		pt.p.Forward(d.cur.omp, d.x[a*d.in:b*d.in], d.y[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per])
+	}
 }
 
 func (d *dnnlPool) backward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, dy, dx []float32, n int) bool {
@@ -236,13 +285,19 @@ func (d *dnnlPool) backward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, dy, dx
 	if p == nil {
 		return false
 	}
-	per := poolWorkspace(p)
-	ws := p.workspace(s, per)
-	in, out := g.h*g.w*g.c, g.ho*g.wo*g.c
-	p.run(func(pt *dnnlPart[dnnl.Pool]) {
-		pt.p.Backward(p.omp, dy[pt.lo*out:(pt.lo+pt.n)*out], ws[pt.i*per:(pt.i+1)*per], dx[pt.lo*in:(pt.lo+pt.n)*in])
-	})
+	d.begin(s, g, p)
+	d.dy, d.dx = dy, dx
+	p.each(d.bwdFn)
+	d.end()
 	return true
+}
+
+func (d *dnnlPool) backwardParts(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		pt := &d.cur.parts[i]
+		a, b := pt.lo, pt.lo+pt.n
+		pt.p.Backward(d.cur.omp, d.dy[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per], d.dx[a*d.in:b*d.in])
+	}
 }
 
 // dnnlAlg is the layer's oneDNN algorithm.
@@ -253,50 +308,111 @@ func (p *AvgPool2D) dnnlAlg() dnnl.PoolAlg {
 	return dnnl.PoolAvgExcludePad
 }
 
-// bnChunked cuts rows into chunks and runs fn on each (chunk k, rows
-// [lo, hi)), the chunks in parallel.
-func bnChunked(c *Ctx, rows, chunks int, fn func(k, lo, hi int)) {
-	parallel(chunks, chunks, 1, func(k0, k1 int) {
-		for k := k0; k < k1; k++ {
-			fn(k, k*rows/chunks, (k+1)*rows/chunks)
-		}
-	})
+// bnFast is a BatchNorm's pass in progress on the fast path: its tensors,
+// which the goroutines running its chunks of rows read and which are
+// cleared when it returns, and the functions that run chunks, made once so
+// that a pass allocates nothing.
+type bnFast struct {
+	x, y, dy, dx                            []float32
+	shift, mean, inv, scale, bias, k, a, bb []float32
+	parts                                   []float64 // 2 × C sums per chunk
+	c, rows, chunks                         int
+	statsFn, normFn, sumsFn, dxFn           func(lo, hi int)
 }
 
-// fastChunks is the number of row chunks of a fast-path pass over rows.
-func (l *BatchNorm) fastChunks(c *Ctx, rows int) int {
-	chunks := max(1, min(threadsOf(c), rows/64))
-	if len(l.parts) < 2*chunks*l.C {
-		l.parts = make([]float64, 2*chunks*l.C)
+// begin sets up a pass over x (rows of l.C channels) in chunks of rows, one
+// per thread.
+func (f *bnFast) begin(c *Ctx, l *BatchNorm, x []float32) {
+	if f.statsFn == nil {
+		f.statsFn, f.normFn, f.sumsFn, f.dxFn = f.stats, f.normalize, f.sums, f.inputGrad
 	}
-	return chunks
+	f.x, f.c, f.rows = x, l.C, len(x)/l.C
+	f.chunks = max(1, min(threadsOf(c), f.rows/64))
+	if len(l.parts) < 2*f.chunks*f.c {
+		l.parts = make([]float64, 2*f.chunks*f.c)
+	}
+	f.parts = l.parts[:2*f.chunks*f.c]
+}
+
+func (f *bnFast) end() {
+	*f = bnFast{statsFn: f.statsFn, normFn: f.normFn, sumsFn: f.sumsFn, dxFn: f.dxFn}
+}
+
+// run runs fn on every chunk, all in parallel.
+func (f *bnFast) run(fn func(lo, hi int)) {
+	if f.chunks == 1 {
+		fn(0, 1)
+		return
+	}
+	parallel(f.chunks, f.chunks, 1, fn)
+}
+
+// rowsOf returns chunk k's rows of v.
+func (f *bnFast) rowsOf(v []float32, k int) []float32 {
+	return v[k*f.rows/f.chunks*f.c : (k+1)*f.rows/f.chunks*f.c]
+}
+
+// sumsOf returns chunk k's two vectors of sums.
+func (f *bnFast) sumsOf(k int) (s1, s2 []float64) {
+	C := f.c
+	return f.parts[2*k*C : (2*k+1)*C], f.parts[(2*k+1)*C : (2*k+2)*C]
+}
+
+func (f *bnFast) stats(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		s1, s2 := f.sumsOf(k)
+		dnnl.BNStats(f.rowsOf(f.x, k), f.c, f.shift, s1, s2)
+	}
+}
+
+func (f *bnFast) normalize(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		dnnl.BNNormalize(f.rowsOf(f.x, k), f.rowsOf(f.y, k), f.c, f.mean, f.scale, f.bias)
+	}
+}
+
+func (f *bnFast) sums(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		s1, s2 := f.sumsOf(k)
+		dnnl.BNGradSums(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.c, f.mean, f.inv, s1, s2)
+	}
+}
+
+func (f *bnFast) inputGrad(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		dnnl.BNInputGrad(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.rowsOf(f.dx, k), f.c, f.mean, f.inv, f.k, f.a, f.bb)
+	}
+}
+
+// total returns the sums of channel j over all chunks.
+func (f *bnFast) total(j int) (s1, s2 float64) {
+	C := f.c
+	for k := 0; k < f.chunks; k++ {
+		s1 += f.parts[2*k*C+j]
+		s2 += f.parts[(2*k+1)*C+j]
+	}
+	return s1, s2
 }
 
 // forwardFast is Forward on the fast path: the same computation, the
-// statistics summed in double around the first row (one pass), in chunks
-// of rows on all threads.
+// statistics summed in double around the first row (one pass over x), in
+// chunks of rows on all threads.
 func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
-	C := l.C
-	rows := len(x) / C
-	chunks := l.fastChunks(c, rows)
+	f := &l.fast
+	f.begin(c, l, x)
+	defer f.end()
+	C, rows := f.c, f.rows
 	rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)
 	if c.Train {
-		parts := l.parts[:2*chunks*C]
-		clear(parts)
-		shift := x[:C]
-		bnChunked(c, rows, chunks, func(k, lo, hi int) {
-			dnnl.BNStats(x[lo*C:hi*C], C, shift, parts[2*k*C:(2*k+1)*C], parts[(2*k+1)*C:(2*k+2)*C])
-		})
+		clear(f.parts)
+		f.shift = x[:C]
+		f.run(f.statsFn)
 		R := float64(rows)
 		m := l.Momentum
 		for j := 0; j < C; j++ {
-			var s1, s2 float64
-			for k := 0; k < chunks; k++ {
-				s1 += parts[2*k*C+j]
-				s2 += parts[(2*k+1)*C+j]
-			}
+			s1, s2 := f.total(j)
 			d := s1 / R
-			mu := float64(shift[j]) + d
+			mu := float64(f.shift[j]) + d
 			v := max(s2/R-d*d, 0)
 			mean[j] = float32(mu)
 			inv[j] = float32(1 / math.Sqrt(v+l.Eps))
@@ -313,35 +429,28 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
 			inv[j] = float32(1 / math.Sqrt(float64(rv[j])+l.Eps))
 		}
 	}
-	w, b := F32(l.Weight.Value), F32(l.Bias.Value)
+	w := F32(l.Weight.Value)
 	for j := range scale {
 		scale[j] = inv[j] * w[j]
 	}
-	bnChunked(c, rows, chunks, func(k, lo, hi int) {
-		dnnl.BNNormalize(x[lo*C:hi*C], y[lo*C:hi*C], C, mean, scale, b)
-	})
+	f.y, f.mean, f.scale, f.bias = y, mean, scale, F32(l.Bias.Value)
+	f.run(f.normFn)
 }
 
 // backwardFast is Backward on the fast path; dx is nil when the input
 // needs no gradient. k, a and bb are scratch vectors of C values.
 func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float32) {
-	C := l.C
-	rows := len(x) / C
-	chunks := l.fastChunks(c, rows)
-	parts := l.parts[:2*chunks*C]
-	clear(parts)
-	bnChunked(c, rows, chunks, func(k, lo, hi int) {
-		dnnl.BNGradSums(x[lo*C:hi*C], dy[lo*C:hi*C], C, mean, inv, parts[2*k*C:(2*k+1)*C], parts[(2*k+1)*C:(2*k+2)*C])
-	})
+	f := &l.fast
+	f.begin(c, l, x)
+	defer f.end()
+	clear(f.parts)
+	f.dy, f.mean, f.inv = dy, mean, inv
+	f.run(f.sumsFn)
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	w := F32(l.Weight.Value)
-	R := float64(rows)
-	for j := 0; j < C; j++ {
-		var sdy, sdyx float64
-		for q := 0; q < chunks; q++ {
-			sdy += parts[2*q*C+j]
-			sdyx += parts[(2*q+1)*C+j]
-		}
+	R := float64(f.rows)
+	for j := 0; j < f.c; j++ {
+		sdy, sdyx := f.total(j)
 		gw[j] += float32(sdyx)
 		gb[j] += float32(sdy)
 		k[j] = w[j] * inv[j]
@@ -355,7 +464,6 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float3
 	if dx == nil {
 		return
 	}
-	bnChunked(c, rows, chunks, func(q, lo, hi int) {
-		dnnl.BNInputGrad(x[lo*C:hi*C], dy[lo*C:hi*C], dx[lo*C:hi*C], C, mean, inv, k, a, bb)
-	})
+	f.dx, f.k, f.a, f.bb = dx, k, a, bb
+	f.run(f.dxFn)
 }

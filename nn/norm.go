@@ -18,6 +18,7 @@ type BatchNorm struct {
 
 	sum, sum2 []float64 // scratch, one per channel
 	parts     []float64 // scratch, chunks × 2 × C partial sums
+	fast      bnFast    // the pass in progress on the fast path (see fastPath)
 }
 
 // bnChunks is the number of row chunks whose per-channel partial sums are

@@ -3,6 +3,7 @@
 package dnnl
 
 /*
+#cgo CFLAGS: -O3
 #cgo LDFLAGS: -ldnnl -lgomp
 #include "ppn.h"
 */

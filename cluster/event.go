@@ -48,8 +48,8 @@ type Member struct {
 	// could not be decoded, for example from a node of another version.
 	MetaErr error
 	// Leaving is set once the member has announced that it is leaving
-	// ([Node.Leave]); it is still alive until its EventLeave. No event
-	// reports the announcement itself.
+	// ([Node.Announce], [Node.Leave]), in an EventUpdate; it is still
+	// alive until its EventLeave.
 	Leaving bool
 }
 

@@ -32,9 +32,10 @@ type Node struct {
 	done     chan struct{} // closed to stop the dispatcher
 	wg       sync.WaitGroup
 
-	metaMu    sync.Mutex // guards meta and metaBytes
+	metaMu    sync.Mutex // guards meta, metaBytes and announced
 	meta      Meta
 	metaBytes []byte // what NodeMeta hands memberlist; at most MaxMetaSize
+	announced bool   // metaBytes carry the leaving mark
 
 	setMu sync.Mutex // serialises SetMeta, so the last stored is the last announced
 
@@ -318,8 +319,7 @@ func (n *Node) Meta() Meta {
 // ctx's deadline, or 5 s if it has none); if that times out it returns an
 // error, but the update is in place and gossip carries it on.
 func (n *Node) SetMeta(ctx context.Context, m Meta) error {
-	b, err := EncodeMeta(m)
-	if err != nil {
+	if _, err := EncodeMeta(m); err != nil {
 		return err
 	}
 	n.setMu.Lock()
@@ -333,8 +333,14 @@ func (n *Node) SetMeta(ctx context.Context, m Meta) error {
 		return err
 	}
 	n.metaMu.Lock()
-	n.meta, n.metaBytes = cloneMeta(m), b
+	b, err := encodeMeta(m, n.announced) // a leaving node stays marked
+	if err == nil {
+		n.meta, n.metaBytes = cloneMeta(m), b
+	}
 	n.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
 	if err := n.ml.UpdateNode(waitFor(ctx)); err != nil {
 		return fmt.Errorf("cluster: metadata update: %w", err)
 	}
@@ -363,6 +369,43 @@ func (n *Node) Members() []Member {
 // events not yet received then are dropped.
 func (n *Node) Events() <-chan Event { return n.events }
 
+// Announce gossips that this node is leaving, without leaving yet: the
+// others see an [EventUpdate] with Member.Leaving set (their jobs can
+// move work away) while it
+// still serves. It waits until the mark has gone out, at most until ctx's
+// deadline (5 s if it has none). Leave announces too; calling Announce
+// first only brings the mark forward.
+func (n *Node) Announce(ctx context.Context) error {
+	n.life.Lock()
+	defer n.life.Unlock()
+	if n.stopped {
+		return nil
+	}
+	return n.announce(ctx)
+}
+
+// announce is Announce with n.life held.
+func (n *Node) announce(ctx context.Context) error {
+	n.metaMu.Lock()
+	if n.announced {
+		n.metaMu.Unlock()
+		return nil
+	}
+	b, err := encodeMeta(n.meta, true) // fits: EncodeMeta kept room for it
+	if err == nil {
+		n.metaBytes = b
+		n.announced = true
+	}
+	n.metaMu.Unlock()
+	if err == nil {
+		err = n.ml.UpdateNode(waitFor(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: leave: announcing: %w", err)
+	}
+	return nil
+}
+
 // Leave announces to the cluster that this node is leaving, waits until
 // the announcement has gone out (at most until ctx's deadline, or 5 s if
 // it has none), then shuts the node down as Close does. Others see an
@@ -377,23 +420,11 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	// First the leaving mark (see observe), then memberlist's leave. If
 	// the mark times out, leave all the same: it may still get through.
-	var errs []error
-	n.metaMu.Lock()
-	b, err := encodeMeta(n.meta, true) // fits: EncodeMeta kept room for it
-	if err == nil {
-		n.metaBytes = b
-	}
-	n.metaMu.Unlock()
-	if err == nil {
-		err = n.ml.UpdateNode(waitFor(ctx))
-	}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("cluster: leave: announcing: %w", err))
-	}
+	errs := []error{n.announce(ctx)}
 	if err := n.ml.Leave(waitFor(ctx)); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: leave: %w", err))
 	}
-	err = errors.Join(errs...)
+	err := errors.Join(errs...)
 	n.log.Info("cluster: node left", "node", n.name, "err", err)
 	return errors.Join(err, n.stop())
 }
@@ -495,11 +526,8 @@ func (n *Node) observe(c change, mn *memberlist.Node) {
 		}
 		n.members[m.Name] = m
 	case changeUpdate:
-		kind = EventUpdate
+		kind = EventUpdate // the leaving mark too: Member.Leaving says so
 		n.members[m.Name] = m
-		if m.Leaving && known && !prev.Leaving {
-			kind = 0 // only the mark changed: no event
-		}
 	case changeGone:
 		kind, m.State = EventFailed, StateFailed
 		if prev.Leaving || mn.State == memberlist.StateLeft {

@@ -119,6 +119,21 @@ func TestLeaveIsSeenAsLeave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	t0 := time.Now()
+	if err := c.Announce(ctx); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	for _, n := range []*Node{a, b} {
+		// c's join may still be queued: the mark is then folded into it.
+		await(t, n, 2*time.Second, "c's leaving mark", func(ev Event) bool {
+			return ev.Member.Name == "c" && (ev.Kind == EventUpdate || ev.Kind == EventJoin) && ev.Member.Leaving
+		})
+		if ms := n.Members(); len(ms) != 3 || !ms[2].Leaving || ms[2].State != StateAlive {
+			t.Errorf("%s: members after the mark %+v, want c alive and leaving", n.Name(), ms)
+		}
+	}
+	if err := c.SetMeta(ctx, testMeta(2)); err != nil {
+		t.Fatalf("SetMeta: %v", err)
+	}
 	if err := c.Leave(ctx); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}

@@ -860,7 +860,8 @@ func toProfile(p cluster.Profile) Profile {
 // Leave announces to the cluster that this node leaves, then stops it as
 // Close does. ctx bounds the announcement.
 func (a *Agent) Leave(ctx context.Context) error {
-	return a.stop(true, func() error { return a.node.Leave(ctx) })
+	announce := func() error { return a.node.Announce(ctx) }
+	return a.stop(announce, func() error { return a.node.Leave(ctx) })
 }
 
 // Close stops the node without announcing it (others see a failure):
@@ -871,11 +872,19 @@ func (a *Agent) Leave(ctx context.Context) error {
 // goroutines abandoned.
 // Calling it again does nothing.
 func (a *Agent) Close() error {
-	return a.stop(false, a.node.Close)
+	return a.stop(nil, a.node.Close)
 }
 
-func (a *Agent) stop(leaving bool, leave func() error) error {
+// stop stops the agent; announce, if not nil, first tells the cluster
+// that it leaves, so that jobs elsewhere move their stages away while the
+// HTTP server drains.
+func (a *Agent) stop(announce, leave func() error) error {
+	leaving := announce != nil
 	a.stopOnce.Do(func() {
+		var errs []error
+		if leaving {
+			errs = append(errs, announce())
+		}
 		a.mu.Lock()
 		a.closed = true
 		a.mu.Unlock()
@@ -887,7 +896,7 @@ func (a *Agent) stop(leaving bool, leave func() error) error {
 		if err != nil {
 			err = a.srv.Close()
 		}
-		errs := []error{err, leave()}
+		errs = append(errs, err, leave())
 		// Jobs end at their next step, submissions after planning. A job
 		// stuck in a step (a stage that never answers) would hold the
 		// node up to its step timeout: after StopGrace it is abandoned.

@@ -150,7 +150,15 @@ func (c *InmemControl) serve(ref StageRef, s *inmemStage) {
 				delete(n.stages, ref.ID)
 			}
 			c.mu.Unlock()
-			return
+			// As protoactor's poison pill: what was queued is answered.
+			for {
+				select {
+				case e := <-s.mail:
+					s.a.handle(e.msg, e.reply)
+				default:
+					return
+				}
+			}
 		}
 	}
 }

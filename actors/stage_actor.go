@@ -96,6 +96,7 @@ type stageActor struct {
 	migLns     []dataplane.Listener
 	migAccepts chan acceptResult
 	quit       chan struct{} // closed by shutdown: a running move gives up
+	stopped    bool          // shut down: set up no more
 }
 
 type acceptResult struct {
@@ -131,7 +132,9 @@ func (a *stageActor) Receive(c actor.Context) {
 		}
 	}
 	if a.handle(c.Message(), reply) {
-		c.Stop(c.Self())
+		// After the messages already queued, which a stopped stage
+		// answers at once: a request that crossed the stop gets a reply.
+		c.Poison(c.Self())
 	}
 }
 
@@ -255,7 +258,7 @@ func ack(h *Header, err error) *Ack {
 
 func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	rep := &SetupStageReply{Header: msg.GetHeader()}
-	if a.eng != nil {
+	if a.eng != nil || a.stopped {
 		rep.Error = "stage is already set up"
 		return rep
 	}
@@ -445,6 +448,7 @@ func (a *stageActor) closeMigrationListeners() {
 // shutdown aborts a running step (its links close under it), waits for it
 // and frees everything. It is idempotent.
 func (a *stageActor) shutdown() {
+	a.stopped = true
 	a.closeListeners()
 	a.closeMigrationListeners()
 	if a.eng == nil {

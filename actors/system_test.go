@@ -492,3 +492,30 @@ func TestStopTogether(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// A request that reaches a stage behind the message that stops it is
+// answered (an ack, or a dead letter once the stage is gone), never left
+// to time out: the coordinator waits on such replies when a job ends.
+func TestRequestBehindAStopIsAnswered(t *testing.T) {
+	kinds := map[string]*actor.Props{StageKind: StageProps(&StageHost{})}
+	s, err := Start(Config{Kinds: kinds, Logger: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), LogLevel: slog.LevelWarn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	for i := range 50 {
+		ref, err := s.Spawn(s.Address(), &SpawnStage{Header: hdr, Kind: StageKind}, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := s.Send(ref, &StopStage{Header: hdr}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if _, err := s.Request(ref, &StopStage{Header: hdr}, 2*time.Second); err != nil && !strings.Contains(err.Error(), "dead letter") {
+			t.Fatalf("stop %d: %v after %v, want an ack or a dead letter", i, err, time.Since(start))
+		}
+	}
+}

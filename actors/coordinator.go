@@ -518,7 +518,7 @@ func (c *Coordinator) stopStages(s *stageSet, wait bool) {
 			continue
 		}
 		wg.Go(func() {
-			if _, err := c.cfg.Control.Request(ref, &StopStage{Header: h}, 10*time.Second); err != nil {
+			if err := c.stopAndWait(ref, h); err != nil {
 				c.log.Warn("stopping a stage", "stage", ref.String(), "generation", s.gen, "err", err)
 			}
 		})
@@ -526,6 +526,30 @@ func (c *Coordinator) stopStages(s *stageSet, wait bool) {
 	wg.Wait()
 	for _, lk := range s.links {
 		lk.Close()
+	}
+}
+
+// stopAndWait asks a stage to stop and waits for its answer, at most
+// 10 s, or until its node does not answer a ping: the stages of a node
+// that is gone are gone, and a request to it would only time out.
+func (c *Coordinator) stopAndWait(ref StageRef, h *Header) error {
+	answer := make(chan error, 1)
+	go func() {
+		_, err := c.cfg.Control.Request(ref, &StopStage{Header: h}, 10*time.Second)
+		answer <- err
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pinged := make(chan error, 1)
+	go func() { pinged <- c.cfg.Control.Ping(ctx, ref.Addr, 10*time.Second) }()
+	select {
+	case err := <-answer:
+		return err
+	case err := <-pinged:
+		if err != nil {
+			return fmt.Errorf("its node is gone: %w", err)
+		}
+		return <-answer
 	}
 }
 

@@ -369,3 +369,27 @@ func TestDataDirIsLocked(t *testing.T) {
 	}
 	startIn(t, dir, "a")
 }
+
+// A job cancelled while its stage nodes close ends at once: stopping
+// stages of a node that is gone does not wait out the stop's timeout.
+func TestCancelWhileStageNodesClose(t *testing.T) {
+	as := startCluster(t, 3)
+	spec := smallSpec()
+	spec.ID, spec.Partition = "orphaned", "uniform"
+	spec.Steps, spec.Epochs = 0, 2000
+	co, err := as[0].Submit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitJob(t, co, time.Minute, "3 steps", func(s job.Status) bool { return s.State == job.StateTraining && s.Step >= 3 })
+	if err := as[0].Cancel(spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	as[2].Close()
+	as[1].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the stop's timeout is 10 s
+	defer cancel()
+	if _, err := as[0].Wait(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+}

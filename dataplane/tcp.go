@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"net"
 	"time"
+
+	"github.com/ppnode/ppnode/portrange"
 )
 
 // TCP is the data plane over TCP. Its zero value listens on 127.0.0.1 with
@@ -12,9 +14,11 @@ import (
 // cross in the clear. A node sets Key, ServerTLS and ClientTLS once; the
 // links' Options do not change with them. doc.go says what each protects.
 type TCP struct {
-	// Host is the address Listen binds (default 127.0.0.1); the port is
-	// always chosen by the system.
+	// Host is the address Listen binds (default 127.0.0.1).
 	Host string
+	// Ports, if not zero, is the range Listen takes its ports from (one
+	// a firewall lets through); otherwise the system picks.
+	Ports portrange.Range
 	// Key, if not empty, is the cluster's secret (at least 16 bytes, the
 	// same on every node): both ends of every link prove they know it,
 	// bound to the link's Hello and to fresh nonces from both ends, and a
@@ -44,7 +48,7 @@ func (p *TCP) security() security {
 	return security{key: p.Key, server: p.ServerTLS, client: p.ClientTLS}
 }
 
-// Listen binds Host:0 and returns a listener for want.
+// Listen binds a port of Host (from Ports) and returns a listener for want.
 func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if _, err := encodeHello(want); err != nil {
 		return nil, err
@@ -57,7 +61,7 @@ func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := p.Ports.Listen(host)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/linkprobe"
+	"github.com/ppnode/ppnode/portrange"
 )
 
 // The fault-injection scenarios of testdata/scenarios (see the package
@@ -282,7 +283,7 @@ func probeServer(t *testing.T, nw *Network, name, ip string) string {
 	}
 	var srv *linkprobe.Server
 	var lerr error
-	if err := inNetns(path, func() { srv, lerr = linkprobe.Listen(ip) }); err != nil || lerr != nil {
+	if err := inNetns(path, func() { srv, lerr = linkprobe.Listen(ip, portrange.Range{}) }); err != nil || lerr != nil {
 		t.Fatalf("probe server in %s: %v %v", name, err, lerr)
 	}
 	t.Cleanup(func() { srv.Close() })

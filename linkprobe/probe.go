@@ -25,6 +25,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ppnode/ppnode/portrange"
 )
 
 const (
@@ -49,9 +51,9 @@ type Server struct {
 	conn map[net.Conn]bool
 }
 
-// Listen starts a server on host, on a port the system chooses.
-func Listen(host string) (*Server, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+// Listen starts a server on host, on a port of ports (any if zero).
+func Listen(host string, ports portrange.Range) (*Server, error) {
+	ln, err := ports.Listen(host)
 	if err != nil {
 		return nil, fmt.Errorf("linkprobe: %w", err)
 	}

@@ -8,10 +8,12 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ppnode/ppnode/portrange"
 )
 
 func TestMeasureLoopback(t *testing.T) {
-	s, err := Listen("127.0.0.1")
+	s, err := Listen("127.0.0.1", portrange.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func TestMeasureLoopback(t *testing.T) {
 
 // Bad probes get the connection closed; the server keeps answering.
 func TestServerBadInput(t *testing.T) {
-	s, err := Listen("127.0.0.1")
+	s, err := Listen("127.0.0.1", portrange.Range{})
 	if err != nil {
 		t.Fatal(err)
 	}

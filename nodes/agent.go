@@ -26,6 +26,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/portrange"
 	"github.com/ppnode/ppnode/tensorio"
 	"github.com/ppnode/ppnode/trust"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	ActorBind string
 	// HTTP is the API's host:port (default DefaultHTTP).
 	HTTP string
+	// DataPorts, if not zero, is the TCP ports the stage links and the
+	// link probe listen on (otherwise any: the system picks).
+	DataPorts portrange.Range
 	// DataDir holds the local checkpoint store (DataDir/checkpoints);
 	// empty: no store. One node process at a time may use it (Start
 	// takes a lock on DataDir/lock until the node stops).
@@ -296,7 +300,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 
-	a.dp = &dataplane.TCP{Host: dataHost}
+	a.dp = &dataplane.TCP{Host: dataHost, Ports: cfg.DataPorts}
 	if id := cfg.Identity; id != nil {
 		a.dp.Key = id.DataPlaneKey()
 		if cfg.EncryptData {
@@ -307,7 +311,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	if probeHost == "" {
 		probeHost = "127.0.0.1" // as the data plane
 	}
-	if a.probe, err = linkprobe.Listen(probeHost); err != nil {
+	if a.probe, err = linkprobe.Listen(probeHost, cfg.DataPorts); err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
@@ -361,7 +365,7 @@ func Start(cfg Config) (a *Agent, err error) {
 			a.log.Error("nodes: HTTP server", "err", err)
 		}
 	}()
-	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_dir", cfg.DataDir)
+	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir)
 	return a, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/ppnode/ppnode/nodes"
+	"github.com/ppnode/ppnode/portrange"
 )
 
 // readyLine is what join prints on stdout, after "ready ", once the node is
@@ -42,6 +43,8 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.StringVar(&cfg.Advertise, "advertise", "", "gossip address others reach this node at (default: the bound one)")
 	fs.StringVar(&cfg.ActorBind, "actor-bind", "", "actor system address, host:port (default: --bind's host, any free port)")
 	fs.StringVar(&cfg.HTTP, "http", nodes.DefaultHTTP, "HTTP API address, host:port")
+	dataPorts := fs.String("data-ports", "", "TCP ports the stage-to-stage links and link probes listen on, LO-HI, on --actor-bind's host\n"+
+		"(default: any free port; give a range a firewall lets through, such as 7950-7999)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the node's checkpoint store, which keeps the consistent cuts of its jobs and copies of\n"+
 		"other nodes' (coordinator failover needs it); \"none\": no store (default: the user's state directory,\n"+
 		"$XDG_STATE_HOME/ppnode/<name>, else $HOME/.local/state/ppnode/<name>)")
@@ -67,6 +70,11 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	if cfg.Name == "" {
 		return cfg, lo, usagef("--name is required")
 	}
+	ports, err := portrange.Parse(*dataPorts)
+	if err != nil {
+		return cfg, lo, usagef("--data-ports: %v", err)
+	}
+	cfg.DataPorts = ports
 	if err := nodes.CheckName(cfg.Name); err != nil {
 		return cfg, lo, usagef("--name: %v", err) // as every job record holder would say
 	}

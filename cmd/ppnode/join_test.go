@@ -30,6 +30,7 @@ func TestJoinFlagErrors(t *testing.T) {
 		{[]string{"join", "--name", "a", "--advertise", "x"}, "--advertise"},
 		{[]string{"join", "--name", "a", "--actor-bind", "x"}, "--actor-bind"},
 		{[]string{"join", "--name", "a", "--threads", "-2"}, "--threads"},
+		{[]string{"join", "--name", "a", "--data-ports", "7999-7950"}, "--data-ports"},
 		{[]string{"join", "--name", "a", "--log-level", "loud"}, "--log-level"},
 		{[]string{"join", "--nope"}, "flag provided but not defined"},
 		{[]string{"join", "--name", "a", "--data-dir", ""}, `--data-dir "": give a directory, or "none"`},

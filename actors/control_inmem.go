@@ -225,11 +225,12 @@ func (c *InmemControl) Send(to StageRef, msg proto.Message) error {
 func (c *InmemControl) Ping(ctx context.Context, addr string, timeout time.Duration) error {
 	c.mu.Lock()
 	n := c.nodes[addr]
+	dead, cut := n == nil || n.dead, n != nil && n.cut
 	c.mu.Unlock()
 	switch {
-	case n == nil || n.dead:
+	case dead:
 		return fmt.Errorf("actors: ping %s: connection refused", addr)
-	case n.cut:
+	case cut:
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {

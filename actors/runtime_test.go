@@ -419,7 +419,9 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	spec := smallSpec("mlp32")
 	spec.ID = "pause"
 	spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
-	spec.Partition, spec.NoRebalance = "auto", true
+	// One schedule: "auto" picks one by measured speeds, and with GPipe
+	// (every micro-batch in flight) the stages may not fit.
+	spec.Partition, spec.Schedule, spec.NoRebalance = "auto", "1f1b", true
 	want := localSHA(t, spec)
 	// What the whole model needs on one node; each node gets 70% of it,
 	// so the job needs two.
@@ -504,4 +506,37 @@ func nodeNames(ns []job.NodeInfo) []string {
 		out = append(out, n.Name)
 	}
 	return out
+}
+
+// A host that closes stops the stages it runs and sets up no new one: a
+// plan that places a stage there fails with the reason.
+func TestHostCloseStopsItsStages(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition = "closing", "uniform"
+	c, err := NewCoordinator(spec, tc.config(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := c.Plan()
+	addrs := make([]string, len(plan.Stages))
+	for k, sp := range plan.Stages {
+		addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
+	}
+	s, _, err := c.startStages(job.StartStages{Gen: 1, Plan: plan, Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, h := range tc.hosts {
+		if err := h.Close(ctx); err != nil {
+			t.Fatalf("node %s: Close: %v", tc.nodes[i].Name, err)
+		}
+	}
+	c.stopStages(s, true)
+	_, _, err = c.startStages(job.StartStages{Gen: 2, Plan: plan, Addrs: addrs})
+	if err == nil || !strings.Contains(err.Error(), errHostClosing.Error()) {
+		t.Fatalf("stages on closed hosts: err %v, want %q", err, errHostClosing)
+	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -32,35 +33,72 @@ type StageHost struct {
 	// timings every step.
 	Capacity func() float64
 
-	mu       sync.Mutex    // guards stages, idle and handoffs
-	stages   int           // stages set up and not yet shut down
-	idle     chan struct{} // closed while stages == 0; nil until the first stage
+	mu       sync.Mutex               // guards stages, idle, closing and handoffs
+	stages   map[*stageActor]struct{} // set up and not yet shut down
+	idle     chan struct{}            // closed while no stage runs; nil until the first stage
+	closing  bool                     // Close was called: no new stage
 	handoffs map[handoffKey]*handoff
 }
 
-func (h *StageHost) stageUp() {
+// stageUp counts a stage that is set up, unless the host is closing.
+func (h *StageHost) stageUp(a *stageActor) error {
 	h.mu.Lock()
-	h.stages++
-	if h.idle == nil || h.stages == 1 {
+	defer h.mu.Unlock()
+	if h.closing {
+		return errHostClosing
+	}
+	if h.stages == nil {
+		h.stages = map[*stageActor]struct{}{}
+	}
+	h.stages[a] = struct{}{}
+	if h.idle == nil || len(h.stages) == 1 {
 		h.idle = make(chan struct{})
 	}
-	h.mu.Unlock()
+	return nil
 }
 
-func (h *StageHost) stageDown() {
+func (h *StageHost) stageDown(a *stageActor) {
 	h.mu.Lock()
-	if h.stages--; h.stages == 0 {
+	delete(h.stages, a)
+	if len(h.stages) == 0 {
 		close(h.idle)
 	}
 	h.mu.Unlock()
 }
+
+var errHostClosing = errors.New("the node is stopping")
+
+// Refuse makes the host set up no new stage: the node is stopping. Its
+// stages run on (a leaving node's until their jobs move them away).
+func (h *StageHost) Refuse() {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+}
+
+// Close stops the host's stages and takes no new ones: each frees what it
+// holds (its links break, so their jobs recover elsewhere). It waits until
+// they have, or ctx ends. A node calls it before stopping its actor system,
+// which would leave them running.
+func (h *StageHost) Close(ctx context.Context) error {
+	h.mu.Lock()
+	h.closing = true
+	for a := range h.stages {
+		a.post(hostClosing{})
+	}
+	h.mu.Unlock()
+	return h.WaitIdle(ctx)
+}
+
+// hostClosing is the message Close sends a stage.
+type hostClosing struct{}
 
 // WaitIdle waits until the host runs no stage (a leaving node lets its
 // stages be moved away first) or ctx ends.
 func (h *StageHost) WaitIdle(ctx context.Context) error {
 	h.mu.Lock()
 	idle := h.idle
-	busy := h.stages > 0
+	busy := len(h.stages) > 0
 	h.mu.Unlock()
 	if !busy {
 		return nil
@@ -146,6 +184,9 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 		reply(a.setup(msg))
 	case coordinatorGone:
 		a.log().Warn("the link to the coordinator broke; the stage stops", "err", msg.err)
+		a.shutdown()
+		return true
+	case hostClosing:
 		a.shutdown()
 		return true
 	case *ConnectStage:
@@ -318,10 +359,16 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 			rep.Params += int64(p.Value.Shape().TotalSize())
 		}
 	}
+	if err := a.host.stageUp(a); err != nil {
+		a.closeListeners()
+		a.closeMigrationListeners()
+		eng.close()
+		rep.Error = err.Error()
+		return rep
+	}
 	a.quit = make(chan struct{})
 	a.eng = eng
 	a.gate = NewGate(spec.Job.ID, spec.Generation)
-	a.host.stageUp()
 	return rep
 }
 
@@ -464,5 +511,5 @@ func (a *stageActor) shutdown() {
 	}
 	a.eng.close()
 	a.eng = nil
-	a.host.stageDown()
+	a.host.stageDown(a)
 }

@@ -892,6 +892,7 @@ func (a *Agent) stop(announce, leave func() error) error {
 		a.mu.Lock()
 		a.closed = true
 		a.mu.Unlock()
+		a.host.Refuse() // a job that has not heard yet places no stage here
 		a.cancel()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -925,6 +926,14 @@ func (a *Agent) stop(announce, leave func() error) error {
 			}
 			cancel()
 		}
+		// Stages left (not leaving, or past the grace) stop with their
+		// links before the actor system does, which would leave them
+		// running, reachable by their peers and by no one's control.
+		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		if err := a.host.Close(ctx); err != nil {
+			a.log.Warn("nodes: stages did not stop", "err", err)
+		}
+		cancel()
 		a.sys.Stop()
 		a.probe.Close()
 		a.loops.Wait()

@@ -8,7 +8,6 @@ require (
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/klauspost/compress v1.20.4
 	gonum.org/v1/gonum v0.17.0
-	gonum.org/v1/netlib v0.0.0-20190313105609-8cb42192e0e0
 	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
 	gorgonia.org/tensor v0.9.24

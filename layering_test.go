@@ -14,7 +14,7 @@ const module = "github.com/ppnode/ppnode"
 // (../shared/DESIGN.md, "Layout"). Lower packages never import higher ones.
 var allowed = map[string][]string{
 	"clock":       {},
-	"nn":          {"nn/internal/sgemm", "nn/internal/dnnl"},
+	"nn":          {"nn/internal/sgemm", "nn/internal/dnnl", "nn/internal/openblas"},
 	"nn/nntest":   {"nn"},
 	"nn/zoo":      {"nn"},
 	"data":        {"nn", "tensorio"},
@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 
 	"nn/internal/sgemm":     {},
 	"nn/internal/dnnl":      {},
+	"nn/internal/openblas":  {},
 	"integration/crossarch": {"*"},
 }
 

@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-
-	"gonum.org/v1/gonum/blas"
 )
 
 // Backend computes matrix products. Every GEMM in ppnode goes through one.
@@ -89,11 +87,4 @@ func NewBackend(name string, threads int, deterministic bool) (Backend, error) {
 		return nil, fmt.Errorf("nn: backend %q is not deterministic; use gonum", name)
 	}
 	return b, nil
-}
-
-func trans(t bool) blas.Transpose {
-	if t {
-		return blas.Trans
-	}
-	return blas.NoTrans
 }

@@ -1,21 +1,19 @@
-//go:build cgo && openblas
-
 package nn
-
-/*
-#cgo LDFLAGS: -lopenblas
-void openblas_set_num_threads(int);
-*/
-import "C"
 
 import (
 	"os"
 	"sync"
 
-	"gonum.org/v1/netlib/blas/netlib"
+	"github.com/ppnode/ppnode/nn/internal/openblas"
 )
 
-func init() { registerBackend("openblas", newOpenBLAS) }
+// The backend is compiled in with the tag openblas and cgo; the cgo calls
+// live in nn/internal/openblas, so that nn itself can hold Go assembly.
+func init() {
+	if openblas.Available {
+		registerBackend("openblas", newOpenBLAS)
+	}
+}
 
 // OpenBLAS runs single-threaded: its own worker threads spin (sched_yield)
 // between calls and fight the layers' goroutines for the CPUs, so the
@@ -28,16 +26,15 @@ var (
 )
 
 type openblasBackend struct {
-	impl    netlib.Implementation
 	threads int
 }
 
 func newOpenBLAS(threads int) (Backend, error) {
 	openblasOnce.Do(func() {
 		if openblasNative {
-			C.openblas_set_num_threads(C.int(threads))
+			openblas.SetThreads(threads)
 		} else {
-			C.openblas_set_num_threads(1)
+			openblas.SetThreads(1)
 		}
 	})
 	return &openblasBackend{threads: threads}, nil
@@ -56,7 +53,7 @@ func (o *openblasBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32,
 	}
 	work := float64(m) * float64(n) * float64(k)
 	if openblasNative || o.threads <= 1 || work < 1<<20 {
-		o.impl.Sgemm(trans(transA), trans(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		openblas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if m >= n {
@@ -66,7 +63,7 @@ func (o *openblasBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32,
 				off = lo
 			}
 			as := a[off:]
-			o.impl.Sgemm(trans(transA), trans(transB), hi-lo, n, k, alpha, as, lda, b, ldb, beta, c[lo*ldc:], ldc)
+			openblas.Sgemm(transA, transB, hi-lo, n, k, alpha, as, lda, b, ldb, beta, c[lo*ldc:], ldc)
 		})
 		return
 	}
@@ -76,6 +73,6 @@ func (o *openblasBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32,
 			off = lo * ldb
 		}
 		bs := b[off:]
-		o.impl.Sgemm(trans(transA), trans(transB), m, hi-lo, k, alpha, a, lda, bs, ldb, beta, c[lo:], ldc)
+		openblas.Sgemm(transA, transB, m, hi-lo, k, alpha, a, lda, bs, ldb, beta, c[lo:], ldc)
 	})
 }

@@ -79,10 +79,10 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 // are the same on every machine. On amd64 with AVX2 the bulk of each
 // parameter runs in assembly (optim_amd64.s), eight lanes at a time with the
 // same operations in the same order (separate VMULPS and VADDPS, VSQRTPS,
-// VDIVPS); the Go loops take the tails, the other architectures and the
-// openblas build (see optim_amd64.go). The square root is the correctly
-// rounded float32 one everywhere: float32(math.Sqrt(float64(v))) rounds
-// twice, which is exact for a float32 root (53 >= 2·24+2 bits).
+// VDIVPS); the Go loops take the tails and the other architectures. The
+// square root is the correctly rounded float32 one everywhere:
+// float32(math.Sqrt(float64(v))) rounds twice, which is exact for a float32
+// root (53 >= 2·24+2 bits).
 //
 // The scalars (lr, μ, wd, β, ε, lr/(1−β1^t), √(1−β2^t)) are rounded to
 // float32 once per step, as PyTorch's CPU kernels use them on float32

@@ -1,4 +1,4 @@
-//go:build !purego && !(cgo && openblas)
+//go:build !purego
 
 package nn
 
@@ -7,10 +7,8 @@ import "unsafe"
 // The AVX2 kernels of the optimizers (optim_amd64.s). Each updates the
 // first n elements, n a positive multiple of 8, of arrays at least that
 // long; b is not read without momentum (k.momentum false) and may be nil.
-//
-// They are not built with the openblas tag: nn then uses cgo, the go
-// command refuses Go assembly in a package that uses cgo, and that build
-// runs the loops of optim.go alone (optim_other.go).
+// They are built in every amd64 build but purego: nn has no cgo of its own
+// (the go command refuses Go assembly beside cgo), see nn/internal/openblas.
 
 //go:noescape
 func sgdAVX2(n int, w, grad, b *float32, k *sgdCoef)

@@ -1,4 +1,4 @@
-//go:build !purego && !(cgo && openblas)
+//go:build !purego
 
 #include "textflag.h"
 

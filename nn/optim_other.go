@@ -1,10 +1,9 @@
-//go:build !amd64 || purego || (cgo && openblas)
+//go:build !amd64 || purego
 
 package nn
 
-// Without the assembly kernels (other architectures, purego, and builds
-// in which nn uses cgo: see optim_amd64.go) the loops in optim.go do all
-// the work.
+// Without the assembly kernels (other architectures and purego) the loops
+// in optim.go do all the work.
 
 func sgdVector(w, g, b []float32, k *sgdCoef) int { return 0 }
 

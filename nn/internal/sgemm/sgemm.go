@@ -1,7 +1,8 @@
 // Package sgemm holds the micro-kernels and packing routines of nn's
 // deterministic GEMM (nn/gemm.go has the driver and the arithmetic it
-// promises). They live here, not in nn, because a package that uses cgo
-// (nn with the openblas tag) cannot hold Go assembly.
+// promises). They were put here, not in nn, when nn used cgo with the
+// openblas tag (a package that uses cgo cannot hold Go assembly); nn's cgo
+// now lives in nn/internal/openblas.
 //
 // # Arithmetic
 //

@@ -1,8 +1,10 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"sync"
 
 	"github.com/ppnode/ppnode/nn/internal/dnnl"
 )
@@ -42,6 +44,16 @@ const OneDNN = dnnl.Available
 
 var dnnlNative = os.Getenv("PPNODE_DNNL_THREADS") == "native"
 
+// Describe names what computes on be: its GEMM backend, and "+onednn"
+// when convolutions, pooling and BatchNorm take the fast path on it, as in
+// "openblas+onednn".
+func Describe(be Backend) string {
+	if dnnl.Available && !be.Deterministic() {
+		return be.Name() + "+onednn"
+	}
+	return be.Name()
+}
+
 // fastPath reports whether a pass in c takes the fast path.
 func fastPath(c *Ctx) bool {
 	return dnnl.Available && c != nil && c.Backend != nil && !c.Backend.Deterministic()
@@ -55,8 +67,23 @@ type dnnlPart[P any] struct {
 
 // dnnlPlan is a layer's primitives for one batch size and thread count.
 type dnnlPlan[P any] struct {
-	parts []dnnlPart[P]
-	omp   int // oneDNN's OpenMP threads
+	parts  []dnnlPart[P]
+	omp    int     // oneDNN's OpenMP threads
+	errs   []error // each part's error in the pass in progress
+	failed bool    // a pass failed: the layer's own loops take over
+}
+
+// ok reports whether every part of the pass just run succeeded, and if
+// not, retires the plan: oneDNN failing to run a primitive it made is not
+// expected to heal, and the layer's own loops give the same results.
+func (p *dnnlPlan[P]) ok() bool {
+	for i, err := range p.errs {
+		if err != nil {
+			p.failed = true
+			p.errs[i] = nil
+		}
+	}
+	return !p.failed
 }
 
 // each runs fn on parts [lo, hi) of the plan, all in parallel.
@@ -79,6 +106,9 @@ type dnnlPlans[P any] map[planKey]*dnnlPlan[P]
 func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan[P] {
 	k := planKey{n, threads}
 	if p, ok := (*m)[k]; ok {
+		if p != nil && p.failed {
+			return nil
+		}
 		return p
 	}
 	if *m == nil {
@@ -90,7 +120,10 @@ func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan
 		parts, p.omp = 1, threads
 	}
 	for i, lo := 0, 0; i < parts; i++ {
-		size := n/parts + btoi(i < n%parts)
+		size := n / parts
+		if i < n%parts {
+			size++
+		}
 		prim, err := mk(size)
 		if err != nil {
 			p = nil
@@ -99,15 +132,11 @@ func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan
 		p.parts = append(p.parts, dnnlPart[P]{i: i, lo: lo, n: size, p: prim})
 		lo += size
 	}
+	if p != nil {
+		p.errs = make([]error, len(p.parts))
+	}
 	(*m)[k] = p
 	return p
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // dnnlConv is a Conv2D's oneDNN state: its plans, and the pass in progress,
@@ -164,32 +193,39 @@ func (d *dnnlConv) forward(c *Ctx, l *Conv2D, x, y []float32, n int) bool {
 	d.x, d.y = x, y
 	p.each(d.fwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlConv) forwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Forward(d.omp, d.x[a*d.in:b*d.in], d.w, d.b, d.y[a*d.out:b*d.out])
+		d.cur.errs[i] = pt.p.Forward(d.omp, d.x[a*d.in:b*d.in], d.w, d.b, d.y[a*d.out:b*d.out])
 	}
 }
 
 // backward adds the weight (and bias) gradients and, unless dx is nil,
 // writes the input gradient. The parts' weight gradients are added in part
-// order once all are computed.
+// order once all are computed. A failure before that leaves the gradients
+// as they were, for the layer's own loops; a failure while adding them
+// would leave part of a sum, and panics.
 func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int) bool {
 	p := d.plan(l, n, threadsOf(c))
 	if p == nil {
 		return false
 	}
 	d.begin(l, p)
+	defer d.end()
 	d.x, d.dy, d.dx = x, dy, dx
 	p.each(d.bwdFn)
-	for i := range p.parts {
-		p.parts[i].p.AddGrads(p.omp, d.dw, d.db)
+	if !p.ok() {
+		return false
 	}
-	d.end()
+	for i := range p.parts {
+		if err := p.parts[i].p.AddGrads(p.omp, d.dw, d.db); err != nil {
+			panic(fmt.Sprintf("nn: %v (the weight gradients of a convolution are lost)", err))
+		}
+	}
 	return true
 }
 
@@ -198,10 +234,11 @@ func (d *dnnlConv) backwardParts(lo, hi int) {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
 		xs, dys := d.x[a*d.in:b*d.in], d.dy[a*d.out:b*d.out]
-		pt.p.BackwardWeights(d.omp, xs, dys)
-		if d.dx != nil {
-			pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
+		err := pt.p.BackwardWeights(d.omp, xs, dys)
+		if err == nil && d.dx != nil {
+			err = pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
 		}
+		d.cur.errs[i] = err
 	}
 }
 
@@ -269,14 +306,14 @@ func (d *dnnlPool) forward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, x, y []
 	d.x, d.y = x, y
 	p.each(d.fwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlPool) forwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Forward(d.cur.omp, d.x[a*d.in:b*d.in], d.y[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per])
+		d.cur.errs[i] = pt.p.Forward(d.cur.omp, d.x[a*d.in:b*d.in], d.y[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per])
 	}
 }
 
@@ -289,14 +326,14 @@ func (d *dnnlPool) backward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, dy, dx
 	d.dy, d.dx = dy, dx
 	p.each(d.bwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlPool) backwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Backward(d.cur.omp, d.dy[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per], d.dx[a*d.in:b*d.in])
+		d.cur.errs[i] = pt.p.Backward(d.cur.omp, d.dy[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per], d.dx[a*d.in:b*d.in])
 	}
 }
 
@@ -466,4 +503,50 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float3
 	}
 	f.dx, f.k, f.a, f.bb = dx, k, a, bb
 	f.run(f.dxFn)
+}
+
+// ewOp is an elementwise kernel of the fast path.
+type ewOp int
+
+const (
+	ewReLU     ewOp = iota // y = max(a, 0)
+	ewReLUGrad             // y = b where a > 0, else 0
+	ewAdd                  // y = a + b
+)
+
+// ewPass is an elementwise pass in progress, run in chunks on the worker
+// goroutines. Passes are pooled with their chunk function bound once, so
+// that a pass allocates nothing.
+type ewPass struct {
+	op      ewOp
+	a, b, y []float32
+	run     func(lo, hi int)
+}
+
+var ewPasses = sync.Pool{New: func() any {
+	p := new(ewPass)
+	p.run = p.chunk
+	return p
+}}
+
+func (p *ewPass) chunk(lo, hi int) {
+	switch p.op {
+	case ewReLU:
+		dnnl.ReLU(p.a[lo:hi], p.y[lo:hi])
+	case ewReLUGrad:
+		dnnl.ReLUGrad(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
+	case ewAdd:
+		dnnl.Add(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
+	}
+}
+
+// elementwise runs op over y's elements on the fast path, in chunks of at
+// least 32K elements (smaller ones cost more to hand to a thread than to
+// compute).
+func elementwise(c *Ctx, op ewOp, a, b, y []float32) {
+	p := ewPasses.Get().(*ewPass)
+	p.op, p.a, p.b, p.y = op, a, b, y
+	parallel(threadsOf(c), len(y), 1<<15, p.run)
+	p.a, p.b, p.y = nil, nil, nil
+	ewPasses.Put(p)
 }

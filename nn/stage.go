@@ -203,7 +203,7 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 	clear(ss.inGrad)
 	for j, k := range s.outIndex {
 		if dout[j] != nil {
-			addGrad(&ss.grad[k], &ss.owned[k], &ss.acc[k], dout[j])
+			addGrad(c, &ss.grad[k], &ss.owned[k], &ss.acc[k], dout[j])
 		}
 	}
 	for k := len(s.nodes) - 1; k >= 0; k-- {
@@ -218,9 +218,9 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 				continue
 			}
 			if r.input {
-				addGrad(&ss.inGrad[r.i], &ss.inOwned[r.i], &ss.inAcc[r.i], din[i])
+				addGrad(c, &ss.inGrad[r.i], &ss.inOwned[r.i], &ss.inAcc[r.i], din[i])
 			} else {
-				addGrad(&ss.grad[r.i], &ss.owned[r.i], &ss.acc[r.i], din[i])
+				addGrad(c, &ss.grad[r.i], &ss.owned[r.i], &ss.acc[r.i], din[i])
 			}
 		}
 	}
@@ -229,18 +229,25 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 
 // addGrad adds t into the accumulator *acc. Contributions arrive in reverse
 // node order of their consumers, a fixed order, so the sum is deterministic.
-func addGrad(acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
+// The first addition writes acc + t into buf, which then holds the sum.
+func addGrad(c *Ctx, acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
 	if *acc == nil {
 		*acc, *owned = t, false
 		return
 	}
+	a, x, y := F32(*acc), F32(t), F32(*acc)
 	if !*owned {
 		b := buf.Buf(0, t.Shape()...)
-		copy(F32(b), F32(*acc))
+		y = F32(b)
 		*acc, *owned = b, true
 	}
-	a, x := F32(*acc), F32(t)
+	if fastPath(c) {
+		elementwise(c, ewAdd, a, x, y)
+		return
+	}
+	y = y[:len(a)]
+	x = x[:len(a)]
 	for i := range a {
-		a[i] += x[i]
+		y[i] = a[i] + x[i]
 	}
 }

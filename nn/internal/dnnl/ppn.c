@@ -740,3 +740,18 @@ KERNEL void ppn_bn_dx(const float *restrict x, const float *restrict dy, float *
 #undef FN
 #undef TAIL
 }
+
+/* Elementwise kernels over n floats, vectorised like the ones above. */
+
+KERNEL void ppn_relu(const float *restrict x, float *restrict y, size_t n) {
+	for (size_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
+}
+
+KERNEL void ppn_relu_grad(const float *restrict y, const float *restrict dy, float *restrict dx, size_t n) {
+	for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+}
+
+// ppn_add writes y = a + b; y may be a.
+KERNEL void ppn_add(const float *a, const float *restrict b, float *y, size_t n) {
+	for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}

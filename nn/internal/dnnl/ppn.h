@@ -63,4 +63,10 @@ void ppn_bn_grad_sums(const float *x, const float *dy, int rows, int c, const fl
 void ppn_bn_dx(const float *x, const float *dy, float *dx, int rows, int c, const float *mean, const float *inv,
 		const float *k, const float *a, const float *b);
 
+// Elementwise kernels over n floats: y = max(x, 0); dx = dy where y > 0,
+// else 0; y = a + b (y may be a).
+void ppn_relu(const float *x, float *y, size_t n);
+void ppn_relu_grad(const float *y, const float *dy, float *dx, size_t n);
+void ppn_add(const float *a, const float *b, float *y, size_t n);
+
 #endif

@@ -13,8 +13,9 @@ import (
 //
 // Built with the tag dnnl (cgo, Debian's libdnnl-dev), Conv2D, MaxPool2D
 // and AvgPool2D run their passes through oneDNN's primitives, and
-// BatchNorm through vectorised loops of ours (package nn/internal/dnnl),
-// whenever the Ctx's backend is not deterministic. oneDNN picks its kernels
+// BatchNorm, ReLU, Add and the stage's gradient sums through vectorised
+// loops of ours (package nn/internal/dnnl), whenever the Ctx's backend is
+// not deterministic. oneDNN picks its kernels
 // by CPU model, and both split their work by thread count, so the bits are
 // not reproducible; with a deterministic backend, or without the tag, the
 // layers run their own loops, whose bits are what they always were.
@@ -36,6 +37,11 @@ import (
 // with a copy of the weights they were made from, and reorders again when a
 // pass's weights differ from the copy (a memcmp): the optimizer updates
 // weights in place, and this sees every update without being told.
+//
+// A layer runs one pass at a time (as every layer with scratch of its own,
+// BatchNorm's sums for one): the pass in progress lives in the layer. A
+// primitive that fails to run retires its plan, and the layer's own loops
+// take over.
 
 // OneDNN reports whether this binary has the fast path: Conv2D and the
 // pooling layers run through oneDNN, BatchNorm through vectorised loops, on
@@ -351,6 +357,8 @@ func (p *AvgPool2D) dnnlAlg() dnnl.PoolAlg {
 // that a pass allocates nothing.
 type bnFast struct {
 	x, y, dy, dx                            []float32
+	relu                                    bool      // the forward pass applies a ReLU
+	out                                     []float32 // the backward pass's ReLU output, or nil
 	shift, mean, inv, scale, bias, k, a, bb []float32
 	parts                                   []float64 // 2 × C sums per chunk
 	c, rows, chunks                         int
@@ -389,6 +397,14 @@ func (f *bnFast) rowsOf(v []float32, k int) []float32 {
 	return v[k*f.rows/f.chunks*f.c : (k+1)*f.rows/f.chunks*f.c]
 }
 
+// outRows returns chunk k's rows of the ReLU output, nil without one.
+func (f *bnFast) outRows(k int) []float32 {
+	if f.out == nil {
+		return nil
+	}
+	return f.rowsOf(f.out, k)
+}
+
 // sumsOf returns chunk k's two vectors of sums.
 func (f *bnFast) sumsOf(k int) (s1, s2 []float64) {
 	C := f.c
@@ -404,20 +420,20 @@ func (f *bnFast) stats(lo, hi int) {
 
 func (f *bnFast) normalize(lo, hi int) {
 	for k := lo; k < hi; k++ {
-		dnnl.BNNormalize(f.rowsOf(f.x, k), f.rowsOf(f.y, k), f.c, f.mean, f.scale, f.bias)
+		dnnl.BNNormalize(f.rowsOf(f.x, k), f.rowsOf(f.y, k), f.c, f.mean, f.scale, f.bias, f.relu)
 	}
 }
 
 func (f *bnFast) sums(lo, hi int) {
 	for k := lo; k < hi; k++ {
 		s1, s2 := f.sumsOf(k)
-		dnnl.BNGradSums(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.c, f.mean, f.inv, s1, s2)
+		dnnl.BNGradSums(f.rowsOf(f.x, k), f.outRows(k), f.rowsOf(f.dy, k), f.c, f.mean, f.inv, s1, s2)
 	}
 }
 
 func (f *bnFast) inputGrad(lo, hi int) {
 	for k := lo; k < hi; k++ {
-		dnnl.BNInputGrad(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.rowsOf(f.dx, k), f.c, f.mean, f.inv, f.k, f.a, f.bb)
+		dnnl.BNInputGrad(f.rowsOf(f.x, k), f.outRows(k), f.rowsOf(f.dy, k), f.rowsOf(f.dx, k), f.c, f.mean, f.inv, f.k, f.a, f.bb)
 	}
 }
 
@@ -433,8 +449,8 @@ func (f *bnFast) total(j int) (s1, s2 float64) {
 
 // forwardFast is Forward on the fast path: the same computation, the
 // statistics summed in double around the first row (one pass over x), in
-// chunks of rows on all threads.
-func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
+// chunks of rows on all threads; with relu, y is max(y, 0).
+func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu bool) {
 	f := &l.fast
 	f.begin(c, l, x)
 	defer f.end()
@@ -470,18 +486,20 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
 	for j := range scale {
 		scale[j] = inv[j] * w[j]
 	}
-	f.y, f.mean, f.scale, f.bias = y, mean, scale, F32(l.Bias.Value)
+	f.y, f.mean, f.scale, f.bias, f.relu = y, mean, scale, F32(l.Bias.Value), relu
 	f.run(f.normFn)
 }
 
 // backwardFast is Backward on the fast path; dx is nil when the input
-// needs no gradient. k, a and bb are scratch vectors of C values.
-func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float32) {
+// needs no gradient. Unless y is nil, dy is the gradient of max(y, 0), the
+// ReLU the forward pass applied, and counts as 0 where y ≤ 0. k, a and bb
+// are scratch vectors of C values.
+func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []float32) {
 	f := &l.fast
 	f.begin(c, l, x)
 	defer f.end()
 	clear(f.parts)
-	f.dy, f.mean, f.inv = dy, mean, inv
+	f.dy, f.out, f.mean, f.inv = dy, y, mean, inv
 	f.run(f.sumsFn)
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	w := F32(l.Weight.Value)

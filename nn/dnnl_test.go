@@ -416,3 +416,31 @@ func TestDNNLTrainingPassAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A stage folds each ReLU into the BatchNorm before it when nothing else
+// reads the BatchNorm's output: in resnet50, the stem's and the first two
+// of every bottleneck's (the third goes into the residual sum). A stage
+// that ends at a BatchNorm gives its output as it is.
+func TestStageFusesBatchNormReLU(t *testing.T) {
+	g, err := zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nn.FusedReLUs(g.Whole()), 1+2*16; got != want {
+		t.Errorf("whole resnet50 fuses %d ReLUs, want %d", got, want)
+	}
+	var names []string
+	for _, n := range g.Nodes {
+		names = append(names, n.Name)
+		if _, ok := n.Layer.(*nn.BatchNorm); ok {
+			break
+		}
+	}
+	s, err := g.Stage(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nn.FusedReLUs(s); got != 0 {
+		t.Errorf("a stage ending at a BatchNorm fuses %d ReLUs, want 0", got)
+	}
+}

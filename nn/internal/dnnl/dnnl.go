@@ -232,32 +232,33 @@ func BNStats(x []float32, c int, shift []float32, s1, s2 []float64) {
 	C.ppn_bn_stats(f32(x), rowsOf(x, c), C.int(c), f32(shift), f64(s1), f64(s2))
 }
 
-// BNNormalize writes y = (x−mean)·scale + bias.
-func BNNormalize(x, y []float32, c int, mean, scale, bias []float32) {
+// BNNormalize writes y = (x−mean)·scale + bias, or with relu max(that, 0).
+func BNNormalize(x, y []float32, c int, mean, scale, bias []float32, relu bool) {
 	_, _, _ = mean[c-1], scale[c-1], bias[c-1]
 	if len(y) != len(x) {
 		panic("dnnl: BNNormalize: x and y differ in length")
 	}
-	C.ppn_bn_normalize(f32(x), f32(y), rowsOf(x, c), C.int(c), f32(mean), f32(scale), f32(bias))
+	C.ppn_bn_normalize(f32(x), f32(y), rowsOf(x, c), C.int(c), f32(mean), f32(scale), f32(bias), cbool(relu))
 }
 
 // BNGradSums adds, per channel, the sums of dy and dy·x̂ (x̂ = (x−mean)·inv)
-// into sdy and sdyx.
-func BNGradSums(x, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
+// into sdy and sdyx. Unless y is nil, dy counts as 0 where y ≤ 0 (the
+// gradient through a ReLU whose output is y).
+func BNGradSums(x, y, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
 	_, _, _, _ = mean[c-1], inv[c-1], sdy[c-1], sdyx[c-1]
-	if len(dy) != len(x) {
-		panic("dnnl: BNGradSums: x and dy differ in length")
+	if len(dy) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNGradSums: x, y and dy differ in length")
 	}
-	C.ppn_bn_grad_sums(f32(x), f32(dy), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f64(sdy), f64(sdyx))
+	C.ppn_bn_grad_sums(f32(x), f32(y), f32(dy), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f64(sdy), f64(sdyx))
 }
 
-// BNInputGrad writes dx = k·(dy − a − x̂·b).
-func BNInputGrad(x, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
+// BNInputGrad writes dx = k·(dy − a − x̂·b), with dy as in BNGradSums.
+func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
 	_, _, _, _, _ = mean[c-1], inv[c-1], k[c-1], a[c-1], b[c-1]
-	if len(dy) != len(x) || len(dx) != len(x) {
-		panic("dnnl: BNInputGrad: x, dy and dx differ in length")
+	if len(dy) != len(x) || len(dx) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNInputGrad: x, y, dy and dx differ in length")
 	}
-	C.ppn_bn_dx(f32(x), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
+	C.ppn_bn_dx(f32(x), f32(y), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
 }
 
 // ReLU writes y = max(x, 0) (NaN stays NaN).

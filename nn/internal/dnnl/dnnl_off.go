@@ -24,12 +24,14 @@ func (*Pool) Forward(threads int, x, y []float32, ws []int32) error { panic(ErrU
 func (*Pool) Backward(threads int, dy []float32, ws []int32, dx []float32) error {
 	panic(ErrUnavailable)
 }
-func BNStats(x []float32, c int, shift []float32, s1, s2 []float64)  { panic(ErrUnavailable) }
-func BNNormalize(x, y []float32, c int, mean, scale, bias []float32) { panic(ErrUnavailable) }
-func BNGradSums(x, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
+func BNStats(x []float32, c int, shift []float32, s1, s2 []float64) { panic(ErrUnavailable) }
+func BNNormalize(x, y []float32, c int, mean, scale, bias []float32, relu bool) {
 	panic(ErrUnavailable)
 }
-func BNInputGrad(x, dy, dx []float32, c int, mean, inv, k, a, b []float32) { panic(ErrUnavailable) }
-func ReLU(x, y []float32)                                                  { panic(ErrUnavailable) }
-func ReLUGrad(y, dy, dx []float32)                                         { panic(ErrUnavailable) }
-func Add(a, b, y []float32)                                                { panic(ErrUnavailable) }
+func BNGradSums(x, y, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
+	panic(ErrUnavailable)
+}
+func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) { panic(ErrUnavailable) }
+func ReLU(x, y []float32)                                                     { panic(ErrUnavailable) }
+func ReLUGrad(y, dy, dx []float32)                                            { panic(ErrUnavailable) }
+func Add(a, b, y []float32)                                                   { panic(ErrUnavailable) }

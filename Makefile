@@ -1,6 +1,7 @@
 # ppnode: `make demo` runs the main job, `make test` runs every test.
-# OpenBLAS is used when its library is installed (Debian: libopenblas-dev);
-# otherwise the pure-Go GEMM is built and `make deps` says how to get it.
+# OpenBLAS and oneDNN are used when their libraries are installed (Debian:
+# libopenblas-dev, libdnnl-dev); otherwise the pure-Go code is built and
+# `make deps` says how to get them.
 
 SHELL := /bin/bash
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -8,16 +9,26 @@ BIN := bin/ppnode
 # Tests run `go list` and `go mod download`: put this Go first on PATH.
 export PATH := $(dir $(GO)):$(PATH)
 HAVE_OPENBLAS := $(shell { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libopenblas\.so ' && echo yes)
+# oneDNN (Debian: libdnnl-dev) runs convolutions, pooling and BatchNorm when
+# its library and header are installed.
+HAVE_DNNL := $(shell { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libdnnl\.so ' && test -f /usr/include/dnnl.h && echo yes)
 ifeq ($(HAVE_OPENBLAS),yes)
-  TAGS := -tags openblas
+  TAG_LIST := openblas
   export CGO_LDFLAGS := -lopenblas
   BACKEND_MSG := GEMM backend: OpenBLAS (libopenblas found)
 else
-  TAGS :=
+  TAG_LIST :=
   BACKEND_MSG := GEMM backend: pure Go (no libopenblas; run 'make deps' or 'apt-get install libopenblas-dev' for ~8x faster training)
 endif
+ifeq ($(HAVE_DNNL),yes)
+  TAG_LIST += dnnl
+  BACKEND_MSG := $(BACKEND_MSG); convolutions: oneDNN (libdnnl found)
+else
+  BACKEND_MSG := $(BACKEND_MSG); convolutions: pure Go (no libdnnl; 'apt-get install libdnnl-dev' for faster convolutional training)
+endif
+TAGS := $(if $(strip $(TAG_LIST)),-tags '$(strip $(TAG_LIST))')
 # Debian packages the tests and benchmarks use.
-DEB_PKGS := libopenblas-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2 \
+DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2 \
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 

@@ -197,7 +197,7 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	// them, sampled.
 	x, _ := jb.Loader.Micro(0, 0, 0, nil, nil)
 	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(x), dataplane.DefaultRate)
-	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: be.Name(),
+	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
 		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs, Now: c.clk.Now()})
 	if err != nil {

@@ -566,7 +566,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
-		Backend: be.Name(), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
+		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(),
 	}, nil

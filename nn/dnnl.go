@@ -1,8 +1,10 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"sync"
 
 	"github.com/ppnode/ppnode/nn/internal/dnnl"
 )
@@ -11,8 +13,9 @@ import (
 //
 // Built with the tag dnnl (cgo, Debian's libdnnl-dev), Conv2D, MaxPool2D
 // and AvgPool2D run their passes through oneDNN's primitives, and
-// BatchNorm through vectorised loops of ours (package nn/internal/dnnl),
-// whenever the Ctx's backend is not deterministic. oneDNN picks its kernels
+// BatchNorm, ReLU, Add and the stage's gradient sums through vectorised
+// loops of ours (package nn/internal/dnnl), whenever the Ctx's backend is
+// not deterministic. oneDNN picks its kernels
 // by CPU model, and both split their work by thread count, so the bits are
 // not reproducible; with a deterministic backend, or without the tag, the
 // layers run their own loops, whose bits are what they always were.
@@ -34,6 +37,11 @@ import (
 // with a copy of the weights they were made from, and reorders again when a
 // pass's weights differ from the copy (a memcmp): the optimizer updates
 // weights in place, and this sees every update without being told.
+//
+// A layer runs one pass at a time (as every layer with scratch of its own,
+// BatchNorm's sums for one): the pass in progress lives in the layer. A
+// primitive that fails to run retires its plan, and the layer's own loops
+// take over.
 
 // OneDNN reports whether this binary has the fast path: Conv2D and the
 // pooling layers run through oneDNN, BatchNorm through vectorised loops, on
@@ -41,6 +49,16 @@ import (
 const OneDNN = dnnl.Available
 
 var dnnlNative = os.Getenv("PPNODE_DNNL_THREADS") == "native"
+
+// Describe names what computes on be: its GEMM backend, and "+onednn"
+// when convolutions, pooling and BatchNorm take the fast path on it, as in
+// "openblas+onednn".
+func Describe(be Backend) string {
+	if dnnl.Available && !be.Deterministic() {
+		return be.Name() + "+onednn"
+	}
+	return be.Name()
+}
 
 // fastPath reports whether a pass in c takes the fast path.
 func fastPath(c *Ctx) bool {
@@ -55,8 +73,23 @@ type dnnlPart[P any] struct {
 
 // dnnlPlan is a layer's primitives for one batch size and thread count.
 type dnnlPlan[P any] struct {
-	parts []dnnlPart[P]
-	omp   int // oneDNN's OpenMP threads
+	parts  []dnnlPart[P]
+	omp    int     // oneDNN's OpenMP threads
+	errs   []error // each part's error in the pass in progress
+	failed bool    // a pass failed: the layer's own loops take over
+}
+
+// ok reports whether every part of the pass just run succeeded, and if
+// not, retires the plan: oneDNN failing to run a primitive it made is not
+// expected to heal, and the layer's own loops give the same results.
+func (p *dnnlPlan[P]) ok() bool {
+	for i, err := range p.errs {
+		if err != nil {
+			p.failed = true
+			p.errs[i] = nil
+		}
+	}
+	return !p.failed
 }
 
 // each runs fn on parts [lo, hi) of the plan, all in parallel.
@@ -79,6 +112,9 @@ type dnnlPlans[P any] map[planKey]*dnnlPlan[P]
 func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan[P] {
 	k := planKey{n, threads}
 	if p, ok := (*m)[k]; ok {
+		if p != nil && p.failed {
+			return nil
+		}
 		return p
 	}
 	if *m == nil {
@@ -90,7 +126,10 @@ func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan
 		parts, p.omp = 1, threads
 	}
 	for i, lo := 0, 0; i < parts; i++ {
-		size := n/parts + btoi(i < n%parts)
+		size := n / parts
+		if i < n%parts {
+			size++
+		}
 		prim, err := mk(size)
 		if err != nil {
 			p = nil
@@ -99,15 +138,11 @@ func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan
 		p.parts = append(p.parts, dnnlPart[P]{i: i, lo: lo, n: size, p: prim})
 		lo += size
 	}
+	if p != nil {
+		p.errs = make([]error, len(p.parts))
+	}
 	(*m)[k] = p
 	return p
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // dnnlConv is a Conv2D's oneDNN state: its plans, and the pass in progress,
@@ -164,32 +199,39 @@ func (d *dnnlConv) forward(c *Ctx, l *Conv2D, x, y []float32, n int) bool {
 	d.x, d.y = x, y
 	p.each(d.fwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlConv) forwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Forward(d.omp, d.x[a*d.in:b*d.in], d.w, d.b, d.y[a*d.out:b*d.out])
+		d.cur.errs[i] = pt.p.Forward(d.omp, d.x[a*d.in:b*d.in], d.w, d.b, d.y[a*d.out:b*d.out])
 	}
 }
 
 // backward adds the weight (and bias) gradients and, unless dx is nil,
 // writes the input gradient. The parts' weight gradients are added in part
-// order once all are computed.
+// order once all are computed. A failure before that leaves the gradients
+// as they were, for the layer's own loops; a failure while adding them
+// would leave part of a sum, and panics.
 func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int) bool {
 	p := d.plan(l, n, threadsOf(c))
 	if p == nil {
 		return false
 	}
 	d.begin(l, p)
+	defer d.end()
 	d.x, d.dy, d.dx = x, dy, dx
 	p.each(d.bwdFn)
-	for i := range p.parts {
-		p.parts[i].p.AddGrads(p.omp, d.dw, d.db)
+	if !p.ok() {
+		return false
 	}
-	d.end()
+	for i := range p.parts {
+		if err := p.parts[i].p.AddGrads(p.omp, d.dw, d.db); err != nil {
+			panic(fmt.Sprintf("nn: %v (the weight gradients of a convolution are lost)", err))
+		}
+	}
 	return true
 }
 
@@ -198,10 +240,11 @@ func (d *dnnlConv) backwardParts(lo, hi int) {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
 		xs, dys := d.x[a*d.in:b*d.in], d.dy[a*d.out:b*d.out]
-		pt.p.BackwardWeights(d.omp, xs, dys)
-		if d.dx != nil {
-			pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
+		err := pt.p.BackwardWeights(d.omp, xs, dys)
+		if err == nil && d.dx != nil {
+			err = pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
 		}
+		d.cur.errs[i] = err
 	}
 }
 
@@ -269,14 +312,14 @@ func (d *dnnlPool) forward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, x, y []
 	d.x, d.y = x, y
 	p.each(d.fwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlPool) forwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Forward(d.cur.omp, d.x[a*d.in:b*d.in], d.y[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per])
+		d.cur.errs[i] = pt.p.Forward(d.cur.omp, d.x[a*d.in:b*d.in], d.y[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per])
 	}
 }
 
@@ -289,14 +332,14 @@ func (d *dnnlPool) backward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, dy, dx
 	d.dy, d.dx = dy, dx
 	p.each(d.bwdFn)
 	d.end()
-	return true
+	return p.ok()
 }
 
 func (d *dnnlPool) backwardParts(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
-		pt.p.Backward(d.cur.omp, d.dy[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per], d.dx[a*d.in:b*d.in])
+		d.cur.errs[i] = pt.p.Backward(d.cur.omp, d.dy[a*d.out:b*d.out], d.ws[i*d.per:(i+1)*d.per], d.dx[a*d.in:b*d.in])
 	}
 }
 
@@ -314,6 +357,8 @@ func (p *AvgPool2D) dnnlAlg() dnnl.PoolAlg {
 // that a pass allocates nothing.
 type bnFast struct {
 	x, y, dy, dx                            []float32
+	relu                                    bool      // the forward pass applies a ReLU
+	out                                     []float32 // the backward pass's ReLU output, or nil
 	shift, mean, inv, scale, bias, k, a, bb []float32
 	parts                                   []float64 // 2 × C sums per chunk
 	c, rows, chunks                         int
@@ -352,6 +397,14 @@ func (f *bnFast) rowsOf(v []float32, k int) []float32 {
 	return v[k*f.rows/f.chunks*f.c : (k+1)*f.rows/f.chunks*f.c]
 }
 
+// outRows returns chunk k's rows of the ReLU output, nil without one.
+func (f *bnFast) outRows(k int) []float32 {
+	if f.out == nil {
+		return nil
+	}
+	return f.rowsOf(f.out, k)
+}
+
 // sumsOf returns chunk k's two vectors of sums.
 func (f *bnFast) sumsOf(k int) (s1, s2 []float64) {
 	C := f.c
@@ -367,20 +420,20 @@ func (f *bnFast) stats(lo, hi int) {
 
 func (f *bnFast) normalize(lo, hi int) {
 	for k := lo; k < hi; k++ {
-		dnnl.BNNormalize(f.rowsOf(f.x, k), f.rowsOf(f.y, k), f.c, f.mean, f.scale, f.bias)
+		dnnl.BNNormalize(f.rowsOf(f.x, k), f.rowsOf(f.y, k), f.c, f.mean, f.scale, f.bias, f.relu)
 	}
 }
 
 func (f *bnFast) sums(lo, hi int) {
 	for k := lo; k < hi; k++ {
 		s1, s2 := f.sumsOf(k)
-		dnnl.BNGradSums(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.c, f.mean, f.inv, s1, s2)
+		dnnl.BNGradSums(f.rowsOf(f.x, k), f.outRows(k), f.rowsOf(f.dy, k), f.c, f.mean, f.inv, s1, s2)
 	}
 }
 
 func (f *bnFast) inputGrad(lo, hi int) {
 	for k := lo; k < hi; k++ {
-		dnnl.BNInputGrad(f.rowsOf(f.x, k), f.rowsOf(f.dy, k), f.rowsOf(f.dx, k), f.c, f.mean, f.inv, f.k, f.a, f.bb)
+		dnnl.BNInputGrad(f.rowsOf(f.x, k), f.outRows(k), f.rowsOf(f.dy, k), f.rowsOf(f.dx, k), f.c, f.mean, f.inv, f.k, f.a, f.bb)
 	}
 }
 
@@ -396,8 +449,8 @@ func (f *bnFast) total(j int) (s1, s2 float64) {
 
 // forwardFast is Forward on the fast path: the same computation, the
 // statistics summed in double around the first row (one pass over x), in
-// chunks of rows on all threads.
-func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
+// chunks of rows on all threads; with relu, y is max(y, 0).
+func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu bool) {
 	f := &l.fast
 	f.begin(c, l, x)
 	defer f.end()
@@ -433,18 +486,20 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32) {
 	for j := range scale {
 		scale[j] = inv[j] * w[j]
 	}
-	f.y, f.mean, f.scale, f.bias = y, mean, scale, F32(l.Bias.Value)
+	f.y, f.mean, f.scale, f.bias, f.relu = y, mean, scale, F32(l.Bias.Value), relu
 	f.run(f.normFn)
 }
 
 // backwardFast is Backward on the fast path; dx is nil when the input
-// needs no gradient. k, a and bb are scratch vectors of C values.
-func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float32) {
+// needs no gradient. Unless y is nil, dy is the gradient of max(y, 0), the
+// ReLU the forward pass applied, and counts as 0 where y ≤ 0. k, a and bb
+// are scratch vectors of C values.
+func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []float32) {
 	f := &l.fast
 	f.begin(c, l, x)
 	defer f.end()
 	clear(f.parts)
-	f.dy, f.mean, f.inv = dy, mean, inv
+	f.dy, f.out, f.mean, f.inv = dy, y, mean, inv
 	f.run(f.sumsFn)
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	w := F32(l.Weight.Value)
@@ -466,4 +521,50 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, dy, dx, mean, inv, k, a, bb []float3
 	}
 	f.dx, f.k, f.a, f.bb = dx, k, a, bb
 	f.run(f.dxFn)
+}
+
+// ewOp is an elementwise kernel of the fast path.
+type ewOp int
+
+const (
+	ewReLU     ewOp = iota // y = max(a, 0)
+	ewReLUGrad             // y = b where a > 0, else 0
+	ewAdd                  // y = a + b
+)
+
+// ewPass is an elementwise pass in progress, run in chunks on the worker
+// goroutines. Passes are pooled with their chunk function bound once, so
+// that a pass allocates nothing.
+type ewPass struct {
+	op      ewOp
+	a, b, y []float32
+	run     func(lo, hi int)
+}
+
+var ewPasses = sync.Pool{New: func() any {
+	p := new(ewPass)
+	p.run = p.chunk
+	return p
+}}
+
+func (p *ewPass) chunk(lo, hi int) {
+	switch p.op {
+	case ewReLU:
+		dnnl.ReLU(p.a[lo:hi], p.y[lo:hi])
+	case ewReLUGrad:
+		dnnl.ReLUGrad(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
+	case ewAdd:
+		dnnl.Add(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
+	}
+}
+
+// elementwise runs op over y's elements on the fast path, in chunks of at
+// least 32K elements (smaller ones cost more to hand to a thread than to
+// compute).
+func elementwise(c *Ctx, op ewOp, a, b, y []float32) {
+	p := ewPasses.Get().(*ewPass)
+	p.op, p.a, p.b, p.y = op, a, b, y
+	parallel(threadsOf(c), len(y), 1<<15, p.run)
+	p.a, p.b, p.y = nil, nil, nil
+	ewPasses.Put(p)
 }

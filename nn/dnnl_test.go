@@ -373,3 +373,74 @@ func BenchmarkBatchNormPaths(b *testing.B) {
 		}
 	}
 }
+
+// A training pass (forward and backward of every micro-batch) of a small
+// resnet and vgg on the fast path allocates nothing once the first pass
+// has made the layers' primitives and buffers, except for vgg16's two
+// Dropout layers, which make a generator (two objects) per pass. (The
+// backend is the default one: the reference GEMM allocates.)
+func TestDNNLTrainingPassAllocatesNothing(t *testing.T) {
+	be, err := nn.NewBackend("", 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nn.OneDNN || be.Deterministic() {
+		t.Skip("no fast path in this build")
+	}
+	o := zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5}
+	for model, want := range map[string]float64{"resnet50": 0, "vgg16": 2 * 2 * 2} {
+		t.Run(model, func(t *testing.T) {
+			tr := newTrainer(t, model, o, be)
+			b := randomBatches(o.Input, 12, 2, 5)
+			xs := make([]*nn.Tensor, 2)
+			ys := make([][]int32, 2)
+			for m := range xs {
+				xs[m], ys[m] = b.Micro(0, 0, m, nil, nil)
+			}
+			var ce nn.SoftmaxCE
+			in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)
+			tr.Ctx.Train = true
+			pass := func() {
+				for m := range xs { // in slot 0, as Trainer.Step
+					in[0] = xs[m]
+					out := tr.Stage.Forward(&tr.Ctx, 0, in)
+					_, _, dout[0] = ce.Forward(out[0], ys[m], 1.0/12)
+					tr.Stage.Backward(&tr.Ctx, 0, dout)
+				}
+			}
+			pass()
+			allocs := testing.AllocsPerRun(3, pass)
+			if allocs != want {
+				t.Errorf("%v allocations per pass, want %v", allocs, want)
+			}
+		})
+	}
+}
+
+// A stage folds each ReLU into the BatchNorm before it when nothing else
+// reads the BatchNorm's output: in resnet50, the stem's and the first two
+// of every bottleneck's (the third goes into the residual sum). A stage
+// that ends at a BatchNorm gives its output as it is.
+func TestStageFusesBatchNormReLU(t *testing.T) {
+	g, err := zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nn.FusedReLUs(g.Whole()), 1+2*16; got != want {
+		t.Errorf("whole resnet50 fuses %d ReLUs, want %d", got, want)
+	}
+	var names []string
+	for _, n := range g.Nodes {
+		names = append(names, n.Name)
+		if _, ok := n.Layer.(*nn.BatchNorm); ok {
+			break
+		}
+	}
+	s, err := g.Stage(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nn.FusedReLUs(s); got != 0 {
+		t.Errorf("a stage ending at a BatchNorm fuses %d ReLUs, want 0", got)
+	}
+}

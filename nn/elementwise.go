@@ -15,6 +15,10 @@ func (ReLU) Build(in [][]int) ([]int, error) { return oneInput(in) }
 func (ReLU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	y := s.Buf(0, in[0].Shape()...)
 	x, yd := F32(in[0]), F32(y)
+	if fastPath(c) {
+		elementwise(c, ewReLU, x, nil, yd)
+		return y
+	}
 	parallel(threadsOf(c), len(x), 1<<15, func(lo, hi int) {
 		xs, ys := x[lo:hi], yd[lo:hi]
 		for i, v := range xs {
@@ -31,6 +35,11 @@ func (ReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 	}
 	dx := s.Buf(1, dout.Shape()...)
 	y, dy, d := F32(out), F32(dout), F32(dx)
+	g[0] = dx
+	if fastPath(c) {
+		elementwise(c, ewReLUGrad, y, dy, d)
+		return g
+	}
 	parallel(threadsOf(c), len(y), 1<<15, func(lo, hi int) {
 		ys, dys, ds := y[lo:hi], dy[lo:hi], d[lo:hi]
 		ds = ds[:len(ys)]
@@ -44,7 +53,6 @@ func (ReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 			ds[i] = math.Float32frombits(math.Float32bits(dys[i]) & mask)
 		}
 	})
-	g[0] = dx
 	return g
 }
 
@@ -135,6 +143,13 @@ func (Add) Build(in [][]int) ([]int, error) {
 func (Add) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	y := s.Buf(0, in[0].Shape()...)
 	yd := F32(y)
+	if fastPath(c) {
+		elementwise(c, ewAdd, F32(in[0]), F32(in[1]), yd)
+		for _, t := range in[2:] {
+			elementwise(c, ewAdd, yd, F32(t), yd)
+		}
+		return y
+	}
 	copy(yd, F32(in[0]))
 	for _, t := range in[1:] {
 		x := F32(t)

@@ -96,7 +96,7 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	y := s.Buf(0, in[0].Shape()...)
 	mean, inv := F32(s.Buf(1, C)), F32(s.Buf(2, C))
 	if fastPath(c) {
-		l.forwardFast(c, x, F32(y), mean, inv, F32(s.Buf(3, C)))
+		l.forwardFast(c, x, F32(y), mean, inv, F32(s.Buf(3, C)), s.reluAfter)
 		return y
 	}
 	if c.Train {
@@ -172,7 +172,11 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 			g[0] = s.Buf(5, in[0].Shape()...)
 			dx = F32(g[0])
 		}
-		l.backwardFast(c, x, dy, dx, mean, inv, F32(s.Buf(3, C)), F32(s.Buf(4, C)), F32(s.Buf(6, C)))
+		var y []float32 // the output, through a ReLU the layer applied
+		if s.reluAfter {
+			y = F32(out)
+		}
+		l.backwardFast(c, x, y, dy, dx, mean, inv, F32(s.Buf(3, C)), F32(s.Buf(4, C)), F32(s.Buf(6, C)))
 		return g
 	}
 	sdy, sdyx := l.sum, l.sum2

@@ -99,7 +99,13 @@ func (p *MaxPool2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	if fastPath(c) && p.dnnl.forward(c, s, g, dnnl.PoolMax, x, yd, n) {
 		return y
 	}
-	arg := s.Ints(0, n*g.ho*g.wo*g.c)
+	p.forward(c, x, yd, s.Ints(0, n*g.ho*g.wo*g.c), n)
+	return y
+}
+
+// forward is the layer's own forward pass: y and the argmax of each output.
+func (p *MaxPool2D) forward(c *Ctx, x, yd []float32, arg []int32, n int) {
+	g := &p.g
 	parallel(threadsOf(c), n, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			for oy := 0; oy < g.ho; oy++ {
@@ -134,7 +140,6 @@ func (p *MaxPool2D) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 			}
 		}
 	})
-	return y
 }
 
 func (p *MaxPool2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
@@ -149,6 +154,9 @@ func (p *MaxPool2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 			g[0] = dx
 			return g
 		}
+		// The forward pass may have left oneDNN's workspace where the
+		// argmax belongs: find it again (y gets the same values).
+		p.forward(c, F32(in[0]), F32(out), s.Ints(0, len(F32(dout))), n)
 	}
 	dx := s.ZeroBuf(1, in[0].Shape()...)
 	d, dy := F32(dx), F32(dout)

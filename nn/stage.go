@@ -22,7 +22,11 @@ type Stage struct {
 	inNeed   []bool   // per stage input: whether its gradient is returned
 	outIndex []int    // per output: local node index
 	allGrads bool     // gradients of every input and node are computed
-	slots    []*stageSlot
+	// fused, per local node: for a ReLU that the BatchNorm before it applies
+	// on the fast path (its only input, which nothing else reads), that
+	// node's index; else -1.
+	fused []int
+	slots []*stageSlot
 }
 
 // ref names a tensor inside a stage: a local node's output or a stage input.
@@ -103,7 +107,40 @@ func (g *Graph) Stage(names []string) (*Stage, error) {
 			s.outIndex = append(s.outIndex, i)
 		}
 	}
+	s.fuse(consumed)
 	return s, nil
+}
+
+// fuse finds the ReLUs that the BatchNorm before them can apply: the
+// ReLU's only input is a BatchNorm of the stage whose output nothing else
+// reads (no other layer, outside the stage included, nor the graph output).
+func (s *Stage) fuse(consumed map[string]bool) {
+	readers := map[string]int{}
+	for _, n := range s.g.Nodes {
+		for _, in := range n.Inputs {
+			readers[in]++
+		}
+	}
+	s.fused = make([]int, len(s.nodes))
+	for k, n := range s.nodes {
+		s.fused[k] = -1
+		if !isReLU(n.Layer) || len(s.args[k]) != 1 || s.args[k][0].input {
+			continue
+		}
+		j := s.args[k][0].i
+		b := s.nodes[j]
+		if _, ok := b.Layer.(*BatchNorm); ok && readers[b.Name] == 1 && !consumed[b.Name] && b.Name != s.g.Output {
+			s.fused[k] = j
+		}
+	}
+}
+
+func isReLU(l Layer) bool {
+	switch l.(type) {
+	case ReLU, *ReLU:
+		return true
+	}
+	return false
 }
 
 // Whole returns the stage of every layer.
@@ -123,6 +160,14 @@ func (g *Graph) Whole() *Stage {
 // graph inputs included (for gradient checks and saliency).
 func (s *Stage) WantInputGrads() {
 	s.allGrads = true
+	for k := range s.fused { // every node's own gradient is wanted
+		s.fused[k] = -1
+	}
+	for _, ss := range s.slots {
+		for j := range ss.layer {
+			ss.layer[j].reluAfter = false
+		}
+	}
 	for i := range s.inNeed {
 		s.inNeed[i] = true
 	}
@@ -157,6 +202,11 @@ func (s *Stage) slot(i int) *stageSlot {
 		for k, refs := range s.args {
 			ss.argv[k] = make([]*Tensor, len(refs))
 		}
+		for _, j := range s.fused {
+			if j >= 0 {
+				ss.layer[j].reluAfter = true
+			}
+		}
 		s.slots = append(s.slots, ss)
 	}
 	return s.slots[i]
@@ -181,6 +231,10 @@ func (s *Stage) Forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
 				argv[i] = ss.vals[r.i]
 			}
 		}
+		if j := s.fused[k]; j >= 0 && fastPath(c) {
+			ss.vals[k] = ss.vals[j] // the BatchNorm applied the ReLU
+			continue
+		}
 		ss.vals[k] = n.Layer.Forward(c, &ss.layer[k], argv)
 	}
 	for j, k := range s.outIndex {
@@ -203,7 +257,7 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 	clear(ss.inGrad)
 	for j, k := range s.outIndex {
 		if dout[j] != nil {
-			addGrad(&ss.grad[k], &ss.owned[k], &ss.acc[k], dout[j])
+			addGrad(c, &ss.grad[k], &ss.owned[k], &ss.acc[k], dout[j])
 		}
 	}
 	for k := len(s.nodes) - 1; k >= 0; k-- {
@@ -212,15 +266,22 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 		if g == nil || !(n.RequiresGrad || s.allGrads) {
 			continue
 		}
+		if j := s.fused[k]; j >= 0 && fastPath(c) {
+			// The BatchNorm takes the ReLU's output gradient as it is.
+			if s.need[k][0] {
+				addGrad(c, &ss.grad[j], &ss.owned[j], &ss.acc[j], g)
+			}
+			continue
+		}
 		din := n.Layer.Backward(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
 		for i, r := range s.args[k] {
 			if !s.need[k][i] || din[i] == nil {
 				continue
 			}
 			if r.input {
-				addGrad(&ss.inGrad[r.i], &ss.inOwned[r.i], &ss.inAcc[r.i], din[i])
+				addGrad(c, &ss.inGrad[r.i], &ss.inOwned[r.i], &ss.inAcc[r.i], din[i])
 			} else {
-				addGrad(&ss.grad[r.i], &ss.owned[r.i], &ss.acc[r.i], din[i])
+				addGrad(c, &ss.grad[r.i], &ss.owned[r.i], &ss.acc[r.i], din[i])
 			}
 		}
 	}
@@ -229,18 +290,25 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 
 // addGrad adds t into the accumulator *acc. Contributions arrive in reverse
 // node order of their consumers, a fixed order, so the sum is deterministic.
-func addGrad(acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
+// The first addition writes acc + t into buf, which then holds the sum.
+func addGrad(c *Ctx, acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
 	if *acc == nil {
 		*acc, *owned = t, false
 		return
 	}
+	a, x, y := F32(*acc), F32(t), F32(*acc)
 	if !*owned {
 		b := buf.Buf(0, t.Shape()...)
-		copy(F32(b), F32(*acc))
+		y = F32(b)
 		*acc, *owned = b, true
 	}
-	a, x := F32(*acc), F32(t)
+	if fastPath(c) {
+		elementwise(c, ewAdd, a, x, y)
+		return
+	}
+	y = y[:len(a)]
+	x = x[:len(a)]
 	for i := range a {
-		a[i] += x[i]
+		y[i] = a[i] + x[i]
 	}
 }

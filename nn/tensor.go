@@ -70,6 +70,9 @@ type Slot struct {
 	dims []int
 	// outs is the slice of input gradients a layer returns from Backward.
 	outs []*Tensor
+	// reluAfter is set by the Stage: on the fast path the layer (a
+	// BatchNorm) applies the ReLU that follows it, in its own passes.
+	reluAfter bool
 }
 
 // Buf returns buffer i with the given shape; its contents are whatever the

@@ -289,7 +289,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, cfg.ProfileFor)
 	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: cfg.Threads}
 	a.burstGFLOPS = burst
-	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", be.Name())
+	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", nn.Describe(be))
 
 	if cfg.DataDir != "" {
 		if a.dirLock, err = lockDataDir(cfg.DataDir); err != nil {

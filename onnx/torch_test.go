@@ -69,53 +69,71 @@ func (s *steps) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, 
 	return x, y
 }
 
-// A model exported from PyTorch trains in ppnode as in PyTorch: the first
-// step's loss and gradients within 1e-4 of each tensor's largest magnitude,
-// the weights and running statistics after 20 steps of SGD within 1e-3.
-// PyTorch runs in float64 from the same float32 weights.
+// A model exported from PyTorch trains in ppnode as in PyTorch, on every
+// backend (the deterministic one and the default, with oneDNN when built
+// in): the first step's loss and gradients within 1e-4 of each tensor's
+// largest magnitude, the weights and running statistics after 20 steps of
+// SGD within 1e-3. PyTorch runs in float64 from the same float32 weights.
 func TestTorchModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("PyTorch parity runs without -short")
+	}
+	det, err := nn.NewBackend("gonum", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := nn.NewBackend("", 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends := []nn.Backend{det}
+	if nn.Describe(def) != nn.Describe(det) {
+		backends = append(backends, def)
 	}
 	for _, model := range []string{"mlp", "resnet", "towers", "convnet"} {
 		t.Run(model, func(t *testing.T) {
 			t.Parallel()
 			path, ref := exportTorch(t, model)
-			data := &steps{x: ref["__x"], y: ref["__y"], sizes: micro}
-			md, err := onnx.Read(path, onnx.Options{Input: data.shape(), Classes: 5})
-			if err != nil {
-				t.Fatal(err)
+			for _, be := range backends {
+				t.Run(nn.Describe(be), func(t *testing.T) { torchParity(t, model, path, ref, be) })
 			}
-			g := md.Graph
-			g.Init(1)
-			be, _ := nn.NewBackend("gonum", 1, true)
-			opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: lr, Momentum: momentum})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr := nn.NewTrainer(g, opt, be, 1)
-			loss := firstStep(tr, data)
-			lossDev := check(t, 1e-4, "loss1", []float32{float32(loss)}, nn.F32(ref["loss1"]))
-			grads, gradDev, valueDev := 0, 0.0, 0.0
-			for _, p := range g.Params() {
-				if !p.Trainable() {
-					continue
-				}
-				grads++
-				exported := (&nn.Param{Value: p.Grad, Layout: p.Layout}).Exported()
-				gradDev = max(gradDev, check(t, 1e-4, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name)))
-			}
-			opt.Step(g.Params())
-			for s := 1; s < data.StepsPerEpoch(); s++ {
-				tr.Step(data, 0, s, s)
-			}
-			for _, p := range g.Params() {
-				valueDev = max(valueDev, check(t, 1e-3, "value20/"+p.Name, nn.F32(p.Exported()), f32(t, ref, "value20/"+p.Name)))
-			}
-			t.Logf("%s: %d layers, %d parameters and buffers (%d trainable); largest deviation from PyTorch: loss %.1e, gradients %.1e, weights after 20 steps %.1e",
-				model, len(g.Nodes), len(g.Params()), grads, lossDev, gradDev, valueDev)
 		})
 	}
+}
+
+func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be nn.Backend) {
+	data := &steps{x: ref["__x"], y: ref["__y"], sizes: micro}
+	md, err := onnx.Read(path, onnx.Options{Input: data.shape(), Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := md.Graph
+	g.Init(1)
+	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: lr, Momentum: momentum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := nn.NewTrainer(g, opt, be, 1)
+	loss := firstStep(tr, data)
+	lossDev := check(t, 1e-4, "loss1", []float32{float32(loss)}, nn.F32(ref["loss1"]))
+	grads, gradDev, valueDev := 0, 0.0, 0.0
+	for _, p := range g.Params() {
+		if !p.Trainable() {
+			continue
+		}
+		grads++
+		exported := (&nn.Param{Value: p.Grad, Layout: p.Layout}).Exported()
+		gradDev = max(gradDev, check(t, 1e-4, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name)))
+	}
+	opt.Step(g.Params())
+	for s := 1; s < data.StepsPerEpoch(); s++ {
+		tr.Step(data, 0, s, s)
+	}
+	for _, p := range g.Params() {
+		valueDev = max(valueDev, check(t, 1e-3, "value20/"+p.Name, nn.F32(p.Exported()), f32(t, ref, "value20/"+p.Name)))
+	}
+	t.Logf("%s on %s: %d layers, %d parameters and buffers (%d trainable); largest deviation from PyTorch: loss %.1e, gradients %.1e, weights after 20 steps %.1e",
+		model, nn.Describe(be), len(g.Nodes), len(g.Params()), grads, lossDev, gradDev, valueDev)
 }
 
 func f32(t *testing.T, ref map[string]*nn.Tensor, name string) []float32 {

@@ -10,6 +10,7 @@ package dnnl
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -33,12 +34,15 @@ func newError(what string, st C.int, msg []byte) error {
 	return fmt.Errorf("dnnl: %s: %s (status %d)", what, msg[:n], int(st))
 }
 
-// check panics on a failed execution: the primitive was made for these
-// shapes, so a failure is a bug (or oneDNN out of memory).
-func check(what string, st C.int) {
+// ErrExec wraps the failure of a primitive's execution.
+var ErrExec = errors.New("dnnl: execution failed")
+
+// check turns an execution status into an error.
+func check(what string, st C.int) error {
 	if st != 0 {
-		panic(fmt.Sprintf("dnnl: %s failed with status %d", what, int(st)))
+		return fmt.Errorf("%w: %s: status %d", ErrExec, what, int(st))
 	}
+	return nil
 }
 
 // f32 returns the address of v's first element (nil for an empty v).
@@ -99,42 +103,64 @@ func (c *Conv) sizes(x, y, w []float32) {
 }
 
 // Forward computes y from x, weights w and bias b (nil without bias).
-func (c *Conv) Forward(threads int, x, w, b, y []float32) {
+func (c *Conv) Forward(threads int, x, w, b, y []float32) error {
 	c.sizes(x, y, w)
-	check("convolution forward", C.ppn_conv_forward(c.c, C.int(threads), f32(x), f32(w), f32(b), f32(y)))
+	c.bias(b)
+	err := check("convolution forward", C.ppn_conv_forward(c.c, C.int(threads), f32(x), f32(w), f32(b), f32(y)))
 	runtime.KeepAlive(c)
+	return err
 }
 
 // BackwardData writes dx, the gradient of the input, from dy and w.
-func (c *Conv) BackwardData(threads int, dy, w, dx []float32) {
+func (c *Conv) BackwardData(threads int, dy, w, dx []float32) error {
 	c.sizes(dx, dy, w)
-	check("convolution backward data", C.ppn_conv_backward_data(c.c, C.int(threads), f32(dy), f32(w), f32(dx)))
+	err := check("convolution backward data", C.ppn_conv_backward_data(c.c, C.int(threads), f32(dy), f32(w), f32(dx)))
 	runtime.KeepAlive(c)
+	return err
 }
 
 // BackwardWeights computes the weight and bias gradients of x and dy into
 // the primitive's own buffers, for AddGrads.
-func (c *Conv) BackwardWeights(threads int, x, dy []float32) {
+func (c *Conv) BackwardWeights(threads int, x, dy []float32) error {
 	c.sizes(x, dy, nil)
-	check("convolution backward weights", C.ppn_conv_backward_weights(c.c, C.int(threads), f32(x), f32(dy)))
+	err := check("convolution backward weights", C.ppn_conv_backward_weights(c.c, C.int(threads), f32(x), f32(dy)))
 	runtime.KeepAlive(c)
+	return err
 }
 
 // AddGrads adds the gradients of the last BackwardWeights into dw and db
-// (nil without bias).
-func (c *Conv) AddGrads(threads int, dw, db []float32) {
+// (nil without bias). On an error dw may hold part of the sum.
+func (c *Conv) AddGrads(threads int, dw, db []float32) error {
 	g := &c.g
-	if len(dw) != g.OC*g.KH*g.KW*(g.IC/g.Groups) || g.Bias && len(db) != g.OC {
-		panic(fmt.Sprintf("dnnl: convolution %+v given gradients of %d and %d elements", *g, len(dw), len(db)))
+	if len(dw) != g.OC*g.KH*g.KW*(g.IC/g.Groups) {
+		panic(fmt.Sprintf("dnnl: convolution %+v given a weight gradient of %d elements", *g, len(dw)))
 	}
-	check("convolution gradient accumulation", C.ppn_conv_add_grads(c.c, C.int(threads), f32(dw), f32(db)))
+	c.bias(db)
+	err := check("convolution gradient accumulation", C.ppn_conv_add_grads(c.c, C.int(threads), f32(dw), f32(db)))
 	runtime.KeepAlive(c)
+	return err
+}
+
+// bias checks the length of a bias or its gradient: OC elements, or none
+// without bias.
+func (c *Conv) bias(b []float32) {
+	if want := c.g.OC * btoi(c.g.Bias); len(b) != want {
+		panic(fmt.Sprintf("dnnl: convolution %+v given a bias of %d elements, want %d", c.g, len(b), want))
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Pool is a pooling's forward and backward primitives for one geometry and
 // batch size.
 type Pool struct {
 	p  *C.ppn_pool
+	g  PoolGeom
 	ws int
 }
 
@@ -145,7 +171,7 @@ func NewPool(g PoolGeom) (*Pool, error) {
 		kh: C.int(g.KH), kw: C.int(g.KW), sh: C.int(g.SH), sw: C.int(g.SW),
 		pt: C.int(g.PadT), pl: C.int(g.PadL), pb: C.int(g.PadB), pr: C.int(g.PadR), alg: C.int(g.Alg),
 	}
-	p := &Pool{}
+	p := &Pool{g: g}
 	msg := make([]byte, errLen)
 	mu.Lock()
 	st := C.ppn_pool_new(&cg, &p.p, (*C.char)(unsafe.Pointer(&msg[0])), C.int(len(msg)))
@@ -162,23 +188,29 @@ func NewPool(g PoolGeom) (*Pool, error) {
 // and Backward reads (0 for average pooling).
 func (p *Pool) Workspace() int { return p.ws }
 
-func (p *Pool) wsp(ws []int32) unsafe.Pointer {
-	if len(ws) < p.ws {
-		panic(fmt.Sprintf("dnnl: pooling workspace of %d int32s, want %d", len(ws), p.ws))
+// sizes checks the lengths of an input, an output and a workspace.
+func (p *Pool) sizes(x, y []float32, ws []int32) unsafe.Pointer {
+	g := &p.g
+	if len(x) != g.N*g.IH*g.IW*g.C || len(y) != g.N*g.OH*g.OW*g.C || len(ws) < p.ws {
+		panic(fmt.Sprintf("dnnl: pooling %+v given %d, %d elements and a workspace of %d, want %d", *g, len(x), len(y), len(ws), p.ws))
 	}
 	return unsafe.Pointer(unsafe.SliceData(ws))
 }
 
 // Forward computes y from x and writes the workspace.
-func (p *Pool) Forward(threads int, x, y []float32, ws []int32) {
-	check("pooling forward", C.ppn_pool_forward(p.p, C.int(threads), f32(x), f32(y), p.wsp(ws)))
+func (p *Pool) Forward(threads int, x, y []float32, ws []int32) error {
+	w := p.sizes(x, y, ws)
+	err := check("pooling forward", C.ppn_pool_forward(p.p, C.int(threads), f32(x), f32(y), w))
 	runtime.KeepAlive(p)
+	return err
 }
 
 // Backward writes dx from dy and the workspace of the forward pass.
-func (p *Pool) Backward(threads int, dy []float32, ws []int32, dx []float32) {
-	check("pooling backward", C.ppn_pool_backward(p.p, C.int(threads), f32(dy), p.wsp(ws), f32(dx)))
+func (p *Pool) Backward(threads int, dy []float32, ws []int32, dx []float32) error {
+	w := p.sizes(dx, dy, ws)
+	err := check("pooling backward", C.ppn_pool_backward(p.p, C.int(threads), f32(dy), w, f32(dx)))
 	runtime.KeepAlive(p)
+	return err
 }
 
 // The batch normalisation kernels run over rows of c channels: x, y, dy
@@ -200,30 +232,55 @@ func BNStats(x []float32, c int, shift []float32, s1, s2 []float64) {
 	C.ppn_bn_stats(f32(x), rowsOf(x, c), C.int(c), f32(shift), f64(s1), f64(s2))
 }
 
-// BNNormalize writes y = (x−mean)·scale + bias.
-func BNNormalize(x, y []float32, c int, mean, scale, bias []float32) {
+// BNNormalize writes y = (x−mean)·scale + bias, or with relu max(that, 0).
+func BNNormalize(x, y []float32, c int, mean, scale, bias []float32, relu bool) {
 	_, _, _ = mean[c-1], scale[c-1], bias[c-1]
 	if len(y) != len(x) {
 		panic("dnnl: BNNormalize: x and y differ in length")
 	}
-	C.ppn_bn_normalize(f32(x), f32(y), rowsOf(x, c), C.int(c), f32(mean), f32(scale), f32(bias))
+	C.ppn_bn_normalize(f32(x), f32(y), rowsOf(x, c), C.int(c), f32(mean), f32(scale), f32(bias), cbool(relu))
 }
 
 // BNGradSums adds, per channel, the sums of dy and dy·x̂ (x̂ = (x−mean)·inv)
-// into sdy and sdyx.
-func BNGradSums(x, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
+// into sdy and sdyx. Unless y is nil, dy counts as 0 where y ≤ 0 (the
+// gradient through a ReLU whose output is y).
+func BNGradSums(x, y, dy []float32, c int, mean, inv []float32, sdy, sdyx []float64) {
 	_, _, _, _ = mean[c-1], inv[c-1], sdy[c-1], sdyx[c-1]
-	if len(dy) != len(x) {
-		panic("dnnl: BNGradSums: x and dy differ in length")
+	if len(dy) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNGradSums: x, y and dy differ in length")
 	}
-	C.ppn_bn_grad_sums(f32(x), f32(dy), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f64(sdy), f64(sdyx))
+	C.ppn_bn_grad_sums(f32(x), f32(y), f32(dy), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f64(sdy), f64(sdyx))
 }
 
-// BNInputGrad writes dx = k·(dy − a − x̂·b).
-func BNInputGrad(x, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
+// BNInputGrad writes dx = k·(dy − a − x̂·b), with dy as in BNGradSums.
+func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
 	_, _, _, _, _ = mean[c-1], inv[c-1], k[c-1], a[c-1], b[c-1]
-	if len(dy) != len(x) || len(dx) != len(x) {
-		panic("dnnl: BNInputGrad: x, dy and dx differ in length")
+	if len(dy) != len(x) || len(dx) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNInputGrad: x, y, dy and dx differ in length")
 	}
-	C.ppn_bn_dx(f32(x), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
+	C.ppn_bn_dx(f32(x), f32(y), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
+}
+
+// ReLU writes y = max(x, 0) (NaN stays NaN).
+func ReLU(x, y []float32) {
+	if len(y) != len(x) {
+		panic("dnnl: ReLU: x and y differ in length")
+	}
+	C.ppn_relu(f32(x), f32(y), C.size_t(len(x)))
+}
+
+// ReLUGrad writes dx = dy where y > 0, else 0.
+func ReLUGrad(y, dy, dx []float32) {
+	if len(dy) != len(y) || len(dx) != len(y) {
+		panic("dnnl: ReLUGrad: y, dy and dx differ in length")
+	}
+	C.ppn_relu_grad(f32(y), f32(dy), f32(dx), C.size_t(len(y)))
+}
+
+// Add writes y = a + b; y may be a.
+func Add(a, b, y []float32) {
+	if len(b) != len(a) || len(y) != len(a) {
+		panic("dnnl: Add: a, b and y differ in length")
+	}
+	C.ppn_add(f32(a), f32(b), f32(y), C.size_t(len(a)))
 }

@@ -44,50 +44,61 @@ func f64s(v []float32) []float64 {
 
 // The batch normalisation kernels against their loops written out in
 // float64, for channel counts that exercise every block size (1 to 4
-// vectors of 16), the one-at-a-time tail, and rows that end mid-tile.
+// vectors of 16), the one-at-a-time tail, and rows that end mid-tile;
+// alone and with the ReLU that follows applied in the same passes.
 func TestBNKernels(t *testing.T) {
 	need(t)
 	for _, c := range []int{1, 3, 15, 16, 17, 31, 32, 48, 63, 64, 65, 100, 128, 130, 512} {
 		for _, rows := range []int{1, 31, 33, 100} {
-			t.Run(fmt.Sprintf("c=%d/rows=%d", c, rows), func(t *testing.T) {
-				r := rand.New(rand.NewPCG(uint64(c), uint64(rows)))
-				vec := func(n int, base float64) []float32 {
-					v := make([]float32, n)
-					for i := range v {
-						v[i] = float32(base + r.NormFloat64())
+			for _, relu := range []bool{false, true} {
+				t.Run(fmt.Sprintf("c=%d/rows=%d/relu=%v", c, rows, relu), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(uint64(c), uint64(rows)))
+					vec := func(n int, base float64) []float32 {
+						v := make([]float32, n)
+						for i := range v {
+							v[i] = float32(base + r.NormFloat64())
+						}
+						return v
 					}
-					return v
-				}
-				x, dy := vec(rows*c, 3), vec(rows*c, 0)
-				shift, mean, inv, k, a, b := vec(c, 3), vec(c, 3), vec(c, 1), vec(c, 0), vec(c, 0), vec(c, 0)
-				s1, s2, sdy, sdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
-				y, dx := make([]float32, rows*c), make([]float32, rows*c)
-				dnnl.BNStats(x, c, shift, s1, s2)
-				dnnl.BNNormalize(x, y, c, mean, inv, b)
-				dnnl.BNGradSums(x, dy, c, mean, inv, sdy, sdyx)
-				dnnl.BNInputGrad(x, dy, dx, c, mean, inv, k, a, b)
-				w1, w2, wdy, wdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
-				wy, wdx := make([]float64, rows*c), make([]float64, rows*c)
-				for i := 0; i < rows; i++ {
-					for j := 0; j < c; j++ {
-						o := i*c + j
-						d := float64(x[o]) - float64(shift[j])
-						w1[j] += d
-						w2[j] += d * d
-						xhat := (float64(x[o]) - float64(mean[j])) * float64(inv[j])
-						wy[o] = xhat + float64(b[j])
-						wdy[j] += float64(dy[o])
-						wdyx[j] += float64(dy[o]) * xhat
-						wdx[o] = float64(k[j]) * (float64(dy[o]) - float64(a[j]) - xhat*float64(b[j]))
+					x, dy := vec(rows*c, 3), vec(rows*c, 0)
+					shift, mean, inv, k, a, b := vec(c, 3), vec(c, 3), vec(c, 1), vec(c, 0), vec(c, 0), vec(c, 0)
+					s1, s2, sdy, sdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
+					y, dx := make([]float32, rows*c), make([]float32, rows*c)
+					dnnl.BNStats(x, c, shift, s1, s2)
+					dnnl.BNNormalize(x, y, c, mean, inv, b, relu)
+					var out []float32 // the ReLU's output, which masks dy
+					if relu {
+						out = y
 					}
-				}
-				within(t, "s1", 1e-5, s1, w1)
-				within(t, "s2", 1e-5, s2, w2)
-				within(t, "y", 1e-5, f64s(y), wy)
-				within(t, "sdy", 1e-5, sdy, wdy)
-				within(t, "sdyx", 1e-5, sdyx, wdyx)
-				within(t, "dx", 1e-5, f64s(dx), wdx)
-			})
+					dnnl.BNGradSums(x, out, dy, c, mean, inv, sdy, sdyx)
+					dnnl.BNInputGrad(x, out, dy, dx, c, mean, inv, k, a, b)
+					w1, w2, wdy, wdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
+					wy, wdx := make([]float64, rows*c), make([]float64, rows*c)
+					for i := 0; i < rows; i++ {
+						for j := 0; j < c; j++ {
+							o := i*c + j
+							d := float64(x[o]) - float64(shift[j])
+							w1[j] += d
+							w2[j] += d * d
+							xhat := (float64(x[o]) - float64(mean[j])) * float64(inv[j])
+							wy[o] = xhat + float64(b[j])
+							g := float64(dy[o])
+							if relu && y[o] <= 0 { // the kernel's own y decides where rounding sits at 0
+								wy[o], g = 0, 0
+							}
+							wdy[j] += g
+							wdyx[j] += g * xhat
+							wdx[o] = float64(k[j]) * (g - float64(a[j]) - xhat*float64(b[j]))
+						}
+					}
+					within(t, "s1", 1e-5, s1, w1)
+					within(t, "s2", 1e-5, s2, w2)
+					within(t, "y", 1e-5, f64s(y), wy)
+					within(t, "sdy", 1e-5, sdy, wdy)
+					within(t, "sdyx", 1e-5, sdyx, wdyx)
+					within(t, "dx", 1e-5, f64s(dx), wdx)
+				})
+			}
 		}
 	}
 }

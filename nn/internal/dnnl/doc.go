@@ -30,9 +30,16 @@
 // setting belongs to the calling OS thread and Go moves goroutines between
 // those. A primitive's C memory is freed when it is garbage collected.
 //
-// The batch normalisation kernels (BNStats and the others) run over a
-// chunk of rows each and keep nothing; the caller splits a batch among its
+// The batch normalisation kernels (BNStats and the others) and the
+// elementwise ones (ReLU, ReLUGrad, Add) run over a chunk of rows or
+// elements each and keep nothing; the caller splits a batch among its
 // threads and adds the chunks' sums.
+//
+// # Errors
+//
+// Making a primitive returns an error when oneDNN has no kernel for the
+// geometry; running one returns an error wrapping ErrExec if oneDNN fails.
+// Tensors of the wrong length are the caller's bug and panic.
 //
 // Results are not bit-reproducible: oneDNN and the compiler's vector
 // clones (target_clones) pick their code by CPU model, and the callers

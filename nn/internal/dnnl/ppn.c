@@ -543,6 +543,9 @@ int ppn_pool_backward(ppn_pool *p, int threads, const float *dy, const void *ws,
 #define TILE 32 // rows summed in float before the sums go into double
 
 typedef float v16 __attribute__((vector_size(64)));
+typedef int vi16 __attribute__((vector_size(64)));
+// KEEP(v, m) is v where the mask m (a comparison) holds, else 0.
+#define KEEP(v, m) ((v16)((vi16)(v) & (m)))
 #define LOAD(p)                                  \
 	({                                           \
 		v16 v_;                                  \
@@ -609,7 +612,7 @@ KERNEL void ppn_bn_stats(const float *restrict x, int rows, int c, const float *
 }
 
 INLINE void normalize_block(const float *restrict x, float *restrict y, int rows, int c, const float *restrict mean,
-		const float *restrict scale, const float *restrict bias, int j0, const int nv) {
+		const float *restrict scale, const float *restrict bias, int relu, int j0, const int nv) {
 	v16 m[4], s[4], b[4];
 	for (int v = 0; v < nv; v++) {
 		m[v] = LOAD(mean + j0 + 16 * v);
@@ -619,37 +622,45 @@ INLINE void normalize_block(const float *restrict x, float *restrict y, int rows
 	for (int r = 0; r < rows; r++)
 		for (int v = 0; v < nv; v++) {
 			size_t o = (size_t)r * c + j0 + 16 * v;
-			STORE(y + o, (LOAD(x + o) - m[v]) * s[v] + b[v]);
+			v16 z = (LOAD(x + o) - m[v]) * s[v] + b[v];
+			STORE(y + o, relu ? KEEP(z, z > 0) : z);
 		}
 }
 
 INLINE void normalize_tail(const float *restrict x, float *restrict y, int rows, int c, const float *restrict mean,
-		const float *restrict scale, const float *restrict bias, int j) {
+		const float *restrict scale, const float *restrict bias, int relu, int j) {
 	for (int r = 0; r < rows; r++) {
 		size_t o = (size_t)r * c + j;
-		y[o] = (x[o] - mean[j]) * scale[j] + bias[j];
+		float z = (x[o] - mean[j]) * scale[j] + bias[j];
+		y[o] = relu && !(z > 0) ? 0 : z;
 	}
 }
 
 KERNEL void ppn_bn_normalize(const float *restrict x, float *restrict y, int rows, int c, const float *restrict mean,
-		const float *restrict scale, const float *restrict bias) {
+		const float *restrict scale, const float *restrict bias, int relu) {
 	if (c > 64) { // rows of many vectors: one row after another
 		for (int r = 0; r < rows; r++) {
 			const float *restrict xr = x + (size_t)r * c;
 			float *restrict yr = y + (size_t)r * c;
-			for (int j = 0; j < c; j++) yr[j] = (xr[j] - mean[j]) * scale[j] + bias[j];
+			if (relu)
+				for (int j = 0; j < c; j++) {
+					float z = (xr[j] - mean[j]) * scale[j] + bias[j];
+					yr[j] = z > 0 ? z : 0;
+				}
+			else
+				for (int j = 0; j < c; j++) yr[j] = (xr[j] - mean[j]) * scale[j] + bias[j];
 		}
 		return;
 	}
-#define FN(j0, nv) normalize_block(x, y, rows, c, mean, scale, bias, j0, nv)
-#define TAIL(j) normalize_tail(x, y, rows, c, mean, scale, bias, j)
+#define FN(j0, nv) normalize_block(x, y, rows, c, mean, scale, bias, relu, j0, nv)
+#define TAIL(j) normalize_tail(x, y, rows, c, mean, scale, bias, relu, j)
 	BLOCKS(c, FN, TAIL);
 #undef FN
 #undef TAIL
 }
 
-INLINE void grad_sums_block(const float *restrict x, const float *restrict dy, int rows, int c,
-		const float *restrict mean, const float *restrict inv, double *restrict sdy, double *restrict sdyx, int j0,
+INLINE void grad_sums_block(const float *restrict x, const float *restrict y, const float *restrict dy, int rows,
+		int c, const float *restrict mean, const float *restrict inv, double *restrict sdy, double *restrict sdyx, int j0,
 		const int nv) {
 	v16 m[4], iv[4], f1[4], f2[4];
 	for (int v = 0; v < nv; v++) {
@@ -663,6 +674,7 @@ INLINE void grad_sums_block(const float *restrict x, const float *restrict dy, i
 			for (int v = 0; v < nv; v++) {
 				size_t o = (size_t)r * c + j0 + 16 * v;
 				v16 d = LOAD(dy + o);
+				if (y != NULL) d = KEEP(d, LOAD(y + o) > 0);
 				f1[v] += d;
 				f2[v] += d * ((LOAD(x + o) - m[v]) * iv[v]);
 			}
@@ -674,26 +686,27 @@ INLINE void grad_sums_block(const float *restrict x, const float *restrict dy, i
 	}
 }
 
-INLINE void grad_sums_tail(const float *restrict x, const float *restrict dy, int rows, int c,
-		const float *restrict mean, const float *restrict inv, double *restrict sdy, double *restrict sdyx, int j) {
+INLINE void grad_sums_tail(const float *restrict x, const float *restrict y, const float *restrict dy, int rows,
+		int c, const float *restrict mean, const float *restrict inv, double *restrict sdy, double *restrict sdyx, int j) {
 	for (int r = 0; r < rows; r++) {
 		size_t o = (size_t)r * c + j;
 		float xhat = (x[o] - mean[j]) * inv[j];
-		sdy[j] += (double)dy[o];
-		sdyx[j] += (double)dy[o] * (double)xhat;
+		float d = y != NULL && !(y[o] > 0) ? 0 : dy[o];
+		sdy[j] += (double)d;
+		sdyx[j] += (double)d * (double)xhat;
 	}
 }
 
-KERNEL void ppn_bn_grad_sums(const float *restrict x, const float *restrict dy, int rows, int c,
+KERNEL void ppn_bn_grad_sums(const float *restrict x, const float *restrict y, const float *restrict dy, int rows, int c,
 		const float *restrict mean, const float *restrict inv, double *restrict sdy, double *restrict sdyx) {
-#define FN(j0, nv) grad_sums_block(x, dy, rows, c, mean, inv, sdy, sdyx, j0, nv)
-#define TAIL(j) grad_sums_tail(x, dy, rows, c, mean, inv, sdy, sdyx, j)
+#define FN(j0, nv) grad_sums_block(x, y, dy, rows, c, mean, inv, sdy, sdyx, j0, nv)
+#define TAIL(j) grad_sums_tail(x, y, dy, rows, c, mean, inv, sdy, sdyx, j)
 	BLOCKS(c, FN, TAIL);
 #undef FN
 #undef TAIL
 }
 
-INLINE void dx_block(const float *restrict x, const float *restrict dy, float *restrict dx, int rows, int c,
+INLINE void dx_block(const float *restrict x, const float *restrict y, const float *restrict dy, float *restrict dx, int rows, int c,
 		const float *restrict mean, const float *restrict inv, const float *restrict k, const float *restrict a,
 		const float *restrict b, int j0, const int nv) {
 	v16 m[4], iv[4], kk[4], aa[4], bb[4];
@@ -709,34 +722,59 @@ INLINE void dx_block(const float *restrict x, const float *restrict dy, float *r
 		for (int v = 0; v < nv; v++) {
 			size_t o = (size_t)r * c + j0 + 16 * v;
 			v16 xhat = (LOAD(x + o) - m[v]) * iv[v];
-			STORE(dx + o, kk[v] * (LOAD(dy + o) - aa[v] - xhat * bb[v]));
+			v16 d = LOAD(dy + o);
+			if (y != NULL) d = KEEP(d, LOAD(y + o) > 0);
+			STORE(dx + o, kk[v] * (d - aa[v] - xhat * bb[v]));
 		}
 }
 
-INLINE void dx_tail(const float *restrict x, const float *restrict dy, float *restrict dx, int rows, int c,
+INLINE void dx_tail(const float *restrict x, const float *restrict y, const float *restrict dy, float *restrict dx, int rows, int c,
 		const float *restrict mean, const float *restrict inv, const float *restrict k, const float *restrict a,
 		const float *restrict b, int j) {
 	for (int r = 0; r < rows; r++) {
 		size_t o = (size_t)r * c + j;
 		float xhat = (x[o] - mean[j]) * inv[j];
-		dx[o] = k[j] * (dy[o] - a[j] - xhat * b[j]);
+		float d = y != NULL && !(y[o] > 0) ? 0 : dy[o];
+		dx[o] = k[j] * (d - a[j] - xhat * b[j]);
 	}
 }
 
-KERNEL void ppn_bn_dx(const float *restrict x, const float *restrict dy, float *restrict dx, int rows, int c,
-		const float *restrict mean, const float *restrict inv, const float *restrict k, const float *restrict a,
-		const float *restrict b) {
+KERNEL void ppn_bn_dx(const float *restrict x, const float *restrict y, const float *restrict dy, float *restrict dx,
+		int rows, int c, const float *restrict mean, const float *restrict inv, const float *restrict k,
+		const float *restrict a, const float *restrict b) {
 	if (c > 64) {
 		for (int r = 0; r < rows; r++) {
 			const float *restrict xr = x + (size_t)r * c, *restrict dr = dy + (size_t)r * c;
 			float *restrict o = dx + (size_t)r * c;
-			for (int j = 0; j < c; j++) o[j] = k[j] * (dr[j] - a[j] - ((xr[j] - mean[j]) * inv[j]) * b[j]);
+			if (y != NULL) {
+				const float *restrict yr = y + (size_t)r * c;
+				for (int j = 0; j < c; j++) {
+					float d = yr[j] > 0 ? dr[j] : 0;
+					o[j] = k[j] * (d - a[j] - ((xr[j] - mean[j]) * inv[j]) * b[j]);
+				}
+			} else
+				for (int j = 0; j < c; j++) o[j] = k[j] * (dr[j] - a[j] - ((xr[j] - mean[j]) * inv[j]) * b[j]);
 		}
 		return;
 	}
-#define FN(j0, nv) dx_block(x, dy, dx, rows, c, mean, inv, k, a, b, j0, nv)
-#define TAIL(j) dx_tail(x, dy, dx, rows, c, mean, inv, k, a, b, j)
+#define FN(j0, nv) dx_block(x, y, dy, dx, rows, c, mean, inv, k, a, b, j0, nv)
+#define TAIL(j) dx_tail(x, y, dy, dx, rows, c, mean, inv, k, a, b, j)
 	BLOCKS(c, FN, TAIL);
 #undef FN
 #undef TAIL
+}
+
+/* Elementwise kernels over n floats, vectorised like the ones above. */
+
+KERNEL void ppn_relu(const float *restrict x, float *restrict y, size_t n) {
+	for (size_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
+}
+
+KERNEL void ppn_relu_grad(const float *restrict y, const float *restrict dy, float *restrict dx, size_t n) {
+	for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+}
+
+// ppn_add writes y = a + b; y may be a.
+KERNEL void ppn_add(const float *a, const float *restrict b, float *y, size_t n) {
+	for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }

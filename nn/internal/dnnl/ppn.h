@@ -55,12 +55,22 @@ size_t ppn_pool_workspace(ppn_pool *p);
 int ppn_pool_forward(ppn_pool *p, int threads, const float *x, float *y, void *ws);
 int ppn_pool_backward(ppn_pool *p, int threads, const float *dy, const void *ws, float *dx);
 
-// Batch normalisation kernels over rows of c channels (ppn.c).
+// Batch normalisation kernels over rows of c channels (ppn.c). With relu,
+// normalize writes max(y, 0); with y not NULL (that output), the gradient
+// kernels take dy as 0 where y is not positive: BatchNorm and a ReLU after
+// it in one pass.
 void ppn_bn_stats(const float *x, int rows, int c, const float *shift, double *s1, double *s2);
-void ppn_bn_normalize(const float *x, float *y, int rows, int c, const float *mean, const float *scale, const float *bias);
-void ppn_bn_grad_sums(const float *x, const float *dy, int rows, int c, const float *mean, const float *inv, double *sdy,
-		double *sdyx);
-void ppn_bn_dx(const float *x, const float *dy, float *dx, int rows, int c, const float *mean, const float *inv,
-		const float *k, const float *a, const float *b);
+void ppn_bn_normalize(const float *x, float *y, int rows, int c, const float *mean, const float *scale, const float *bias,
+		int relu);
+void ppn_bn_grad_sums(const float *x, const float *y, const float *dy, int rows, int c, const float *mean,
+		const float *inv, double *sdy, double *sdyx);
+void ppn_bn_dx(const float *x, const float *y, const float *dy, float *dx, int rows, int c, const float *mean,
+		const float *inv, const float *k, const float *a, const float *b);
+
+// Elementwise kernels over n floats: y = max(x, 0); dx = dy where y > 0,
+// else 0; y = a + b (y may be a).
+void ppn_relu(const float *x, float *y, size_t n);
+void ppn_relu_grad(const float *y, const float *dy, float *dx, size_t n);
+void ppn_add(const float *a, const float *b, float *y, size_t n);
 
 #endif

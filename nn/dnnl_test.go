@@ -387,6 +387,9 @@ func TestDNNLTrainingPassAllocatesNothing(t *testing.T) {
 	if !nn.OneDNN || be.Deterministic() {
 		t.Skip("no fast path in this build")
 	}
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	o := zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5}
 	for model, want := range map[string]float64{"resnet50": 0, "vgg16": 2 * 2 * 2} {
 		t.Run(model, func(t *testing.T) {

@@ -78,12 +78,13 @@ vet: check-go
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 # Integration tests mostly wait (failure detection, timeouts): four run at
-# once. The race detector covers the concurrent code in process; the
+# once. The race detector covers the concurrent code in process (not
+# nn/zoo, onnx and data, which start no goroutine); the
 # integration tests run real node processes, built without it.
 test: vet cross
 	@echo "$(BACKEND_MSG)"
 	$(GO) test $(TAGS) -count=1 -parallel 4 -timeout 12m ./...
-	$(GO) test $(TAGS) -count=1 -race -short -timeout 12m $$($(GO) list ./... | grep -v /integration$$)
+	$(GO) test $(TAGS) -count=1 -race -short -timeout 12m $$($(GO) list ./... | grep -Ev '/(integration|nn/zoo|onnx|data)$$')
 
 test-short: check-go
 	$(GO) test $(TAGS) -short ./...

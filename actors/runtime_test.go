@@ -285,21 +285,7 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 // stop by themselves and free what they hold.
 func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
-	spec := smallSpec("mlp32")
-	spec.ID, spec.Partition = "orphans", "uniform"
-	c, err := NewCoordinator(spec, tc.config(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := c.Plan()
-	addrs := make([]string, len(plan.Stages))
-	for k, sp := range plan.Stages {
-		addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
-	}
-	s, _, err := c.startStages(job.StartStages{Gen: 1, Plan: plan, Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s, _ := startUniform(t, tc, "orphans")
 	for _, lk := range s.links {
 		lk.Close()
 	}
@@ -512,21 +498,7 @@ func nodeNames(ns []job.NodeInfo) []string {
 // plan that places a stage there fails with the reason.
 func TestHostCloseStopsItsStages(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
-	spec := smallSpec("mlp32")
-	spec.ID, spec.Partition = "closing", "uniform"
-	c, err := NewCoordinator(spec, tc.config(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := c.Plan()
-	addrs := make([]string, len(plan.Stages))
-	for k, sp := range plan.Stages {
-		addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
-	}
-	s, _, err := c.startStages(job.StartStages{Gen: 1, Plan: plan, Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s, start := startUniform(t, tc, "closing")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for i, h := range tc.hosts {
@@ -535,8 +507,31 @@ func TestHostCloseStopsItsStages(t *testing.T) {
 		}
 	}
 	c.stopStages(s, true)
-	_, _, err = c.startStages(job.StartStages{Gen: 2, Plan: plan, Addrs: addrs})
+	start.Gen = 2
+	_, _, err := c.startStages(start)
 	if err == nil || !strings.Contains(err.Error(), errHostClosing.Error()) {
 		t.Fatalf("stages on closed hosts: err %v, want %q", err, errHostClosing)
 	}
+}
+
+// startUniform plans mlp32 uniformly over tc's nodes as job id and starts
+// the plan's stages (generation 1) without running the job.
+func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stageSet, job.StartStages) {
+	t.Helper()
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition = id, "uniform"
+	c, err := NewCoordinator(spec, tc.config(len(tc.nodes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := c.Plan()
+	start := job.StartStages{Gen: 1, Plan: plan, Addrs: make([]string, len(plan.Stages))}
+	for k, sp := range plan.Stages {
+		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
+	}
+	s, _, err := c.startStages(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s, start
 }

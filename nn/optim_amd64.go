@@ -2,7 +2,11 @@
 
 package nn
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // The AVX2 kernels of the optimizers (optim_amd64.s). Each updates the
 // first n elements, n a positive multiple of 8, of arrays at least that
@@ -25,25 +29,8 @@ var (
 	_ [32]struct{} = [unsafe.Offsetof(adamCoef{}.decay)]struct{}{}
 )
 
-func cpuid(leaf, sub uint32) (a, b, c, d uint32)
-func xgetbv() (eax uint32)
-
 // hasAVX2 reports whether the CPU has AVX2 and the OS saves the YMM state.
-var hasAVX2 = func() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, c1, _ := cpuid(1, 0)
-	const avx, osxsave = 1 << 28, 1 << 27
-	// XCR0: the SSE and AVX (upper YMM) state.
-	if c1&avx == 0 || c1&osxsave == 0 || xgetbv()&6 != 6 {
-		return false
-	}
-	_, b7, _, _ := cpuid(7, 0)
-	const avx2 = 1 << 5
-	return b7&avx2 != 0
-}()
+var hasAVX2 = cpu.X86.HasAVX2
 
 // sgdVector runs the AVX2 kernel on the longest multiple of 8 elements and
 // returns how many it updated (0 without AVX2). Not for the first step.

@@ -2,8 +2,7 @@
 
 package sgemm
 
-func cpuid(leaf, sub uint32) (a, b, c, d uint32)
-func xgetbv() (eax uint32)
+import "golang.org/x/sys/cpu"
 
 //go:noescape
 func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
@@ -19,23 +18,10 @@ func packT8(kc8 int, src *float32, lds int, dst *float32, ldd int) (finite bool)
 
 // x86 holds the CPU features the kernels need: avx2 with the OS saving the
 // YMM state, avx512 (F) with the OS saving the ZMM state.
-var x86 = func() (f struct{ avx2, avx512 bool }) {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return f
-	}
-	_, _, c1, _ := cpuid(1, 0)
-	const avx, osxsave = 1 << 28, 1 << 27
-	if c1&osxsave == 0 || c1&avx == 0 {
-		return f
-	}
-	xcr0 := xgetbv()
-	_, b7, _, _ := cpuid(7, 0)
-	const avx2, avx512f = 1 << 5, 1 << 16
-	f.avx2 = b7&avx2 != 0 && xcr0&0x6 == 0x6
-	f.avx512 = f.avx2 && b7&avx512f != 0 && xcr0&0xe6 == 0xe6
-	return f
-}()
+var x86 = struct{ avx2, avx512 bool }{
+	avx2:   cpu.X86.HasAVX2,
+	avx512: cpu.X86.HasAVX2 && cpu.X86.HasAVX512F,
+}
 
 // AVX2 is the 6×16 kernel for AVX2: twelve YMM accumulators.
 var AVX2 = &Kernel{

@@ -7,24 +7,6 @@
 // Products are VMULPS and sums VADDPS, with the product as the first source
 // of the add, as in gonum's Saxpy; never a fused multiply-add.
 
-// func cpuid(leaf, sub uint32) (a, b, c, d uint32)
-TEXT ·cpuid(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL sub+4(FP), CX
-	CPUID
-	MOVL AX, a+8(FP)
-	MOVL BX, b+12(FP)
-	MOVL CX, c+16(FP)
-	MOVL DX, d+20(FP)
-	RET
-
-// func xgetbv() (eax uint32)
-TEXT ·xgetbv(SB), NOSPLIT, $0-4
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	RET
-
 // func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
 //
 // Y0-Y11: the 6x16 tile of C, row r in Y(2r), Y(2r+1). Y12, Y13: the packed

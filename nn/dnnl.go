@@ -20,13 +20,14 @@ import (
 // not reproducible; with a deterministic backend, or without the tag, the
 // layers run their own loops, whose bits are what they always were.
 //
-// Threads: oneDNN runs single-threaded and a pass is split by samples into
-// one part per thread, run on the shared worker goroutines, for the reason
-// the OpenBLAS backend gives: OpenMP's worker threads spin between calls
-// (and inside oneDNN's kernels, at barriers) and fight the layers'
-// goroutines, and any other process, for the CPUs. PPNODE_DNNL_THREADS=native
-// lets oneDNN thread with OpenMP instead, over the whole batch (for
-// comparison).
+// Threads: every pass of a stage runs on one OS thread kept for the
+// purpose (team.go), and oneDNN and our loops thread with OpenMP over the
+// whole batch from it, as PyTorch's do. libgomp keeps a team of threads per
+// calling OS thread, and Go moves goroutines between threads, so calls from
+// wherever a pass happens to run would start team after team, spinning
+// against each other. PPNODE_DNNL_THREADS=split instead runs oneDNN
+// single-threaded on one part of the batch per thread, on the shared worker
+// goroutines (for comparison; slower, BENCHMARKS.md).
 //
 // A layer makes its primitives on the first pass of each batch size and
 // keeps them (so uneven micro-batches have a set each); a geometry oneDNN
@@ -48,7 +49,8 @@ import (
 // non-deterministic backends.
 const OneDNN = dnnl.Available
 
-var dnnlNative = os.Getenv("PPNODE_DNNL_THREADS") == "native"
+// dnnlTeam is false when PPNODE_DNNL_THREADS=split.
+var dnnlTeam = os.Getenv("PPNODE_DNNL_THREADS") != "split"
 
 // Describe names what computes on be: its GEMM backend, and "+onednn"
 // when convolutions, pooling and BatchNorm take the fast path on it, as in
@@ -101,16 +103,21 @@ func (p *dnnlPlan[P]) each(fn func(lo, hi int)) {
 	parallel(len(p.parts), len(p.parts), 1, fn)
 }
 
-type planKey struct{ n, threads int }
+type planKey struct {
+	n, threads int
+	team       bool
+}
 
 // dnnlPlans maps a batch size and thread count to its primitives, nil where
 // oneDNN has none.
 type dnnlPlans[P any] map[planKey]*dnnlPlan[P]
 
-// get returns the plan for a batch of n on threads threads, made by mk (for
-// each part's size) on first use.
-func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan[P] {
-	k := planKey{n, threads}
+// get returns the plan for a batch of n in a pass in c, made by mk (for
+// each part's size) on first use: on the team thread one part on c's
+// threads, else a part per thread.
+func (m *dnnlPlans[P]) get(n int, c *Ctx, mk func(n int) (*P, error)) *dnnlPlan[P] {
+	threads := threadsOf(c)
+	k := planKey{n, threads, c.team}
 	if p, ok := (*m)[k]; ok {
 		if p != nil && p.failed {
 			return nil
@@ -122,7 +129,7 @@ func (m *dnnlPlans[P]) get(n, threads int, mk func(n int) (*P, error)) *dnnlPlan
 	}
 	p := &dnnlPlan[P]{omp: 1}
 	parts := min(threads, n)
-	if dnnlNative {
+	if c.team {
 		parts, p.omp = 1, threads
 	}
 	for i, lo := 0, 0; i < parts; i++ {
@@ -162,8 +169,8 @@ type dnnlConv struct {
 
 func (d *dnnlConv) reset() { d.plans = nil }
 
-func (d *dnnlConv) plan(l *Conv2D, n, threads int) *dnnlPlan[dnnl.Conv] {
-	return d.plans.get(n, threads, func(n int) (*dnnl.Conv, error) {
+func (d *dnnlConv) plan(l *Conv2D, n int, c *Ctx) *dnnlPlan[dnnl.Conv] {
+	return d.plans.get(n, c, func(n int) (*dnnl.Conv, error) {
 		return dnnl.NewConv(dnnl.ConvGeom{
 			N: n, IC: l.In, IH: l.h, IW: l.w, OC: l.Out, OH: l.ho, OW: l.wo,
 			KH: l.KH, KW: l.KW, SH: l.SH, SW: l.SW, DH: l.DH, DW: l.DW,
@@ -191,7 +198,7 @@ func (d *dnnlConv) end() {
 }
 
 func (d *dnnlConv) forward(c *Ctx, l *Conv2D, x, y []float32, n int) bool {
-	p := d.plan(l, n, threadsOf(c))
+	p := d.plan(l, n, c)
 	if p == nil {
 		return false
 	}
@@ -216,7 +223,7 @@ func (d *dnnlConv) forwardParts(lo, hi int) {
 // as they were, for the layer's own loops; a failure while adding them
 // would leave part of a sum, and panics.
 func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int) bool {
-	p := d.plan(l, n, threadsOf(c))
+	p := d.plan(l, n, c)
 	if p == nil {
 		return false
 	}
@@ -274,8 +281,8 @@ type dnnlPool struct {
 
 func (d *dnnlPool) reset() { d.plans = nil }
 
-func (d *dnnlPool) plan(g *window, alg dnnl.PoolAlg, n, threads int) *dnnlPlan[dnnl.Pool] {
-	return d.plans.get(n, threads, func(n int) (*dnnl.Pool, error) {
+func (d *dnnlPool) plan(g *window, alg dnnl.PoolAlg, n int, c *Ctx) *dnnlPlan[dnnl.Pool] {
+	return d.plans.get(n, c, func(n int) (*dnnl.Pool, error) {
 		return dnnl.NewPool(dnnl.PoolGeom{
 			N: n, C: g.c, IH: g.h, IW: g.w, OH: g.ho, OW: g.wo, KH: g.kh, KW: g.kw, SH: g.sh, SW: g.sw,
 			PadT: g.pt, PadL: g.pl, PadB: g.pb, PadR: g.pr, Alg: alg,
@@ -304,7 +311,7 @@ func (d *dnnlPool) end() {
 
 // forward writes y and the workspace its backward pass reads.
 func (d *dnnlPool) forward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, x, y []float32, n int) bool {
-	p := d.plan(g, alg, n, threadsOf(c))
+	p := d.plan(g, alg, n, c)
 	if p == nil {
 		return false
 	}
@@ -324,7 +331,7 @@ func (d *dnnlPool) forwardParts(lo, hi int) {
 }
 
 func (d *dnnlPool) backward(c *Ctx, s *Slot, g *window, alg dnnl.PoolAlg, dy, dx []float32, n int) bool {
-	p := d.plan(g, alg, n, threadsOf(c))
+	p := d.plan(g, alg, n, c)
 	if p == nil {
 		return false
 	}
@@ -459,7 +466,11 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu b
 	if c.Train {
 		clear(f.parts)
 		f.shift = x[:C]
-		f.run(f.statsFn)
+		if c.team {
+			dnnl.BNStatsTeam(f.chunks, x, C, f.shift, f.parts)
+		} else {
+			f.run(f.statsFn)
+		}
 		R := float64(rows)
 		m := l.Momentum
 		for j := 0; j < C; j++ {
@@ -487,7 +498,11 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu b
 		scale[j] = inv[j] * w[j]
 	}
 	f.y, f.mean, f.scale, f.bias, f.relu = y, mean, scale, F32(l.Bias.Value), relu
-	f.run(f.normFn)
+	if c.team {
+		dnnl.BNNormalizeTeam(f.chunks, x, y, C, mean, scale, f.bias, relu)
+	} else {
+		f.run(f.normFn)
+	}
 }
 
 // backwardFast is Backward on the fast path; dx is nil when the input
@@ -500,7 +515,11 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []flo
 	defer f.end()
 	clear(f.parts)
 	f.dy, f.out, f.mean, f.inv = dy, y, mean, inv
-	f.run(f.sumsFn)
+	if c.team {
+		dnnl.BNGradSumsTeam(f.chunks, x, y, dy, f.c, mean, inv, f.parts)
+	} else {
+		f.run(f.sumsFn)
+	}
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	w := F32(l.Weight.Value)
 	R := float64(f.rows)
@@ -520,16 +539,20 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []flo
 		return
 	}
 	f.dx, f.k, f.a, f.bb = dx, k, a, bb
-	f.run(f.dxFn)
+	if c.team {
+		dnnl.BNInputGradTeam(f.chunks, x, y, dy, dx, f.c, mean, inv, k, a, bb)
+	} else {
+		f.run(f.dxFn)
+	}
 }
 
 // ewOp is an elementwise kernel of the fast path.
 type ewOp int
 
 const (
-	ewReLU     ewOp = iota // y = max(a, 0)
-	ewReLUGrad             // y = b where a > 0, else 0
-	ewAdd                  // y = a + b
+	ewReLU     ewOp = dnnl.OpReLU     // y = max(a, 0)
+	ewReLUGrad ewOp = dnnl.OpReLUGrad // y = b where a > 0, else 0
+	ewAdd      ewOp = dnnl.OpAdd      // y = a + b
 )
 
 // ewPass is an elementwise pass in progress, run in chunks on the worker
@@ -562,6 +585,10 @@ func (p *ewPass) chunk(lo, hi int) {
 // least 32K elements (smaller ones cost more to hand to a thread than to
 // compute).
 func elementwise(c *Ctx, op ewOp, a, b, y []float32) {
+	if c.team {
+		dnnl.ElementwiseTeam(max(1, min(threadsOf(c), len(y)>>15)), int(op), a, b, y)
+		return
+	}
 	p := ewPasses.Get().(*ewPass)
 	p.op, p.a, p.b, p.y = op, a, b, y
 	parallel(threadsOf(c), len(y), 1<<15, p.run)

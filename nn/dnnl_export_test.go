@@ -20,3 +20,11 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// WithTeam sets whether passes in c run as on the team thread: one oneDNN
+// primitive over the whole batch and OpenMP threading (from whatever OS
+// thread the test runs on).
+func WithTeam(c *Ctx, team bool) *Ctx {
+	c.team = team
+	return c
+}

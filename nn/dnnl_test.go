@@ -65,11 +65,18 @@ func dnnlConvs() []struct {
 	return append(cs, generalConvs...)
 }
 
+// fastRuns are the ways the fast path runs a layer: split into one part per
+// thread, or whole on the OpenMP team.
+var fastRuns = []struct {
+	threads int
+	team    bool
+}{{1, false}, {2, false}, {2, true}}
+
 // The oneDNN path (a non-deterministic backend) gives the pure-Go path's
 // results (the deterministic backend) within 1e-4 of each tensor's largest
 // magnitude: output, input gradient, weight and bias gradients, the latter
-// accumulated over two passes, on every geometry, batch size and thread
-// count tried.
+// accumulated over two passes, on every geometry, batch size, thread
+// count and way of running tried.
 func TestDNNLConv2DMatchesPureGo(t *testing.T) {
 	if !nn.OneDNN {
 		t.Log("built without oneDNN: both paths are the pure-Go one")
@@ -80,8 +87,9 @@ func TestDNNLConv2DMatchesPureGo(t *testing.T) {
 	}
 	for _, c := range dnnlConvs() {
 		for _, bias := range []bool{false, true} {
-			for _, threads := range []int{1, 2} {
-				name := fmt.Sprintf("%s/bias=%v/threads=%d", c.name, bias, threads)
+			for _, run := range fastRuns {
+				threads := run.threads
+				name := fmt.Sprintf("%s/bias=%v/threads=%d/team=%v", c.name, bias, threads, run.team)
 				t.Run(name, func(t *testing.T) {
 					seed := uint64(len(c.name))
 					pure, fast := c.conv(), c.conv()
@@ -98,7 +106,7 @@ func TestDNNLConv2DMatchesPureGo(t *testing.T) {
 							copy(nn.F32(p.Value), nn.F32(ps[i].Value))
 							clear(nn.F32(p.Grad))
 						}
-						ctx := &nn.Ctx{Backend: newFast(t, threads), Train: true}
+						ctx := nn.WithTeam(&nn.Ctx{Backend: newFast(t, threads), Train: true}, run.team)
 						var s nn.Slot
 						for pass := 0; pass < 2; pass++ {
 							gy := fast.Forward(ctx, &s, in)
@@ -199,21 +207,24 @@ func TestDNNLPool2DMatchesPureGo(t *testing.T) {
 				for _, n := range []int{4, 3} {
 					r := rand.New(rand.NewPCG(5, uint64(n)))
 					x, y, dy, dx, _ := runLayer(t, ref, pure, c.shape, n, r)
-					ctx := &nn.Ctx{Backend: newFast(t, 2), Train: true}
-					var s nn.Slot
-					in := []*nn.Tensor{x}
-					gy := fast.Forward(ctx, &s, in)
-					sameWithin(t, "y", 1e-6, nn.F32(gy), nn.F32(y))
-					g := fast.Backward(ctx, &s, in, gy, dy, []bool{true})
-					sameWithin(t, "dx", 1e-6, nn.F32(g[0]), nn.F32(dx))
+					for _, team := range []bool{false, true} {
+						ctx := nn.WithTeam(&nn.Ctx{Backend: newFast(t, 2), Train: true}, team)
+						var s nn.Slot
+						in := []*nn.Tensor{x}
+						gy := fast.Forward(ctx, &s, in)
+						sameWithin(t, "y", 1e-6, nn.F32(gy), nn.F32(y))
+						g := fast.Backward(ctx, &s, in, gy, dy, []bool{true})
+						sameWithin(t, "dx", 1e-6, nn.F32(g[0]), nn.F32(dx))
+					}
 				}
 			})
 		}
 	}
 }
 
-// BatchNorm on the fast path gives the pure-Go results in training (output,
-// gradients, running statistics) and in evaluation.
+// BatchNorm on the fast path, split or on the team, gives the pure-Go
+// results in training (output, gradients, running statistics) and in
+// evaluation.
 func TestFastBatchNormMatchesPureGo(t *testing.T) {
 	ref, err := nn.NewBackend("gonum", 2, true)
 	if err != nil {
@@ -233,8 +244,9 @@ func TestFastBatchNormMatchesPureGo(t *testing.T) {
 				nn.F32(x)[i] = float32(3 + 2*r.NormFloat64()) // a mean away from 0
 				nn.F32(dy)[i] = float32(r.NormFloat64())
 			}
-			var outs [2][][]float32
-			for k, be := range []nn.Backend{ref, newFast(t, 2)} {
+			var outs [3][][]float32
+			for k, be := range []nn.Backend{ref, newFast(t, 2), newFast(t, 2)} {
+				team := k == 2
 				l := nn.NewBatchNorm()
 				if _, err := l.Build([][]int{c.shape}); err != nil {
 					t.Fatal(err)
@@ -247,13 +259,13 @@ func TestFastBatchNormMatchesPureGo(t *testing.T) {
 				in := []*nn.Tensor{x}
 				var res [][]float32
 				for pass := 0; pass < 2; pass++ {
-					ctx := &nn.Ctx{Backend: be, Train: true}
+					ctx := nn.WithTeam(&nn.Ctx{Backend: be, Train: true}, team)
 					y := l.Forward(ctx, &s, in)
 					g := l.Backward(ctx, &s, in, y, dy, []bool{true})
 					res = append(res, clone(nn.F32(y)), clone(nn.F32(g[0])))
 				}
 				res = append(res, nn.F32(l.Weight.Grad), nn.F32(l.Bias.Grad), nn.F32(l.RunMean.Value), nn.F32(l.RunVar.Value))
-				ctx := &nn.Ctx{Backend: be}
+				ctx := nn.WithTeam(&nn.Ctx{Backend: be}, team)
 				y := l.Forward(ctx, &s, []*nn.Tensor{x})
 				g := l.Backward(ctx, &s, []*nn.Tensor{x}, y, dy, []bool{true})
 				res = append(res, clone(nn.F32(y)), clone(nn.F32(g[0])))
@@ -262,6 +274,7 @@ func TestFastBatchNormMatchesPureGo(t *testing.T) {
 			names := []string{"y", "dx", "y2", "dx2", "dweight", "dbias", "running_mean", "running_var", "eval y", "eval dx"}
 			for i, name := range names {
 				sameWithin(t, name, 1e-4, outs[1][i], outs[0][i])
+				sameWithin(t, "team "+name, 1e-4, outs[2][i], outs[0][i])
 			}
 		})
 	}

@@ -8,6 +8,10 @@ type Ctx struct {
 	// Seed, Step and Micro seed per-micro-batch randomness (dropout).
 	Seed        uint64
 	Step, Micro int
+
+	// team: the pass runs on the team thread, and the fast path threads
+	// with OpenMP from it (team.go).
+	team bool
 }
 
 // Layer is one node's computation. Shapes passed to Build are per sample

@@ -26,6 +26,9 @@ type Stage struct {
 	// on the fast path (its only input, which nothing else reads), that
 	// node's index; else -1.
 	fused []int
+	// team: the stage has a convolution or pooling layer, and its passes run
+	// on the team thread on the fast path (team.go).
+	team  bool
 	slots []*stageSlot
 }
 
@@ -108,6 +111,12 @@ func (g *Graph) Stage(names []string) (*Stage, error) {
 		}
 	}
 	s.fuse(consumed)
+	for _, n := range s.nodes {
+		switch n.Layer.(type) {
+		case *Conv2D, *MaxPool2D, *AvgPool2D:
+			s.team = dnnlTeam
+		}
+	}
 	return s, nil
 }
 
@@ -220,6 +229,13 @@ func (s *Stage) Forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
 	if len(in) != len(s.Inputs) {
 		panic(fmt.Sprintf("nn: stage takes %d inputs, got %d", len(s.Inputs), len(in)))
 	}
+	if s.team && fastPath(c) && !c.team {
+		return onTeam(s, c, slot, in, false)
+	}
+	return s.forward(c, slot, in)
+}
+
+func (s *Stage) forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
 	ss := s.slot(slot)
 	copy(ss.ins, in)
 	for k, n := range s.nodes {
@@ -252,6 +268,13 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 	if len(dout) != len(s.Outputs) {
 		panic(fmt.Sprintf("nn: stage has %d outputs, got %d gradients", len(s.Outputs), len(dout)))
 	}
+	if s.team && fastPath(c) && !c.team {
+		return onTeam(s, c, slot, dout, true)
+	}
+	return s.backward(c, slot, dout)
+}
+
+func (s *Stage) backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 	ss := s.slot(slot)
 	clear(ss.grad)
 	clear(ss.inGrad)

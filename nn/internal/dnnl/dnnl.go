@@ -3,7 +3,7 @@
 package dnnl
 
 /*
-#cgo CFLAGS: -O3
+#cgo CFLAGS: -O3 -fopenmp
 #cgo LDFLAGS: -ldnnl -lgomp
 #include "ppn.h"
 */
@@ -283,4 +283,46 @@ func Add(a, b, y []float32) {
 		panic("dnnl: Add: a, b and y differ in length")
 	}
 	C.ppn_add(f32(a), f32(b), f32(y), C.size_t(len(a)))
+}
+
+// The Team functions run the kernels above over a whole tensor in chunks
+// on oneDNN's OpenMP team, from the calling OS thread: chunk k takes rows
+// [k·rows/chunks, (k+1)·rows/chunks), and its sums go to parts[2kc:2kc+c]
+// and parts[(2k+1)c:(2k+2)c].
+
+func BNStatsTeam(chunks int, x []float32, c int, shift []float32, parts []float64) {
+	_, _ = shift[c-1], parts[2*chunks*c-1]
+	C.ppn_bn_stats_team(C.int(chunks), f32(x), rowsOf(x, c), C.int(c), f32(shift), f64(parts))
+}
+
+func BNNormalizeTeam(chunks int, x, y []float32, c int, mean, scale, bias []float32, relu bool) {
+	_, _, _ = mean[c-1], scale[c-1], bias[c-1]
+	if len(y) != len(x) {
+		panic("dnnl: BNNormalize: x and y differ in length")
+	}
+	C.ppn_bn_normalize_team(C.int(chunks), f32(x), f32(y), rowsOf(x, c), C.int(c), f32(mean), f32(scale), f32(bias), cbool(relu))
+}
+
+func BNGradSumsTeam(chunks int, x, y, dy []float32, c int, mean, inv []float32, parts []float64) {
+	_, _, _ = mean[c-1], inv[c-1], parts[2*chunks*c-1]
+	if len(dy) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNGradSums: x, y and dy differ in length")
+	}
+	C.ppn_bn_grad_sums_team(C.int(chunks), f32(x), f32(y), f32(dy), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f64(parts))
+}
+
+func BNInputGradTeam(chunks int, x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
+	_, _, _, _, _ = mean[c-1], inv[c-1], k[c-1], a[c-1], b[c-1]
+	if len(dy) != len(x) || len(dx) != len(x) || y != nil && len(y) != len(x) {
+		panic("dnnl: BNInputGrad: x, y, dy and dx differ in length")
+	}
+	C.ppn_bn_dx_team(C.int(chunks), f32(x), f32(y), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
+}
+
+// ElementwiseTeam runs op over y in chunks.
+func ElementwiseTeam(chunks, op int, a, b, y []float32) {
+	if len(y) != len(a) || b != nil && len(b) != len(a) {
+		panic("dnnl: elementwise: a, b and y differ in length")
+	}
+	C.ppn_ew_team(C.int(chunks), C.int(op), f32(a), f32(b), f32(y), C.size_t(len(a)))
 }

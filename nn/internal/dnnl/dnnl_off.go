@@ -35,3 +35,16 @@ func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) { 
 func ReLU(x, y []float32)                                                     { panic(ErrUnavailable) }
 func ReLUGrad(y, dy, dx []float32)                                            { panic(ErrUnavailable) }
 func Add(a, b, y []float32)                                                   { panic(ErrUnavailable) }
+func BNStatsTeam(chunks int, x []float32, c int, shift []float32, parts []float64) {
+	panic(ErrUnavailable)
+}
+func BNNormalizeTeam(chunks int, x, y []float32, c int, mean, scale, bias []float32, relu bool) {
+	panic(ErrUnavailable)
+}
+func BNGradSumsTeam(chunks int, x, y, dy []float32, c int, mean, inv []float32, parts []float64) {
+	panic(ErrUnavailable)
+}
+func BNInputGradTeam(chunks int, x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
+	panic(ErrUnavailable)
+}
+func ElementwiseTeam(chunks, op int, a, b, y []float32) { panic(ErrUnavailable) }

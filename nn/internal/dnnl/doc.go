@@ -33,7 +33,10 @@
 // The batch normalisation kernels (BNStats and the others) and the
 // elementwise ones (ReLU, ReLUGrad, Add) run over a chunk of rows or
 // elements each and keep nothing; the caller splits a batch among its
-// threads and adds the chunks' sums.
+// threads and adds the chunks' sums. Their Team forms split the batch
+// themselves and run the chunks on the OpenMP team of the calling OS
+// thread, as oneDNN's primitives do with threads > 1: libgomp keeps a team
+// per calling OS thread, so a caller that wants one team calls from one.
 //
 // # Errors
 //
@@ -79,3 +82,10 @@ type PoolGeom struct {
 	PadT, PadL, PadB, PadR int
 	Alg                    PoolAlg
 }
+
+// Elementwise operations of ElementwiseTeam.
+const (
+	OpReLU     = 0 // y = max(a, 0)
+	OpReLUGrad = 1 // y = b where a > 0, else 0
+	OpAdd      = 2 // y = a + b
+)

@@ -778,3 +778,63 @@ KERNEL void ppn_relu_grad(const float *restrict y, const float *restrict dy, flo
 KERNEL void ppn_add(const float *a, const float *restrict b, float *y, size_t n) {
 	for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
+
+/* The same kernels over a whole tensor on an OpenMP team: chunk k of
+   chunks takes rows [k·rows/chunks, (k+1)·rows/chunks) (the split of
+   package nn's chunked path), and its sums go to parts[2kc..2kc+c) and
+   parts[(2k+1)c..(2k+2)c). */
+
+#define CHUNK_ROWS(k) int r0 = (int)((long)(k) * rows / chunks), nr = (int)((long)((k) + 1) * rows / chunks) - r0; \
+	size_t o = (size_t)r0 * c
+
+void ppn_bn_stats_team(int chunks, const float *x, int rows, int c, const float *shift, double *parts) {
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+	for (int k = 0; k < chunks; k++) {
+		CHUNK_ROWS(k);
+		ppn_bn_stats(x + o, nr, c, shift, parts + 2 * (size_t)k * c, parts + (2 * (size_t)k + 1) * c);
+	}
+}
+
+void ppn_bn_normalize_team(int chunks, const float *x, float *y, int rows, int c, const float *mean, const float *scale,
+		const float *bias, int relu) {
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+	for (int k = 0; k < chunks; k++) {
+		CHUNK_ROWS(k);
+		ppn_bn_normalize(x + o, y + o, nr, c, mean, scale, bias, relu);
+	}
+}
+
+void ppn_bn_grad_sums_team(int chunks, const float *x, const float *y, const float *dy, int rows, int c,
+		const float *mean, const float *inv, double *parts) {
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+	for (int k = 0; k < chunks; k++) {
+		CHUNK_ROWS(k);
+		ppn_bn_grad_sums(x + o, y != NULL ? y + o : NULL, dy + o, nr, c, mean, inv, parts + 2 * (size_t)k * c,
+				parts + (2 * (size_t)k + 1) * c);
+	}
+}
+
+void ppn_bn_dx_team(int chunks, const float *x, const float *y, const float *dy, float *dx, int rows, int c,
+		const float *mean, const float *inv, const float *k_, const float *a, const float *b) {
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+	for (int k = 0; k < chunks; k++) {
+		CHUNK_ROWS(k);
+		ppn_bn_dx(x + o, y != NULL ? y + o : NULL, dy + o, dx + o, nr, c, mean, inv, k_, a, b);
+	}
+}
+
+// ppn_ew_team runs an elementwise kernel (0 relu, 1 relu_grad, 2 add) in
+// chunks of step values.
+void ppn_ew_team(int chunks, int op, const float *a, const float *b, float *y, size_t n) {
+	size_t step = (n + chunks - 1) / chunks;
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+	for (int k = 0; k < chunks; k++) {
+		size_t lo = (size_t)k * step, hi = lo + step < n ? lo + step : n;
+		if (lo >= hi) continue;
+		switch (op) {
+		case 0: ppn_relu(a + lo, y + lo, hi - lo); break;
+		case 1: ppn_relu_grad(a + lo, b + lo, y + lo, hi - lo); break;
+		case 2: ppn_add(a + lo, b + lo, y + lo, hi - lo); break;
+		}
+	}
+}

@@ -73,4 +73,15 @@ void ppn_relu(const float *x, float *y, size_t n);
 void ppn_relu_grad(const float *y, const float *dy, float *dx, size_t n);
 void ppn_add(const float *a, const float *b, float *y, size_t n);
 
+// The kernels above over a whole tensor in chunks, each chunk on a thread
+// of an OpenMP team (ppn.c gives the split).
+void ppn_bn_stats_team(int chunks, const float *x, int rows, int c, const float *shift, double *parts);
+void ppn_bn_normalize_team(int chunks, const float *x, float *y, int rows, int c, const float *mean, const float *scale,
+		const float *bias, int relu);
+void ppn_bn_grad_sums_team(int chunks, const float *x, const float *y, const float *dy, int rows, int c,
+		const float *mean, const float *inv, double *parts);
+void ppn_bn_dx_team(int chunks, const float *x, const float *y, const float *dy, float *dx, int rows, int c,
+		const float *mean, const float *inv, const float *k, const float *a, const float *b);
+void ppn_ew_team(int chunks, int op, const float *a, const float *b, float *y, size_t n);
+
 #endif

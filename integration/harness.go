@@ -43,8 +43,9 @@ var build struct {
 }
 
 // Binary returns the path of a ppnode binary built from this checkout. It
-// is built once per test binary, with the Makefile's tags: `-tags
-// openblas` and CGO_LDFLAGS=-lopenblas when libopenblas is installed.
+// is built once per test binary, with the Makefile's tags: openblas (and
+// CGO_LDFLAGS=-lopenblas) when libopenblas is installed, dnnl when
+// oneDNN's library and header are.
 func Binary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -55,9 +56,16 @@ func Binary(t testing.TB) string {
 		build.path = filepath.Join(build.dir, "ppnode")
 		args := []string{"build"}
 		env := os.Environ()
-		if haveOpenBLAS() {
-			args = append(args, "-tags", "openblas")
+		var tags []string
+		if haveLib("libopenblas.so ") {
+			tags = append(tags, "openblas")
 			env = append(env, "CGO_LDFLAGS=-lopenblas")
+		}
+		if HaveOneDNN() {
+			tags = append(tags, "dnnl")
+		}
+		if len(tags) > 0 {
+			args = append(args, "-tags", strings.Join(tags, " "))
 		}
 		args = append(args, "-o", build.path, "github.com/ppnode/ppnode/cmd/ppnode")
 		cmd := exec.Command(goTool(), args...)
@@ -86,11 +94,19 @@ func goTool() string {
 	return "/usr/local/go/bin/go"
 }
 
-func haveOpenBLAS() bool {
+// HaveOneDNN reports whether [Binary] builds with oneDNN: its library and
+// header are installed (the Makefile's test).
+func HaveOneDNN() bool {
+	_, err := os.Stat("/usr/include/dnnl.h")
+	return err == nil && haveLib("libdnnl.so ")
+}
+
+// haveLib reports whether ldconfig knows a library of that name.
+func haveLib(name string) bool {
 	for _, ldconfig := range []string{"ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"} {
 		out, err := exec.Command(ldconfig, "-p").Output()
 		if err == nil {
-			return bytes.Contains(out, []byte("libopenblas.so "))
+			return bytes.Contains(out, []byte(name))
 		}
 	}
 	return false

@@ -45,6 +45,7 @@ var commands = []command{
 }
 
 func main() {
+	tuneOpenMP()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

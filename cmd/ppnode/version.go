@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -25,11 +27,21 @@ type buildInfo struct {
 	Go       string `json:"go"`
 	OS       string `json:"os"`
 	Arch     string `json:"arch"`
+	// Compute names what computes by default (nn.Describe), OpenMPSpin
+	// the GOMP_SPINCOUNT its OpenMP threads run with (oneDNN builds).
+	Compute    string `json:"compute"`
+	OpenMPSpin string `json:"openmp_spin,omitempty"`
 }
 
 // readBuildInfo reads the binary's build information.
 func readBuildInfo() buildInfo {
 	b := buildInfo{Version: nodes.Version, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if be, err := nn.NewBackend("", 0, false); err == nil {
+		b.Compute = nn.Describe(be)
+	}
+	if nn.OneDNN {
+		b.OpenMPSpin = os.Getenv("GOMP_SPINCOUNT")
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -62,7 +74,14 @@ func (b buildInfo) String() string {
 	if b.Module != "" {
 		s += "\n  module " + b.Module
 	}
-	return s + fmt.Sprintf("\n  built with %s for %s/%s", b.Go, b.OS, b.Arch)
+	s += fmt.Sprintf("\n  built with %s for %s/%s", b.Go, b.OS, b.Arch)
+	if b.Compute != "" {
+		s += "\n  computes with " + b.Compute
+	}
+	if b.OpenMPSpin != "" {
+		s += " (GOMP_SPINCOUNT=" + b.OpenMPSpin + ")"
+	}
+	return s
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {

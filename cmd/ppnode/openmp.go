@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"syscall"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// spinCount is how long OpenMP's idle threads spin before they sleep
+// (GOMP_SPINCOUNT, in iterations of a wait loop). libgomp's default,
+// 300000, keeps a CPU busy for about 8 ms after every pass of a stage,
+// taken from the data plane and from other processes; 30000 keeps passes
+// as fast (BENCHMARKS.md).
+const spinCount = "30000"
+
+// tuneOpenMP re-executes the program with GOMP_SPINCOUNT set when oneDNN
+// is compiled in and the user set neither it nor OMP_WAIT_POLICY: libgomp
+// reads them once, as it loads, before main runs. If it cannot, the
+// program runs on with libgomp's defaults.
+func tuneOpenMP() {
+	if !nn.OneDNN || os.Getenv("GOMP_SPINCOUNT") != "" || os.Getenv("OMP_WAIT_POLICY") != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	env := append(os.Environ(), "GOMP_SPINCOUNT="+spinCount)
+	syscall.Exec(exe, os.Args, env) // returns only on failure
+}

@@ -21,8 +21,12 @@ func (ReLU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	}
 	parallel(threadsOf(c), len(x), 1<<15, func(lo, hi int) {
 		xs, ys := x[lo:hi], yd[lo:hi]
-		for i, v := range xs {
-			ys[i] = max(v, 0)
+		nv := vector8(len(xs))
+		if nv > 0 {
+			reluAVX2(&xs[0], &ys[0], nv)
+		}
+		for i := nv; i < len(xs); i++ {
+			ys[i] = max(xs[i], 0)
 		}
 	})
 	return y
@@ -44,7 +48,12 @@ func (ReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 		ys, dys, ds := y[lo:hi], dy[lo:hi], d[lo:hi]
 		ds = ds[:len(ys)]
 		dys = dys[:len(ys)]
-		for i, v := range ys {
+		nv := vector8(len(ys))
+		if nv > 0 {
+			reluGradAVX2(&ys[0], &dys[0], &ds[0], nv)
+		}
+		for i := nv; i < len(ys); i++ {
+			v := ys[i]
 			// Branch-free: the sign pattern of activations is random, and a
 			// mispredicted branch per element costs more than the masking.
 			// -bits>>31 is all ones exactly when v > 0 (v is never NaN here
@@ -150,14 +159,26 @@ func (Add) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		}
 		return y
 	}
-	copy(yd, F32(in[0]))
-	for _, t := range in[1:] {
-		x := F32(t)
-		for i := range yd {
-			yd[i] += x[i]
-		}
+	add(c, F32(in[0]), F32(in[1]), yd)
+	for _, t := range in[2:] {
+		add(c, yd, F32(t), yd)
 	}
 	return y
+}
+
+// add writes y = a + b (y may be a) in chunks on c's threads.
+func add(c *Ctx, a, b, y []float32) {
+	y, b = y[:len(a)], b[:len(a)]
+	parallel(threadsOf(c), len(a), 1<<15, func(lo, hi int) {
+		as, bs, ys := a[lo:hi], b[lo:hi], y[lo:hi]
+		nv := vector8(len(as))
+		if nv > 0 {
+			addAVX2(&as[0], &bs[0], &ys[0], nv)
+		}
+		for i := nv; i < len(as); i++ {
+			ys[i] = as[i] + bs[i]
+		}
+	})
 }
 
 func (Add) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {

@@ -323,17 +323,21 @@ func (x *gemmCall) packA(dst []float32, i0, rows, l0, kc int) {
 	if rows < mr {
 		clear(dst)
 	}
+	if x.transA { // op(A)'s rows are contiguous in each row of A
+		for l := 0; l < kc; l++ {
+			src := x.a[(l0+l)*x.lda+i0 : (l0+l)*x.lda+i0+rows]
+			d := dst[l*mr : l*mr+rows]
+			for r, v := range src {
+				d[r] = alpha * v
+			}
+		}
+		return
+	}
 	for r := 0; r < rows; r++ {
 		i := i0 + r
-		if x.transA {
-			for l := 0; l < kc; l++ {
-				dst[l*mr+r] = alpha * x.a[(l0+l)*x.lda+i]
-			}
-		} else {
-			src := x.a[i*x.lda+l0 : i*x.lda+l0+kc]
-			for l, v := range src {
-				dst[l*mr+r] = alpha * v
-			}
+		src := x.a[i*x.lda+l0 : i*x.lda+l0+kc]
+		for l, v := range src {
+			dst[l*mr+r] = alpha * v
 		}
 	}
 }

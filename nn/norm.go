@@ -101,11 +101,16 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	}
 	if c.Train {
 		sum, sum2 := l.sum, l.sum2
+		nv := vector8(C)
 		l.reduce(c, rows, sum, func(part []float64, lo, hi int) {
+			if nv > 0 && hi > lo {
+				bnSumAVX2(&x[lo*C], hi-lo, C, nv, &part[0])
+			}
+			p := part[nv:C]
 			for r := lo; r < hi; r++ {
-				xs := x[r*C : (r+1)*C]
+				xs := x[r*C+nv : (r+1)*C]
 				for j, v := range xs {
-					part[j] += float64(v)
+					p[j] += float64(v)
 				}
 			}
 		})
@@ -113,11 +118,15 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 			sum[j] /= float64(rows)
 		}
 		l.reduce(c, rows, sum2, func(part []float64, lo, hi int) {
+			if nv > 0 && hi > lo {
+				bnSqDevAVX2(&x[lo*C], hi-lo, C, nv, &sum[0], &part[0])
+			}
+			p, mu := part[nv:C], sum[nv:C]
 			for r := lo; r < hi; r++ {
-				xs := x[r*C : (r+1)*C]
+				xs := x[r*C+nv : (r+1)*C]
 				for j, v := range xs {
-					d := float64(v) - sum[j]
-					part[j] += float64(d * d) // float64(): no fused multiply-add (arm64)
+					d := float64(v) - mu[j]
+					p[j] += float64(d * d) // float64(): no fused multiply-add (arm64)
 				}
 			}
 		})
@@ -149,11 +158,15 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		scale[j] = inv[j] * w[j]
 	}
 	yd := F32(y)
+	nv := vector8(C)
 	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
+		if nv > 0 && hi > lo {
+			bnNormAVX2(&x[lo*C], &yd[lo*C], hi-lo, C, nv, &mean[0], &scale[0], &b[0])
+		}
 		for r := lo; r < hi; r++ {
 			xs, ys := x[r*C:(r+1)*C], yd[r*C:(r+1)*C]
-			for j, v := range xs {
-				ys[j] = float32((v-mean[j])*scale[j]) + b[j]
+			for j := nv; j < C; j++ {
+				ys[j] = float32((xs[j]-mean[j])*scale[j]) + b[j]
 			}
 		}
 	})
@@ -180,10 +193,15 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 		return g
 	}
 	sdy, sdyx := l.sum, l.sum2
+	nv := vector8(C)
 	l.reduce2(c, rows, sdy, sdyx, func(p1, p2 []float64, lo, hi int) {
+		if nv > 0 && hi > lo {
+			bnGradSumsAVX2(&x[lo*C], &dy[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &p1[0], &p2[0])
+		}
 		for r := lo; r < hi; r++ {
 			xs, ds := x[r*C:(r+1)*C], dy[r*C:(r+1)*C]
-			for j, d := range ds {
+			for j := nv; j < C; j++ {
+				d := ds[j]
 				xhat := float64((xs[j] - mean[j]) * inv[j])
 				p1[j] += float64(d)
 				p2[j] += float64(float64(d) * xhat)
@@ -216,11 +234,14 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 		}
 	}
 	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
+		if nv > 0 && hi > lo {
+			bnInputGradAVX2(&x[lo*C], &dy[lo*C], &d[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &k[0], &a[0], &bb[0])
+		}
 		for r := lo; r < hi; r++ {
 			xs, ds, o := x[r*C:(r+1)*C], dy[r*C:(r+1)*C], d[r*C:(r+1)*C]
-			for j, v := range ds {
+			for j := nv; j < C; j++ {
 				xhat := (xs[j] - mean[j]) * inv[j]
-				o[j] = k[j] * (v - a[j] - float32(xhat*bb[j]))
+				o[j] = k[j] * (ds[j] - a[j] - float32(xhat*bb[j]))
 			}
 		}
 	})

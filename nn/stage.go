@@ -329,9 +329,5 @@ func addGrad(c *Ctx, acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
 		elementwise(c, ewAdd, a, x, y)
 		return
 	}
-	y = y[:len(a)]
-	x = x[:len(a)]
-	for i := range a {
-		y[i] = a[i] + x[i]
-	}
+	add(c, a, x, y)
 }

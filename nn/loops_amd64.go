@@ -22,7 +22,6 @@ func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1,
 //go:noescape
 func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b *float32)
 
-
 //go:noescape
 func reluAVX2(x, y *float32, n int)
 

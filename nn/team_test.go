@@ -24,7 +24,7 @@ func (p panicky) Forward(c *nn.Ctx, s *nn.Slot, in []*nn.Tensor) *nn.Tensor {
 
 // convStage is conv → BatchNorm → panicky over 8×8×3 inputs: a stage whose
 // passes run on the team thread on the fast path.
-func convStage(t *testing.T, fire *bool) *nn.Graph {
+func convStage(t testing.TB, fire *bool) *nn.Graph {
 	b := nn.NewBuilder()
 	x := b.Input("x", 8, 8, 3)
 	h := b.Add("conv", &nn.Conv2D{In: 3, Out: 8, K: 3, Pad: 1}, x)

@@ -19,7 +19,9 @@ const spinCount = "30000"
 // reads them once, as it loads, before main runs. If it cannot, the
 // program runs on with libgomp's defaults.
 func tuneOpenMP() {
-	if !nn.OneDNN || os.Getenv("GOMP_SPINCOUNT") != "" || os.Getenv("OMP_WAIT_POLICY") != "" {
+	_, spin := os.LookupEnv("GOMP_SPINCOUNT")
+	_, policy := os.LookupEnv("OMP_WAIT_POLICY")
+	if !nn.OneDNN || spin || policy {
 		return
 	}
 	exe, err := os.Executable()

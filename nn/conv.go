@@ -326,12 +326,7 @@ func (l *Conv2D) col2im(c *Ctx, dcol, dx []float32, n int) {
 						base := (b*h + iy) * w
 						if inside {
 							// Distinct (kx, channel) pairs: one run.
-							src := row[ky*KW*C : (ky+1)*KW*C]
-							dst := dx[(base+ix0)*C:]
-							dst = dst[:len(src)]
-							for i, v := range src {
-								dst[i] += v
-							}
+							accumulate(dx[(base+ix0)*C:], row[ky*KW*C:(ky+1)*KW*C])
 							continue
 						}
 						for kx := 0; kx < KW; kx++ {
@@ -342,12 +337,7 @@ func (l *Conv2D) col2im(c *Ctx, dcol, dx []float32, n int) {
 							at := (ky*KW + kx) * cg
 							dst := dx[(base+ix)*C : (base+ix+1)*C]
 							for gi := 0; gi < G; gi++ {
-								src := row[gi*gk+at : gi*gk+at+cg]
-								d := dst[gi*cg:]
-								d = d[:len(src)]
-								for i, v := range src {
-									d[i] += v
-								}
+								accumulate(dst[gi*cg:], row[gi*gk+at:gi*gk+at+cg])
 							}
 						}
 					}

@@ -166,6 +166,18 @@ func (Add) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	return y
 }
 
+// accumulate adds src into the first len(src) values of dst.
+func accumulate(dst, src []float32) {
+	dst = dst[:len(src)]
+	nv := vector8(len(src))
+	if nv > 0 {
+		addAVX2(&dst[0], &src[0], &dst[0], nv)
+	}
+	for i := nv; i < len(src); i++ {
+		dst[i] += src[i]
+	}
+}
+
 // add writes y = a + b (y may be a) in chunks on c's threads.
 func add(c *Ctx, a, b, y []float32) {
 	y, b = y[:len(a)], b[:len(a)]

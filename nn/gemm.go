@@ -108,7 +108,7 @@ type gemmCall struct {
 	kc, nc         int // k block, column block
 	mr, nr         int
 	kern           *sgemm.Kernel
-	directA        bool // the kernel reads A in place (alpha = 1, A not transposed)
+	directA        bool // the kernel reads A in place, with strides (alpha = 1)
 
 	// The work of a thread, made once per gemmCall so that a product
 	// allocates nothing: rows or columns of tiles, or rows of C.
@@ -157,7 +157,7 @@ func (g *detGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 	blocks := (k + gemmMaxKC - 1) / gemmMaxKC
 	x.kc = (k + blocks - 1) / blocks
 	x.nc = max(kern.NR, gemmPackBudget/x.kc/kern.NR*kern.NR)
-	x.directA = alpha == 1 && !transA && kern.Strided
+	x.directA = alpha == 1 && kern.Strided
 
 	rowTiles := (m + x.mr - 1) / x.mr
 	colTiles := (n + x.nr - 1) / x.nr
@@ -240,7 +240,9 @@ func (x *gemmCall) region(i0, i1, j0, j1 int) {
 				rows := min(mr, i1-ir)
 				var p []float32
 				var pl, pr int
-				if x.directA && rows == mr {
+				if x.directA && rows == mr && x.transA {
+					p, pl, pr = x.a[pc*x.lda+ir:], x.lda, 1
+				} else if x.directA && rows == mr {
 					p, pl, pr = x.a[ir*x.lda+pc:], 1, x.lda
 				} else {
 					x.packA(buf.p, ir, rows, pc, kc)

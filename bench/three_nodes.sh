@@ -7,6 +7,8 @@
 #                                           # steps: --local and 3 nodes (--via)
 #   bench/three_nodes.sh BINARY PORT speed  # mlp32 width 64, batch 32, M=4, 800 small
 #                                           # steps: samples/s and the median step
+#   bench/three_nodes.sh BINARY PORT crossarch  # integration/crossarch's two runs
+#                                           # (issue 19, acceptance 4): --local and 3 nodes
 #
 # PORT and the nine ports after it must be free (gossip PORT..PORT+2,
 # HTTP PORT+10..PORT+12).
@@ -45,8 +47,18 @@ speed)
 	"$bin" train "${via[@]}" "${args[@]}" 2>/dev/null | tail -1 |
 		python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f samples/s, median step %.2f ms" % (d["samples_per_sec"], d["measured_step_ms"]))'
 	;;
+crossarch)
+	for flags in "--model mlp32 --width 64 --data synthetic:28x28x1:10 --synthetic-samples 512 --steps 20" \
+		"--model resnet50 --width 0.25 --data synthetic:32x32x3:10 --synthetic-samples 64 --batch 16 --steps 5"; do
+		# shellcheck disable=SC2206
+		args=(--deterministic $flags --json)
+		echo "${flags%% --width*}"
+		echo "  local $("$bin" train --local "${args[@]}" 2>/dev/null | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["weights_sha256"][:16])')"
+		echo "  via   $("$bin" train "${via[@]}" "${args[@]}" 2>/dev/null | tail -1 | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["weights_sha256"][:16], d["plan"])')"
+	done
+	;;
 *)
-	echo "usage: $0 BINARY PORT sha|speed" >&2
+	echo "usage: $0 BINARY PORT sha|speed|crossarch" >&2
 	exit 2
 	;;
 esac

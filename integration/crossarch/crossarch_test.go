@@ -42,6 +42,7 @@ var cases = []trainCase{
 		spec: func() job.Spec {
 			s := job.DefaultSpec()
 			s.Model, s.Width, s.Data, s.SyntheticSamples, s.Steps = "mlp32", 64, "synthetic:28x28x1:10", 512, 20
+			s.Epochs = 0 // --steps alone: exactly 20 steps (with 3 epochs, 12)
 			return s
 		},
 	},
@@ -51,6 +52,7 @@ var cases = []trainCase{
 		spec: func() job.Spec {
 			s := job.DefaultSpec()
 			s.Model, s.Width, s.Data, s.SyntheticSamples, s.Batch, s.Steps = "resnet50", 0.25, "synthetic:32x32x3:10", 64, 16, 5
+			s.Epochs = 0
 			return s
 		},
 		slow: true,

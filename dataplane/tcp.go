@@ -110,9 +110,17 @@ const (
 	keepAliveCount    = 5
 )
 
+// userTimeout bounds how long sent data may stay unacknowledged (Linux's
+// TCP_USER_TIMEOUT) as the keepalive bounds an idle link: a link cut while
+// a tensor is in flight is not idle, and without it breaks only when the
+// retransmissions give up, minutes later. A busy peer's kernel acknowledges
+// (a zero window included), so only a dead machine or network breaks it.
+const userTimeout = keepAliveIdle + keepAliveCount*keepAliveInterval
+
 // tuneTCP sets a data-plane connection's options: no Nagle delay (tensors
-// are flushed whole) and the keepalive above.
+// are flushed whole), the keepalive and the user timeout above.
 func tuneTCP(tc *net.TCPConn) {
 	tc.SetNoDelay(true)
 	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount})
+	setUserTimeout(tc, userTimeout)
 }

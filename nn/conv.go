@@ -326,7 +326,9 @@ func (l *Conv2D) col2im(c *Ctx, dcol, dx []float32, n int) {
 						base := (b*h + iy) * w
 						if inside {
 							// Distinct (kx, channel) pairs: one run.
-							accumulate(dx[(base+ix0)*C:], row[ky*KW*C:(ky+1)*KW*C])
+							src := row[ky*KW*C : (ky+1)*KW*C]
+							d := dx[(base+ix0)*C:][:len(src)]
+							addVec(d, src, d)
 							continue
 						}
 						for kx := 0; kx < KW; kx++ {
@@ -337,7 +339,9 @@ func (l *Conv2D) col2im(c *Ctx, dcol, dx []float32, n int) {
 							at := (ky*KW + kx) * cg
 							dst := dx[(base+ix)*C : (base+ix+1)*C]
 							for gi := 0; gi < G; gi++ {
-								accumulate(dst[gi*cg:], row[gi*gk+at:gi*gk+at+cg])
+								src := row[gi*gk+at : gi*gk+at+cg]
+								d := dst[gi*cg:][:len(src)]
+								addVec(d, src, d)
 							}
 						}
 					}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
 
 	"github.com/ppnode/ppnode/nn/internal/dnnl"
 )
@@ -544,54 +543,4 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []flo
 	} else {
 		f.run(f.dxFn)
 	}
-}
-
-// ewOp is an elementwise kernel of the fast path.
-type ewOp int
-
-const (
-	ewReLU     ewOp = dnnl.OpReLU     // y = max(a, 0)
-	ewReLUGrad ewOp = dnnl.OpReLUGrad // y = b where a > 0, else 0
-	ewAdd      ewOp = dnnl.OpAdd      // y = a + b
-)
-
-// ewPass is an elementwise pass in progress, run in chunks on the worker
-// goroutines. Passes are pooled with their chunk function bound once, so
-// that a pass allocates nothing.
-type ewPass struct {
-	op      ewOp
-	a, b, y []float32
-	run     func(lo, hi int)
-}
-
-var ewPasses = sync.Pool{New: func() any {
-	p := new(ewPass)
-	p.run = p.chunk
-	return p
-}}
-
-func (p *ewPass) chunk(lo, hi int) {
-	switch p.op {
-	case ewReLU:
-		dnnl.ReLU(p.a[lo:hi], p.y[lo:hi])
-	case ewReLUGrad:
-		dnnl.ReLUGrad(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
-	case ewAdd:
-		dnnl.Add(p.a[lo:hi], p.b[lo:hi], p.y[lo:hi])
-	}
-}
-
-// elementwise runs op over y's elements on the fast path, in chunks of at
-// least 32K elements (smaller ones cost more to hand to a thread than to
-// compute).
-func elementwise(c *Ctx, op ewOp, a, b, y []float32) {
-	if c.team {
-		dnnl.ElementwiseTeam(max(1, min(threadsOf(c), len(y)>>15)), int(op), a, b, y)
-		return
-	}
-	p := ewPasses.Get().(*ewPass)
-	p.op, p.a, p.b, p.y = op, a, b, y
-	parallel(threadsOf(c), len(y), 1<<15, p.run)
-	p.a, p.b, p.y = nil, nil, nil
-	ewPasses.Put(p)
 }

@@ -3,6 +3,9 @@ package nn
 import (
 	"fmt"
 	"math"
+	"sync"
+
+	"github.com/ppnode/ppnode/nn/internal/dnnl"
 )
 
 // ReLU is y = max(x, 0).
@@ -14,21 +17,7 @@ func (ReLU) Build(in [][]int) ([]int, error) { return oneInput(in) }
 
 func (ReLU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	y := s.Buf(0, in[0].Shape()...)
-	x, yd := F32(in[0]), F32(y)
-	if fastPath(c) {
-		elementwise(c, ewReLU, x, nil, yd)
-		return y
-	}
-	parallel(threadsOf(c), len(x), 1<<15, func(lo, hi int) {
-		xs, ys := x[lo:hi], yd[lo:hi]
-		nv := vector8(len(xs))
-		if nv > 0 {
-			reluAVX2(&xs[0], &ys[0], nv)
-		}
-		for i := nv; i < len(xs); i++ {
-			ys[i] = max(xs[i], 0)
-		}
-	})
+	elementwise(c, ewReLU, F32(in[0]), nil, F32(y))
 	return y
 }
 
@@ -38,30 +27,8 @@ func (ReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bo
 		return g
 	}
 	dx := s.Buf(1, dout.Shape()...)
-	y, dy, d := F32(out), F32(dout), F32(dx)
+	elementwise(c, ewReLUGrad, F32(out), F32(dout), F32(dx))
 	g[0] = dx
-	if fastPath(c) {
-		elementwise(c, ewReLUGrad, y, dy, d)
-		return g
-	}
-	parallel(threadsOf(c), len(y), 1<<15, func(lo, hi int) {
-		ys, dys, ds := y[lo:hi], dy[lo:hi], d[lo:hi]
-		ds = ds[:len(ys)]
-		dys = dys[:len(ys)]
-		nv := vector8(len(ys))
-		if nv > 0 {
-			reluGradAVX2(&ys[0], &dys[0], &ds[0], nv)
-		}
-		for i := nv; i < len(ys); i++ {
-			v := ys[i]
-			// Branch-free: the sign pattern of activations is random, and a
-			// mispredicted branch per element costs more than the masking.
-			// -bits>>31 is all ones exactly when v > 0 (v is never NaN here
-			// unless the input was).
-			mask := uint32(-int32(math.Float32bits(v)) >> 31)
-			ds[i] = math.Float32frombits(math.Float32bits(dys[i]) & mask)
-		}
-	})
 	return g
 }
 
@@ -152,45 +119,11 @@ func (Add) Build(in [][]int) ([]int, error) {
 func (Add) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	y := s.Buf(0, in[0].Shape()...)
 	yd := F32(y)
-	if fastPath(c) {
-		elementwise(c, ewAdd, F32(in[0]), F32(in[1]), yd)
-		for _, t := range in[2:] {
-			elementwise(c, ewAdd, yd, F32(t), yd)
-		}
-		return y
-	}
-	add(c, F32(in[0]), F32(in[1]), yd)
+	elementwise(c, ewAdd, F32(in[0]), F32(in[1]), yd)
 	for _, t := range in[2:] {
-		add(c, yd, F32(t), yd)
+		elementwise(c, ewAdd, yd, F32(t), yd)
 	}
 	return y
-}
-
-// accumulate adds src into the first len(src) values of dst.
-func accumulate(dst, src []float32) {
-	dst = dst[:len(src)]
-	nv := vector8(len(src))
-	if nv > 0 {
-		addAVX2(&dst[0], &src[0], &dst[0], nv)
-	}
-	for i := nv; i < len(src); i++ {
-		dst[i] += src[i]
-	}
-}
-
-// add writes y = a + b (y may be a) in chunks on c's threads.
-func add(c *Ctx, a, b, y []float32) {
-	y, b = y[:len(a)], b[:len(a)]
-	parallel(threadsOf(c), len(a), 1<<15, func(lo, hi int) {
-		as, bs, ys := a[lo:hi], b[lo:hi], y[lo:hi]
-		nv := vector8(len(as))
-		if nv > 0 {
-			addAVX2(&as[0], &bs[0], &ys[0], nv)
-		}
-		for i := nv; i < len(as); i++ {
-			ys[i] = as[i] + bs[i]
-		}
-	})
 }
 
 func (Add) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
@@ -201,4 +134,96 @@ func (Add) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []boo
 		}
 	}
 	return g
+}
+
+// ewOp is an elementwise operation of ReLU, Add and the gradient sums.
+type ewOp int
+
+const (
+	ewReLU     ewOp = dnnl.OpReLU     // y = max(a, 0)
+	ewReLUGrad ewOp = dnnl.OpReLUGrad // y = b where a > 0, else 0
+	ewAdd      ewOp = dnnl.OpAdd      // y = a + b
+)
+
+// elementwise runs op over y's values (y may be a): on the team thread on
+// its OpenMP team, else in chunks of at least 32K values (smaller ones cost
+// more to hand to a thread than to compute) on the worker goroutines. The
+// chunks write disjoint values, so the split does not change the bits.
+func elementwise(c *Ctx, op ewOp, a, b, y []float32) {
+	if c != nil && c.team {
+		dnnl.ElementwiseTeam(max(1, min(threadsOf(c), len(y)>>15)), int(op), a, b, y)
+		return
+	}
+	p := ewPasses.Get().(*ewPass)
+	p.op, p.a, p.b, p.y = op, a, b, y
+	parallel(threadsOf(c), len(y), 1<<15, p.run)
+	p.a, p.b, p.y = nil, nil, nil
+	ewPasses.Put(p)
+}
+
+// ewPass is an elementwise pass in progress. Passes are pooled with their
+// chunk function bound once, so that a pass allocates nothing.
+type ewPass struct {
+	op      ewOp
+	a, b, y []float32
+	run     func(lo, hi int)
+}
+
+var ewPasses = sync.Pool{New: func() any {
+	p := new(ewPass)
+	p.run = p.chunk
+	return p
+}}
+
+func (p *ewPass) chunk(lo, hi int) {
+	a, y := p.a[lo:hi], p.y[lo:hi]
+	switch p.op {
+	case ewReLU:
+		relu(a, y)
+	case ewReLUGrad:
+		reluGrad(a, p.b[lo:hi], y)
+	case ewAdd:
+		addVec(a, p.b[lo:hi], y)
+	}
+}
+
+// relu writes y = max(x, 0), the AVX2 kernel taking what it can.
+func relu(x, y []float32) {
+	y = y[:len(x)]
+	nv := vector8(len(x))
+	if nv > 0 {
+		reluAVX2(&x[0], &y[0], nv)
+	}
+	for i := nv; i < len(x); i++ {
+		y[i] = max(x[i], 0)
+	}
+}
+
+// reluGrad writes dx = dy where y > 0, else 0.
+func reluGrad(y, dy, dx []float32) {
+	dy, dx = dy[:len(y)], dx[:len(y)]
+	nv := vector8(len(y))
+	if nv > 0 {
+		reluGradAVX2(&y[0], &dy[0], &dx[0], nv)
+	}
+	for i := nv; i < len(y); i++ {
+		// Branch-free: the sign pattern of activations is random, and a
+		// mispredicted branch per element costs more than the masking.
+		// -bits>>31 is all ones exactly when y > 0 (y is never NaN here
+		// unless the input was).
+		mask := uint32(-int32(math.Float32bits(y[i])) >> 31)
+		dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & mask)
+	}
+}
+
+// addVec writes y = a + b (y may be a).
+func addVec(a, b, y []float32) {
+	b, y = b[:len(a)], y[:len(a)]
+	nv := vector8(len(a))
+	if nv > 0 {
+		addAVX2(&a[0], &b[0], &y[0], nv)
+	}
+	for i := nv; i < len(a); i++ {
+		y[i] = a[i] + b[i]
+	}
 }

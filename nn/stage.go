@@ -325,9 +325,5 @@ func addGrad(c *Ctx, acc **Tensor, owned *bool, buf *Slot, t *Tensor) {
 		y = F32(b)
 		*acc, *owned = b, true
 	}
-	if fastPath(c) {
-		elementwise(c, ewAdd, a, x, y)
-		return
-	}
-	add(c, a, x, y)
+	elementwise(c, ewAdd, a, x, y)
 }

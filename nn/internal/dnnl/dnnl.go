@@ -261,30 +261,6 @@ func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) {
 	C.ppn_bn_dx(f32(x), f32(y), f32(dy), f32(dx), rowsOf(x, c), C.int(c), f32(mean), f32(inv), f32(k), f32(a), f32(b))
 }
 
-// ReLU writes y = max(x, 0) (NaN stays NaN).
-func ReLU(x, y []float32) {
-	if len(y) != len(x) {
-		panic("dnnl: ReLU: x and y differ in length")
-	}
-	C.ppn_relu(f32(x), f32(y), C.size_t(len(x)))
-}
-
-// ReLUGrad writes dx = dy where y > 0, else 0.
-func ReLUGrad(y, dy, dx []float32) {
-	if len(dy) != len(y) || len(dx) != len(y) {
-		panic("dnnl: ReLUGrad: y, dy and dx differ in length")
-	}
-	C.ppn_relu_grad(f32(y), f32(dy), f32(dx), C.size_t(len(y)))
-}
-
-// Add writes y = a + b; y may be a.
-func Add(a, b, y []float32) {
-	if len(b) != len(a) || len(y) != len(a) {
-		panic("dnnl: Add: a, b and y differ in length")
-	}
-	C.ppn_add(f32(a), f32(b), f32(y), C.size_t(len(a)))
-}
-
 // The Team functions run the kernels above over a whole tensor in chunks
 // on oneDNN's OpenMP team, from the calling OS thread: chunk k takes rows
 // [k·rows/chunks, (k+1)·rows/chunks), and its sums go to parts[2kc:2kc+c]

@@ -32,9 +32,6 @@ func BNGradSums(x, y, dy []float32, c int, mean, inv []float32, sdy, sdyx []floa
 	panic(ErrUnavailable)
 }
 func BNInputGrad(x, y, dy, dx []float32, c int, mean, inv, k, a, b []float32) { panic(ErrUnavailable) }
-func ReLU(x, y []float32)                                                     { panic(ErrUnavailable) }
-func ReLUGrad(y, dy, dx []float32)                                            { panic(ErrUnavailable) }
-func Add(a, b, y []float32)                                                   { panic(ErrUnavailable) }
 func BNStatsTeam(chunks int, x []float32, c int, shift []float32, parts []float64) {
 	panic(ErrUnavailable)
 }

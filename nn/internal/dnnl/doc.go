@@ -30,13 +30,14 @@
 // setting belongs to the calling OS thread and Go moves goroutines between
 // those. A primitive's C memory is freed when it is garbage collected.
 //
-// The batch normalisation kernels (BNStats and the others) and the
-// elementwise ones (ReLU, ReLUGrad, Add) run over a chunk of rows or
-// elements each and keep nothing; the caller splits a batch among its
-// threads and adds the chunks' sums. Their Team forms split the batch
-// themselves and run the chunks on the OpenMP team of the calling OS
-// thread, as oneDNN's primitives do with threads > 1: libgomp keeps a team
-// per calling OS thread, so a caller that wants one team calls from one.
+// The batch normalisation kernels (BNStats and the others) run over a
+// chunk of rows each and keep nothing; the caller splits a batch among its
+// threads and adds the chunks' sums. Their Team forms, and ElementwiseTeam
+// (ReLU, its gradient, Add; package nn has the same loops in Go for every
+// other path), split the batch themselves and run the chunks on the OpenMP
+// team of the calling OS thread, as oneDNN's primitives do with threads >
+// 1: libgomp keeps a team per calling OS thread, so a caller that wants
+// one team calls from one.
 //
 // # Errors
 //

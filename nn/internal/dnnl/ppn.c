@@ -767,7 +767,7 @@ KERNEL void ppn_bn_dx(const float *restrict x, const float *restrict y, const fl
 /* Elementwise kernels over n floats, vectorised like the ones above. */
 
 KERNEL void ppn_relu(const float *restrict x, float *restrict y, size_t n) {
-	for (size_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
+	for (size_t i = 0; i < n; i++) y[i] = x[i] <= 0 ? 0 : x[i]; // -0 gives +0, NaN stays, as Go's max(x, 0)
 }
 
 KERNEL void ppn_relu_grad(const float *restrict y, const float *restrict dy, float *restrict dx, size_t n) {

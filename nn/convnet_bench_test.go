@@ -36,3 +36,26 @@ func BenchmarkConvNetStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConvNetStepDeterministic is BenchmarkConvNetStep's resnet50 on
+// the deterministic backend (issue 19, acceptance 3), on one and two
+// threads; profile it with -cpuprofile.
+func BenchmarkConvNetStepDeterministic(b *testing.B) {
+	o := zoo.Options{Width: 0.25, Input: []int{32, 32, 3}, Classes: 10}
+	for _, threads := range []int{1, 2} {
+		be, err := nn.NewBackend("", threads, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("resnet50/micro=1/threads=%d", threads), func(b *testing.B) {
+			tr := newTrainer(b, "resnet50", o, be)
+			data := reuse{randomBatches(o.Input, 32, 1, 10)}
+			tr.Step(data, 0, 0, 0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tr.Step(data, 0, 0, i+1)
+			}
+		})
+	}
+}

@@ -9,9 +9,9 @@ import (
 
 // spinCount is how long OpenMP's idle threads spin before they sleep
 // (GOMP_SPINCOUNT, in iterations of a wait loop). libgomp's default,
-// 300000, keeps a CPU busy for about 8 ms after every pass of a stage,
-// taken from the data plane and from other processes; 30000 keeps passes
-// as fast (BENCHMARKS.md).
+// 300000, spends about 9 ms of CPU after every pass of a stage, taken from
+// the data plane and from other processes; 30000 about 2.5 ms, with passes
+// as fast (BENCHMARKS.md, BenchmarkTeamIdleSpin).
 const spinCount = "30000"
 
 // tuneOpenMP re-executes the program with GOMP_SPINCOUNT set when oneDNN

@@ -531,7 +531,9 @@ func (c *Coordinator) stopStages(s *stageSet, wait bool) {
 
 // stopAndWait asks a stage to stop and waits for its answer, at most
 // 10 s, or until its node does not answer a ping: the stages of a node
-// that is gone are gone, and a request to it would only time out.
+// that is gone are gone, and a request to it would only time out. A node
+// that answers is pinged again every second while the answer is due: it
+// may stop meanwhile, and the request with it.
 func (c *Coordinator) stopAndWait(ref StageRef, h *Header) error {
 	answer := make(chan error, 1)
 	go func() {
@@ -540,16 +542,24 @@ func (c *Coordinator) stopAndWait(ref StageRef, h *Header) error {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pinged := make(chan error, 1)
-	go func() { pinged <- c.cfg.Control.Ping(ctx, ref.Addr, 10*time.Second) }()
-	select {
-	case err := <-answer:
-		return err
-	case err := <-pinged:
-		if err != nil {
-			return fmt.Errorf("its node is gone: %w", err)
+	for {
+		pinged := make(chan error, 1)
+		go func() { pinged <- c.cfg.Control.Ping(ctx, ref.Addr, 10*time.Second) }()
+		select {
+		case err := <-answer:
+			return err
+		case err := <-pinged:
+			if err != nil {
+				return fmt.Errorf("its node is gone: %w", err)
+			}
 		}
-		return <-answer
+		t := c.clk.NewTimer(time.Second)
+		select {
+		case err := <-answer:
+			t.Stop()
+			return err
+		case <-t.C():
+		}
 	}
 }
 

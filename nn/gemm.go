@@ -25,39 +25,42 @@ import (
 // thread count, SIMD width or CPU model changes an element's chain, so the
 // bits are the same on amd64 and arm64.
 //
-// The kernels (package nn/internal/sgemm) are BLIS-style: a panel of B is
-// packed k × nr (nr consecutive columns side by side for each l), and a
-// micro-kernel keeps an mr × nr tile of C in vector registers, the lanes
-// holding different columns j. For each l it broadcasts s for each of the
-// mr rows, multiplies the packed row of B by it (VMULPS) and adds the
-// product to the accumulator (VADDPS): never a fused multiply-add, and never
-// a sum across lanes. amd64 runs an 8×32 tile with AVX-512F or a 6×16 tile
-// with AVX2, arm64 an 8×8 tile in NEON, other CPUs the same arithmetic in
-// Go; the CPU is asked at run time. The k loop is split into blocks of at
-// most gemmMaxKC; a block starts from the C that the previous block stored,
-// which changes no rounding. Threads take disjoint blocks of rows or columns
-// of C.
+// The kernels (package nn/internal/sgemm) are BLIS-style: a micro-kernel
+// keeps an mr × nr tile of C in vector registers, the lanes holding
+// different columns j, and reads a panel of nr columns of B: B itself, row
+// after row, or a copy packed k × nr where B is transposed or the panel is
+// the last, narrower one. For each l it broadcasts s for each of the mr rows,
+// multiplies the panel's row by it (VMULPS) and adds the product to the
+// accumulator (VADDPS): never a fused multiply-add, and never a sum across
+// lanes. amd64 runs an 8×32 tile with AVX-512F (8×16 for a panel of at most
+// 16 columns) or a 6×16 tile with AVX2, arm64 an 8×8 tile in NEON, other
+// CPUs the same arithmetic in Go; the CPU is asked at run time. The k loop is
+// split into blocks of at most gemmMaxKC; a block starts from the C that the
+// previous block stored, which changes no rounding. Threads take disjoint
+// blocks of rows or columns of C.
 //
 // The kernels do not skip products whose s is zero, as the chain does. For a
 // finite b_lj the product is then ±0, and c + ±0 = c unless c is -0 (the sum
-// -0 + +0 is +0), or c is a signalling NaN (which the add quiets). So a
-// block is computed with [gemmCall.reference], the chain written out in Go,
-// whenever its panel of B holds an infinity or a NaN (found while packing),
-// and a tile is, whenever a value of C it loads is -0 or a signalling NaN
-// (found by the kernel before it computes anything; a chain that starts
-// from +0 never reaches -0). Both are rare: a diverged run, or a C that
-// arrives holding -0. NaN payloads follow SSE's first-source rule on every
-// path (chainStep); the default NaN that 0·∞ or ∞-∞ makes is the CPU's own,
-// so NaN bits can differ between amd64 and arm64.
+// -0 + +0 is +0), or c is a signalling NaN (which the add quiets); a chain
+// that starts from neither never reaches one. For an infinite or NaN b_lj
+// the product is NaN, and the kernel's c stays a NaN to the end of the
+// block. So a kernel gives up on a tile, having written nothing, when a
+// value of C it loads is -0 or a signalling NaN or a value it would store
+// is an infinity or a NaN, and the tile is computed with
+// [gemmCall.reference], the chain written out in Go. Both are rare: a
+// diverged run, or a C that arrives holding -0. NaN payloads follow SSE's
+// first-source rule on every path (chainStep); the default NaN that 0·∞ or
+// ∞-∞ makes is the CPU's own, so NaN bits can differ between amd64 and
+// arm64.
 
 // gemmMaxKC bounds the length of a k block. One block covers the k of
-// most products in ppnode, so a panel of B is checked and packed once.
+// most products in ppnode, so a panel of B that needs packing is packed once.
 const gemmMaxKC = 512
 
 // gemmParallelWork is the fewest multiply-adds worth more than one thread.
 const gemmParallelWork = 1 << 17
 
-// gemmPackBudget is the number of floats of B packed at a time (512 KiB):
+// gemmPackBudget is the number of floats of B in a column block (512 KiB):
 // the block of B the micro-kernels sweep, kept in the L2 cache.
 const gemmPackBudget = 128 << 10
 
@@ -78,9 +81,20 @@ func (g *detGemm) Name() string        { return "gonum" }
 func (g *detGemm) Deterministic() bool { return true }
 func (g *detGemm) Threads() int        { return g.threads }
 
-// gemmBuf is one thread's scratch: packed B, packed scalars, an edge tile.
+// gemmBuf is one thread's scratch: packed B, packed scalars, an edge tile,
+// the panels of a block.
 type gemmBuf struct {
 	q, p, tile []float32
+	panels     []panel
+}
+
+// panel is nr columns of op(B) from column j for a k block, read by kern at
+// q[l·ql + j'], in place or packed (ql = nr); cols of them are C's.
+type panel struct {
+	kern    *sgemm.Kernel
+	q       *float32
+	ql      int
+	j, cols int
 }
 
 func (g *detGemm) buf() *gemmBuf {
@@ -165,8 +179,8 @@ func (g *detGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 	if float64(m)*float64(n)*float64(k) < gemmParallelWork {
 		threads = 1
 	}
-	// Split C over the dimension whose split copies less: by rows every
-	// thread packs all of B (k×n), by columns every thread reads all of A.
+	// Split C over the dimension whose split reads less: by rows every
+	// thread reads all of B (k×n), by columns all of A.
 	byRows := m >= n && rowTiles >= threads || colTiles < threads && rowTiles > colTiles
 	switch {
 	case math.IsInf(float64(alpha), 0) || math.IsNaN(float64(alpha)):
@@ -213,19 +227,14 @@ func scaleRows(c []float32, m, n, ldc int, beta float32) {
 func (x *gemmCall) region(i0, i1, j0, j1 int) {
 	buf := x.g.buf()
 	defer x.g.bufs.Put(buf)
-	mr, nr, kern := x.mr, x.nr, x.kern
+	mr := x.mr
 	buf.p = grow(buf.p, mr*x.kc)
-	buf.tile = grow(buf.tile, mr*nr)
+	buf.tile = grow(buf.tile, mr*x.nr)
 	for jc := j0; jc < j1; jc += x.nc {
 		nc := min(x.nc, j1-jc)
-		panels := (nc + nr - 1) / nr
 		for pc := 0; pc < x.k; pc += x.kc {
 			kc := min(x.kc, x.k-pc)
-			buf.q = grow(buf.q, panels*kc*nr)
-			if !x.packB(buf.q, pc, kc, jc, nc) {
-				x.reference(i0, i1, jc, jc+nc, pc, pc+kc, pc == 0)
-				continue
-			}
+			panels := x.panels(buf, pc, kc, jc, nc)
 			flags := sgemm.Load
 			if pc == 0 {
 				switch x.beta {
@@ -248,22 +257,20 @@ func (x *gemmCall) region(i0, i1, j0, j1 int) {
 					x.packA(buf.p, ir, rows, pc, kc)
 					p, pl, pr = buf.p, mr, 1
 				}
-				for jp := 0; jp < panels; jp++ {
-					jr := jc + jp*nr
-					cols := min(nr, jc+nc-jr)
-					q := &buf.q[jp*kc*nr]
+				for _, pn := range panels {
+					kern, nr, jr, cols := pn.kern, pn.kern.NR, pn.j, pn.cols
 					var special bool
 					if rows == mr && cols == nr {
-						special = kern.Tile(kc, &p[0], pl, pr, q, &x.c[ir*x.ldc+jr], x.ldc, x.beta, flags)
+						special = kern.Tile(kc, &p[0], pl, pr, pn.q, pn.ql, &x.c[ir*x.ldc+jr], x.ldc, x.beta, flags)
 					} else {
-						t := buf.tile
+						t := buf.tile[:mr*nr]
 						if flags&sgemm.Load != 0 {
 							clear(t)
 							for r := 0; r < rows; r++ {
 								copy(t[r*nr:r*nr+cols], x.c[(ir+r)*x.ldc+jr:])
 							}
 						}
-						special = kern.Tile(kc, &p[0], pl, pr, q, &t[0], nr, x.beta, flags)
+						special = kern.Tile(kc, &p[0], pl, pr, pn.q, pn.ql, &t[0], nr, x.beta, flags)
 						if !special {
 							for r := 0; r < rows; r++ {
 								copy(x.c[(ir+r)*x.ldc+jr:(ir+r)*x.ldc+jr+cols], t[r*nr:])
@@ -279,42 +286,55 @@ func (x *gemmCall) region(i0, i1, j0, j1 int) {
 	}
 }
 
-// packB packs columns [j0, j0+nc) of rows [l0, l0+kc) of op(B) into panels
-// of nr columns, kc×nr each, the last one padded with zeros. It reports
-// whether every value is finite.
-func (x *gemmCall) packB(dst []float32, l0, kc, j0, nc int) bool {
-	nr := x.nr
-	ok := true
-	for jp := 0; jp*nr < nc; jp++ {
-		j := j0 + jp*nr
-		cols := min(nr, j0+nc-j)
-		d := dst[jp*kc*nr : (jp+1)*kc*nr]
-		if cols == nr {
-			if x.transB {
-				ok = x.kern.PackT(kc, x.b[j*x.ldb+l0:], x.ldb, d) && ok
-			} else {
-				ok = x.kern.PackN(kc, x.b[l0*x.ldb+j:], x.ldb, d) && ok
-			}
+// panels cuts columns [j0, j0+nc) of rows [l0, l0+kc) of op(B) into
+// panels: full panels of B read in place, the others packed into buf.q
+// (transposed, or the last, padded with zeros). A last panel of at most
+// NR/2 columns goes to the narrow kernel, if there is one.
+func (x *gemmCall) panels(buf *gemmBuf, l0, kc, j0, nc int) []panel {
+	ps := buf.panels[:0]
+	packed := 0
+	for j := j0; j < j0+nc; {
+		kern := x.kern
+		cols := min(kern.NR, j0+nc-j)
+		if cols <= kern.NR/2 && kern.Narrow != nil {
+			kern = kern.Narrow
+		}
+		if x.transB || cols < kern.NR {
+			packed += kc * kern.NR
+		}
+		ps = append(ps, panel{kern: kern, j: j, cols: cols})
+		j += cols
+	}
+	buf.panels = ps
+	buf.q = grow(buf.q, packed)
+	off := 0
+	for i := range ps {
+		pn := &ps[i]
+		nr := pn.kern.NR
+		if !x.transB && pn.cols == nr {
+			pn.q, pn.ql = &x.b[l0*x.ldb+pn.j], x.ldb
+			continue
+		}
+		d := buf.q[off : off+kc*nr]
+		off += kc * nr
+		pn.q, pn.ql = &d[0], nr
+		if pn.cols == nr {
+			pn.kern.PackT(kc, x.b[pn.j*x.ldb+l0:], x.ldb, d)
 			continue
 		}
 		clear(d)
-		var bad uint32
 		for l := 0; l < kc; l++ {
-			row := d[l*nr : l*nr+cols]
+			row := d[l*nr : l*nr+pn.cols]
 			for jj := range row {
-				var v float32
 				if x.transB {
-					v = x.b[(j+jj)*x.ldb+l0+l]
+					row[jj] = x.b[(pn.j+jj)*x.ldb+l0+l]
 				} else {
-					v = x.b[(l0+l)*x.ldb+j+jj]
+					row[jj] = x.b[(l0+l)*x.ldb+pn.j+jj]
 				}
-				row[jj] = v
-				bad |= math.Float32bits(v)&0x7f800000 + 0x00800000
 			}
 		}
-		ok = ok && bad&0x80000000 == 0
 	}
-	return ok
+	return ps
 }
 
 // packA packs s = alpha·a for rows [i0, i0+rows) and l in [l0, l0+kc),

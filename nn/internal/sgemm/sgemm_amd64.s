@@ -7,12 +7,13 @@
 // Products are VMULPS and sums VADDPS, with the product as the first source
 // of the add, as in gonum's Saxpy; never a fused multiply-add.
 
-// func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+// func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 //
-// Y0-Y11: the 6x16 tile of C, row r in Y(2r), Y(2r+1). Y12, Y13: the packed
-// row l of B. Y14: s of one row, broadcast. Y15: a product.
-// Scalars of row r at SI + r*pr*4 (rows 4 and 5 from R13 = SI + 4*pr*4).
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-73
+// Y0-Y11: the 6x16 tile of C, row r in Y(2r), Y(2r+1). Y12, Y13: row l of
+// the panel (at DI, rows R14 bytes apart). Y14: s of one row, broadcast.
+// Y15: a product. Scalars of row r at SI + r*pr*4 (rows 4 and 5 from R13 =
+// SI + 4*pr*4).
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-81
 	MOVQ kc+0(FP), CX
 	MOVQ p+8(FP), SI
 	MOVQ pl+16(FP), R9
@@ -22,10 +23,12 @@ TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-73
 	LEAQ (R11)(R11*2), R12
 	LEAQ (SI)(R11*4), R13
 	MOVQ q+32(FP), DI
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
+	MOVQ ql+40(FP), R14
+	SHLQ $2, R14
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R8
 	SHLQ $2, R8
-	MOVQ flags+64(FP), AX
+	MOVQ flags+72(FP), AX
 	TESTQ $1, AX
 	JNZ  avx2_load
 
@@ -64,7 +67,7 @@ avx2_load:
 	VMOVUPS 32(R10), Y11
 	TESTQ $2, AX
 	JZ   avx2_check
-	VBROADCASTSS beta+56(FP), Y15
+	VBROADCASTSS beta+64(FP), Y15
 	VMULPS Y15, Y0, Y0
 	VMULPS Y15, Y1, Y1
 	VMULPS Y15, Y2, Y2
@@ -161,11 +164,39 @@ avx2_loop:
 	VADDPS       Y11, Y15, Y11
 	ADDQ R9, SI
 	ADDQ R9, R13
-	ADDQ $64, DI
+	ADDQ R14, DI
 	DECQ CX
 	JNZ  avx2_loop
 
 avx2_store:
+	// An infinity or a NaN in the tile: the chain may differ (a zero s).
+	VPBROADCASTD expMask<>(SB), Y15
+	VPAND   Y15, Y0, Y12
+	VPAND   Y15, Y1, Y13
+	VPAND   Y15, Y2, Y14
+	VPMAXUD Y14, Y12, Y12
+	VPAND   Y15, Y3, Y14
+	VPMAXUD Y14, Y13, Y13
+	VPAND   Y15, Y4, Y14
+	VPMAXUD Y14, Y12, Y12
+	VPAND   Y15, Y5, Y14
+	VPMAXUD Y14, Y13, Y13
+	VPAND   Y15, Y6, Y14
+	VPMAXUD Y14, Y12, Y12
+	VPAND   Y15, Y7, Y14
+	VPMAXUD Y14, Y13, Y13
+	VPAND   Y15, Y8, Y14
+	VPMAXUD Y14, Y12, Y12
+	VPAND   Y15, Y9, Y14
+	VPMAXUD Y14, Y13, Y13
+	VPAND   Y15, Y10, Y14
+	VPMAXUD Y14, Y12, Y12
+	VPAND   Y15, Y11, Y14
+	VPMAXUD Y14, Y13, Y13
+	VPMAXUD Y13, Y12, Y12
+	VPCMPEQD Y15, Y12, Y12
+	VPTEST   Y12, Y12
+	JNZ      avx2_special
 	MOVQ DX, R10
 	VMOVUPS Y0, (R10)
 	VMOVUPS Y1, 32(R10)
@@ -185,52 +216,19 @@ avx2_store:
 	VMOVUPS Y10, (R10)
 	VMOVUPS Y11, 32(R10)
 	VZEROUPPER
-	MOVB $0, special+72(FP)
+	MOVB $0, special+80(FP)
 	RET
 
 avx2_special:
 	VZEROUPPER
-	MOVB $1, special+72(FP)
+	MOVB $1, special+80(FP)
 	RET
 
 
-// func packN8(kc int, src *float32, lds int, dst *float32, ldd int) (finite bool)
-//
-// dst[l*ldd+j] = src[l*lds+j] for j < 8, l < kc.
-TEXT ·packN8(SB), NOSPLIT, $0-41
-	MOVQ kc+0(FP), CX
-	MOVQ src+8(FP), SI
-	MOVQ lds+16(FP), R8
-	SHLQ $2, R8
-	MOVQ dst+24(FP), DI
-	MOVQ ldd+32(FP), R9
-	SHLQ $2, R9
-	VBROADCASTSS expMask<>(SB), Y15
-	VPXOR        Y14, Y14, Y14
-	TESTQ        CX, CX
-	JZ           packn_done
-
-packn_loop:
-	VMOVUPS  (SI), Y0
-	VMOVUPS  Y0, (DI)
-	VPAND    Y15, Y0, Y1
-	VPCMPEQD Y15, Y1, Y1
-	VPOR     Y1, Y14, Y14
-	ADDQ     R8, SI
-	ADDQ     R9, DI
-	DECQ     CX
-	JNZ      packn_loop
-
-packn_done:
-	VPTEST Y14, Y14
-	SETEQ  finite+40(FP)
-	VZEROUPPER
-	RET
-
-// func packT8(kc8 int, src *float32, lds int, dst *float32, ldd int) (finite bool)
+// func packT8(kc8 int, src *float32, lds int, dst *float32, ldd int)
 //
 // dst[l*ldd+r] = src[r*lds+l] for r < 8, l < 8*kc8: 8x8 transposes.
-TEXT ·packT8(SB), NOSPLIT, $0-41
+TEXT ·packT8(SB), NOSPLIT, $0-40
 	MOVQ kc8+0(FP), CX
 	MOVQ src+8(FP), SI
 	MOVQ lds+16(FP), R8
@@ -242,7 +240,6 @@ TEXT ·packT8(SB), NOSPLIT, $0-41
 	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R12
 	LEAQ (DI)(R9*4), R13
-	XORQ BX, BX
 	TESTQ CX, CX
 	JZ   packt_done
 
@@ -255,34 +252,6 @@ packt_loop:
 	VMOVUPS (R11)(R8*1), Y5
 	VMOVUPS (R11)(R8*2), Y6
 	VMOVUPS (R11)(R10*1), Y7
-	VBROADCASTSS expMask<>(SB), Y8
-	VPXOR        Y9, Y9, Y9
-	VPAND    Y8, Y0, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y1, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y2, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y3, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y4, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y5, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y6, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VPAND    Y8, Y7, Y10
-	VPCMPEQD Y8, Y10, Y10
-	VPOR     Y10, Y9, Y9
-	VMOVMSKPS Y9, AX
-	ORQ       AX, BX
 	VUNPCKLPS Y1, Y0, Y8
 	VUNPCKHPS Y1, Y0, Y9
 	VUNPCKLPS Y3, Y2, Y10
@@ -323,8 +292,6 @@ packt_loop:
 	JNZ  packt_loop
 
 packt_done:
-	TESTQ BX, BX
-	SETEQ finite+40(FP)
 	VZEROUPPER
 	RET
 
@@ -332,12 +299,13 @@ DATA expMask<>+0(SB)/4, $0x7f800000
 GLOBL expMask<>(SB), RODATA|NOPTR, $4
 
 
-// func kernel8x32AVX512(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+// func kernel8x32AVX512(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 //
-// Z0-Z15: the 8x32 tile of C, row r in Z(2r), Z(2r+1). Z16, Z17: the packed
-// row l of B. Z18-Z31: products, s broadcast from memory ({1to16}).
-// Scalars of row r at SI + r*pr*4 (rows 4-7 from R13 = SI + 4*pr*4).
-TEXT ·kernel8x32AVX512(SB), NOSPLIT, $0-73
+// Z0-Z15: the 8x32 tile of C, row r in Z(2r), Z(2r+1). Z16, Z17: row l of
+// the panel (at DI, rows R14 bytes apart). Z18-Z31: products, s broadcast
+// from memory ({1to16}). Scalars of row r at SI + r*pr*4 (rows 4-7 from
+// R13 = SI + 4*pr*4).
+TEXT ·kernel8x32AVX512(SB), NOSPLIT, $0-81
 	MOVQ kc+0(FP), CX
 	MOVQ p+8(FP), SI
 	MOVQ pl+16(FP), R9
@@ -347,10 +315,12 @@ TEXT ·kernel8x32AVX512(SB), NOSPLIT, $0-73
 	LEAQ (R11)(R11*2), R12
 	LEAQ (SI)(R11*4), R13
 	MOVQ q+32(FP), DI
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
+	MOVQ ql+40(FP), R14
+	SHLQ $2, R14
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R8
 	SHLQ $2, R8
-	MOVQ flags+64(FP), AX
+	MOVQ flags+72(FP), AX
 	TESTQ $1, AX
 	JNZ  avx512_load
 	VPXORD Z0, Z0, Z0
@@ -398,7 +368,7 @@ avx512_load:
 	VMOVUPS 64(R10), Z15
 	TESTQ $2, AX
 	JZ   avx512_check
-	VBROADCASTSS beta+56(FP), Z31
+	VBROADCASTSS beta+64(FP), Z31
 	VMULPS Z31, Z0, Z0
 	VMULPS Z31, Z1, Z1
 	VMULPS Z31, Z2, Z2
@@ -512,11 +482,47 @@ avx512_loop:
 	VADDPS      Z15, Z19, Z15
 	ADDQ R9, SI
 	ADDQ R9, R13
-	ADDQ $128, DI
+	ADDQ R14, DI
 	DECQ CX
 	JNZ  avx512_loop
 
 avx512_store:
+	// An infinity or a NaN in the tile: the chain may differ (a zero s).
+	VPBROADCASTD expMask<>(SB), Z31
+	VPANDD   Z31, Z0, Z16
+	VPANDD   Z31, Z1, Z17
+	VPANDD   Z31, Z2, Z18
+	VPANDD   Z31, Z3, Z19
+	VPANDD   Z31, Z4, Z20
+	VPANDD   Z31, Z5, Z21
+	VPANDD   Z31, Z6, Z22
+	VPANDD   Z31, Z7, Z23
+	VPANDD   Z31, Z8, Z24
+	VPANDD   Z31, Z9, Z25
+	VPANDD   Z31, Z10, Z26
+	VPANDD   Z31, Z11, Z27
+	VPANDD   Z31, Z12, Z28
+	VPANDD   Z31, Z13, Z29
+	VPANDD   Z31, Z14, Z30
+	VPMAXUD  Z17, Z16, Z16
+	VPMAXUD  Z19, Z18, Z18
+	VPMAXUD  Z21, Z20, Z20
+	VPMAXUD  Z23, Z22, Z22
+	VPMAXUD  Z25, Z24, Z24
+	VPMAXUD  Z27, Z26, Z26
+	VPMAXUD  Z29, Z28, Z28
+	VPANDD   Z31, Z15, Z17
+	VPMAXUD  Z30, Z17, Z17
+	VPMAXUD  Z18, Z16, Z16
+	VPMAXUD  Z22, Z20, Z20
+	VPMAXUD  Z26, Z24, Z24
+	VPMAXUD  Z28, Z17, Z17
+	VPMAXUD  Z20, Z16, Z16
+	VPMAXUD  Z24, Z17, Z17
+	VPMAXUD  Z17, Z16, Z16
+	VPCMPEQD Z31, Z16, K1
+	KORTESTW K1, K1
+	JNE      avx512_special
 	MOVQ DX, R10
 	VMOVUPS Z0, (R10)
 	VMOVUPS Z1, 64(R10)
@@ -542,10 +548,177 @@ avx512_store:
 	VMOVUPS Z14, (R10)
 	VMOVUPS Z15, 64(R10)
 	VZEROUPPER
-	MOVB $0, special+72(FP)
+	MOVB $0, special+80(FP)
 	RET
 
 avx512_special:
 	VZEROUPPER
-	MOVB $1, special+72(FP)
+	MOVB $1, special+80(FP)
+	RET
+
+
+// func kernel8x16AVX512(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
+//
+// kernel8x32AVX512 for a panel of 16 columns. Z0-Z7: the 8x16 tile of C,
+// row r in Z(r). Z16: row l of the panel. Z18-Z25: products.
+TEXT ·kernel8x16AVX512(SB), NOSPLIT, $0-81
+	MOVQ kc+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ pl+16(FP), R9
+	SHLQ $2, R9
+	MOVQ pr+24(FP), R11
+	SHLQ $2, R11
+	LEAQ (R11)(R11*2), R12
+	LEAQ (SI)(R11*4), R13
+	MOVQ q+32(FP), DI
+	MOVQ ql+40(FP), R14
+	SHLQ $2, R14
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R8
+	SHLQ $2, R8
+	MOVQ flags+72(FP), AX
+	TESTQ $1, AX
+	JNZ  narrow_load
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	JMP narrow_start
+
+narrow_load:
+	MOVQ DX, R10
+	VMOVUPS (R10), Z0
+	ADDQ R8, R10
+	VMOVUPS (R10), Z1
+	ADDQ R8, R10
+	VMOVUPS (R10), Z2
+	ADDQ R8, R10
+	VMOVUPS (R10), Z3
+	ADDQ R8, R10
+	VMOVUPS (R10), Z4
+	ADDQ R8, R10
+	VMOVUPS (R10), Z5
+	ADDQ R8, R10
+	VMOVUPS (R10), Z6
+	ADDQ R8, R10
+	VMOVUPS (R10), Z7
+	TESTQ $2, AX
+	JZ   narrow_check
+	VBROADCASTSS beta+64(FP), Z31
+	VMULPS Z31, Z0, Z0
+	VMULPS Z31, Z1, Z1
+	VMULPS Z31, Z2, Z2
+	VMULPS Z31, Z3, Z3
+	VMULPS Z31, Z4, Z4
+	VMULPS Z31, Z5, Z5
+	VMULPS Z31, Z6, Z6
+	VMULPS Z31, Z7, Z7
+
+narrow_check:
+	// c+0 differs from c in its bits only for -0 and a signalling NaN.
+	VPXORD Z31, Z31, Z31
+	KXNORW K2, K2, K2
+	VADDPS   Z31, Z0, Z30
+	VPCMPEQD Z30, Z0, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z1, Z30
+	VPCMPEQD Z30, Z1, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z2, Z30
+	VPCMPEQD Z30, Z2, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z3, Z30
+	VPCMPEQD Z30, Z3, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z4, Z30
+	VPCMPEQD Z30, Z4, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z5, Z30
+	VPCMPEQD Z30, Z5, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z6, Z30
+	VPCMPEQD Z30, Z6, K1
+	KANDW    K1, K2, K2
+	VADDPS   Z31, Z7, Z30
+	VPCMPEQD Z30, Z7, K1
+	KANDW    K1, K2, K2
+	KORTESTW K2, K2
+	JCC      narrow_special
+
+narrow_start:
+	TESTQ CX, CX
+	JZ    narrow_store
+
+narrow_loop:
+	VMOVUPS (DI), Z16
+	VMULPS.BCST (SI), Z16, Z18
+	VMULPS.BCST (SI)(R11*1), Z16, Z19
+	VMULPS.BCST (SI)(R11*2), Z16, Z20
+	VMULPS.BCST (SI)(R12*1), Z16, Z21
+	VMULPS.BCST (R13), Z16, Z22
+	VMULPS.BCST (R13)(R11*1), Z16, Z23
+	VMULPS.BCST (R13)(R11*2), Z16, Z24
+	VMULPS.BCST (R13)(R12*1), Z16, Z25
+	VADDPS      Z0, Z18, Z0
+	VADDPS      Z1, Z19, Z1
+	VADDPS      Z2, Z20, Z2
+	VADDPS      Z3, Z21, Z3
+	VADDPS      Z4, Z22, Z4
+	VADDPS      Z5, Z23, Z5
+	VADDPS      Z6, Z24, Z6
+	VADDPS      Z7, Z25, Z7
+	ADDQ R9, SI
+	ADDQ R9, R13
+	ADDQ R14, DI
+	DECQ CX
+	JNZ  narrow_loop
+
+narrow_store:
+	// An infinity or a NaN in the tile: the chain may differ (a zero s).
+	VPBROADCASTD expMask<>(SB), Z31
+	VPANDD   Z31, Z0, Z16
+	VPANDD   Z31, Z1, Z17
+	VPANDD   Z31, Z2, Z18
+	VPANDD   Z31, Z3, Z19
+	VPANDD   Z31, Z4, Z20
+	VPANDD   Z31, Z5, Z21
+	VPANDD   Z31, Z6, Z22
+	VPANDD   Z31, Z7, Z23
+	VPMAXUD  Z17, Z16, Z16
+	VPMAXUD  Z19, Z18, Z18
+	VPMAXUD  Z21, Z20, Z20
+	VPMAXUD  Z23, Z22, Z22
+	VPMAXUD  Z18, Z16, Z16
+	VPMAXUD  Z22, Z20, Z20
+	VPMAXUD  Z20, Z16, Z16
+	VPCMPEQD Z31, Z16, K1
+	KORTESTW K1, K1
+	JNE      narrow_special
+	MOVQ DX, R10
+	VMOVUPS Z0, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z1, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z2, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z3, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z4, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z5, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z6, (R10)
+	ADDQ R8, R10
+	VMOVUPS Z7, (R10)
+	VZEROUPPER
+	MOVB $0, special+80(FP)
+	RET
+
+narrow_special:
+	VZEROUPPER
+	MOVB $1, special+80(FP)
 	RET

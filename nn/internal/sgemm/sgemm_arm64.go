@@ -3,7 +3,7 @@
 package sgemm
 
 //go:noescape
-func kernel8x8NEON(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+func kernel8x8NEON(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 
 // NEON is the 8×8 kernel for arm64 (every arm64 CPU has Advanced SIMD):
 // sixteen 4-lane accumulators, multiplying by an element of a vector of s
@@ -11,7 +11,6 @@ func kernel8x8NEON(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc i
 var NEON = &Kernel{
 	Name: "neon", MR: 8, NR: 8,
 	Tile:  kernel8x8NEON,
-	PackN: packNGo(8),
 	PackT: packTGo(8),
 }
 

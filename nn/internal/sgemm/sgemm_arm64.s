@@ -7,19 +7,21 @@
 // each with the instruction it encodes; the product is the first operand
 // (Vn) of the add, as on amd64. Never FMLA.
 
-// func kernel8x8NEON(kc int, p *float32, pl, pr int, q *float32, c *float32, ldc int, beta float32, flags int) (special bool)
+// func kernel8x8NEON(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 //
-// V0-V15: the 8x8 tile of C, row r in V(2r), V(2r+1). V16, V17: the packed
-// row l of B. V18, V19: s of the 8 rows (p packed: pl = 8, pr = 1).
-// V20-V31: products.
-TEXT ·kernel8x8NEON(SB), NOSPLIT, $0-73
+// V0-V15: the 8x8 tile of C, row r in V(2r), V(2r+1). V16, V17: row l of
+// the panel (at R2, rows R8 bytes apart). V18, V19: s of the 8 rows (p
+// packed: pl = 8, pr = 1). V20-V31: products.
+TEXT ·kernel8x8NEON(SB), NOSPLIT, $0-81
 	MOVD kc+0(FP), R0
 	MOVD p+8(FP), R1
 	MOVD q+32(FP), R2
-	MOVD c+40(FP), R3
-	MOVD ldc+48(FP), R4
+	MOVD ql+40(FP), R8
+	LSL  $2, R8
+	MOVD c+48(FP), R3
+	MOVD ldc+56(FP), R4
 	LSL  $2, R4
-	MOVD flags+64(FP), R5
+	MOVD flags+72(FP), R5
 	TBNZ $0, R5, neon_load
 	VEOR V0.B16, V0.B16, V0.B16
 	VEOR V1.B16, V1.B16, V1.B16
@@ -57,7 +59,7 @@ neon_load:
 	ADD  R4, R6
 	VLD1 (R6), [V14.S4, V15.S4]
 	TBZ   $1, R5, neon_check
-	FMOVS beta+56(FP), F29
+	FMOVS beta+64(FP), F29
 	WORD  $0x4f9d9000 // fmul v0.4s, v0.4s, v29.s[0]
 	WORD  $0x4f9d9021 // fmul v1.4s, v1.4s, v29.s[0]
 	WORD  $0x4f9d9042 // fmul v2.4s, v2.4s, v29.s[0]
@@ -136,7 +138,8 @@ neon_start:
 	CBZ R0, neon_store
 
 neon_loop:
-	VLD1.P 32(R2), [V16.S4, V17.S4]
+	VLD1   (R2), [V16.S4, V17.S4]
+	ADD    R8, R2
 	VLD1.P 32(R1), [V18.S4, V19.S4]
 	WORD $0x4f929214 // fmul v20.4s, v16.4s, v18.s[0]
 	WORD $0x4f929235 // fmul v21.4s, v17.4s, v18.s[0]
@@ -174,6 +177,62 @@ neon_loop:
 	CBNZ R0, neon_loop
 
 neon_store:
+	// An infinity or a NaN in the tile: the chain may differ (a zero s).
+	MOVW $0x7f800000, R6
+	VDUP R6, V31.S4
+	VEOR V30.B16, V30.B16, V30.B16
+	VAND  V31.B16, V0.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V1.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V2.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V3.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V4.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V5.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V6.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V7.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V8.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V9.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V10.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V11.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V12.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V13.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V14.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VAND  V31.B16, V15.B16, V20.B16
+	VCMEQ V31.S4, V20.S4, V20.S4
+	VORR  V20.B16, V30.B16, V30.B16
+	VMOV V30.D[0], R6
+	VMOV V30.D[1], R7
+	ORR  R6, R7, R7
+	CBNZ R7, neon_special
 	MOVD R3, R6
 	VST1 [V0.S4, V1.S4], (R6)
 	ADD  R4, R6
@@ -191,10 +250,10 @@ neon_store:
 	ADD  R4, R6
 	VST1 [V14.S4, V15.S4], (R6)
 	MOVD $0, R7
-	MOVB R7, special+72(FP)
+	MOVB R7, special+80(FP)
 	RET
 
 neon_special:
 	MOVD $1, R7
-	MOVB R7, special+72(FP)
+	MOVB R7, special+80(FP)
 	RET

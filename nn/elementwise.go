@@ -207,13 +207,17 @@ func reluGrad(y, dy, dx []float32) {
 		reluGradAVX2(&y[0], &dy[0], &dx[0], nv)
 	}
 	for i := nv; i < len(y); i++ {
-		// Branch-free: the sign pattern of activations is random, and a
-		// mispredicted branch per element costs more than the masking.
-		// -bits>>31 is all ones exactly when y > 0 (y is never NaN here
-		// unless the input was).
-		mask := uint32(-int32(math.Float32bits(y[i])) >> 31)
-		dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & mask)
+		dx[i] = reluGradOf(y[i], dy[i])
 	}
+}
+
+// reluGradOf is dy where the ReLU's output y is > 0, else +0. Branch-free:
+// the sign pattern of activations is random, and a mispredicted branch per
+// element costs more than the masking. -bits>>31 is all ones exactly when
+// y > 0 (y is never NaN here unless the input was).
+func reluGradOf(y, dy float32) float32 {
+	mask := uint32(-int32(math.Float32bits(y)) >> 31)
+	return math.Float32frombits(math.Float32bits(dy) & mask)
 }
 
 // addVec writes y = a + b (y may be a).

@@ -1,7 +1,9 @@
 package nn_test
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
@@ -90,4 +92,64 @@ func (wrongScale) Backward(c *nn.Ctx, s *nn.Slot, in []*nn.Tensor, out, dout *nn
 	}
 	g[0] = d
 	return g
+}
+
+// A BatchNorm that applies the ReLU after it (as a Stage fuses them) gives
+// the bits of the two layers run one after the other, forward and
+// backward, on the deterministic backend, in training and evaluation: the
+// output and every parameter's gradient (the convolution's takes the
+// BatchNorm's input gradient).
+func TestBatchNormReLUFusedIsBatchNormThenReLU(t *testing.T) {
+	be, err := nn.NewBackend("", 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := nn.NewBuilder()
+	b.Add("relu", nn.ReLU{}, b.Add("bn", nn.NewBatchNorm(), b.Add("conv", nn.NewConv2D(3, 13, 3, 1, 1), b.Input("x", 6, 5, 3))))
+	g, err := b.Build("relu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	x, dy := nn.New(4, 6, 5, 3), nn.New(4, 6, 5, 13)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(1 + 2*r.NormFloat64())
+	}
+	for i := range nn.F32(dy) {
+		nn.F32(dy)[i] = float32(r.NormFloat64())
+	}
+	run := func(fused bool) [][]float32 {
+		g.Init(3)
+		for _, p := range g.Params() {
+			if p.Grad != nil {
+				clear(nn.F32(p.Grad))
+			}
+		}
+		s := g.Whole()
+		if !fused {
+			s.WantInputGrads() // every node's own gradient: no fusion
+		}
+		var out [][]float32
+		for _, train := range []bool{true, false} {
+			c := &nn.Ctx{Backend: be, Train: train}
+			y := s.Forward(c, 0, []*nn.Tensor{x})
+			s.Backward(c, 0, []*nn.Tensor{dy})
+			out = append(out, slices.Clone(nn.F32(y[0])))
+		}
+		for _, p := range g.Params() {
+			if p.Grad != nil {
+				out = append(out, slices.Clone(nn.F32(p.Grad)))
+			}
+			out = append(out, slices.Clone(nn.F32(p.Value)))
+		}
+		return out
+	}
+	fused, apart := run(true), run(false)
+	for i := range apart {
+		for j := range apart[i] {
+			if math.Float32bits(fused[i][j]) != math.Float32bits(apart[i][j]) {
+				t.Fatalf("result %d value %d: fused %g, apart %g", i, j, fused[i][j], apart[i][j])
+			}
+		}
+	}
 }

@@ -14,13 +14,13 @@ func bnSumAVX2(x *float32, rows, stride, n int, part *float64)
 func bnSqDevAVX2(x *float32, rows, stride, n int, mean, part *float64)
 
 //go:noescape
-func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32)
+func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32, relu bool)
 
 //go:noescape
-func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64)
+func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64, y *float32)
 
 //go:noescape
-func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b *float32)
+func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b, y *float32)
 
 //go:noescape
 func reluAVX2(x, y *float32, n int)

@@ -89,10 +89,10 @@ sqdone:
 	VZEROUPPER
 	RET
 
-// func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32)
+// func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32, relu bool)
 //
-//	y[r·stride+j] = float32((x − mean[j])·scale[j]) + bias[j]
-TEXT ·bnNormAVX2(SB), NOSPLIT, $0-64
+//	y[r·stride+j] = float32((x − mean[j])·scale[j]) + bias[j], then reluAVX2's max(y, 0) if relu
+TEXT ·bnNormAVX2(SB), NOSPLIT, $0-65
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), DI
 	MOVQ rows+16(FP), CX
@@ -103,6 +103,8 @@ TEXT ·bnNormAVX2(SB), NOSPLIT, $0-64
 	MOVQ mean+40(FP), R10
 	MOVQ scale+48(FP), R11
 	MOVQ bias+56(FP), R12
+	MOVBQZX relu+64(FP), R13
+	VXORPS Y15, Y15, Y15
 	TESTQ CX, CX
 	JLE normdone
 
@@ -114,6 +116,12 @@ normcol:
 	VSUBPS (R10)(R9*1), Y0, Y0
 	VMULPS (R11)(R9*1), Y0, Y0
 	VADDPS (R12)(R9*1), Y0, Y0
+	TESTQ R13, R13
+	JZ normstore
+	VCMPPS $6, Y15, Y0, Y1 // !(y ≤ 0)
+	VANDPS Y0, Y1, Y0
+
+normstore:
 	VMOVUPS Y0, (DI)(R9*1)
 	ADDQ $32, R9
 	CMPQ R9, DX
@@ -127,10 +135,12 @@ normdone:
 	VZEROUPPER
 	RET
 
-// func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64)
+// func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64, y *float32)
 //
 //	x̂ = float64((x − mean[j])·inv[j]); p1[j] += float64(dy); p2[j] += float64(dy)·x̂
-TEXT ·bnGradSumsAVX2(SB), NOSPLIT, $0-72
+//
+// with dy through reluGradAVX2's mask of y first, if y is not nil.
+TEXT ·bnGradSumsAVX2(SB), NOSPLIT, $0-80
 	MOVQ x+0(FP), SI
 	MOVQ dy+8(FP), DI
 	MOVQ rows+16(FP), CX
@@ -142,6 +152,8 @@ TEXT ·bnGradSumsAVX2(SB), NOSPLIT, $0-72
 	MOVQ inv+48(FP), R12
 	MOVQ p1+56(FP), R13
 	MOVQ p2+64(FP), BX
+	MOVQ y+72(FP), R8
+	VPXOR Y15, Y15, Y15
 	TESTQ CX, CX
 	JLE gsdone
 
@@ -154,6 +166,14 @@ gscol:
 	VSUBPS (R11)(R9*1), Y0, Y0
 	VMULPS (R12)(R9*1), Y0, Y0 // x̂ in float32
 	VMOVUPS (DI)(R9*1), Y1     // dy
+	CMPQ y+72(FP), $0
+	JEQ gsnomask
+	VMOVDQU (R8)(R9*1), Y8
+	VPSUBD Y8, Y15, Y8
+	VPSRAD $31, Y8, Y8
+	VPAND Y8, Y1, Y1
+
+gsnomask:
 	VCVTPS2PD X0, Y2
 	VEXTRACTF128 $1, Y0, X3
 	VCVTPS2PD X3, Y3
@@ -176,6 +196,7 @@ gscol:
 	JLT gscol
 	ADDQ AX, SI
 	ADDQ AX, DI
+	ADDQ AX, R8
 	DECQ CX
 	JNZ gsrow
 
@@ -183,10 +204,12 @@ gsdone:
 	VZEROUPPER
 	RET
 
-// func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b *float32)
+// func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b, y *float32)
 //
 //	x̂ = (x − mean[j])·inv[j]; dx = k[j]·(dy − a[j] − float32(x̂·b[j]))
-TEXT ·bnInputGradAVX2(SB), NOSPLIT, $0-88
+//
+// with dy through reluGradAVX2's mask of y first, if y is not nil.
+TEXT ·bnInputGradAVX2(SB), NOSPLIT, $0-96
 	MOVQ x+0(FP), SI
 	MOVQ dy+8(FP), DI
 	MOVQ dx+16(FP), BX
@@ -200,6 +223,8 @@ TEXT ·bnInputGradAVX2(SB), NOSPLIT, $0-88
 	MOVQ k+64(FP), R8
 	MOVQ a+72(FP), R12
 	MOVQ b+80(FP), R13
+	MOVQ y+88(FP), R14
+	VPXOR Y15, Y15, Y15
 	TESTQ CX, CX
 	JLE dxdone
 
@@ -212,6 +237,14 @@ dxcol:
 	VMULPS (R11)(R9*1), Y0, Y0 // x̂
 	VMULPS (R13)(R9*1), Y0, Y0 // x̂·b
 	VMOVUPS (DI)(R9*1), Y1
+	CMPQ y+88(FP), $0
+	JEQ dxnomask
+	VMOVDQU (R14)(R9*1), Y8
+	VPSUBD Y8, Y15, Y8
+	VPSRAD $31, Y8, Y8
+	VPAND Y8, Y1, Y1
+
+dxnomask:
 	VSUBPS (R12)(R9*1), Y1, Y1 // dy − a
 	VSUBPS Y0, Y1, Y1          // − x̂·b
 	VMULPS (R8)(R9*1), Y1, Y1  // k·(...)
@@ -222,6 +255,7 @@ dxcol:
 	ADDQ AX, SI
 	ADDQ AX, DI
 	ADDQ AX, BX
+	ADDQ AX, R14
 	DECQ CX
 	JNZ dxrow
 

@@ -21,30 +21,33 @@ func TestBatchNormKernelsMatchLoops(t *testing.T) {
 	for _, c := range []int{3, 8, 13, 16, 64, 100} {
 		for _, rows := range []int{1, 5, 64, 64*bnChunks + 7} {
 			for _, threads := range []int{1, 2} {
-				t.Run(fmt.Sprintf("C=%d/rows=%d/threads=%d", c, rows, threads), func(t *testing.T) {
-					var got [2][][]float32
-					for k, vector := range []bool{false, true} {
-						hasAVX2 = vector
-						got[k] = bnPasses(t, c, rows, threads)
-						hasAVX2 = true
-					}
-					for i := range got[0] {
-						for j := range got[0][i] {
-							a, b := math.Float32bits(got[0][i][j]), math.Float32bits(got[1][i][j])
-							if a != b {
-								t.Fatalf("result %d value %d: loops %g, kernels %g", i, j, got[0][i][j], got[1][i][j])
+				for _, relu := range []bool{false, true} {
+					t.Run(fmt.Sprintf("C=%d/rows=%d/threads=%d/relu=%v", c, rows, threads, relu), func(t *testing.T) {
+						var got [2][][]float32
+						for k, vector := range []bool{false, true} {
+							hasAVX2 = vector
+							got[k] = bnPasses(t, c, rows, threads, relu)
+							hasAVX2 = true
+						}
+						for i := range got[0] {
+							for j := range got[0][i] {
+								a, b := math.Float32bits(got[0][i][j]), math.Float32bits(got[1][i][j])
+								if a != b {
+									t.Fatalf("result %d value %d: loops %g, kernels %g", i, j, got[0][i][j], got[1][i][j])
+								}
 							}
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}
 }
 
-// bnPasses runs a BatchNorm over rows×c values on the deterministic backend:
-// two training passes and one in evaluation; it returns what they wrote.
-func bnPasses(t *testing.T, c, rows, threads int) [][]float32 {
+// bnPasses runs a BatchNorm over rows×c values on the deterministic backend,
+// applying a ReLU if relu: two training passes and one in evaluation; it
+// returns what they wrote.
+func bnPasses(t *testing.T, c, rows, threads int, relu bool) [][]float32 {
 	be, err := NewBackend("", threads, true)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +67,7 @@ func bnPasses(t *testing.T, c, rows, threads int) [][]float32 {
 		F32(l.Bias.Value)[j] = float32(0.5 * r.NormFloat64())
 	}
 	var res [][]float32
-	var s Slot
+	s := Slot{reluAfter: relu}
 	for _, train := range []bool{true, true, false} {
 		ctx := &Ctx{Backend: be, Train: train}
 		y := l.Forward(ctx, &s, []*Tensor{x})

@@ -11,13 +11,13 @@ func bnSumAVX2(x *float32, rows, stride, n int, part *float64) { panic("nn: no k
 func bnSqDevAVX2(x *float32, rows, stride, n int, mean, part *float64) {
 	panic("nn: no kernels")
 }
-func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32) {
+func bnNormAVX2(x, y *float32, rows, stride, n int, mean, scale, bias *float32, relu bool) {
 	panic("nn: no kernels")
 }
-func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64) {
+func bnGradSumsAVX2(x, dy *float32, rows, stride, n int, mean, inv *float32, p1, p2 *float64, y *float32) {
 	panic("nn: no kernels")
 }
-func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b *float32) {
+func bnInputGradAVX2(x, dy, dx *float32, rows, stride, n int, mean, inv, k, a, b, y *float32) {
 	panic("nn: no kernels")
 }
 func reluAVX2(x, y *float32, n int)          { panic("nn: no kernels") }

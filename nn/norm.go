@@ -157,16 +157,22 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	for j := range scale {
 		scale[j] = inv[j] * w[j]
 	}
-	yd := F32(y)
+	// The ReLU after it, if the Stage fused one, applies as the values are
+	// stored.
+	yd, relu := F32(y), s.reluAfter
 	nv := vector8(C)
 	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
 		if nv > 0 && hi > lo {
-			bnNormAVX2(&x[lo*C], &yd[lo*C], hi-lo, C, nv, &mean[0], &scale[0], &b[0])
+			bnNormAVX2(&x[lo*C], &yd[lo*C], hi-lo, C, nv, &mean[0], &scale[0], &b[0], relu)
 		}
 		for r := lo; r < hi; r++ {
 			xs, ys := x[r*C:(r+1)*C], yd[r*C:(r+1)*C]
 			for j := nv; j < C; j++ {
-				ys[j] = float32((xs[j]-mean[j])*scale[j]) + b[j]
+				v := float32((xs[j]-mean[j])*scale[j]) + b[j]
+				if relu {
+					v = max(v, 0)
+				}
+				ys[j] = v
 			}
 		}
 	})
@@ -192,16 +198,25 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 		l.backwardFast(c, x, y, dy, dx, mean, inv, F32(s.Buf(3, C)), F32(s.Buf(4, C)), F32(s.Buf(6, C)))
 		return g
 	}
+	// With a fused ReLU, dy passes through its gradient (out is the ReLU's
+	// output) wherever it is read.
+	var z []float32
+	if s.reluAfter {
+		z = F32(out)
+	}
 	sdy, sdyx := l.sum, l.sum2
 	nv := vector8(C)
 	l.reduce2(c, rows, sdy, sdyx, func(p1, p2 []float64, lo, hi int) {
 		if nv > 0 && hi > lo {
-			bnGradSumsAVX2(&x[lo*C], &dy[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &p1[0], &p2[0])
+			bnGradSumsAVX2(&x[lo*C], &dy[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &p1[0], &p2[0], at(z, lo*C))
 		}
 		for r := lo; r < hi; r++ {
 			xs, ds := x[r*C:(r+1)*C], dy[r*C:(r+1)*C]
 			for j := nv; j < C; j++ {
 				d := ds[j]
+				if z != nil {
+					d = reluGradOf(z[r*C+j], d)
+				}
 				xhat := float64((xs[j] - mean[j]) * inv[j])
 				p1[j] += float64(d)
 				p2[j] += float64(float64(d) * xhat)
@@ -235,16 +250,28 @@ func (l *BatchNorm) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, n
 	}
 	parallel(threadsOf(c), rows, 64, func(lo, hi int) {
 		if nv > 0 && hi > lo {
-			bnInputGradAVX2(&x[lo*C], &dy[lo*C], &d[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &k[0], &a[0], &bb[0])
+			bnInputGradAVX2(&x[lo*C], &dy[lo*C], &d[lo*C], hi-lo, C, nv, &mean[0], &inv[0], &k[0], &a[0], &bb[0], at(z, lo*C))
 		}
 		for r := lo; r < hi; r++ {
 			xs, ds, o := x[r*C:(r+1)*C], dy[r*C:(r+1)*C], d[r*C:(r+1)*C]
 			for j := nv; j < C; j++ {
+				dv := ds[j]
+				if z != nil {
+					dv = reluGradOf(z[r*C+j], dv)
+				}
 				xhat := (xs[j] - mean[j]) * inv[j]
-				o[j] = k[j] * (ds[j] - a[j] - float32(xhat*bb[j]))
+				o[j] = k[j] * (dv - a[j] - float32(xhat*bb[j]))
 			}
 		}
 	})
 	g[0] = dx
 	return g
+}
+
+// at is &s[i], or nil for a nil s.
+func at(s []float32, i int) *float32 {
+	if s == nil {
+		return nil
+	}
+	return &s[i]
 }

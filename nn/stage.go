@@ -23,8 +23,7 @@ type Stage struct {
 	outIndex []int    // per output: local node index
 	allGrads bool     // gradients of every input and node are computed
 	// fused, per local node: for a ReLU that the BatchNorm before it applies
-	// on the fast path (its only input, which nothing else reads), that
-	// node's index; else -1.
+	// (its only input, which nothing else reads), that node's index; else -1.
 	fused []int
 	// team: the stage has a convolution or pooling layer, and its passes run
 	// on the team thread on the fast path (team.go).
@@ -247,7 +246,7 @@ func (s *Stage) forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
 				argv[i] = ss.vals[r.i]
 			}
 		}
-		if j := s.fused[k]; j >= 0 && fastPath(c) {
+		if j := s.fused[k]; j >= 0 {
 			ss.vals[k] = ss.vals[j] // the BatchNorm applied the ReLU
 			continue
 		}
@@ -289,7 +288,7 @@ func (s *Stage) backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 		if g == nil || !(n.RequiresGrad || s.allGrads) {
 			continue
 		}
-		if j := s.fused[k]; j >= 0 && fastPath(c) {
+		if j := s.fused[k]; j >= 0 {
 			// The BatchNorm takes the ReLU's output gradient as it is.
 			if s.need[k][0] {
 				addGrad(c, &ss.grad[j], &ss.owned[j], &ss.acc[j], g)

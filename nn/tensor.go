@@ -70,8 +70,8 @@ type Slot struct {
 	dims []int
 	// outs is the slice of input gradients a layer returns from Backward.
 	outs []*Tensor
-	// reluAfter is set by the Stage: on the fast path the layer (a
-	// BatchNorm) applies the ReLU that follows it, in its own passes.
+	// reluAfter is set by the Stage: the layer (a BatchNorm) applies the
+	// ReLU that follows it, in its own passes.
 	reluAfter bool
 }
 

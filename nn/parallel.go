@@ -1,7 +1,10 @@
 package nn
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // parallel splits [0, n) into at most threads contiguous chunks of at least
@@ -11,7 +14,10 @@ import (
 //
 // Chunks run on a shared set of worker goroutines, started on first use and
 // kept for the life of the process, so a call allocates nothing but what its
-// caller's closure needs.
+// caller's closure needs. A worker waiting for a chunk, and a caller waiting
+// for its workers, poll for spinFor before they block: waking a parked
+// goroutine's thread takes tens of microseconds on a virtual machine, longer
+// than many chunks take.
 func parallel(threads, n, grain int, fn func(lo, hi int)) {
 	if grain < 1 {
 		grain = 1
@@ -22,21 +28,30 @@ func parallel(threads, n, grain int, fn func(lo, hi int)) {
 		return
 	}
 	step := (n + chunks - 1) / chunks
-	wg := waitGroups.Get().(*sync.WaitGroup)
+	t := tasks.Get().(*task)
+	t.fn = fn
+	t.pending.Store(int32((n+step-1)/step - 1))
 	workers.ensure(chunks - 1)
 	for lo := step; lo < n; lo += step {
-		wg.Add(1)
-		workers.jobs <- job{fn: fn, lo: lo, hi: min(lo+step, n), wg: wg}
+		workers.jobs <- job{t: t, lo: lo, hi: min(lo+step, n)}
 	}
 	fn(0, min(step, n))
-	wg.Wait()
-	waitGroups.Put(wg)
+	spin(func() bool { return len(t.done) > 0 })
+	<-t.done
+	t.fn = nil
+	tasks.Put(t)
+}
+
+// task is a call of parallel: done receives once its last worker chunk ends.
+type task struct {
+	fn      func(lo, hi int)
+	pending atomic.Int32
+	done    chan struct{}
 }
 
 type job struct {
-	fn     func(lo, hi int)
+	t      *task
 	lo, hi int
-	wg     *sync.WaitGroup
 }
 
 // workerPool runs jobs; it holds no state that affects results.
@@ -47,8 +62,8 @@ type workerPool struct {
 }
 
 var (
-	workers    = &workerPool{jobs: make(chan job, 64)}
-	waitGroups = sync.Pool{New: func() any { return new(sync.WaitGroup) }}
+	workers = &workerPool{jobs: make(chan job, 64)}
+	tasks   = sync.Pool{New: func() any { return &task{done: make(chan struct{}, 1)} }}
 )
 
 // ensure starts workers until at least k run.
@@ -56,12 +71,35 @@ func (p *workerPool) ensure(k int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for ; p.n < k; p.n++ {
-		go func() {
-			for j := range p.jobs {
-				j.fn(j.lo, j.hi)
-				j.wg.Done()
-			}
-		}()
+		go p.work()
+	}
+}
+
+func (p *workerPool) work() {
+	for {
+		spin(func() bool { return len(p.jobs) > 0 })
+		j := <-p.jobs
+		j.t.fn(j.lo, j.hi)
+		if j.t.pending.Add(-1) == 0 {
+			j.t.done <- struct{}{}
+		}
+	}
+}
+
+// spinFor bounds the polling of spin.
+const spinFor = 200 * time.Microsecond
+
+// spin polls ready until it reports true or spinFor has passed, yielding
+// in between to other goroutines and to other threads (OpenMP's and
+// OpenBLAS's, which a polling worker must not slow down).
+func spin(ready func() bool) {
+	if ready() {
+		return
+	}
+	start := time.Now()
+	for !ready() && time.Since(start) < spinFor {
+		runtime.Gosched()
+		osYield()
 	}
 }
 

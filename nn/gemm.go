@@ -43,12 +43,12 @@ import (
 // finite b_lj the product is then ±0, and c + ±0 = c unless c is -0 (the sum
 // -0 + +0 is +0), or c is a signalling NaN (which the add quiets); a chain
 // that starts from neither never reaches one. For an infinite or NaN b_lj
-// the product is NaN, and the kernel's c stays a NaN to the end of the
-// block. So a kernel gives up on a tile, having written nothing, when a
-// value of C it loads is -0 or a signalling NaN or a value it would store
-// is an infinity or a NaN, and the tile is computed with
-// [gemmCall.reference], the chain written out in Go. Both are rare: a
-// diverged run, or a C that arrives holding -0. NaN payloads follow SSE's
+// the product is an infinity or a NaN (a NaN where s is 0), and the
+// kernel's c stays one to the end of the block. So a kernel gives up on a
+// tile, having written nothing, when a value of C it loads is -0 or a
+// signalling NaN or a value it would store is an infinity or a NaN, and the
+// tile is computed with [gemmCall.reference], the chain written out in Go.
+// Both are rare: a diverged run, or a C that arrives holding -0. NaN payloads follow SSE's
 // first-source rule on every path (chainStep); the default NaN that 0·∞ or
 // ∞-∞ makes is the CPU's own, so NaN bits can differ between amd64 and
 // arm64.

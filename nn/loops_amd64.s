@@ -10,6 +10,14 @@
 // channels, the others n values; n is a positive multiple of 8. Go's
 // operand order is the reverse of Intel's: VSUBPS a, b, c is c = b − a.
 
+// RELU_MASK keeps Y1's values (dy) where the ReLU output at addr is > 0
+// and zeroes the others, as reluGradAVX2 does (Y15 zero; Y8 scratch).
+#define RELU_MASK(addr) \
+	VMOVDQU addr, Y8 \
+	VPSUBD Y8, Y15, Y8 \
+	VPSRAD $31, Y8, Y8 \
+	VPAND Y8, Y1, Y1
+
 // func bnSumAVX2(x *float32, rows, stride, n int, part *float64)
 //
 //	part[j] += float64(x[r·stride+j])
@@ -168,10 +176,7 @@ gscol:
 	VMOVUPS (DI)(R9*1), Y1     // dy
 	CMPQ y+72(FP), $0
 	JEQ gsnomask
-	VMOVDQU (R8)(R9*1), Y8
-	VPSUBD Y8, Y15, Y8
-	VPSRAD $31, Y8, Y8
-	VPAND Y8, Y1, Y1
+	RELU_MASK((R8)(R9*1))
 
 gsnomask:
 	VCVTPS2PD X0, Y2
@@ -239,10 +244,7 @@ dxcol:
 	VMOVUPS (DI)(R9*1), Y1
 	CMPQ y+88(FP), $0
 	JEQ dxnomask
-	VMOVDQU (R14)(R9*1), Y8
-	VPSUBD Y8, Y15, Y8
-	VPSRAD $31, Y8, Y8
-	VPAND Y8, Y1, Y1
+	RELU_MASK((R14)(R9*1))
 
 dxnomask:
 	VSUBPS (R12)(R9*1), Y1, Y1 // dy − a

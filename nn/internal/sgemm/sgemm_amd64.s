@@ -7,6 +7,26 @@
 // Products are VMULPS and sums VADDPS, with the product as the first source
 // of the add, as in gonum's Saxpy; never a fused multiply-add.
 
+// KERNEL_ARGS loads the arguments of a kernel: CX = kc, SI = p, R9 = pl
+// and R11 = pr in bytes, R12 = 3·pr, R13 = p + 4·pr (row 4's scalars),
+// DI = q, R14 = ql in bytes, DX = c, R8 = ldc in bytes, AX = flags.
+#define KERNEL_ARGS \
+	MOVQ kc+0(FP), CX \
+	MOVQ p+8(FP), SI \
+	MOVQ pl+16(FP), R9 \
+	SHLQ $2, R9 \
+	MOVQ pr+24(FP), R11 \
+	SHLQ $2, R11 \
+	LEAQ (R11)(R11*2), R12 \
+	LEAQ (SI)(R11*4), R13 \
+	MOVQ q+32(FP), DI \
+	MOVQ ql+40(FP), R14 \
+	SHLQ $2, R14 \
+	MOVQ c+48(FP), DX \
+	MOVQ ldc+56(FP), R8 \
+	SHLQ $2, R8 \
+	MOVQ flags+72(FP), AX
+
 // func kernel6x16AVX2(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 //
 // Y0-Y11: the 6x16 tile of C, row r in Y(2r), Y(2r+1). Y12, Y13: row l of
@@ -14,21 +34,7 @@
 // Y15: a product. Scalars of row r at SI + r*pr*4 (rows 4 and 5 from R13 =
 // SI + 4*pr*4).
 TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-81
-	MOVQ kc+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ pl+16(FP), R9
-	SHLQ $2, R9
-	MOVQ pr+24(FP), R11
-	SHLQ $2, R11
-	LEAQ (R11)(R11*2), R12
-	LEAQ (SI)(R11*4), R13
-	MOVQ q+32(FP), DI
-	MOVQ ql+40(FP), R14
-	SHLQ $2, R14
-	MOVQ c+48(FP), DX
-	MOVQ ldc+56(FP), R8
-	SHLQ $2, R8
-	MOVQ flags+72(FP), AX
+	KERNEL_ARGS
 	TESTQ $1, AX
 	JNZ  avx2_load
 
@@ -299,6 +305,13 @@ DATA expMask<>+0(SB)/4, $0x7f800000
 GLOBL expMask<>(SB), RODATA|NOPTR, $4
 
 
+// SAME_BITS_PLUS_0 clears the lanes of K2 where z + 0 (Z31 zero) does not
+// have z's bits: -0 and signalling NaNs (Z30 scratch, K1 clobbered).
+#define SAME_BITS_PLUS_0(z) \
+	VADDPS   Z31, z, Z30 \
+	VPCMPEQD Z30, z, K1 \
+	KANDW    K1, K2, K2
+
 // func kernel8x32AVX512(kc int, p *float32, pl, pr int, q *float32, ql int, c *float32, ldc int, beta float32, flags int) (special bool)
 //
 // Z0-Z15: the 8x32 tile of C, row r in Z(2r), Z(2r+1). Z16, Z17: row l of
@@ -306,21 +319,7 @@ GLOBL expMask<>(SB), RODATA|NOPTR, $4
 // from memory ({1to16}). Scalars of row r at SI + r*pr*4 (rows 4-7 from
 // R13 = SI + 4*pr*4).
 TEXT ·kernel8x32AVX512(SB), NOSPLIT, $0-81
-	MOVQ kc+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ pl+16(FP), R9
-	SHLQ $2, R9
-	MOVQ pr+24(FP), R11
-	SHLQ $2, R11
-	LEAQ (R11)(R11*2), R12
-	LEAQ (SI)(R11*4), R13
-	MOVQ q+32(FP), DI
-	MOVQ ql+40(FP), R14
-	SHLQ $2, R14
-	MOVQ c+48(FP), DX
-	MOVQ ldc+56(FP), R8
-	SHLQ $2, R8
-	MOVQ flags+72(FP), AX
+	KERNEL_ARGS
 	TESTQ $1, AX
 	JNZ  avx512_load
 	VPXORD Z0, Z0, Z0
@@ -390,54 +389,22 @@ avx512_check:
 	// c+0 differs from c in its bits only for -0 and a signalling NaN.
 	VPXORD Z31, Z31, Z31
 	KXNORW K2, K2, K2
-	VADDPS   Z31, Z0, Z30
-	VPCMPEQD Z30, Z0, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z1, Z30
-	VPCMPEQD Z30, Z1, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z2, Z30
-	VPCMPEQD Z30, Z2, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z3, Z30
-	VPCMPEQD Z30, Z3, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z4, Z30
-	VPCMPEQD Z30, Z4, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z5, Z30
-	VPCMPEQD Z30, Z5, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z6, Z30
-	VPCMPEQD Z30, Z6, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z7, Z30
-	VPCMPEQD Z30, Z7, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z8, Z30
-	VPCMPEQD Z30, Z8, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z9, Z30
-	VPCMPEQD Z30, Z9, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z10, Z30
-	VPCMPEQD Z30, Z10, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z11, Z30
-	VPCMPEQD Z30, Z11, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z12, Z30
-	VPCMPEQD Z30, Z12, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z13, Z30
-	VPCMPEQD Z30, Z13, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z14, Z30
-	VPCMPEQD Z30, Z14, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z15, Z30
-	VPCMPEQD Z30, Z15, K1
-	KANDW    K1, K2, K2
+	SAME_BITS_PLUS_0(Z0)
+	SAME_BITS_PLUS_0(Z1)
+	SAME_BITS_PLUS_0(Z2)
+	SAME_BITS_PLUS_0(Z3)
+	SAME_BITS_PLUS_0(Z4)
+	SAME_BITS_PLUS_0(Z5)
+	SAME_BITS_PLUS_0(Z6)
+	SAME_BITS_PLUS_0(Z7)
+	SAME_BITS_PLUS_0(Z8)
+	SAME_BITS_PLUS_0(Z9)
+	SAME_BITS_PLUS_0(Z10)
+	SAME_BITS_PLUS_0(Z11)
+	SAME_BITS_PLUS_0(Z12)
+	SAME_BITS_PLUS_0(Z13)
+	SAME_BITS_PLUS_0(Z14)
+	SAME_BITS_PLUS_0(Z15)
 	KORTESTW K2, K2
 	JCC      avx512_special
 
@@ -562,21 +529,7 @@ avx512_special:
 // kernel8x32AVX512 for a panel of 16 columns. Z0-Z7: the 8x16 tile of C,
 // row r in Z(r). Z16: row l of the panel. Z18-Z25: products.
 TEXT ·kernel8x16AVX512(SB), NOSPLIT, $0-81
-	MOVQ kc+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ pl+16(FP), R9
-	SHLQ $2, R9
-	MOVQ pr+24(FP), R11
-	SHLQ $2, R11
-	LEAQ (R11)(R11*2), R12
-	LEAQ (SI)(R11*4), R13
-	MOVQ q+32(FP), DI
-	MOVQ ql+40(FP), R14
-	SHLQ $2, R14
-	MOVQ c+48(FP), DX
-	MOVQ ldc+56(FP), R8
-	SHLQ $2, R8
-	MOVQ flags+72(FP), AX
+	KERNEL_ARGS
 	TESTQ $1, AX
 	JNZ  narrow_load
 	VPXORD Z0, Z0, Z0
@@ -622,30 +575,14 @@ narrow_check:
 	// c+0 differs from c in its bits only for -0 and a signalling NaN.
 	VPXORD Z31, Z31, Z31
 	KXNORW K2, K2, K2
-	VADDPS   Z31, Z0, Z30
-	VPCMPEQD Z30, Z0, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z1, Z30
-	VPCMPEQD Z30, Z1, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z2, Z30
-	VPCMPEQD Z30, Z2, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z3, Z30
-	VPCMPEQD Z30, Z3, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z4, Z30
-	VPCMPEQD Z30, Z4, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z5, Z30
-	VPCMPEQD Z30, Z5, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z6, Z30
-	VPCMPEQD Z30, Z6, K1
-	KANDW    K1, K2, K2
-	VADDPS   Z31, Z7, Z30
-	VPCMPEQD Z30, Z7, K1
-	KANDW    K1, K2, K2
+	SAME_BITS_PLUS_0(Z0)
+	SAME_BITS_PLUS_0(Z1)
+	SAME_BITS_PLUS_0(Z2)
+	SAME_BITS_PLUS_0(Z3)
+	SAME_BITS_PLUS_0(Z4)
+	SAME_BITS_PLUS_0(Z5)
+	SAME_BITS_PLUS_0(Z6)
+	SAME_BITS_PLUS_0(Z7)
 	KORTESTW K2, K2
 	JCC      narrow_special
 

@@ -43,7 +43,10 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 // measureLinks measures the links of pairs between live nodes (or takes
 // measurements at most maxAge old), one at a time (two probes at once
 // could share a network interface); a link that cannot be measured is
-// logged and left out.
+// logged and left out. After a failure the round skips the other links of
+// its two nodes: one of them is in trouble (a cut link, a machine gone),
+// and each probe of it would wait out its timeout while the job, maybe
+// failing over, waits for the round.
 func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []job.LinkMeasure {
 	if c.cfg.Links == nil {
 		return nil
@@ -52,16 +55,18 @@ func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pai
 	for _, n := range live {
 		byName[n.Name] = n
 	}
+	troubled := map[string]bool{}
 	var out []job.LinkMeasure
 	for _, p := range pairs {
 		from, ok1 := byName[p[0]]
 		to, ok2 := byName[p[1]]
-		if !ok1 || !ok2 || ctx.Err() != nil {
+		if !ok1 || !ok2 || ctx.Err() != nil || troubled[p[0]] || troubled[p[1]] {
 			continue
 		}
 		m, err := c.cfg.Links.MeasureLink(ctx, from, to, maxAge)
 		if err != nil {
 			c.log.Warn("measuring a link", "from", p[0], "to", p[1], "err", err)
+			troubled[p[0]], troubled[p[1]] = true, true
 			continue
 		}
 		out = append(out, m)

@@ -32,8 +32,14 @@ type LinkProbeReply struct {
 
 var errNotProbeable = errors.New("nodes: bad link probe")
 
-// linkProbeTimeout bounds one probe (about 0.3 s on a working link).
-const linkProbeTimeout = 20 * time.Second
+// linkProbeTimeout bounds one probe (about 0.3 s on a working link), and
+// linkAskTimeout asking another node for one: without it, a request to a
+// node behind a cut link waits for the kernel's connect retries (about
+// two minutes).
+const (
+	linkProbeTimeout = 20 * time.Second
+	linkAskTimeout   = linkProbeTimeout + 5*time.Second
+)
 
 // ProbeLink measures this node's link to the member called to.
 func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error) {
@@ -82,7 +88,9 @@ func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge t
 		if addr == "" {
 			return job.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
 		}
+		ctx, cancel := context.WithTimeout(ctx, linkAskTimeout)
 		r, err = a.client(addr).ProbeLink(ctx, to.Name)
+		cancel()
 	}
 	if err != nil {
 		return job.LinkMeasure{}, err

@@ -389,13 +389,18 @@ func (f *bnFast) end() {
 	*f = bnFast{statsFn: f.statsFn, normFn: f.normFn, sumsFn: f.sumsFn, dxFn: f.dxFn}
 }
 
-// run runs fn on every chunk, all in parallel.
-func (f *bnFast) run(fn func(lo, hi int)) {
-	if f.chunks == 1 {
+// run runs a pass over every chunk, all in parallel: on the team thread
+// team does (one C call, threaded by OpenMP), elsewhere fn on the worker
+// goroutines, a call per chunk.
+func (f *bnFast) run(c *Ctx, team func(), fn func(lo, hi int)) {
+	switch {
+	case c.team:
+		team()
+	case f.chunks == 1:
 		fn(0, 1)
-		return
+	default:
+		parallel(f.chunks, f.chunks, 1, fn)
 	}
-	parallel(f.chunks, f.chunks, 1, fn)
 }
 
 // rowsOf returns chunk k's rows of v.
@@ -465,11 +470,7 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu b
 	if c.Train {
 		clear(f.parts)
 		f.shift = x[:C]
-		if c.team {
-			dnnl.BNStatsTeam(f.chunks, x, C, f.shift, f.parts)
-		} else {
-			f.run(f.statsFn)
-		}
+		f.run(c, func() { dnnl.BNStatsTeam(f.chunks, x, C, f.shift, f.parts) }, f.statsFn)
 		R := float64(rows)
 		m := l.Momentum
 		for j := 0; j < C; j++ {
@@ -497,11 +498,7 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu b
 		scale[j] = inv[j] * w[j]
 	}
 	f.y, f.mean, f.scale, f.bias, f.relu = y, mean, scale, F32(l.Bias.Value), relu
-	if c.team {
-		dnnl.BNNormalizeTeam(f.chunks, x, y, C, mean, scale, f.bias, relu)
-	} else {
-		f.run(f.normFn)
-	}
+	f.run(c, func() { dnnl.BNNormalizeTeam(f.chunks, x, y, C, mean, scale, f.bias, relu) }, f.normFn)
 }
 
 // backwardFast is Backward on the fast path; dx is nil when the input
@@ -514,11 +511,7 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []flo
 	defer f.end()
 	clear(f.parts)
 	f.dy, f.out, f.mean, f.inv = dy, y, mean, inv
-	if c.team {
-		dnnl.BNGradSumsTeam(f.chunks, x, y, dy, f.c, mean, inv, f.parts)
-	} else {
-		f.run(f.sumsFn)
-	}
+	f.run(c, func() { dnnl.BNGradSumsTeam(f.chunks, x, y, dy, f.c, mean, inv, f.parts) }, f.sumsFn)
 	gw, gb := F32(l.Weight.Grad), F32(l.Bias.Grad)
 	w := F32(l.Weight.Value)
 	R := float64(f.rows)
@@ -538,9 +531,5 @@ func (l *BatchNorm) backwardFast(c *Ctx, x, y, dy, dx, mean, inv, k, a, bb []flo
 		return
 	}
 	f.dx, f.k, f.a, f.bb = dx, k, a, bb
-	if c.team {
-		dnnl.BNInputGradTeam(f.chunks, x, y, dy, dx, f.c, mean, inv, k, a, bb)
-	} else {
-		f.run(f.dxFn)
-	}
+	f.run(c, func() { dnnl.BNInputGradTeam(f.chunks, x, y, dy, dx, f.c, mean, inv, k, a, bb) }, f.dxFn)
 }

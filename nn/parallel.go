@@ -30,7 +30,7 @@ func parallel(threads, n, grain int, fn func(lo, hi int)) {
 	step := (n + chunks - 1) / chunks
 	t := tasks.Get().(*task)
 	t.fn = fn
-	t.pending.Store(int32((n+step-1)/step - 1))
+	t.pending.Store(int32((n - 1) / step)) // the chunks after the first
 	workers.ensure(chunks - 1)
 	for lo := step; lo < n; lo += step {
 		workers.jobs <- job{t: t, lo: lo, hi: min(lo+step, n)}

@@ -95,9 +95,8 @@ type Coordinator struct {
 	sets map[uint64]*stageSet // the stages started, by generation
 	op   *operation           // the operation in flight, if any
 
-	xs     []*nn.Tensor // micro-batches and labels, reused step after step
-	ys     [][]int32
-	labels []*nn.Tensor
+	batches []nn.Batch   // micro-batches, reused step after step
+	labels  []*nn.Tensor // their labels as sent
 
 	persisting sync.WaitGroup // a cut being written and copied
 	detached   sync.WaitGroup // cancelled operations not waited for
@@ -124,7 +123,7 @@ type stageSet struct {
 	links map[int]dataplane.Link  // the coordinator's link to each stage
 	sent  map[int]dataplane.Stats // what each had sent at the last step's end
 	views []*nn.Stage             // the coordinator's view of each stage (for gathering)
-	feeds []int                   // stages that read the graph input
+	feeds []feed                  // stages that read graph inputs
 	loss  int                     // the loss stage
 	// migrate is where each stage listens for the state of its layers
 	// (a direct move).
@@ -182,7 +181,7 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 		}
 	}
 	M := c.spec.MicroBatches
-	c.xs, c.ys, c.labels = make([]*nn.Tensor, M), make([][]int32, M), make([]*nn.Tensor, M)
+	c.batches, c.labels = make([]nn.Batch, M), make([]*nn.Tensor, M)
 	be, err := c.spec.NewBackend(cfg.Threads)
 	if err != nil {
 		return nil, err
@@ -195,8 +194,9 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	prof.Model = spec.Model
 	// What the codecs make of the inputs, for the planner: a micro-batch of
 	// them, sampled.
-	x, _ := jb.Loader.Micro(0, 0, 0, nil, nil)
-	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(x), dataplane.DefaultRate)
+	var b nn.Batch
+	jb.Loader.Fill(0, 0, 0, &b)
+	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(b.X[0]), dataplane.DefaultRate)
 	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
 		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs, Now: c.clk.Now()})
@@ -634,11 +634,11 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc job.Progress) *tens
 
 // feedTargets returns the stages of p that read the graph input and the
 // loss stage.
-func feedTargets(p *balance.Plan) (feeds []int, loss int) {
+func feedTargets(p *balance.Plan) (feeds []feed, loss int) {
 	for k, sp := range p.Stages {
 		for _, in := range sp.Program {
 			if in.Op == balance.OpRecvAct && in.Peer == balance.Coordinator {
-				feeds = append(feeds, k)
+				feeds = append(feeds, feed{stage: k, inputs: in.Tensors})
 				break
 			}
 		}
@@ -647,6 +647,12 @@ func feedTargets(p *balance.Plan) (feeds []int, loss int) {
 		}
 	}
 	return feeds, loss
+}
+
+// feed is a stage that reads graph inputs, and which.
+type feed struct {
+	stage  int
+	inputs []string
 }
 
 func labelTensor(y []int32, t *nn.Tensor) *nn.Tensor {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,8 +114,8 @@ func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int6
 		mu.Lock()
 		s.refs[k] = ref
 		mu.Unlock()
-		spec := StageSpec{Job: c.spec, Generation: gen, Input: c.job.Set.Train.Shape,
-			Classes: c.job.Set.Classes, Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
+		spec := StageSpec{Job: c.spec, Generation: gen, Data: job.SampleOf(c.job.Set),
+			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
 		}
@@ -252,14 +253,22 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 			lk.SetRate(r)
 		}
 	}
-	input, _ := tensorID(j.Graph, j.Graph.InputNames[0])
 	for m := range M {
-		c.xs[m], c.ys[m] = j.Loader.Micro(epoch, step, m, c.xs[m], c.ys[m])
-		c.labels[m] = labelTensor(c.ys[m], c.labels[m])
-		for _, k := range s.feeds {
-			if err := s.links[k].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: input}, c.xs[m]); err != nil {
-				ev.Err = fmt.Errorf("feeding stage %d: %w", k, err)
-				return ev
+		b := &c.batches[m]
+		j.Loader.Fill(epoch, step, m, b)
+		c.labels[m] = labelTensor(b.Y, c.labels[m])
+		for _, f := range s.feeds {
+			for _, name := range f.inputs {
+				i := slices.Index(j.Graph.InputNames, name)
+				id, ok := tensorID(j.Graph, name)
+				if i < 0 || !ok {
+					ev.Err = fmt.Errorf("stage %d reads %q, which is no input of the model", f.stage, name)
+					return ev
+				}
+				if err := s.links[f.stage].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: id}, b.X[i]); err != nil {
+					ev.Err = fmt.Errorf("feeding stage %d: %w", f.stage, err)
+					return ev
+				}
 			}
 		}
 		if err := s.links[s.loss].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
@@ -382,7 +391,7 @@ func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
 			return ev
 		}
 		opt, _ := c.spec.NewOptimizer(1)
-		ev.Accuracy = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed))
+		ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed))
 		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())
 	}
 	if c.cfg.Store == nil {

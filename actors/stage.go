@@ -19,13 +19,12 @@ import (
 )
 
 // StageSpec is everything a stage actor needs to run its part of a plan:
-// the job's recipe, the model's input shape and classes (so that a node
-// needs no data set), and its StagePlan.
+// the job's recipe, what the data feeds the model (so that a node needs no
+// data set), and its StagePlan.
 type StageSpec struct {
 	Job        job.Spec          `json:"job"`
 	Generation uint64            `json:"generation"`
-	Input      []int             `json:"input"`
-	Classes    int               `json:"classes"`
+	Data       job.Sample        `json:"data"`
 	Graph      string            `json:"graph"` // balance.GraphHash of the model
 	Plan       balance.StagePlan `json:"plan"`
 	// IOTimeout bounds every data-plane read and write (default 10 min).
@@ -104,7 +103,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if err := spec.Job.Normalize(); err != nil {
 		return nil, err
 	}
-	g, err := spec.Job.BuildModel(spec.Input, spec.Classes)
+	g, err := spec.Job.BuildModel(spec.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +166,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if e.opt, err = spec.Job.NewOptimizer(e.be.Threads()); err != nil {
 		return nil, err
 	}
-	e.scale = float32(1 / float64(spec.Job.Batch))
+	e.scale = nn.LossScale(spec.Job.Batch, nn.Size(spec.Data.Labels))
 	M := e.M
 	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
@@ -299,13 +298,13 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			if err != nil {
 				return res, err
 			}
-			if e.labels[m], err = labelsOf(y, e.labels[m], e.spec.Classes); err != nil {
+			if e.labels[m], err = labelsOf(y, e.labels[m], e.spec.Data.Classes); err != nil {
 				return res, err
 			}
 			t0 = time.Now()
 			logits := e.outs[m][e.outIdx[e.g.Output]]
-			if nn.Rows(logits) != len(e.labels[m]) {
-				return res, fmt.Errorf("micro-batch %d: %d labels for %d samples", m, len(e.labels[m]), nn.Rows(logits))
+			if rows := nn.Size(logits.Shape()) / logits.Shape()[len(logits.Shape())-1]; rows != len(e.labels[m]) {
+				return res, fmt.Errorf("micro-batch %d: %d labels for %d rows of logits", m, len(e.labels[m]), rows)
 			}
 			l, c, grad := e.loss[m].Forward(logits, e.labels[m], e.scale)
 			e.lossGrad[m] = grad

@@ -39,6 +39,15 @@ func (d *fixedData) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tens
 	return x, slices.Clone(d.y[m*d.n : (m+1)*d.n])
 }
 
+func (d *fixedData) Fill(epoch, step, m int, b *nn.Batch) {
+	var x *nn.Tensor
+	if len(b.X) == 1 {
+		x = b.X[0]
+	}
+	x, b.Y = d.Micro(epoch, step, m, x, b.Y)
+	b.X = append(b.X[:0], x)
+}
+
 func clone(t *nn.Tensor) *nn.Tensor {
 	if t == nil {
 		return nil

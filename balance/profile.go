@@ -205,6 +205,9 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 			r := layerRun{st: st, in: make([]*nn.Tensor, len(st.Inputs)), out: make([]*nn.Tensor, len(st.Outputs))}
 			for k, name := range st.Inputs {
 				r.in[k] = randomTensor(rng, append([]int{b}, shapeOf(g, name)...))
+				if limit := idLimit(n, name); limit > 0 {
+					randomIDs(rng, r.in[k], limit)
+				}
 			}
 			for k, name := range st.Outputs {
 				r.out[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
@@ -318,6 +321,31 @@ func shapeOf(g *nn.Graph, name string) []int {
 		}
 	}
 	panic("balance: no tensor " + name) // unreachable: names come from nn.Stage
+}
+
+// idLimit is, when layer n reads the tensor name as integer ids (an
+// embedding's tokens), their bound; 0 otherwise.
+func idLimit(n *nn.Node, name string) int {
+	ids, ok := n.Layer.(interface{ IntInput(i int) (int, bool) })
+	if !ok {
+		return 0
+	}
+	for i, in := range n.Inputs {
+		if in == name {
+			if limit, ok := ids.IntInput(i); ok {
+				return limit
+			}
+		}
+	}
+	return 0
+}
+
+// randomIDs fills t with integers in [0, limit).
+func randomIDs(r *rand.Rand, t *nn.Tensor, limit int) {
+	d := nn.F32(t)
+	for i := range d {
+		d[i] = float32(r.IntN(limit))
+	}
 }
 
 func randomTensor(r *rand.Rand, shape []int) *nn.Tensor {
@@ -434,12 +462,40 @@ func countLayer(g *nn.Graph, n *nn.Node) layerCount {
 	}
 	switch l := n.Layer.(type) {
 	case *nn.Linear:
-		f := 2 * float64(l.In) * float64(l.Out)
+		f := 2 * float64(l.In) * float64(l.Out) * out / float64(l.Out) // per position
 		c.gemmF, c.gemmB = f, f
 		if inNeed {
 			c.gemmB += f
 		}
 		c.elemF, c.elemB = out, out
+	case *nn.MatMul:
+		// out = L·M·P products of K terms; K is the shared axis of A.
+		a := shapeOf(g, n.Inputs[0])
+		k := a[len(a)-1]
+		if l.TransA {
+			k = a[len(a)-2]
+		}
+		f := 2 * out * float64(k)
+		c.gemmF, c.gemmB = f, 2*f
+	case *nn.LSTM, *nn.GRU:
+		in, h, gates := 0, 0, 0
+		switch r := l.(type) {
+		case *nn.LSTM:
+			in, h, gates = r.In, r.Hidden, 4
+		case *nn.GRU:
+			in, h, gates = r.In, r.Hidden, 3
+		}
+		steps := out / float64(h)
+		f := 2 * steps * float64(gates*h) * float64(in+h)
+		c.gemmF, c.gemmB = f, 2*f
+		c.elemF, c.elemB = 8*steps*float64(gates*h), 12*steps*float64(gates*h)
+		c.slot += 4 * steps * float64(2*gates*h)
+	case *nn.ConvTranspose2D:
+		f := 2 * inSize * float64(l.Out/l.Groups) * float64(l.KH*l.KW)
+		c.gemmF, c.gemmB = f, 2*f
+		c.elemF, c.elemB = inSize*float64(l.KH*l.KW), inSize*float64(l.KH*l.KW)
+	case *nn.LayerNorm:
+		c.elemF, c.elemB = 5*out, 8*out
 	case *nn.Conv2D:
 		ho, wo := float64(n.Shape[0]), float64(n.Shape[1])
 		kc := float64(l.KH * l.KW * l.In / l.Groups)

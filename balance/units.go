@@ -7,7 +7,8 @@ import (
 
 // attached reports whether node i of g goes with the node before it: it
 // has no parameters, reads only the output of node i-1, and is that
-// output's only reader, which is not the graph output. ReLU after Linear,
+// output's only reader, which is not the graph output (or node i-1 is the
+// first node and carries buffers only, see nn.Carry). ReLU after Linear,
 // pooling after ReLU and dropout after ReLU are attached; a layer that
 // joins branches or follows a fork is not. A range of layers that ends at
 // a node takes the chain of nodes attached after it, and partitioners
@@ -15,6 +16,9 @@ import (
 func attached(g *nn.Graph, cons map[string][]string, i int) bool {
 	if i == 0 {
 		return false
+	}
+	if i == 1 && g.Nodes[0].Layer.Kind() == "carry" {
+		return true // the carrier of an imported model's buffers goes with the first layer
 	}
 	n, prev := g.Nodes[i], g.Nodes[i-1]
 	return len(n.Layer.Params()) == 0 && len(n.Inputs) == 1 && n.Inputs[0] == prev.Name &&

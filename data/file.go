@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/ppnode/ppnode/nn"
@@ -13,10 +14,16 @@ import (
 )
 
 // A user's data set in a file: a NumPy .npz archive or a safetensors file
-// holding x (samples: float32, float64 or uint8, any sample shape; uint8
-// is scaled to [0, 1]) and y (integer class labels), and optionally
-// x_test and y_test. Without them the last HeldOut of the samples are the
-// test split. The classes are the largest label + 1.
+// holding the inputs and the labels y, and optionally the same with a
+// _test suffix (x_test, y_test). Without them the last HeldOut of the
+// samples are the test split. The classes are the largest label + 1.
+//
+// The input is x, or x0, x1, ... for a model of several inputs (matched to
+// its inputs by name). An input of float32, float64 or uint8 values (uint8
+// scaled to [0, 1]) holds features; one of signed integers (int8 to int64)
+// holds ids (token ids, categories) in [0, MaxID). The labels y are
+// integers of shape [N] (a class a sample) or [N, T...] (a class a
+// position, a language model's next tokens).
 
 // HeldOut is the share of a file's samples kept for testing when it has no
 // x_test and y_test.
@@ -47,18 +54,30 @@ func LoadFile(path string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	train, err := fileSplit(path, arrays["x"], arrays["y"], "x", "y")
+	names := []string{"x"}
+	if arrays["x"] == nil && arrays["x0"] != nil {
+		names = nil
+		for k := 0; arrays["x"+strconv.Itoa(k)] != nil; k++ {
+			names = append(names, "x"+strconv.Itoa(k))
+		}
+	}
+	train, err := fileSplit(path, arrays, names, "")
 	if err != nil {
 		return nil, err
 	}
 	var test *Split
-	switch xt, yt := arrays["x_test"], arrays["y_test"]; {
-	case xt != nil || yt != nil:
-		if test, err = fileSplit(path, xt, yt, "x_test", "y_test"); err != nil {
+	switch {
+	case arrays[names[0]+"_test"] != nil || arrays["y_test"] != nil:
+		if test, err = fileSplit(path, arrays, names, "_test"); err != nil {
 			return nil, err
 		}
-		if !nn.SameShape(test.Shape, train.Shape) {
-			return nil, corrupt(path, "x_test's samples have shape %v, x's %v", test.Shape, train.Shape)
+		for k, a := range test.Inputs() {
+			if b := train.Inputs()[k]; !nn.SameShape(a.Shape, b.Shape) || a.Int != b.Int {
+				return nil, corrupt(path, "%s_test's samples have shape %v, %s's %v", b.Name, a.Shape, b.Name, b.Shape)
+			}
+		}
+		if !nn.SameShape(test.LabelShape, train.LabelShape) {
+			return nil, corrupt(path, "y_test's labels have shape %v, y's %v", test.LabelShape, train.LabelShape)
 		}
 	default:
 		n := int(float64(train.N) * HeldOut)
@@ -75,23 +94,49 @@ func LoadFile(path string) (*Set, error) {
 	return &Set{Name: path, Train: train, Test: test, Classes: classes}, nil
 }
 
-// fileSplit makes a split from the samples x and labels y.
-func fileSplit(path string, x, y *array, xn, yn string) (*Split, error) {
-	if x == nil || y == nil {
-		return nil, corrupt(path, "want arrays %q (samples) and %q (labels)", xn, yn)
+// fileSplit makes a split from the input arrays names (with suffix) and
+// the labels y.
+func fileSplit(path string, arrays map[string]*array, names []string, suffix string) (*Split, error) {
+	yn := "y" + suffix
+	y := arrays[yn]
+	if y == nil || arrays[names[0]+suffix] == nil {
+		return nil, corrupt(path, "want arrays %q (samples) and %q (labels)", names[0]+suffix, yn)
 	}
-	if len(x.shape) < 2 || len(y.shape) != 1 || x.shape[0] != y.shape[0] || x.shape[0] == 0 {
-		return nil, corrupt(path, "%s has shape %v and %s %v: want [N, sample shape...] and [N]", xn, x.shape, yn, y.shape)
+	if len(y.shape) < 1 || y.shape[0] == 0 {
+		return nil, corrupt(path, "%s has shape %v: want [N] or [N, positions...]", yn, y.shape)
 	}
-	xs, err := x.floats(path + ": " + xn)
-	if err != nil {
-		return nil, err
+	n := y.shape[0]
+	s := &Split{N: n, LabelShape: append([]int{}, y.shape[1:]...)}
+	for k, name := range names {
+		xn := name + suffix
+		x := arrays[xn]
+		if x == nil {
+			return nil, corrupt(path, "no array %q", xn)
+		}
+		if len(x.shape) < 2 || x.shape[0] != n {
+			return nil, corrupt(path, "%s has shape %v and %s %v: want [N, sample shape...] and [N] (or [N, positions...])", xn, x.shape, yn, y.shape)
+		}
+		a := Array{Name: name, Shape: append([]int(nil), x.shape[1:]...), Int: x.isInt()}
+		var err error
+		if a.Int {
+			a.X, err = x.ids(path + ": " + xn)
+		} else {
+			a.X, err = x.floats(path + ": " + xn)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if k == 0 {
+			s.Name, s.Shape, s.X, s.Int = a.Name, a.Shape, a.X, a.Int
+		} else {
+			s.More = append(s.More, a)
+		}
 	}
 	ys, err := y.labels(path + ": " + yn)
 	if err != nil {
 		return nil, err
 	}
-	s := &Split{N: x.shape[0], Shape: append([]int(nil), x.shape[1:]...), X: xs, Y: ys}
+	s.Y = ys
 	for _, v := range ys {
 		s.Classes = max(s.Classes, int(v)+1)
 	}
@@ -100,9 +145,14 @@ func fileSplit(path string, x, y *array, xn, yn string) (*Split, error) {
 
 // cut splits s at sample k.
 func cut(s *Split, k int) (*Split, *Split) {
-	d := s.SampleSize()
-	a := &Split{N: k, Shape: s.Shape, X: s.X[:k*d], Y: s.Y[:k], Classes: s.Classes}
-	b := &Split{N: s.N - k, Shape: s.Shape, X: s.X[k*d:], Y: s.Y[k:], Classes: s.Classes}
+	d, L := s.SampleSize(), s.Labels()
+	a := &Split{N: k, Shape: s.Shape, X: s.X[:k*d], Name: s.Name, Int: s.Int, LabelShape: s.LabelShape, Y: s.Y[:k*L], Classes: s.Classes}
+	b := &Split{N: s.N - k, Shape: s.Shape, X: s.X[k*d:], Name: s.Name, Int: s.Int, LabelShape: s.LabelShape, Y: s.Y[k*L:], Classes: s.Classes}
+	for _, m := range s.More {
+		e := nn.Size(m.Shape)
+		a.More = append(a.More, Array{Name: m.Name, Shape: m.Shape, X: m.X[:k*e], Int: m.Int})
+		b.More = append(b.More, Array{Name: m.Name, Shape: m.Shape, X: m.X[k*e:], Int: m.Int})
+	}
 	return a, b
 }
 

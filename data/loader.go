@@ -27,6 +27,8 @@ type Loader struct {
 	src   rand.PCG
 	epoch int     // the epoch perm belongs to; -1 before the first
 	perm  []int32 // the permutation of epoch
+
+	scratch nn.Batch // Micro's
 }
 
 // NewLoader returns a loader over s with mini-batches of batch samples, each
@@ -90,15 +92,23 @@ func (l *Loader) Indices(epoch, step, m int) []int32 {
 	return perm[start : start+l.MicroSize(m)]
 }
 
-// Micro fills x and y with micro-batch m of mini-batch step of epoch and
-// returns them; x has shape [MicroSize(m), Shape...]. x and y are reused when
-// they fit (x: a float32 tensor of exactly that shape; y: capacity at least
-// MicroSize(m)) and reallocated otherwise, so a caller that keeps one buffer
-// per micro-batch index (or uses an M that divides B) allocates nothing after
-// the first step.
-func (l *Loader) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+// Fill fills b with micro-batch m of mini-batch step of epoch: b.X holds
+// one tensor per input ([MicroSize(m), shape...]) and b.Y the labels. Its
+// tensors are reused when they fit and reallocated otherwise, so a caller
+// that keeps one Batch per micro-batch index (or uses an M that divides B)
+// allocates nothing after the first step.
+func (l *Loader) Fill(epoch, step, m int, b *nn.Batch) {
 	l.checkMicro(m)
-	return l.split.Gather(l.Indices(epoch, step, m), x, y)
+	l.split.Gather(l.Indices(epoch, step, m), b)
+}
+
+// Micro is Fill for a split of one input: it fills x and y (reused when
+// they fit) and returns them.
+func (l *Loader) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	b := &l.scratch
+	b.X, b.Y = append(b.X[:0], x), y
+	l.Fill(epoch, step, m, b)
+	return b.X[0], b.Y
 }
 
 // Batch returns micro-batch micro of mini-batch step of epoch in new buffers;
@@ -107,7 +117,9 @@ func (l *Loader) Batch(epoch, step, micro int) (*nn.Tensor, []int32) {
 	if micro != -1 {
 		l.checkMicro(micro)
 	}
-	return l.split.Gather(l.Indices(epoch, step, micro), nil, nil)
+	var b nn.Batch
+	l.split.Gather(l.Indices(epoch, step, micro), &b)
+	return b.X[0], b.Y
 }
 
 func (l *Loader) checkMicro(m int) {

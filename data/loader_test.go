@@ -207,11 +207,11 @@ func TestEvalChunks(t *testing.T) {
 	if got := s.EvalChunks(5); got != 5 {
 		t.Fatalf("EvalChunks(5) = %d, want 5", got)
 	}
-	var x *nn.Tensor
-	var y []int32
+	var b nn.Batch
 	next := 0
 	for i := range s.EvalChunks(5) {
-		x, y = s.EvalChunk(i, 5, x, y)
+		s.EvalChunk(i, 5, &b)
+		x, y := b.X[0], b.Y
 		n := x.Shape()[0]
 		if want := min(5, 23-5*i); n != want || len(y) != n {
 			t.Fatalf("chunk %d has %d samples, want %d", i, n, want)
@@ -269,9 +269,10 @@ func TestMicroDoesNotAllocate(t *testing.T) {
 		t.Errorf("Micro with one buffer allocates %.1f times per step", allocs)
 	}
 
-	ex, ey := s.EvalChunk(0, 50, nil, nil)
+	var eb nn.Batch
+	s.EvalChunk(0, 50, &eb)
 	allocs = testing.AllocsPerRun(100, func() {
-		ex, ey = s.EvalChunk(3, 50, ex, ey)
+		s.EvalChunk(3, 50, &eb)
 	})
 	if allocs != 0 {
 		t.Errorf("EvalChunk allocates %.1f times", allocs)

@@ -54,6 +54,24 @@ func elements(shape []int) (int, error) {
 // C order; little-endian or one-byte types). The header is checked
 // against size before the data is allocated.
 func readNPY(r io.Reader, size int64, name string) (*array, error) {
+	a, err := readNPYHeader(r, size, name)
+	if err != nil {
+		return nil, err
+	}
+	n, _ := elements(a.shape)
+	want := int64(n) * int64(itemSize(a.dtype))
+	// Grow with the bytes that arrive: a compressed archive's sizes are
+	// only claims.
+	buf := bytes.NewBuffer(make([]byte, 0, min(want, 64<<20)))
+	if _, err := io.CopyN(buf, r, want); err != nil {
+		return nil, corrupt(name, "data: %v", err)
+	}
+	a.data = buf.Bytes()
+	return a, nil
+}
+
+// readNPYHeader reads a .npy file's header: the array without its data.
+func readNPYHeader(r io.Reader, size int64, name string) (*array, error) {
 	var pre [10]byte
 	if _, err := io.ReadFull(r, pre[:8]); err != nil {
 		return nil, corrupt(name, "no NumPy header: %v", err)
@@ -95,13 +113,6 @@ func readNPY(r io.Reader, size int64, name string) (*array, error) {
 	if rest := size - int64(8+lenBytes+hlen); want > rest {
 		return nil, corrupt(name, "shape %v of %s needs %d bytes; the file has %d", a.shape, a.dtype, want, rest)
 	}
-	// Grow with the bytes that arrive: a compressed archive's sizes are
-	// only claims.
-	buf := bytes.NewBuffer(make([]byte, 0, min(want, 64<<20)))
-	if _, err := io.CopyN(buf, r, want); err != nil {
-		return nil, corrupt(name, "data: %v", err)
-	}
-	a.data = buf.Bytes()
 	return a, nil
 }
 
@@ -189,8 +200,41 @@ func (a *array) floats(name string) ([]float32, error) {
 	return out, nil
 }
 
+// MaxID bounds the integers of an integer input (token ids, categories):
+// they travel as exact float32 values.
+const MaxID = 1 << 24
+
+// isInt reports whether the array holds signed integers: ids, not pixels
+// (uint8 arrays are pixels, scaled to [0, 1]).
+func (a *array) isInt() bool {
+	switch a.dtype {
+	case "i1", "i2", "i4", "i8":
+		return true
+	}
+	return false
+}
+
+// ids returns an integer array's elements as exact float32 values in
+// [0, MaxID).
+func (a *array) ids(name string) ([]float32, error) {
+	v, err := a.integers(name, "id", MaxID-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out, nil
+}
+
 // labels returns the array's elements as class labels.
 func (a *array) labels(name string) ([]int32, error) {
+	return a.integers(name, "label", maxFileClasses)
+}
+
+// integers returns an integer array's elements, each in [0, hi].
+func (a *array) integers(name, what string, hi int64) ([]int32, error) {
 	size := itemSize(a.dtype)
 	out := make([]int32, len(a.data)/max(size, 1))
 	for i := range out {
@@ -208,10 +252,10 @@ func (a *array) labels(name string) ([]int32, error) {
 		case "i8":
 			v = int64(binary.LittleEndian.Uint64(b))
 		default:
-			return nil, corrupt(name, "labels of type %s: want an integer type", a.dtype)
+			return nil, corrupt(name, "%ss of type %s: want an integer type", what, a.dtype)
 		}
-		if v < 0 || v > maxFileClasses {
-			return nil, corrupt(name, "label %d of sample %d is not in [0, %d]", v, i, maxFileClasses)
+		if v < 0 || v > hi {
+			return nil, corrupt(name, "%s %d at %d is not in [0, %d]", what, v, i, hi)
 		}
 		out[i] = int32(v)
 	}

@@ -14,12 +14,51 @@ import (
 
 // Split is one part (train or test) of a data set.
 type Split struct {
-	N       int       // number of samples
-	Shape   []int     // per-sample shape, NHWC for images: [H, W, C]
-	X       []float32 // N*SampleSize() values, sample after sample
-	Y       []int32   // N labels in [0, Classes)
-	Classes int       // number of classes
+	N     int       // number of samples
+	Shape []int     // per-sample shape of the first input, NHWC for images: [H, W, C]
+	X     []float32 // N*SampleSize() values of the first input, sample after sample
+	// Name names the first input ("x" when empty); Int says it holds
+	// integers (token ids, categories) rather than features.
+	Name string
+	Int  bool
+	// More are a multi-input model's further inputs, of N samples each.
+	More []Array
+	// LabelShape is the per-sample shape of Y: [] for one label a sample,
+	// [T] for one a position (a language model's next tokens).
+	LabelShape []int
+	Y          []int32 // N*Size(LabelShape) labels in [0, Classes)
+	Classes    int     // number of classes
 }
+
+// Array is one input of a split: N samples of one shape.
+type Array struct {
+	Name  string
+	Shape []int
+	X     []float32
+	// Int marks integers (token ids, categories), held exactly as float32
+	// values below MaxID.
+	Int bool
+}
+
+// Inputs returns every input of the split, the first included.
+func (s *Split) Inputs() []Array {
+	name := s.Name
+	if name == "" {
+		name = "x"
+	}
+	return append([]Array{{Name: name, Shape: s.Shape, X: s.X, Int: s.Int}}, s.More...)
+}
+
+// input returns input k's shape and values without allocating.
+func (s *Split) input(k int) ([]int, []float32) {
+	if k == 0 {
+		return s.Shape, s.X
+	}
+	return s.More[k-1].Shape, s.More[k-1].X
+}
+
+// Labels is the number of labels per sample.
+func (s *Split) Labels() int { return nn.Size(s.LabelShape) }
 
 // Set is a data set: a train and a test split of the same sample shape and
 // classes.
@@ -29,26 +68,43 @@ type Set struct {
 	Classes     int
 }
 
-// SampleSize is the number of values in one sample.
+// SampleSize is the number of values in one sample of the first input.
 func (s *Split) SampleSize() int { return nn.Size(s.Shape) }
 
-// Validate checks that the split is consistent: sizes agree and every label
-// is in [0, Classes).
+// Validate checks that the split is consistent: sizes agree, every label
+// is in [0, Classes) and every id an integer in [0, MaxID).
 func (s *Split) Validate() error {
 	if s.N <= 0 || s.Classes <= 0 || len(s.Shape) == 0 {
 		return fmt.Errorf("data: split has N=%d, Classes=%d, shape %v", s.N, s.Classes, s.Shape)
 	}
-	for _, d := range s.Shape {
-		if d <= 0 {
-			return fmt.Errorf("data: split has sample shape %v", s.Shape)
+	for _, a := range s.Inputs() {
+		for _, d := range a.Shape {
+			if d <= 0 {
+				return fmt.Errorf("data: split has sample shape %v", a.Shape)
+			}
+		}
+		if len(a.Shape) == 0 || len(a.X) != s.N*nn.Size(a.Shape) {
+			return fmt.Errorf("data: split of %d samples of shape %v has %d values of %s", s.N, a.Shape, len(a.X), a.Name)
+		}
+		if a.Int {
+			for i, v := range a.X {
+				if v != float32(int32(v)) || v < 0 || v >= MaxID {
+					return fmt.Errorf("data: split: %s's value %v at %d is not an id in [0, %d)", a.Name, v, i, MaxID)
+				}
+			}
 		}
 	}
-	if len(s.Y) != s.N || len(s.X) != s.N*s.SampleSize() {
-		return fmt.Errorf("data: split of %d samples of shape %v has %d values and %d labels", s.N, s.Shape, len(s.X), len(s.Y))
+	for _, d := range s.LabelShape {
+		if d <= 0 {
+			return fmt.Errorf("data: split has label shape %v", s.LabelShape)
+		}
+	}
+	if len(s.Y) != s.N*s.Labels() {
+		return fmt.Errorf("data: split of %d samples of shape %v has %d labels of shape %v", s.N, s.Shape, len(s.Y), s.LabelShape)
 	}
 	for i, y := range s.Y {
 		if y < 0 || int(y) >= s.Classes {
-			return fmt.Errorf("data: split: label %d of sample %d is not in [0, %d)", y, i, s.Classes)
+			return fmt.Errorf("data: split: label %d of sample %d is not in [0, %d)", y, i/s.Labels(), s.Classes)
 		}
 	}
 	return nil
@@ -222,61 +278,77 @@ func (s *Split) EvalChunks(size int) int {
 	return (s.N + size - 1) / size
 }
 
-// EvalChunk returns chunk i of the split in its stored order: samples
-// [i*size, min((i+1)*size, N)). It fills x and y like Loader.Micro.
-func (s *Split) EvalChunk(i, size int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+// EvalChunk fills b with chunk i of the split in its stored order:
+// samples [i*size, min((i+1)*size, N)).
+func (s *Split) EvalChunk(i, size int, b *nn.Batch) {
 	if i < 0 || i >= s.EvalChunks(size) {
 		panic(fmt.Sprintf("data: eval chunk %d out of range [0, %d)", i, s.EvalChunks(size)))
 	}
 	lo, hi := i*size, min((i+1)*size, s.N)
-	x, y = s.buffers(hi-lo, x, y)
-	ss := s.SampleSize()
-	copy(nn.F32(x), s.X[lo*ss:hi*ss])
-	copy(y, s.Y[lo:hi])
-	return x, y
+	s.buffers(hi-lo, b)
+	L := s.Labels()
+	for k := range b.X {
+		shape, x := s.input(k)
+		ss := nn.Size(shape)
+		copy(nn.F32(b.X[k]), x[lo*ss:hi*ss])
+	}
+	copy(b.Y, s.Y[lo*L:hi*L])
 }
 
-// Gather copies the samples idx into x and y, which are reused if they fit
-// (x of shape [len(idx), Shape...], cap(y) >= len(idx)) and reallocated
-// otherwise, and returns them.
-func (s *Split) Gather(idx []int32, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
-	x, y = s.buffers(len(idx), x, y)
-	xd := nn.F32(x)
-	ss := s.SampleSize()
+// Gather fills b with the samples idx, reusing its tensors where they fit
+// and reallocating them otherwise.
+func (s *Split) Gather(idx []int32, b *nn.Batch) {
+	s.buffers(len(idx), b)
+	for k := range b.X {
+		xd := nn.F32(b.X[k])
+		shape, x := s.input(k)
+		ss := nn.Size(shape)
+		for j, i := range idx {
+			copy(xd[j*ss:(j+1)*ss], x[int(i)*ss:(int(i)+1)*ss])
+		}
+	}
+	L := s.Labels()
 	for j, i := range idx {
-		copy(xd[j*ss:(j+1)*ss], s.X[int(i)*ss:(int(i)+1)*ss])
-		y[j] = s.Y[i]
+		copy(b.Y[j*L:(j+1)*L], s.Y[int(i)*L:(int(i)+1)*L])
 	}
-	return x, y
 }
 
-// buffers returns x and y sized for n samples, reusing them when they fit.
-func (s *Split) buffers(n int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
-	if !s.fits(n, x) {
-		shape := make([]int, 1+len(s.Shape))
-		shape[0] = n
-		copy(shape[1:], s.Shape)
-		x = nn.New(shape...)
+// buffers sizes b for n samples, reusing its tensors when they fit.
+func (s *Split) buffers(n int, b *nn.Batch) {
+	ins := 1 + len(s.More)
+	for len(b.X) < ins {
+		b.X = append(b.X, nil)
 	}
-	if cap(y) < n {
-		y = make([]int32, n)
+	b.X = b.X[:ins]
+	for k := range b.X {
+		shape, _ := s.input(k)
+		if !fits(n, shape, b.X[k]) {
+			full := make([]int, 1+len(shape))
+			full[0] = n
+			copy(full[1:], shape)
+			b.X[k] = nn.New(full...)
+		}
 	}
-	return x, y[:n]
+	L := n * s.Labels()
+	if cap(b.Y) < L {
+		b.Y = make([]int32, L)
+	}
+	b.Y = b.Y[:L]
 }
 
-// fits reports whether x is a float32, non-view tensor of shape [n, Shape...].
-func (s *Split) fits(n int, x *nn.Tensor) bool {
+// fits reports whether x is a float32, non-view tensor of shape [n, shape...].
+func fits(n int, shape []int, x *nn.Tensor) bool {
 	if x == nil || x.IsView() || x.Dtype().Kind() != reflect.Float32 {
 		return false
 	}
 	sh := x.Shape()
-	if len(sh) != 1+len(s.Shape) || sh[0] != n {
+	if len(sh) != 1+len(shape) || sh[0] != n {
 		return false
 	}
-	for i, d := range s.Shape {
+	for i, d := range shape {
 		if sh[1+i] != d {
 			return false
 		}
 	}
-	return len(nn.F32(x)) == n*s.SampleSize()
+	return len(nn.F32(x)) == n*nn.Size(shape)
 }

@@ -15,7 +15,13 @@ func (s *Set) Standardize() (mean, std []float64) {
 // StandardizeAxis is Standardize with the channels on the given axis of a
 // sample ([C, H, W] images have them on axis 0).
 func (s *Set) StandardizeAxis(axis int) (mean, std []float64) {
-	shape := s.Train.Shape
+	return s.StandardizeInput(0, axis)
+}
+
+// StandardizeInput is StandardizeAxis for input k of the splits.
+func (s *Set) StandardizeInput(k, axis int) (mean, std []float64) {
+	train, test := s.Train.Inputs()[k], s.Test.Inputs()[k]
+	shape := train.Shape
 	c := shape[axis]
 	inner := 1 // values of one channel that lie together
 	for _, d := range shape[axis+1:] {
@@ -23,7 +29,7 @@ func (s *Set) StandardizeAxis(axis int) (mean, std []float64) {
 	}
 	ch := func(i int) int { return i / inner % c }
 	mean, std = make([]float64, c), make([]float64, c)
-	x := s.Train.X
+	x := train.X
 	n := float64(len(x) / c)
 	for i, v := range x {
 		mean[ch(i)] += float64(v)
@@ -41,10 +47,10 @@ func (s *Set) StandardizeAxis(axis int) (mean, std []float64) {
 			std[j] = 1
 		}
 	}
-	for _, sp := range []*Split{s.Train, s.Test} {
-		for i, v := range sp.X {
+	for _, xs := range [][]float32{train.X, test.X} {
+		for i, v := range xs {
 			j := ch(i)
-			sp.X[i] = float32((float64(v) - mean[j]) / std[j])
+			xs[i] = float32((float64(v) - mean[j]) / std[j])
 		}
 	}
 	return mean, std

@@ -554,6 +554,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: c.acc.Loss,
 		TrainAccuracy: float64(c.acc.Correct) / float64(max(c.acc.Seen, 1)), TestAccuracy: e.Accuracy,
+		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: e.WeightsSHA256, Plan: c.text, Schedule: c.plan.Schedule.String(),
 		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: balance.Median(c.steps) * 1e3,

@@ -52,10 +52,11 @@ type (
 		Err     error
 	}
 	// CutTaken answers [TakeCut] once the stages' state is gathered: with
-	// Evaluate, the test accuracy of its weights and their SHA-256.
+	// Evaluate, the test accuracy and loss of its weights and their SHA-256.
 	CutTaken struct {
 		Op            Op
 		Accuracy      float64
+		TestLoss      float64
 		WeightsSHA256 string
 		Err           error
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ppnode/ppnode/data"
+	"github.com/ppnode/ppnode/onnx"
 )
 
 // Footprint is the memory a job needs, estimated from its spec and its
@@ -61,11 +62,19 @@ func (s Spec) Estimate() (Footprint, error) {
 	if err := s.Normalize(); err != nil {
 		return Footprint{}, err
 	}
-	input, classes, train, test, err := dataShape(s)
+	d, train, test, err := dataShape(s)
 	if err != nil {
 		return Footprint{}, err
 	}
-	w, err := modelShapes(s.Model, s.Width, input, classes)
+	var w *shapes
+	if IsModelFile(s.Model) {
+		w, err = onnxShapes(s, d)
+	} else {
+		if len(d.Inputs) != 1 {
+			return Footprint{}, specErr("%s takes one input; the data has %d", s.Model, len(d.Inputs))
+		}
+		w, err = modelShapes(s.Model, s.Width, d.Inputs[0].Shape, d.Classes)
+	}
 	if err != nil {
 		return Footprint{}, specErr("%v", err)
 	}
@@ -79,7 +88,11 @@ func (s Spec) Estimate() (Footprint, error) {
 	M := s.MicroBatches
 	micro := float64((s.Batch + M - 1) / M)
 	perSample := float64(w.outs + w.back + w.cols)
-	sample := float64(size64(input))
+	var sample float64
+	for _, in := range d.Inputs {
+		sample += float64(size64(in.Shape))
+	}
+	sample += float64(size64(d.Labels)) - 1
 	return Footprint{
 		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
 		Activations: sat(4 * float64(M) * micro * perSample), MicroBatches: M,
@@ -88,21 +101,63 @@ func (s Spec) Estimate() (Footprint, error) {
 	}, nil
 }
 
-// dataShape is the per-sample shape, classes and split sizes of the spec's
-// data set, known from its name (as data.Load would load it).
-func dataShape(s Spec) (shape []int, classes, train, test int, err error) {
+// dataShape is what the spec's data set feeds a model and its split
+// sizes, known from its name or its file's headers (as data.Load would load
+// it); a file's classes are not known before its labels are read (0).
+func dataShape(s Spec) (d Sample, train, test int, err error) {
+	one := func(shape []int, classes int) Sample {
+		return Sample{Inputs: []onnx.Input{{Name: "x", Shape: shape}}, Labels: []int{}, Classes: classes}
+	}
 	switch {
 	case s.Data == "mnist" || s.Data == "fashion-mnist":
-		return []int{28, 28, 1}, 10, 60000, 10000, nil
+		return one([]int{28, 28, 1}, 10), 60000, 10000, nil
 	case s.Data == "synthetic" || strings.HasPrefix(s.Data, "synthetic:"):
 		shape, classes, err := data.ParseSynthetic(s.Data)
 		train := s.SyntheticSamples
 		if train == 0 {
 			train = data.DefaultSyntheticTrain
 		}
-		return shape, classes, train, data.DefaultSyntheticTest, err
+		return one(shape, classes), train, data.DefaultSyntheticTest, err
+	case data.IsFile(s.Data):
+		fs, err := data.Describe(s.Data)
+		if err != nil {
+			return Sample{}, 0, 0, err
+		}
+		d := Sample{Labels: fs.Labels}
+		for _, a := range fs.Inputs {
+			d.Inputs = append(d.Inputs, onnx.Input{Name: a.Name, Shape: a.Shape, Int: a.Int})
+		}
+		return d, fs.Train, fs.Test, nil
 	}
-	return nil, 0, 0, 0, fmt.Errorf("data set %q: shape unknown before loading", s.Data)
+	return Sample{}, 0, 0, fmt.Errorf("data set %q: shape unknown before loading", s.Data)
+}
+
+// DataSample is what the spec's data set feeds a model, known from its
+// name or its file's headers, without loading it.
+func (s Spec) DataSample() (Sample, error) {
+	d, _, _, err := dataShape(s)
+	return d, err
+}
+
+// onnxShapes counts an ONNX model's sizes: its parameters from the file's
+// initializers, and, when they leave room for it in this process, its
+// activations from the layers the import builds.
+func onnxShapes(s Spec, d Sample) (*shapes, error) {
+	m, err := onnx.Load(s.Model)
+	if err != nil {
+		return nil, err
+	}
+	w := &shapes{}
+	w.params, w.trainable = onnx.ParamCount(m)
+	if avail := AvailableMemory(); avail > 0 && 16*float64(w.params) > float64(avail)/2 {
+		return w, nil // the parameters alone settle it; building them could not
+	}
+	md, err := onnx.Import(m, onnx.Options{Inputs: d.Inputs})
+	if err != nil {
+		return nil, err
+	}
+	w.graph(md.Graph)
+	return w, nil
 }
 
 // CheckMemory refuses (ErrSpec) a job that needs more memory than the

@@ -3,6 +3,8 @@ package job
 import (
 	"fmt"
 	"math"
+
+	"github.com/ppnode/ppnode/nn"
 )
 
 // shapes adds up a model's sizes layer by layer from the shapes nn would
@@ -219,6 +221,27 @@ func (w *shapes) uno(width float64, input []int, classes int) error {
 	}
 	w.linear(in, classes)
 	return nil
+}
+
+// graph adds up a built graph's activations per sample: every layer's
+// output, its inputs' gradients where it needs them, and a convolution's
+// im2col columns.
+func (w *shapes) graph(g *nn.Graph) {
+	for _, n := range g.Nodes {
+		w.outs += size64(n.Shape)
+		if !n.RequiresGrad {
+			continue
+		}
+		for _, in := range n.Inputs {
+			if g.IsInput(in) {
+				continue
+			}
+			w.back += size64(g.Node(in).Shape)
+		}
+		if c, ok := n.Layer.(*nn.Conv2D); ok && !(c.KH == 1 && c.KW == 1 && c.SH == 1 && c.SW == 1) {
+			w.cols += int64(n.Shape[0]*n.Shape[1]) * int64(c.KH*c.KW*c.In)
+		}
+	}
 }
 
 // size64 is the number of values of a shape.

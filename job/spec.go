@@ -269,13 +269,25 @@ func (s Spec) PrepareWithin(memory int64) (*Job, error) {
 		}
 		return nil, err
 	}
-	g, channels, err := s.buildModel(set.Train.Shape, set.Classes)
+	g, md, err := s.buildModel(SampleOf(set))
 	if err != nil {
 		return nil, err
 	}
+	if !slices.Equal(md.labels, set.Train.LabelShape) {
+		return nil, specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
+			orNone(md.labels), dimsPrefix(md.labels), orNone(set.Train.LabelShape))
+	}
 	var mean, std []float64
 	if s.Standardize {
-		mean, std = set.StandardizeAxis(channels)
+		for k, ch := range md.channels {
+			if ch < 0 {
+				continue
+			}
+			m, d := set.StandardizeInput(k, ch)
+			if k == 0 {
+				mean, std = m, d
+			}
+		}
 	}
 	g.Init(s.Seed)
 	loader, err := data.NewLoader(set.Train, s.Seed, s.Batch, s.MicroBatches)
@@ -368,42 +380,100 @@ func fileSHA256(path string) (string, error) {
 // IsModelFile reports whether model names an ONNX file.
 func IsModelFile(model string) bool { return strings.HasSuffix(strings.ToLower(model), ".onnx") }
 
-// BuildModel builds the spec's model for inputs of the given per-sample
-// shape and classes. Its parameters start (at Graph.Init) from the seed, or
-// from the ONNX file's initializers, or from the Init file.
-func (s Spec) BuildModel(input []int, classes int) (*nn.Graph, error) {
-	g, _, err := s.buildModel(input, classes)
+// Sample describes what a data set feeds a model: its inputs, the shape
+// of a sample's labels and the classes.
+type Sample struct {
+	Inputs  []onnx.Input `json:"inputs"`
+	Labels  []int        `json:"labels,omitempty"`
+	Classes int          `json:"classes"`
+}
+
+// SampleOf describes set's samples.
+func SampleOf(set *data.Set) Sample {
+	var ins []onnx.Input
+	for _, a := range set.Train.Inputs() {
+		ins = append(ins, onnx.Input{Name: a.Name, Shape: a.Shape, Int: a.Int})
+	}
+	return Sample{Inputs: ins, Labels: set.Train.LabelShape, Classes: set.Classes}
+}
+
+// BuildModel builds the spec's model for the data's samples. Its
+// parameters start (at Graph.Init) from the seed, or from the ONNX file's
+// initializers, or from the Init file.
+func (s Spec) BuildModel(d Sample) (*nn.Graph, error) {
+	g, _, err := s.buildModel(d)
 	return g, err
 }
 
-// buildModel is BuildModel that also gives the axis of a data sample that
-// holds its channels.
-func (s Spec) buildModel(input []int, classes int) (*nn.Graph, int, error) {
+// built says what buildModel learnt of a model besides its graph.
+type built struct {
+	channels []int // per input, the axis standardisation works per (-1: none)
+	labels   []int // the per-sample shape of the labels it takes
+}
+
+// buildModel is BuildModel that also says where each input's channels are
+// and what labels the model takes.
+func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 	for _, f := range []string{s.Model, s.Init} {
 		if err := s.checkFile(f); err != nil {
-			return nil, 0, err
+			return nil, built{}, err
 		}
 	}
+	if len(d.Inputs) == 0 {
+		return nil, built{}, specErr("the data has no input")
+	}
 	var g *nn.Graph
-	channels := len(input) - 1
+	b := built{channels: []int{len(d.Inputs[0].Shape) - 1}}
 	if IsModelFile(s.Model) {
-		md, err := onnx.Read(s.Model, onnx.Options{Input: input, Classes: classes})
+		md, err := onnx.Read(s.Model, onnx.Options{Inputs: d.Inputs, Classes: d.Classes})
 		if err != nil {
-			return nil, 0, specErr("%v", err)
+			return nil, built{}, specErr("%v", err)
 		}
-		g, channels = md.Graph, md.ChannelAxis
+		g, b = md.Graph, built{channels: md.ChannelAxes, labels: md.Labels}
 	} else {
-		var err error
-		if g, err = zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: input, Classes: classes}); err != nil {
-			return nil, 0, specErr("%v", err)
+		if len(d.Inputs) != 1 || d.Inputs[0].Int {
+			return nil, built{}, specErr("%s takes one array of features; the data has %s", s.Model, describeInputs(d.Inputs))
 		}
+		var err error
+		if g, err = zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: d.Inputs[0].Shape, Classes: d.Classes}); err != nil {
+			return nil, built{}, specErr("%v", err)
+		}
+		b.labels = []int{}
 	}
 	if s.Init != "" {
 		if err := giveWeights(g, s.Init); err != nil {
-			return nil, 0, specErr("--init %s: %v", s.Init, err)
+			return nil, built{}, specErr("--init %s: %v", s.Init, err)
 		}
 	}
-	return g, channels, nil
+	return g, b, nil
+}
+
+func describeInputs(ins []onnx.Input) string {
+	var parts []string
+	for _, in := range ins {
+		kind := "features"
+		if in.Int {
+			kind = "ids"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s of shape %v)", in.Name, kind, in.Shape))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s []int) any {
+	if len(s) == 0 {
+		return "one"
+	}
+	return s
+}
+
+// dimsPrefix writes a label shape as the dimensions before the classes.
+func dimsPrefix(s []int) string {
+	var out string
+	for _, d := range s {
+		out += strconv.Itoa(d) + ", "
+	}
+	return out
 }
 
 // giveWeights makes the weights in the safetensors file at path the
@@ -475,35 +545,42 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 	return nn.NewBackend(s.Backend, threads, s.Deterministic)
 }
 
-// Evaluate returns the accuracy of tr's model on the job's test split.
-func (j *Job) Evaluate(tr *nn.Trainer) float64 {
+// Evaluate returns the accuracy and the mean loss of tr's model on the
+// job's test split (per label: per sample, or per position).
+func (j *Job) Evaluate(tr *nn.Trainer) (accuracy, loss float64) {
 	test := j.Set.Test
 	const chunk = 256
 	i := 0
-	return tr.Evaluate(func(x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+	return tr.Evaluate(func(b *nn.Batch) bool {
 		if i >= test.EvalChunks(chunk) {
-			return nil, nil
+			return false
 		}
+		test.EvalChunk(i, chunk, b)
 		i++
-		return test.EvalChunk(i-1, chunk, x, y)
+		return true
 	})
 }
 
 // Result is the outcome of a job: the final JSON line of `ppnode train`
 // (local runs leave Plan, Schedule and Nodes empty).
 type Result struct {
-	ID            string   `json:"id,omitempty"`
-	Model         string   `json:"model"`
-	Data          string   `json:"data"`
-	Params        int      `json:"params"`
-	Steps         int      `json:"steps"`
-	Epochs        float64  `json:"epochs"`
-	Batch         int      `json:"batch"`
-	MicroBatches  int      `json:"micro_batches"`
-	SamplesPerSec float64  `json:"samples_per_sec"`
-	TrainLoss     float64  `json:"train_loss"`
-	TrainAccuracy float64  `json:"train_accuracy"`
-	TestAccuracy  float64  `json:"test_accuracy"`
+	ID            string  `json:"id,omitempty"`
+	Model         string  `json:"model"`
+	Data          string  `json:"data"`
+	Params        int     `json:"params"`
+	Steps         int     `json:"steps"`
+	Epochs        float64 `json:"epochs"`
+	Batch         int     `json:"batch"`
+	MicroBatches  int     `json:"micro_batches"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	TrainLoss     float64 `json:"train_loss"`
+	TrainAccuracy float64 `json:"train_accuracy"`
+	TestAccuracy  float64 `json:"test_accuracy"`
+	// TestLoss is the mean loss over the test split's labels; Perplexity
+	// its exponential, for models with a label a position (language
+	// models).
+	TestLoss      float64  `json:"test_loss"`
+	Perplexity    float64  `json:"perplexity,omitempty"`
 	Backend       string   `json:"backend"`
 	Threads       int      `json:"threads"`
 	Deterministic bool     `json:"deterministic"`
@@ -560,16 +637,26 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	acc := j.Evaluate(tr)
+	acc, testLoss := j.Evaluate(tr)
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
-		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc,
-		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
+		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc, TestLoss: testLoss,
+		Perplexity: j.Perplexity(testLoss),
+		Backend:    nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(),
 	}, nil
+}
+
+// Perplexity is exp(loss) for a model with a label a position (a language
+// model's), else 0.
+func (j *Job) Perplexity(loss float64) float64 {
+	if len(j.Set.Train.LabelShape) == 0 {
+		return 0
+	}
+	return math.Exp(loss)
 }
 
 // WeightsMeta is the metadata of a safetensors file of the job's final

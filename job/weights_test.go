@@ -9,6 +9,7 @@ import (
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/onnx"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -78,13 +79,13 @@ func TestFilesChecked(t *testing.T) {
 	if err := spec.HashFiles(); err != nil || len(spec.Files) != 1 {
 		t.Fatalf("HashFiles: %v, files %v", err, spec.Files)
 	}
-	if _, err := spec.BuildModel([]int{24}, 5); err != nil {
+	if _, err := spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(model, b[:len(b)-1], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = spec.BuildModel([]int{24}, 5)
+	_, err = spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5})
 	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not the file the job was submitted with") {
 		t.Errorf("a changed model file: %v", err)
 	}

@@ -411,7 +411,8 @@ func TestDNNLTrainingPassAllocatesNothing(t *testing.T) {
 			xs := make([]*nn.Tensor, 2)
 			ys := make([][]int32, 2)
 			for m := range xs {
-				xs[m], ys[m] = b.Micro(0, 0, m, nil, nil)
+				mb := nn.MicroBatch(b, 0, 0, m)
+				xs[m], ys[m] = mb.X[0], mb.Y
 			}
 			var ce nn.SoftmaxCE
 			in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)

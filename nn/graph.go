@@ -103,6 +103,32 @@ func (b *Builder) Add(name string, l Layer, inputs ...string) string {
 	return name
 }
 
+// AddFirst is Add for a layer that reads only graph inputs, placed before
+// every other layer (an importer's carrier of buffers, known only at the
+// end).
+func (b *Builder) AddFirst(name string, l Layer, inputs ...string) string {
+	if b.err != nil {
+		return name
+	}
+	for _, in := range inputs {
+		if !b.g.IsInput(in) {
+			b.err = fmt.Errorf("nn: layer %q added first reads %q, which is not a graph input", name, in)
+			return name
+		}
+	}
+	n := len(b.g.Nodes)
+	if b.Add(name, l, inputs...); b.err != nil {
+		return name
+	}
+	node := b.g.Nodes[n]
+	copy(b.g.Nodes[1:], b.g.Nodes[:n])
+	b.g.Nodes[0] = node
+	for i, x := range b.g.Nodes {
+		b.g.index[x.Name] = i
+	}
+	return name
+}
+
 // Shape is the per-sample output shape of the named layer or input, or nil
 // if there is none (or an earlier Add failed).
 func (b *Builder) Shape(name string) []int {

@@ -16,6 +16,10 @@ type Linear struct {
 	// Transposed stores W as [in, out], y = x·W, the layout of an ONNX
 	// MatMul's second operand or of a Gemm with transB = 0.
 	Transposed bool
+	// Last applies the product along the last per-sample axis, each
+	// position on its own: [T, in] to [T, out] (a transformer's tokens),
+	// instead of flattening the sample.
+	Last bool
 }
 
 // NewLinear returns a Linear layer with bias, initialised He-uniform
@@ -28,7 +32,14 @@ func (l *Linear) Build(in [][]int) ([]int, error) {
 	if len(in) != 1 {
 		return nil, fmt.Errorf("takes one input, got %d", len(in))
 	}
-	if Size(in[0]) != l.In {
+	out := []int{l.Out}
+	switch {
+	case l.Last:
+		if len(in[0]) == 0 || in[0][len(in[0])-1] != l.In {
+			return nil, fmt.Errorf("input %v has not %d features on its last axis", in[0], l.In)
+		}
+		out = append(append([]int(nil), in[0][:len(in[0])-1]...), l.Out)
+	case Size(in[0]) != l.In:
 		return nil, fmt.Errorf("input %v has %d features, want %d", in[0], Size(in[0]), l.In)
 	}
 	init := InitUniform
@@ -46,7 +57,7 @@ func (l *Linear) Build(in [][]int) ([]int, error) {
 		l.B = newParam([]int{l.Out}, InitZero, l.In)
 		l.B.Name = "bias"
 	}
-	return []int{l.Out}, nil
+	return out, nil
 }
 
 func (l *Linear) Params() []*Param {
@@ -64,10 +75,18 @@ func (l *Linear) ldw() int {
 	return l.In
 }
 
+// rows is the number of products of a pass: samples, or positions with Last.
+func (l *Linear) rows(x *Tensor) int { return len(F32(x)) / l.In }
+
 func (l *Linear) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x := in[0]
-	n := Rows(x)
-	y := s.Buf(0, n, l.Out)
+	n := l.rows(x)
+	var y *Tensor
+	if l.Last {
+		y = s.Buf(0, s.shape(x.Shape(), l.Out)...)
+	} else {
+		y = s.Buf(0, Rows(x), l.Out)
+	}
 	yd := F32(y)
 	var beta float32
 	if !l.NoBias {
@@ -83,7 +102,7 @@ func (l *Linear) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 
 func (l *Linear) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	x := in[0]
-	n := Rows(x)
+	n := l.rows(x)
 	dy := F32(dout)
 	if l.Transposed {
 		// dW += xᵀ·dy.

@@ -5,7 +5,8 @@ import (
 	"math"
 )
 
-// SoftmaxCE is the softmax cross-entropy loss on logits [N, classes].
+// SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
+// one label per row of the last axis (per sample, or per position).
 type SoftmaxCE struct {
 	s Slot
 }
@@ -17,12 +18,13 @@ type SoftmaxCE struct {
 // gradient of the mean loss. The gradient belongs to the loss and stays
 // valid until its next call.
 func (l *SoftmaxCE) Forward(logits *Tensor, labels []int32, scale float32) (loss float64, correct int, grad *Tensor) {
-	n, k := Rows(logits), Cols(logits)
+	k := lastDim(logits)
+	n := len(F32(logits)) / k
 	if len(labels) != n {
 		panic(fmt.Sprintf("nn: %d labels for %d rows", len(labels), n))
 	}
 	z := F32(logits)
-	grad = l.s.Buf(0, n, k)
+	grad = l.s.Buf(0, logits.Shape()...)
 	g := F32(grad)
 	for i := 0; i < n; i++ {
 		zs, gs := z[i*k:(i+1)*k], g[i*k:(i+1)*k]
@@ -53,9 +55,11 @@ func (l *SoftmaxCE) Forward(logits *Tensor, labels []int32, scale float32) (loss
 	return loss, correct, grad
 }
 
-// Argmax counts the rows of logits whose largest entry is the label.
+// Argmax counts the rows of logits (along the last axis) whose largest
+// entry is the label.
 func Argmax(logits *Tensor, labels []int32) (correct int) {
-	n, k := Rows(logits), Cols(logits)
+	k := lastDim(logits)
+	n := len(F32(logits)) / k
 	z := F32(logits)
 	for i := 0; i < n; i++ {
 		zs := z[i*k : (i+1)*k]

@@ -19,7 +19,8 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 	var losses []nn.SoftmaxCE = make([]nn.SoftmaxCE, M)
 	scale := float32(1 / float64(b.BatchSize()))
 	for m := 0; m < M; m++ {
-		x, y := b.Micro(0, 0, m, nil, nil)
+		mb := nn.MicroBatch(b, 0, 0, m)
+		x, y := mb.X[0], mb.Y
 		vals[m] = map[string]*nn.Tensor{g.InputNames[0]: x}
 		labels[m] = y
 		ctx.Micro = m

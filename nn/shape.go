@@ -43,11 +43,16 @@ func view(s *Slot, i int, t *Tensor, shape ...int) *Tensor {
 	return v
 }
 
-// Concat joins its inputs along the last dimension (features, or channels in
-// NHWC); all other dimensions must agree. It merges branches.
+// Concat joins its inputs along the per-sample axis Axis, counted from the
+// end: 0 (the zero value) is the last axis (features, or channels in
+// NHWC), 1 the one before it. All other dimensions must agree. It merges
+// branches.
 type Concat struct {
-	widths []int
-	total  int // sum of widths
+	Axis int
+
+	widths []int // each input's elements per row: its size along Axis × the elements after Axis
+	total  int   // sum of widths
+	dim    int   // the output's size along Axis
 }
 
 func (c *Concat) Kind() string     { return "concat" }
@@ -56,24 +61,31 @@ func (c *Concat) Build(in [][]int) ([]int, error) {
 	if len(in) < 1 {
 		return nil, fmt.Errorf("takes at least one input")
 	}
-	lead := in[0][:len(in[0])-1]
-	c.widths, c.total = c.widths[:0], 0
-	for _, s := range in {
-		if len(s) != len(in[0]) || !SameShape(s[:len(s)-1], lead) {
-			return nil, fmt.Errorf("input shapes %v and %v differ before the last dimension", in[0], s)
-		}
-		c.widths = append(c.widths, s[len(s)-1])
-		c.total += s[len(s)-1]
+	r := len(in[0])
+	if c.Axis < 0 || c.Axis >= r {
+		return nil, fmt.Errorf("axis %d from the end is outside input %v", c.Axis, in[0])
 	}
-	return append(append([]int(nil), lead...), c.total), nil
+	a := r - 1 - c.Axis
+	inner := Size(in[0][a+1:])
+	c.widths, c.total, c.dim = c.widths[:0], 0, 0
+	for _, s := range in {
+		if len(s) != r || !SameShape(s[:a], in[0][:a]) || !SameShape(s[a+1:], in[0][a+1:]) {
+			return nil, fmt.Errorf("input shapes %v and %v differ outside axis %d from the end", in[0], s, c.Axis)
+		}
+		c.widths = append(c.widths, s[a]*inner)
+		c.total += s[a] * inner
+		c.dim += s[a]
+	}
+	out := append([]int(nil), in[0]...)
+	out[a] = c.dim
+	return out, nil
 }
 
 func (c *Concat) Forward(ctx *Ctx, s *Slot, in []*Tensor) *Tensor {
 	first := in[0].Shape()
 	total := c.total
 	rows := Size(first) / c.widths[0]
-	outShape := s.shape(first, total)
-	y := s.Buf(0, outShape...)
+	y := s.Buf(0, s.shapeAt(first, len(first)-1-c.Axis, c.dim)...)
 	yd := F32(y)
 	off := 0
 	for k, t := range in {
@@ -110,17 +122,30 @@ func (c *Concat) Backward(ctx *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, ne
 
 // shape returns a reusable copy of shape with its last dimension set to last.
 func (s *Slot) shape(shape []int, last int) []int {
+	return s.shapeAt(shape, len(shape)-1, last)
+}
+
+// shapeAt returns a reusable copy of shape with dimension a set to v.
+func (s *Slot) shapeAt(shape []int, a, v int) []int {
 	if cap(s.dims) < len(shape) {
 		s.dims = make([]int, len(shape))
 	}
 	s.dims = append(s.dims[:0], shape...)
-	s.dims[len(shape)-1] = last
+	s.dims[a] = v
 	return s.dims
 }
 
-// Slice takes features [From, To) of the last dimension (an input tower's
-// share of the features).
-type Slice struct{ From, To, width int }
+// Slice takes elements [From, To) of the per-sample axis Axis, counted from
+// the end: 0 (the zero value) is the last axis (an input tower's share of
+// the features), 1 the one before it. With Step > 1 it takes every Step-th
+// element from From (0 and 1 take them all).
+type Slice struct {
+	From, To int
+	Axis     int
+	Step     int
+
+	width, inner int // the input's elements per row (size along Axis × inner), and after Axis
+}
 
 func (l *Slice) Kind() string     { return "slice" }
 func (l *Slice) Params() []*Param { return nil }
@@ -128,23 +153,46 @@ func (l *Slice) Build(in [][]int) ([]int, error) {
 	if len(in) != 1 {
 		return nil, fmt.Errorf("takes one input, got %d", len(in))
 	}
-	last := in[0][len(in[0])-1]
-	if l.From < 0 || l.To > last || l.From >= l.To {
-		return nil, fmt.Errorf("slice [%d, %d) is outside the %d features", l.From, l.To, last)
+	r := len(in[0])
+	if l.Axis < 0 || l.Axis >= r {
+		return nil, fmt.Errorf("axis %d from the end is outside input %v", l.Axis, in[0])
 	}
-	l.width = last
+	if l.Step < 0 {
+		return nil, fmt.Errorf("negative step %d", l.Step)
+	}
+	a := r - 1 - l.Axis
+	size := in[0][a]
+	if l.From < 0 || l.To > size || l.From >= l.To {
+		return nil, fmt.Errorf("slice [%d, %d) is outside the %d elements of axis %d from the end", l.From, l.To, size, l.Axis)
+	}
+	l.inner = Size(in[0][a+1:])
+	l.width = size * l.inner
 	out := append([]int(nil), in[0]...)
-	out[len(out)-1] = l.To - l.From
+	out[a] = l.count()
 	return out, nil
 }
 
+// step is the stride along the axis; count the elements taken.
+func (l *Slice) step() int  { return max(1, l.Step) }
+func (l *Slice) count() int { return (l.To - l.From + l.step() - 1) / l.step() }
+
 func (l *Slice) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
-	w := l.To - l.From
-	y := s.Buf(0, s.shape(in[0].Shape(), w)...)
+	sh := in[0].Shape()
+	k, inner, step := l.count(), l.inner, l.step()
+	w := k * inner
+	y := s.Buf(0, s.shapeAt(sh, len(sh)-1-l.Axis, k)...)
 	x, yd := F32(in[0]), F32(y)
 	rows := len(x) / l.width
 	for r := 0; r < rows; r++ {
-		copy(yd[r*w:(r+1)*w], x[r*l.width+l.From:r*l.width+l.To])
+		xs := x[r*l.width : (r+1)*l.width]
+		if step == 1 {
+			copy(yd[r*w:(r+1)*w], xs[l.From*inner:l.To*inner])
+			continue
+		}
+		for i := 0; i < k; i++ {
+			at := (l.From + i*step) * inner
+			copy(yd[r*w+i*inner:r*w+(i+1)*inner], xs[at:at+inner])
+		}
 	}
 	return y
 }
@@ -154,12 +202,21 @@ func (l *Slice) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need 
 	if !need[0] {
 		return g
 	}
-	w := l.To - l.From
+	k, inner, step := l.count(), l.inner, l.step()
+	w := k * inner
 	dx := s.ZeroBuf(1, in[0].Shape()...)
 	d, dy := F32(dx), F32(dout)
 	rows := len(d) / l.width
 	for r := 0; r < rows; r++ {
-		copy(d[r*l.width+l.From:r*l.width+l.To], dy[r*w:(r+1)*w])
+		ds := d[r*l.width : (r+1)*l.width]
+		if step == 1 {
+			copy(ds[l.From*inner:l.To*inner], dy[r*w:(r+1)*w])
+			continue
+		}
+		for i := 0; i < k; i++ {
+			at := (l.From + i*step) * inner
+			copy(ds[at:at+inner], dy[r*w+i*inner:r*w+(i+1)*inner])
+		}
 	}
 	g[0] = dx
 	return g

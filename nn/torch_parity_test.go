@@ -82,6 +82,15 @@ func (f *fixedBatches) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.T
 	return x, append([]int32(nil), f.y[lo:lo+n]...)
 }
 
+func (f *fixedBatches) Fill(epoch, step, m int, b *nn.Batch) {
+	var x *nn.Tensor
+	if len(b.X) == 1 {
+		x = b.X[0]
+	}
+	x, b.Y = f.Micro(epoch, step, m, x, b.Y)
+	b.X = append(b.X[:0], x)
+}
+
 // One training step of small models, run here and in PyTorch from the same
 // weights and inputs: loss, gradients and updated weights (after one and two
 // steps, so that momentum and Adam's moments count) agree within 1e-4 of
@@ -271,7 +280,8 @@ func stepNoUpdate(tr *nn.Trainer, b nn.Batches) float64 {
 	var total float64
 	in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)
 	for m := 0; m < b.MicroBatches(); m++ {
-		x, y := b.Micro(0, 0, m, nil, nil)
+		mb := nn.MicroBatch(b, 0, 0, m)
+		x, y := mb.X[0], mb.Y
 		in[0] = x
 		out := tr.Stage.Forward(&tr.Ctx, 0, in)
 		loss, _, grad := ce.Forward(out[0], y, float32(1/float64(b.BatchSize())))

@@ -8,15 +8,23 @@ import (
 	"sort"
 )
 
+// Batch is one micro-batch: a tensor per graph input, batch first, and
+// the labels (one per sample, or one per position of a sample: a language
+// model's next tokens), sample after sample.
+type Batch struct {
+	X []*Tensor
+	Y []int32
+}
+
 // Batches supplies a mini-batch's micro-batches in the deterministic order
 // (data.Loader implements it).
 type Batches interface {
 	BatchSize() int
 	MicroBatches() int
 	StepsPerEpoch() int
-	// Micro fills x and y (reallocating them if needed) with micro-batch m of
-	// mini-batch step of epoch, and returns them.
-	Micro(epoch, step, m int, x *Tensor, y []int32) (*Tensor, []int32)
+	// Fill fills b with micro-batch m of mini-batch step of epoch, reusing
+	// its tensors where they fit.
+	Fill(epoch, step, m int, b *Batch)
 }
 
 // Trainer is the single-process reference: each step runs forward and
@@ -30,46 +38,54 @@ type Trainer struct {
 	Ctx   Ctx
 
 	loss SoftmaxCE
-	xs   []*Tensor
-	ys   [][]int32
-	in   []*Tensor
+	bs   []Batch
 	dout []*Tensor
 }
 
 // NewTrainer returns a trainer over the whole graph g.
 func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
-	return &Trainer{Graph: g, Stage: g.Whole(), Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, in: make([]*Tensor, 1), dout: make([]*Tensor, 1)}
+	return &Trainer{Graph: g, Stage: g.Whole(), Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1)}
 }
 
-// StepResult is one step's loss (mean over the mini-batch) and training
-// accuracy.
+// StepResult is one step's loss (mean over the mini-batch's labels) and
+// training accuracy.
 type StepResult struct {
 	Loss    float64
 	Correct int
+	// Samples counts the labels: samples, or their positions.
 	Samples int
+}
+
+// LossScale is the factor of a micro-batch's summed loss that makes the
+// gradients of a mini-batch of batch samples, labels per sample each, add
+// up to the gradient of its mean loss.
+func LossScale(batch, labels int) float32 {
+	return float32(1 / float64(batch*labels))
 }
 
 // Step trains on mini-batch step of epoch; global numbers the step across
 // epochs (it seeds dropout).
 func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 	M := b.MicroBatches()
-	for len(t.xs) < M {
-		t.xs = append(t.xs, nil)
-		t.ys = append(t.ys, nil)
+	for len(t.bs) < M {
+		t.bs = append(t.bs, Batch{})
 	}
-	scale := float32(1 / float64(b.BatchSize()))
 	var r StepResult
+	var scale float32
 	t.Ctx.Train = true
 	t.Ctx.Step = global
 	for m := 0; m < M; m++ {
-		t.xs[m], t.ys[m] = b.Micro(epoch, step, m, t.xs[m], t.ys[m])
+		bm := &t.bs[m]
+		b.Fill(epoch, step, m, bm)
+		if m == 0 {
+			scale = LossScale(b.BatchSize(), len(bm.Y)/Rows(bm.X[0]))
+		}
 		t.Ctx.Micro = m
-		t.in[0] = t.xs[m]
-		out := t.Stage.Forward(&t.Ctx, 0, t.in)
-		loss, correct, grad := t.loss.Forward(out[0], t.ys[m], scale)
+		out := t.Stage.Forward(&t.Ctx, 0, bm.X)
+		loss, correct, grad := t.loss.Forward(out[0], bm.Y, scale)
 		r.Loss += loss
 		r.Correct += correct
-		r.Samples += len(t.ys[m])
+		r.Samples += len(bm.Y)
 		t.dout[0] = grad
 		t.Stage.Backward(&t.Ctx, 0, t.dout)
 	}
@@ -78,28 +94,26 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 	return r
 }
 
-// Evaluate returns the accuracy of the model in evaluation mode over chunks
-// produced by next (which returns nil when done).
-func (t *Trainer) Evaluate(next func(x *Tensor, y []int32) (*Tensor, []int32)) float64 {
+// Evaluate returns the accuracy and the mean loss of the model in
+// evaluation mode over the labels of the batches next fills (it returns
+// false when done).
+func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 	ctx := t.Ctx
 	ctx.Train = false
-	var x *Tensor
-	var y []int32
+	var b Batch
+	var ce SoftmaxCE
 	correct, n := 0, 0
-	for {
-		x, y = next(x, y)
-		if x == nil {
-			break
-		}
-		t.in[0] = x
-		out := t.Stage.Forward(&ctx, 1, t.in)
-		correct += Argmax(out[0], y)
-		n += len(y)
+	for next(&b) {
+		out := t.Stage.Forward(&ctx, 1, b.X)
+		l, c, _ := ce.Forward(out[0], b.Y, 0)
+		loss += l
+		correct += c
+		n += len(b.Y)
 	}
 	if n == 0 {
-		return math.NaN()
+		return math.NaN(), math.NaN()
 	}
-	return float64(correct) / float64(n)
+	return float64(correct) / float64(n), loss / float64(n)
 }
 
 // WeightsSHA256 hashes every parameter and buffer's little-endian float32
@@ -138,4 +152,12 @@ func TensorsSHA256(names []string, ts []*Tensor) string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// MicroBatch returns micro-batch m of mini-batch step of epoch in new
+// buffers.
+func MicroBatch(b Batches, epoch, step, m int) *Batch {
+	var mb Batch
+	b.Fill(epoch, step, m, &mb)
+	return &mb
 }

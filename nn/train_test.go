@@ -52,6 +52,15 @@ func (r reuse) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, [
 	return x, y
 }
 
+func (r reuse) Fill(epoch, step, m int, b *nn.Batch) {
+	var x *nn.Tensor
+	if len(b.X) == 1 {
+		x = b.X[0]
+	}
+	x, b.Y = r.Micro(epoch, step, m, x, b.Y)
+	b.X = append(b.X[:0], x)
+}
+
 func newTrainer(tb testing.TB, model string, o zoo.Options, be nn.Backend) *nn.Trainer {
 	g, err := zoo.Build(model, o)
 	if err != nil {

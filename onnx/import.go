@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,12 +13,24 @@ import (
 	"github.com/ppnode/ppnode/onnx/onnxpb"
 )
 
+// Input describes one of the data's arrays.
+type Input struct {
+	// Name is the array's name in the data ("x", "x0", "dense", ...): a
+	// model of several inputs takes each from the array of its name.
+	Name string
+	// Shape is a sample's shape. Besides the model's own shape, [H, W, C]
+	// images (ppnode's built-in sets) feed a [C, H, W] input, and any shape
+	// of the same size feeds an input of flat features.
+	Shape []int
+	// Int is set for integers (token ids, categories).
+	Int bool
+}
+
 // Options describe the data a model will train on.
 type Options struct {
-	// Input is the data's per-sample shape. Besides the model's own input
-	// shape, [H, W, C] images (ppnode's built-in sets) feed a [C, H, W]
-	// model, and any shape of the same size feeds a model of flat features.
-	Input []int
+	// Inputs are the data's arrays, in the data's order; the graph takes
+	// its inputs in this order.
+	Inputs []Input
 	// Classes is the data's number of classes; the model's outputs must be
 	// at least as many.
 	Classes int
@@ -25,21 +38,30 @@ type Options struct {
 
 // Model is an imported model.
 type Model struct {
+	// Graph's inputs are Options.Inputs', in their order.
 	Graph *nn.Graph
-	// Input is the model's per-sample input shape as the file declares it.
-	Input []int
-	// ChannelAxis is the axis of a data sample that holds channels, the
-	// axis standardisation works per.
-	ChannelAxis int
+	// Input is the model's per-sample shape of each input as the file
+	// declares it.
+	Input [][]int
+	// ChannelAxes are, per input, the axis of a data sample that holds
+	// channels, the axis standardisation works per (-1: an integer input,
+	// not standardised).
+	ChannelAxes []int
 	// Classes is the model's number of outputs.
 	Classes int
+	// Labels is the per-sample shape of the targets: [] for one class a
+	// sample (logits [N, classes]), [T] for one a position (a language
+	// model's logits [N, T, classes]).
+	Labels []int
 }
 
 // Supported lists the operators a model may use.
 func Supported() []string {
 	ops := make([]string, 0, len(handlers))
 	for op := range handlers {
-		ops = append(ops, op)
+		if !strings.HasPrefix(op, "ppnode.") {
+			ops = append(ops, op)
+		}
 	}
 	sort.Strings(ops)
 	return ops
@@ -58,17 +80,39 @@ func Read(path string, o Options) (*Model, error) {
 	return md, nil
 }
 
+// BuffersKey is the model metadata key that lists, comma-separated, the
+// initializers that are buffers (constants that training must not change,
+// such as a fixed position encoding). python/ppnode_models.py's export
+// writes it; without it, an initializer that a layer uses as a weight is
+// trained.
+const BuffersKey = "ppnode.buffers"
+
 // Import turns a parsed model into a graph whose parameters start at the
-// model's initializers.
+// model's initializers. Every problem is an error wrapping ErrModel.
 func Import(m *onnxpb.ModelProto, o Options) (*Model, error) {
+	md, err := importModel(m, o)
+	if err != nil && !errors.Is(err, ErrModel) {
+		err = fmt.Errorf("%w: %w", ErrModel, err)
+	}
+	return md, err
+}
+
+func importModel(m *onnxpb.ModelProto, o Options) (*Model, error) {
 	im := &importer{
-		b: nn.NewBuilder(), vals: map[string]*value{}, consts: map[string]*constant{},
-		inits: map[string]*constant{}, used: map[string]bool{}, taken: map[string]bool{},
-		opset: 13,
+		b: nn.NewBuilder(), vals: map[string]*value{}, consts: map[string]*konst{},
+		initID: map[string]int{}, buffers: map[string]bool{}, trained: map[int]string{},
+		frozen: map[int]bool{}, taken: map[string]bool{}, opset: 13,
 	}
 	for _, op := range m.GetOpsetImport() {
 		if d := op.GetDomain(); d == "" || d == "ai.onnx" {
 			im.opset = op.GetVersion()
+		}
+	}
+	for _, p := range m.GetMetadataProps() {
+		if p.GetKey() == BuffersKey {
+			for _, n := range strings.Split(p.GetValue(), ",") {
+				im.buffers[strings.TrimSpace(n)] = true
+			}
 		}
 	}
 	g := m.GetGraph()
@@ -77,151 +121,360 @@ func Import(m *onnxpb.ModelProto, o Options) (*Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		im.inits[t.GetName()] = c
+		if _, dup := im.initID[t.GetName()]; dup {
+			return nil, modelErr("initializer %q twice", t.GetName())
+		}
+		id := len(im.inits)
+		im.initID[t.GetName()] = id
+		if c.kind == kFloat && !im.buffers[t.GetName()] {
+			c.src = make([]int64, len(c.f))
+			for e := range c.src {
+				c.src[e] = int64(id)<<32 | int64(e)
+			}
+		}
+		im.inits = append(im.inits, initializer{name: t.GetName(), k: c})
+		im.consts[t.GetName()] = c
 	}
-	md, err := im.input(g, o)
+	// Refuse unsupported operators, all of them at once, before building.
+	var missing []string
+	where := map[string][]string{}
+	for _, n := range g.GetNode() {
+		op := n.GetOpType()
+		if d := n.GetDomain(); d != "" && d != "ai.onnx" {
+			op = d + "." + op
+		}
+		if _, ok := handlers[op]; !ok || strings.HasPrefix(op, "ppnode.") {
+			if where[op] == nil {
+				missing = append(missing, op)
+			}
+			where[op] = append(where[op], n.GetName())
+		}
+	}
+	if len(missing) > 0 {
+		var parts []string
+		for _, op := range missing {
+			ns := where[op]
+			switch len(ns) {
+			case 1:
+				parts = append(parts, fmt.Sprintf("%s (node %q)", op, ns[0]))
+			default:
+				parts = append(parts, fmt.Sprintf("%s (nodes %q and %d more)", op, ns[0], len(ns)-1))
+			}
+		}
+		return nil, modelErr("operator%s %s %s not supported; ppnode supports %s",
+			plural(len(missing)), strings.Join(parts, ", "), map[bool]string{true: "are", false: "is"}[len(missing) > 1],
+			strings.Join(Supported(), ", "))
+	}
+	md, err := im.inputs(g, o)
 	if err != nil {
 		return nil, err
 	}
-	// Refuse an unsupported operator before building anything.
-	for i, n := range g.GetNode() {
-		if _, ok := handlers[n.GetOpType()]; !ok || n.GetDomain() != "" && n.GetDomain() != "ai.onnx" {
-			return nil, modelErr("operator %s (node %q, #%d) is not supported; ppnode supports %s",
-				n.GetOpType(), n.GetName(), i, strings.Join(Supported(), ", "))
-		}
+	var outNames []string
+	for _, out := range g.GetOutput() {
+		outNames = append(outNames, out.GetName())
 	}
-	im.consumed = map[string]bool{}
-	for _, n := range g.GetNode() {
+	nodes := fuse(g.GetNode(), outNames, im)
+	im.readers = map[string]int{}
+	for _, n := range nodes {
 		for _, in := range n.GetInput() {
-			im.consumed[in] = true
+			im.readers[in]++
 		}
 	}
 	for _, out := range g.GetOutput() {
-		im.consumed[out.GetName()] = true
+		im.readers[out.GetName()]++
 	}
-	for i, n := range g.GetNode() {
-		im.node = n
-		im.index = i
+	for i, n := range nodes {
+		im.node, im.index = n, i
 		if len(n.GetOutput()) == 0 || n.GetOutput()[0] == "" {
 			return nil, modelErr("node %q (%s) has no output", n.GetName(), n.GetOpType())
 		}
-		if err := handlers[n.GetOpType()](im, n); err != nil {
-			return nil, fmt.Errorf("node %q (%s): %w", n.GetName(), n.GetOpType(), err)
+		if err := im.run(n); err != nil {
+			return nil, modelErr("node %q (%s): %v", n.GetName(), n.GetOpType(), err)
+		}
+		if im.err != nil {
+			return nil, im.err
 		}
 	}
-	outs := g.GetOutput()
-	if len(outs) != 1 {
-		return nil, modelErr("the model has %d outputs; ppnode trains one, the logits", len(outs))
+	if err := im.output(g, md, o); err != nil {
+		return nil, err
 	}
-	v, ok := im.vals[outs[0].GetName()]
-	if !ok {
-		return nil, modelErr("output %q is not computed from the input", outs[0].GetName())
-	}
-	v = im.logical(v)
-	if len(v.shape) != 1 {
-		return nil, modelErr("output %q has per-sample shape %v; want [classes]", outs[0].GetName(), v.shape)
-	}
-	if v.shape[0] < o.Classes {
-		return nil, modelErr("the model has %d outputs; the data has %d classes", v.shape[0], o.Classes)
-	}
-	graph, err := im.b.Build(v.name)
-	if err != nil {
-		return nil, modelErr("output %q: %v", outs[0].GetName(), err)
-	}
-	if im.err != nil {
-		return nil, im.err
-	}
-	md.Graph, md.Classes = graph, v.shape[0]
 	return md, nil
 }
 
-// value is an activation: a tensor of the graph being built.
-type value struct {
-	name  string // the graph's tensor (a layer or the input)
-	shape []int  // the ONNX per-sample shape
-	cl    bool   // a [C, H, W] value stored channels-last, [H, W, C]
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
-// stored is the shape the graph's tensor has.
-func (v *value) stored() []int {
-	if v.cl {
-		return []int{v.shape[1], v.shape[2], v.shape[0]}
+// run adds node n: folded when every input is a constant, else as layers.
+func (im *importer) run(n *onnxpb.NodeProto) error {
+	allConst := true
+	for _, in := range n.GetInput() {
+		if in == "" {
+			continue
+		}
+		if _, ok := im.vals[in]; ok {
+			allConst = false
+		} else if _, ok := im.consts[in]; !ok {
+			return fmt.Errorf("input %q is not computed before this node", in)
+		}
 	}
-	return v.shape
+	if allConst {
+		f, ok := folders[n.GetOpType()]
+		if !ok {
+			return fmt.Errorf("no input is computed from the data")
+		}
+		k, err := f(im, n)
+		if err != nil {
+			return err
+		}
+		im.consts[n.GetOutput()[0]] = k
+		return nil
+	}
+	return handlers[n.GetOpType()](im, n)
 }
 
-// lastAxis reports whether per-sample axis a is the last axis as stored.
-func (v *value) lastAxis(a int) bool {
-	if v.cl {
-		return a == 0
-	}
-	return a == len(v.shape)-1
+// initializer is a tensor the file holds.
+type initializer struct {
+	name string
+	k    *konst
 }
 
 type importer struct {
-	b        *nn.Builder
-	vals     map[string]*value
-	consts   map[string]*constant
-	inits    map[string]*constant
-	used     map[string]bool // initializers taken by a layer
-	taken    map[string]bool // layer names
-	consumed map[string]bool // values something reads
-	opset    int64
-	batch    int64 // the input's fixed batch dimension, 0 when symbolic
-	node     *onnxpb.NodeProto
-	index    int
-	err      error // a problem found after a layer was added
+	b       *nn.Builder
+	vals    map[string]*value
+	consts  map[string]*konst
+	inits   []initializer
+	initID  map[string]int
+	buffers map[string]bool // initializers the file says are buffers
+	trained map[int]string  // initializer -> the layer that trains it
+	frozen  map[int]bool    // initializers used as constants
+	taken   map[string]bool // layer names
+	readers map[string]int  // how many nodes (and graph outputs) read each tensor
+	opset   int64
+	inputs0 string                                    // the first graph input, which carries the buffers
+	unfused map[*onnxpb.NodeProto][]*onnxpb.NodeProto // fused nodes' originals
+	node    *onnxpb.NodeProto
+	index   int
+	err     error // a problem found after a layer was added
 }
 
-// batchDim stands for the batch dimension in shapes computed by Shape.
-const batchDim = math.MinInt64
-
-func (im *importer) input(g *onnxpb.GraphProto, o Options) (*Model, error) {
+// inputs declares the graph's inputs, in the data's order.
+func (im *importer) inputs(g *onnxpb.GraphProto, o Options) (*Model, error) {
 	var ins []*onnxpb.ValueInfoProto
 	for _, in := range g.GetInput() {
-		if _, ok := im.inits[in.GetName()]; !ok {
+		if _, ok := im.initID[in.GetName()]; !ok {
 			ins = append(ins, in)
 		}
 	}
-	if len(ins) != 1 {
-		return nil, modelErr("the model has %d data inputs; ppnode feeds one", len(ins))
+	if len(ins) != len(o.Inputs) {
+		return nil, modelErr("the model has %d data inputs (%s); the data has %d arrays (%s)",
+			len(ins), infoNames(ins), len(o.Inputs), inputNames(o.Inputs))
 	}
-	in := ins[0]
+	if len(ins) == 0 {
+		return nil, modelErr("the model has no data input")
+	}
+	// Match the data's arrays to the model's inputs: by name, or one to one.
+	match := make([]*onnxpb.ValueInfoProto, len(o.Inputs))
+	if len(ins) == 1 {
+		match[0] = ins[0]
+	} else {
+		byName := map[string]*onnxpb.ValueInfoProto{}
+		for _, in := range ins {
+			byName[in.GetName()] = in
+		}
+		for i, d := range o.Inputs {
+			if match[i] = byName[d.Name]; match[i] == nil {
+				return nil, modelErr("the data's array %q is none of the model's inputs (%s): name the arrays as the inputs (torch.onnx.export's input_names)",
+					d.Name, infoNames(ins))
+			}
+		}
+	}
+	md := &Model{}
+	for i, in := range match {
+		v, shape, ch, err := im.input(in, o.Inputs[i])
+		if err != nil {
+			return nil, err
+		}
+		im.vals[in.GetName()] = v
+		md.Input = append(md.Input, shape)
+		md.ChannelAxes = append(md.ChannelAxes, ch)
+	}
+	im.inputs0 = im.vals[match[0].GetName()].name
+	return md, nil
+}
+
+func infoNames(ins []*onnxpb.ValueInfoProto) string {
+	var s []string
+	for _, in := range ins {
+		s = append(s, in.GetName())
+	}
+	return strings.Join(s, ", ")
+}
+
+func inputNames(ins []Input) string {
+	var s []string
+	for _, in := range ins {
+		s = append(s, in.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// input declares one graph input fed by the data's array d.
+func (im *importer) input(in *onnxpb.ValueInfoProto, d Input) (*value, []int, int, error) {
 	tt := in.GetType().GetTensorType()
-	if tt == nil || onnxpb.TensorProto_DataType(tt.GetElemType()) != onnxpb.TensorProto_FLOAT {
-		return nil, modelErr("input %q is not a float tensor", in.GetName())
+	if tt == nil {
+		return nil, nil, 0, modelErr("input %q is not a tensor", in.GetName())
+	}
+	isInt := false
+	switch onnxpb.TensorProto_DataType(tt.GetElemType()) {
+	case onnxpb.TensorProto_FLOAT:
+	case onnxpb.TensorProto_INT64, onnxpb.TensorProto_INT32:
+		isInt = true
+	default:
+		return nil, nil, 0, modelErr("input %q is of type %s; ppnode feeds float32 or integer arrays", in.GetName(),
+			onnxpb.TensorProto_DataType(tt.GetElemType()))
+	}
+	if isInt != d.Int {
+		what := map[bool]string{true: "integers", false: "floats"}
+		return nil, nil, 0, modelErr("input %q takes %s; the data's array %q holds %s", in.GetName(), what[isInt], d.Name, what[d.Int])
 	}
 	dims := tt.GetShape().GetDim()
 	if len(dims) < 2 {
-		return nil, modelErr("input %q has %d dimensions; want [batch, ...]", in.GetName(), len(dims))
+		return nil, nil, 0, modelErr("input %q has %d dimensions; want [batch, ...]", in.GetName(), len(dims))
 	}
-	im.batch = dims[0].GetDimValue()
 	shape := make([]int, len(dims)-1)
-	for i, d := range dims[1:] {
-		if v := d.GetDimValue(); v < 1 || v > math.MaxInt32 {
-			return nil, modelErr("input %q: dimension %d is %q, want a fixed size (export with dynamic_axes on the batch only)", in.GetName(), i+1, d.String())
-		} else {
-			shape[i] = int(v)
+	for i, dd := range dims[1:] {
+		v := dd.GetDimValue()
+		if v < 1 || v > math.MaxInt32 {
+			return nil, nil, 0, modelErr("input %q: dimension %d is %q, want a fixed size (export with dynamic_axes on the batch only)", in.GetName(), i+1, dd.String())
 		}
+		shape[i] = int(v)
 	}
-	md := &Model{Input: shape, ChannelAxis: len(o.Input) - 1}
 	name := im.layerName(in.GetName(), "")
-	data := o.Input
+	data := d.Shape
+	ch := len(data) - 1
+	var v *value
 	switch {
 	case slices.Equal(data, shape):
-		im.vals[in.GetName()] = &value{name: im.b.Input(name, shape...), shape: shape}
+		x := im.b.Input(name, data...)
+		v = &value{name: x, stored: slices.Clone(data), dims: axesOf(len(shape))}
 		if len(shape) == 3 {
-			md.ChannelAxis = 0
+			ch = 0
 		}
 	case len(shape) == 3 && slices.Equal(data, []int{shape[1], shape[2], shape[0]}):
-		im.vals[in.GetName()] = &value{name: im.b.Input(name, data...), shape: shape, cl: true}
+		x := im.b.Input(name, data...)
+		v = &value{name: x, stored: slices.Clone(data), dims: [][]int{{0}, {3}, {1}, {2}}}
 	case len(shape) == 1 && nn.Size(data) == shape[0]:
 		x := im.b.Input(name, data...)
-		im.vals[in.GetName()] = &value{name: im.b.Add(im.layerName(name, "flat"), nn.Flatten{}, x), shape: shape}
+		var all []int
+		for a := 1; a <= len(data); a++ {
+			all = append(all, a)
+		}
+		v = &value{name: x, stored: slices.Clone(data), dims: [][]int{{0}, all}}
 	default:
-		return nil, modelErr("the model takes samples of shape %v; the data's are %v", shape, data)
+		return nil, nil, 0, modelErr("input %q takes samples of shape %v; the data's %q are %v", in.GetName(), shape, d.Name, data)
 	}
-	return md, nil
+	v.isInt = isInt
+	if isInt {
+		ch = -1
+	}
+	return v, shape, ch, nil
+}
+
+// axesOf is the view of a stored tensor of rank r (per sample) in its own
+// order.
+func axesOf(r int) [][]int {
+	dims := [][]int{{0}}
+	for a := 1; a <= r; a++ {
+		dims = append(dims, []int{a})
+	}
+	return dims
+}
+
+// output makes the graph's output the logits, [N, classes] or [N, T...,
+// classes], and adds the buffers.
+func (im *importer) output(g *onnxpb.GraphProto, md *Model, o Options) error {
+	outs := g.GetOutput()
+	if len(outs) != 1 {
+		return modelErr("the model has %d outputs; ppnode trains one, the logits", len(outs))
+	}
+	v, ok := im.vals[outs[0].GetName()]
+	if !ok {
+		return modelErr("output %q is not computed from the input", outs[0].GetName())
+	}
+	if v.rank() < 2 {
+		return modelErr("output %q has shape %v; want [batch, classes] or [batch, positions, classes]", outs[0].GetName(), v)
+	}
+	v, err := im.rowMajor(v)
+	if err != nil {
+		return modelErr("output %q: %v", outs[0].GetName(), err)
+	}
+	shape := v.sampleShape()
+	if v.isInt {
+		return modelErr("output %q holds integers; want logits", outs[0].GetName())
+	}
+	classes := shape[len(shape)-1]
+	if classes < o.Classes {
+		return modelErr("the model has %d outputs; the data has %d classes", classes, o.Classes)
+	}
+	im.carry()
+	graph, err := im.b.Build(v.name)
+	if err != nil {
+		return modelErr("output %q: %v", outs[0].GetName(), err)
+	}
+	if im.err != nil {
+		return im.err
+	}
+	for id := range im.frozen {
+		if l, ok := im.trained[id]; ok {
+			return modelErr("initializer %q is trained by layer %s and also used as a constant; ppnode cannot do both", im.inits[id].name, l)
+		}
+	}
+	md.Graph, md.Classes, md.Labels = graph, classes, shape[:len(shape)-1]
+	return nil
+}
+
+// carry adds the initializers used only as constants as buffers of a
+// first layer that passes the first input through, so that the weights
+// file holds the model's whole state_dict.
+func (im *importer) carry() {
+	var ids []int
+	for id := range im.frozen {
+		if _, ok := im.trained[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	sort.Ints(ids)
+	l := &nn.Carry{}
+	for _, id := range ids {
+		in := im.inits[id]
+		f, ok := in.k.floats()
+		if !ok {
+			continue
+		}
+		p := &nn.Param{Value: nn.New(shapeOrScalar(in.k.shape)...), Given: slices.Clone(f)}
+		l.Buffers = append(l.Buffers, p)
+	}
+	im.node = nil
+	im.b.AddFirst(im.layerName("buffers", ""), l, im.inputs0)
+	for j, id := range ids {
+		if j < len(l.Buffers) {
+			l.Buffers[j].Name = im.inits[id].name
+		}
+	}
+}
+
+func shapeOrScalar(s []int) []int {
+	if len(s) == 0 {
+		return []int{1}
+	}
+	return s
 }
 
 // layerName makes a graph name from an ONNX one, unique among the layers.
@@ -254,7 +507,11 @@ func (im *importer) layerName(base, suffix string) string {
 		}
 	}
 	if base == "" {
-		base = fmt.Sprintf("%s_%d", im.node.GetOpType(), im.index)
+		op := "layer"
+		if im.node != nil {
+			op = im.node.GetOpType()
+		}
+		base = fmt.Sprintf("%s_%d", op, im.index)
 	}
 	if suffix != "" {
 		base += "." + suffix
@@ -279,7 +536,11 @@ func (im *importer) add(suffix string, l nn.Layer, ins ...*value) string {
 	for i, v := range ins {
 		names[i] = v.name
 	}
-	return im.b.Add(im.layerName(im.node.GetName(), suffix), l, names...)
+	base := ""
+	if im.node != nil {
+		base = im.node.GetName()
+	}
+	return im.b.Add(im.layerName(base, suffix), l, names...)
 }
 
 // set records the node's output i.
@@ -289,117 +550,67 @@ func (im *importer) set(i int, v *value) {
 	}
 }
 
-// act returns input i of the node as an activation.
-func (im *importer) act(i int) (*value, error) {
+// setK records the node's output i as a constant.
+func (im *importer) setK(i int, k *konst) {
+	if i < len(im.node.GetOutput()) {
+		im.consts[im.node.GetOutput()[i]] = k
+	}
+}
+
+// val returns input i of the node as a value, or an error saying what it is.
+func (im *importer) val(i int) (*value, error) {
 	ins := im.node.GetInput()
 	if i >= len(ins) || ins[i] == "" {
 		return nil, fmt.Errorf("input %d is missing", i)
 	}
-	v, ok := im.vals[ins[i]]
-	if !ok {
-		if _, k := im.konst(i); k {
-			return nil, fmt.Errorf("input %q is a constant where ppnode needs values computed from the data", ins[i])
-		}
-		return nil, fmt.Errorf("input %q is not computed before this node", ins[i])
+	if v, ok := im.vals[ins[i]]; ok {
+		return v, nil
 	}
-	return v, nil
+	if _, ok := im.consts[ins[i]]; ok {
+		return nil, fmt.Errorf("input %q is a constant where ppnode needs values computed from the data", ins[i])
+	}
+	return nil, fmt.Errorf("input %q is not computed before this node", ins[i])
 }
 
-// konst returns input i of the node when it is a constant or initializer.
-func (im *importer) konst(i int) (*constant, bool) {
+// konst returns input i of the node when it is a constant.
+func (im *importer) konst(i int) (*konst, bool) {
 	ins := im.node.GetInput()
 	if i >= len(ins) || ins[i] == "" {
 		return nil, false
 	}
-	if c, ok := im.consts[ins[i]]; ok {
-		return c, true
-	}
-	c, ok := im.inits[ins[i]]
-	return c, ok
+	k, ok := im.consts[ins[i]]
+	return k, ok
 }
 
-// param returns input i as an initializer that becomes a parameter.
-func (im *importer) param(i int, ranks ...int) (*constant, string, error) {
+// has reports whether input i is given.
+func (im *importer) has(i int) bool {
 	ins := im.node.GetInput()
-	if i >= len(ins) || ins[i] == "" {
-		return nil, "", fmt.Errorf("input %d is missing", i)
-	}
-	c, ok := im.inits[ins[i]]
-	if !ok {
-		return nil, "", fmt.Errorf("input %q must be an initializer (a parameter of the module)", ins[i])
-	}
-	if c.f == nil {
-		return nil, "", fmt.Errorf("parameter %q is not float", ins[i])
-	}
-	if len(ranks) > 0 && !slices.Contains(ranks, len(c.shape)) {
-		return nil, "", fmt.Errorf("parameter %q has shape %v", ins[i], c.shape)
-	}
-	if im.used[ins[i]] {
-		return nil, "", fmt.Errorf("parameter %q is used by two layers; shared weights are not supported", ins[i])
-	}
-	im.used[ins[i]] = true
-	return c, ins[i], nil
+	return i < len(ins) && ins[i] != ""
 }
 
-// give names p after the initializer and starts it at its value (given in
-// the exported layout with shape).
-func (im *importer) give(p *nn.Param, name string, c *constant, shape ...int) {
-	if len(shape) == 0 {
-		shape = c.shape
+// freeze records that the initializers k comes from are used as
+// constants: they are not trained.
+func (im *importer) freeze(ks ...*konst) {
+	for _, k := range ks {
+		if k == nil {
+			continue
+		}
+		for _, s := range k.src {
+			if s >= 0 {
+				im.frozen[int(s>>32)] = true
+			}
+		}
 	}
-	p.Name = name
-	v, err := p.FromExported(c.f, shape)
-	if err != nil && im.err == nil {
-		im.err = modelErr("parameter %v", err)
-	}
-	p.Given = v
 }
 
 // noUse checks that the node's outputs from i on are read by nothing.
 func (im *importer) noUse(from int) error {
 	for _, out := range im.node.GetOutput()[min(from, len(im.node.GetOutput())):] {
-		if out != "" && im.consumed[out] {
+		if out != "" && im.readers[out] > 0 {
 			return fmt.Errorf("output %q is used; ppnode computes only the first output", out)
 		}
 	}
 	return nil
-}
-
-// cl returns v stored channels-last, adding a Permute if it is not.
-func (im *importer) channelsLast(v *value) (*value, error) {
-	if v.cl {
-		return v, nil
-	}
-	if len(v.shape) != 3 {
-		return nil, fmt.Errorf("input of per-sample shape %v; want [C, H, W]", v.shape)
-	}
-	name := im.add("nhwc", &nn.Permute{Perm: []int{1, 2, 0}}, v)
-	return &value{name: name, shape: v.shape, cl: true}, nil
-}
-
-// logical returns v stored in its ONNX layout.
-func (im *importer) logical(v *value) *value {
-	if !v.cl {
-		return v
-	}
-	var l nn.Layer = &nn.Permute{Perm: []int{2, 0, 1}}
-	if v.shape[1] == 1 && v.shape[2] == 1 {
-		l = &nn.Reshape{Shape: v.shape}
-	}
-	return &value{name: im.add("nchw", l, v), shape: v.shape}
-}
-
-// axis turns an ONNX axis (batch included, negative from the end) into a
-// per-sample axis.
-func axis(a int64, rank int) (int, error) {
-	r := int64(rank + 1)
-	if a < 0 {
-		a += r
-	}
-	if a <= 0 || a >= r {
-		return 0, fmt.Errorf("axis %d of a tensor of %d dimensions: only per-sample axes are supported", a, r)
-	}
-	return int(a - 1), nil
 }
 
 func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {

@@ -34,7 +34,7 @@ func read(t testing.TB, path string) *onnxpb.ModelProto {
 }
 
 func TestImport(t *testing.T) {
-	md, err := onnx.Read("testdata/convnet.onnx", onnx.Options{Input: []int{4, 9, 7}, Classes: 5})
+	md, err := onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{4, 9, 7}), Classes: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,16 +51,16 @@ func TestImport(t *testing.T) {
 	if got, want := strings.Join(params, " "), "conv1.weight[8 2 3 2] conv1.bias[8] conv2.weight[8 1 3 3] conv2.bias[8] fc.weight[5 72] fc.bias[5]"; got != want {
 		t.Errorf("parameters %q, want %q", got, want)
 	}
-	if md.Classes != 5 || md.ChannelAxis != 0 {
-		t.Errorf("classes %d, channel axis %d", md.Classes, md.ChannelAxis)
+	if md.Classes != 5 || md.ChannelAxes[0] != 0 {
+		t.Errorf("classes %d, channel axis %d", md.Classes, md.ChannelAxes)
 	}
 	// NHWC images feed the same model without the first permutation.
-	md, err = onnx.Read("testdata/convnet.onnx", onnx.Options{Input: []int{9, 7, 4}, Classes: 5})
+	md, err = onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{9, 7, 4}), Classes: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := md.Graph.Nodes[0].Layer.Kind(); k != "conv2d" || md.ChannelAxis != 2 {
-		t.Errorf("NHWC input: first layer %s, channel axis %d", k, md.ChannelAxis)
+	if k := md.Graph.Nodes[0].Layer.Kind(); k != "conv2d" || md.ChannelAxes[0] != 2 {
+		t.Errorf("NHWC input: first layer %s, channel axis %d", k, md.ChannelAxes)
 	}
 	md.Graph.Init(1)
 	w := md.Graph.Params()[0]
@@ -104,7 +104,7 @@ func TestBadModels(t *testing.T) {
 			}
 			m, err := onnx.Parse(c.b)
 			if err == nil {
-				_, err = onnx.Import(m, onnx.Options{Input: c.input, Classes: classes})
+				_, err = onnx.Import(m, onnx.Options{Inputs: feats(c.input), Classes: classes})
 			}
 			if !errors.Is(err, onnx.ErrModel) && c.name != "missing initializer" || err == nil {
 				t.Fatalf("error %v, want onnx.ErrModel", err)
@@ -135,9 +135,12 @@ func FuzzImport(f *testing.F) {
 			return
 		}
 		for _, input := range models {
-			if md, err := onnx.Import(m, onnx.Options{Input: input, Classes: 2}); err == nil {
+			if md, err := onnx.Import(m, onnx.Options{Inputs: feats(input), Classes: 2}); err == nil {
 				md.Graph.Init(1)
 			}
 		}
 	})
 }
+
+// feats is the data of one input of features of the given shape.
+func feats(shape []int) []onnx.Input { return []onnx.Input{{Name: "x", Shape: shape}} }

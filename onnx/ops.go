@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/onnx/onnxpb"
 )
 
-// handlers maps each supported operator to the code that adds it.
-var handlers map[string]func(*importer, *onnxpb.NodeProto) error
+// handlers add each supported operator where an input is computed from
+// the data; folders compute it where every input is a constant.
+var (
+	handlers map[string]func(*importer, *onnxpb.NodeProto) error
+	folders  map[string]func(*importer, *onnxpb.NodeProto) (*konst, error)
+)
 
 func init() {
 	handlers = map[string]func(*importer, *onnxpb.NodeProto) error{
@@ -22,46 +25,798 @@ func init() {
 		"LeakyRelu": unary(func(n *onnxpb.NodeProto) nn.Layer {
 			return nn.LeakyReLU{Alpha: attrFloat(n, "alpha", 0.01)}
 		}),
+		"Sqrt":               unaryOp("sqrt"),
+		"Exp":                unaryOp("exp"),
+		"Log":                unaryOp("log"),
+		"Neg":                unaryOp("neg"),
+		"Abs":                unaryOp("abs"),
+		"Reciprocal":         unaryOp("reciprocal"),
+		"Sin":                unaryOp("sin"),
+		"Cos":                unaryOp("cos"),
+		"Softplus":           unaryOp("softplus"),
 		"Gelu":               gelu,
+		"Clip":               clip,
 		"Add":                arith("add"),
 		"Sub":                arith("sub"),
 		"Mul":                arith("mul"),
 		"Div":                arith("div"),
+		"Pow":                pow,
+		"Equal":              compare("eq"),
+		"Less":               compare("lt"),
+		"Greater":            compare("gt"),
+		"Where":              where,
 		"Gemm":               gemm,
 		"MatMul":             matmul,
 		"Conv":               conv,
+		"ConvTranspose":      convTranspose,
 		"BatchNormalization": batchNorm,
+		"LayerNormalization": layerNorm,
 		"MaxPool":            pool,
 		"AveragePool":        pool,
 		"GlobalAveragePool":  globalAvgPool,
+		"Resize":             resize,
+		"Upsample":           resize,
 		"Flatten":            flatten,
 		"Reshape":            reshape,
 		"Transpose":          transpose,
+		"Squeeze":            squeeze,
+		"Unsqueeze":          unsqueeze,
 		"Concat":             concat,
 		"Split":              split,
 		"Slice":              slice,
+		"Gather":             gather,
+		"Expand":             expand,
 		"Dropout":            dropout,
 		"Identity":           identity,
 		"Softmax":            softmax(false),
 		"LogSoftmax":         softmax(true),
-		"Constant":           constantOp,
-		"Shape":              shapeOp,
-		"Gather":             gather,
-		"Unsqueeze":          unsqueeze,
+		"ReduceMean":         reduce("mean"),
+		"ReduceSum":          reduce("sum"),
 		"Cast":               cast,
 		"Pad":                pad,
+		"Shape":              shapeOp,
+		"LSTM":               rnn,
+		"GRU":                rnn,
+		"ppnode.LayerNorm":   layerNorm,
+		"ppnode.Linear":      fusedLinear,
+		// Operators of constants only: shape arithmetic, masks, indices.
+		"Constant":        nil,
+		"ConstantOfShape": nil,
+		"Range":           nil,
+		"Not":             nil,
+		"And":             nil,
+		"Or":              nil,
+		"Xor":             nil,
+		"Floor":           nil,
+		"Ceil":            nil,
+		"Min":             nil,
+		"Max":             nil,
+		"Mod":             nil,
+	}
+	folders = map[string]func(*importer, *onnxpb.NodeProto) (*konst, error){
+		"Constant":        foldConstant,
+		"ConstantOfShape": foldConstantOfShape,
+		"Range":           foldRange,
+		"Identity":        func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
+		"Shape":           foldShape,
+		"Gather":          foldGather,
+		"Unsqueeze":       foldUnsqueeze,
+		"Squeeze":         foldSqueeze,
+		"Concat":          foldConcat,
+		"Slice":           foldSlice,
+		"Reshape":         foldReshape,
+		"Flatten":         foldFlatten,
+		"Transpose":       foldTranspose,
+		"Cast":            foldCast,
+		"Expand":          foldExpand,
+		"Where":           foldWhere,
+		"Dropout":         func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
+		"Split":           foldSplit,
+	}
+	for op, name := range map[string]string{"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
+		"Equal": "eq", "Less": "lt", "Greater": "gt", "And": "and", "Or": "or", "Xor": "xor", "Min": "min", "Max": "max", "Mod": "mod"} {
+		folders[op] = foldBinary(name)
+	}
+	for op, name := range map[string]string{"Neg": "neg", "Abs": "abs", "Sqrt": "sqrt", "Exp": "exp", "Log": "log",
+		"Floor": "floor", "Ceil": "ceil", "Not": "not", "Reciprocal": "reciprocal"} {
+		folders[op] = foldUnary(name)
+	}
+	for op, h := range handlers {
+		if h == nil {
+			handlers[op] = func(*importer, *onnxpb.NodeProto) error {
+				return fmt.Errorf("%s of values computed from the data is not supported", op)
+			}
+		}
 	}
 }
 
+// ---- constants ----
+
+func foldConstant(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	for _, a := range n.GetAttribute() {
+		switch a.GetName() {
+		case "value":
+			return tensorOf(a.GetT())
+		case "value_float":
+			return newFloat(nil, []float32{a.GetF()}), nil
+		case "value_floats":
+			return newFloat([]int{len(a.GetFloats())}, slices.Clone(a.GetFloats())), nil
+		case "value_int":
+			return newInts(nil, a.GetI()), nil
+		case "value_ints":
+			return newInts([]int{len(a.GetInts())}, a.GetInts()...), nil
+		default:
+			return nil, fmt.Errorf("attribute %s is not supported", a.GetName())
+		}
+	}
+	return nil, fmt.Errorf("no value")
+}
+
+func foldConstantOfShape(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	s, ok := k.syms()
+	if !ok || len(k.shape) > 1 {
+		return nil, fmt.Errorf("shape %v is not a list of integers", k.shape)
+	}
+	var v *konst
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "value" {
+			var err error
+			if v, err = tensorOf(a.GetT()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return constantOfShape(s, v)
+}
+
+func foldRange(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	var vs [3]float32
+	isInt := true
+	for i := range vs {
+		k, ok := im.konst(i)
+		if !ok {
+			return nil, fmt.Errorf("input %d is missing", i)
+		}
+		x, ok := k.scalar()
+		if !ok {
+			return nil, fmt.Errorf("input %d is not a scalar", i)
+		}
+		vs[i], isInt = x, isInt && k.kind != kFloat
+	}
+	start, limit, delta := float64(vs[0]), float64(vs[1]), float64(vs[2])
+	if delta == 0 {
+		return nil, fmt.Errorf("range step 0")
+	}
+	count := int(max(math.Ceil((limit-start)/delta), 0))
+	if count > maxConst {
+		return nil, fmt.Errorf("range of %d elements", count)
+	}
+	if isInt {
+		out := newInts([]int{count})
+		out.i = make([]sym, count)
+		for j := range out.i {
+			out.i[j] = sym{c: int64(start) + int64(j)*int64(delta)}
+		}
+		return out, nil
+	}
+	out := newFloat([]int{count}, make([]float32, count))
+	for j := range out.f {
+		out.f[j] = float32(start + float64(j)*delta)
+	}
+	return out, nil
+}
+
+// foldShape gives a constant's shape; for values see shapeOp.
+func foldShape(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	s := make([]sym, len(k.shape))
+	for a, d := range k.shape {
+		s[a] = sym{c: int64(d)}
+		if a == k.batch {
+			s[a] = sym{c: 1, n: true}
+		}
+	}
+	return shapeSlice(n, s), nil
+}
+
+func shapeSlice(n *onnxpb.NodeProto, s []sym) *konst {
+	r := int64(len(s))
+	lo, hi := attrInt(n, "start", 0), attrInt(n, "end", r)
+	fix := func(v int64) int {
+		if v < 0 {
+			v += r
+		}
+		return int(max(0, min(v, r)))
+	}
+	a, b := fix(lo), fix(hi)
+	s = s[a:max(a, b)]
+	return newSyms([]int{len(s)}, slices.Clone(s))
+}
+
+func shapeOp(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	im.setK(0, shapeSlice(n, v.shape()))
+	return nil
+}
+
+func foldGather(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	data, _ := im.konst(0)
+	idx, _ := im.konst(1)
+	axis, err := normAxis(attrInt(n, "axis", 0), len(data.shape))
+	if err != nil {
+		return nil, err
+	}
+	if idx.trainable() {
+		return nil, fmt.Errorf("indices from a parameter")
+	}
+	im.freeze(idx)
+	return data.gather(idx, axis)
+}
+
+// axesOf reads the axes of Squeeze and Unsqueeze (an attribute before
+// opset 13, then an input).
+func (im *importer) axesInput(n *onnxpb.NodeProto, r int) ([]int, bool, error) {
+	raw, ok := attrInts(n, "axes")
+	if k, has := im.konst(1); has {
+		im.freeze(k)
+		if raw, ok = k.ints(); !ok {
+			return nil, false, fmt.Errorf("axes are not integers")
+		}
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	axes := make([]int, len(raw))
+	for j, a := range raw {
+		x, err := normAxis(a, r)
+		if err != nil {
+			return nil, false, err
+		}
+		axes[j] = x
+	}
+	slices.Sort(axes)
+	if len(slices.Compact(slices.Clone(axes))) != len(axes) {
+		return nil, false, fmt.Errorf("axes %v repeat", raw)
+	}
+	return axes, true, nil
+}
+
+func foldUnsqueeze(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	raw, _ := attrInts(n, "axes")
+	if a, has := im.konst(1); has {
+		raw, _ = a.ints()
+	}
+	axes, _, err := im.axesInput(n, len(k.shape)+len(raw))
+	if err != nil {
+		return nil, err
+	}
+	shape := slices.Clone(k.shape)
+	batch := k.batch
+	for _, a := range axes {
+		if a > len(shape) {
+			return nil, fmt.Errorf("axes %v of %v", axes, k.shape)
+		}
+		shape = slices.Insert(shape, a, 1)
+		if batch >= a {
+			batch++
+		}
+	}
+	out := *k
+	out.shape, out.batch = shape, batch
+	return &out, nil
+}
+
+func foldSqueeze(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	axes, ok, err := im.axesInput(n, len(k.shape))
+	if err != nil {
+		return nil, err
+	}
+	var shape []int
+	batch := -1
+	for a, d := range k.shape {
+		drop := ok && slices.Contains(axes, a) || !ok && d == 1 && a != k.batch
+		if drop && (d != 1 || a == k.batch) {
+			return nil, fmt.Errorf("squeeze of axis %d of %v", a, k.shape)
+		}
+		if !drop {
+			if a == k.batch {
+				batch = len(shape)
+			}
+			shape = append(shape, d)
+		}
+	}
+	out := *k
+	out.shape, out.batch = shape, batch
+	return &out, nil
+}
+
+func foldConcat(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	var ks []*konst
+	for i := range n.GetInput() {
+		k, ok := im.konst(i)
+		if !ok {
+			continue
+		}
+		ks = append(ks, k)
+	}
+	if len(ks) == 0 {
+		return nil, fmt.Errorf("no inputs")
+	}
+	axis, err := normAxis(attrInt(n, "axis", 0), len(ks[0].shape))
+	if err != nil {
+		return nil, err
+	}
+	// Shape lists mix ints of shape arithmetic with the batch size: fine.
+	return concatK(ks, axis)
+}
+
+// sliceArgs reads Slice's starts, ends, axes and steps (attributes before
+// opset 10, then inputs).
+func (im *importer) sliceArgs(n *onnxpb.NodeProto) (starts, ends, axes, steps []int64, err error) {
+	if im.opset < 10 {
+		starts, _ = attrInts(n, "starts")
+		ends, _ = attrInts(n, "ends")
+		axes, _ = attrInts(n, "axes")
+	} else {
+		get := func(i int) ([]int64, error) {
+			if !im.has(i) {
+				return nil, nil
+			}
+			k, ok := im.konst(i)
+			if !ok {
+				return nil, fmt.Errorf("input %d must be a constant", i)
+			}
+			im.freeze(k)
+			v, ok := k.ints()
+			if !ok {
+				return nil, fmt.Errorf("input %d is not a list of integers", i)
+			}
+			return v, nil
+		}
+		for i, dst := range []*[]int64{&starts, &ends, &axes, &steps} {
+			if *dst, err = get(i + 1); err != nil {
+				return
+			}
+		}
+	}
+	switch {
+	case starts == nil || ends == nil:
+		err = fmt.Errorf("starts %v and ends %v: both are needed", starts, ends)
+	case len(starts) != len(ends) || axes != nil && len(axes) != len(starts) || steps != nil && len(steps) != len(starts):
+		err = fmt.Errorf("starts %v ends %v axes %v steps %v differ in length", starts, ends, axes, steps)
+	}
+	return
+}
+
+func foldSlice(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	starts, ends, axes, steps, err := im.sliceArgs(n)
+	if err != nil {
+		return nil, err
+	}
+	return k.slice(starts, ends, axes, steps)
+}
+
+// resolveShape turns a Reshape's target (0: the input's dimension unless
+// allowzero, -1: inferred) into sizes of shape arithmetic.
+func resolveShape(n *onnxpb.NodeProto, in []sym, target []sym) ([]sym, error) {
+	out := slices.Clone(target)
+	infer := -1
+	for i, d := range out {
+		switch {
+		case d == sym{} && attrInt(n, "allowzero", 0) == 0:
+			if i >= len(in) {
+				return nil, fmt.Errorf("shape %v copies dimension %d of %v", target, i, in)
+			}
+			out[i] = in[i]
+		case d == sym{c: -1} && infer < 0:
+			infer = i
+		case d.c < 1:
+			return nil, fmt.Errorf("shape %v", target)
+		}
+	}
+	total, rest := sym{c: 1}, sym{c: 1}
+	var err error
+	for _, d := range in {
+		if total, err = symOp("mul", total, d); err != nil {
+			return nil, err
+		}
+	}
+	for i, d := range out {
+		if i != infer {
+			if rest, err = symOp("mul", rest, d); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if infer >= 0 {
+		if out[infer], err = symOp("div", total, rest); err != nil {
+			return nil, fmt.Errorf("shape %v does not fit %v", target, in)
+		}
+	} else if total != rest {
+		return nil, fmt.Errorf("shape %v does not fit %v", target, in)
+	}
+	return out, nil
+}
+
+func konstShape(k *konst) []sym {
+	s := make([]sym, len(k.shape))
+	for a, d := range k.shape {
+		s[a] = sym{c: int64(d)}
+		if a == k.batch {
+			s[a] = sym{c: 1, n: true}
+		}
+	}
+	return s
+}
+
+func plainInts(s []sym) ([]int, bool) {
+	out := make([]int, len(s))
+	for i, d := range s {
+		if d.n || d.c < 0 || d.c > math.MaxInt32 {
+			return nil, false
+		}
+		out[i] = int(d.c)
+	}
+	return out, true
+}
+
+func (im *importer) reshapeTarget(n *onnxpb.NodeProto, in []sym) ([]sym, error) {
+	t, ok := im.konst(1)
+	if !ok {
+		return nil, fmt.Errorf("the shape must be a constant")
+	}
+	im.freeze(t)
+	s, ok := t.syms()
+	if !ok || len(t.shape) != 1 {
+		return nil, fmt.Errorf("shape %v is not a list of integers", t.shape)
+	}
+	return resolveShape(n, in, s)
+}
+
+func foldReshape(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	s, err := im.reshapeTarget(n, konstShape(k))
+	if err != nil {
+		return nil, err
+	}
+	shape, ok := plainInts(s)
+	if !ok {
+		return nil, fmt.Errorf("a reshape of a constant to %v", s)
+	}
+	return k.reshape(shape)
+}
+
+func foldFlatten(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	a, err := normAxis(attrInt(n, "axis", 1), len(k.shape)+1)
+	if err != nil {
+		return nil, err
+	}
+	return k.reshape([]int{prod(k.shape[:a]), prod(k.shape[a:])})
+}
+
+func perm(n *onnxpb.NodeProto) []int {
+	p, _ := attrInts(n, "perm")
+	out := make([]int, len(p))
+	for i, a := range p {
+		out[i] = int(max(-1, min(a, math.MaxInt32)))
+	}
+	return out
+}
+
+func foldTranspose(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	return k.transpose(perm(n))
+}
+
+// castTo maps an ONNX type to a constant's kind.
+func castTo(n *onnxpb.NodeProto) (kind, error) {
+	switch to := onnxpb.TensorProto_DataType(attrInt(n, "to", 0)); to {
+	case onnxpb.TensorProto_FLOAT, onnxpb.TensorProto_DOUBLE, onnxpb.TensorProto_FLOAT16, onnxpb.TensorProto_BFLOAT16:
+		return kFloat, nil
+	case onnxpb.TensorProto_INT64, onnxpb.TensorProto_INT32, onnxpb.TensorProto_INT16, onnxpb.TensorProto_INT8,
+		onnxpb.TensorProto_UINT8, onnxpb.TensorProto_UINT16, onnxpb.TensorProto_UINT32, onnxpb.TensorProto_UINT64:
+		return kInt, nil
+	case onnxpb.TensorProto_BOOL:
+		return kBool, nil
+	default:
+		return 0, fmt.Errorf("cast to %s", to)
+	}
+}
+
+func foldCast(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	to, err := castTo(n)
+	if err != nil {
+		return nil, err
+	}
+	if to != kFloat {
+		im.freeze(k)
+	}
+	return castK(k, to)
+}
+
+func foldExpand(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	t, _ := im.konst(1)
+	im.freeze(t)
+	s, ok := t.syms()
+	if !ok {
+		return nil, fmt.Errorf("shape is not a list of integers")
+	}
+	return k.expand(s)
+}
+
+func foldWhere(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	c, _ := im.konst(0)
+	a, _ := im.konst(1)
+	b, _ := im.konst(2)
+	im.freeze(c)
+	return whereK(c, a, b)
+}
+
+func foldSplit(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	k, _ := im.konst(0)
+	axis, err := normAxis(attrInt(n, "axis", 0), len(k.shape))
+	if err != nil {
+		return nil, err
+	}
+	sizes, err := im.splitSizes(n, k.shape[axis])
+	if err != nil {
+		return nil, err
+	}
+	from := 0
+	for i, s := range sizes {
+		part, err := k.slice([]int64{int64(from)}, []int64{int64(from + s)}, []int64{int64(axis)}, nil)
+		if err != nil {
+			return nil, err
+		}
+		im.setK(i, part)
+		from += s
+	}
+	k0, _ := im.consts[n.GetOutput()[0]]
+	return k0, nil
+}
+
+func foldBinary(op string) func(*importer, *onnxpb.NodeProto) (*konst, error) {
+	return func(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+		a, okA := im.konst(0)
+		b, okB := im.konst(1)
+		if !okA || !okB {
+			return nil, fmt.Errorf("%d operands, want 2", len(n.GetInput()))
+		}
+		im.freeze(a, b)
+		return binaryK(op, a, b)
+	}
+}
+
+func foldUnary(op string) func(*importer, *onnxpb.NodeProto) (*konst, error) {
+	return func(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+		k, _ := im.konst(0)
+		if op != "neg" {
+			im.freeze(k)
+		}
+		out, err := unaryK(op, k)
+		if err == nil && op == "neg" {
+			im.freeze(k)
+		}
+		return out, err
+	}
+}
+
+// ---- the layout of a constant against a value ----
+
+// operand lays out the constant k, broadcast against value v (numpy rules,
+// aligned at the last axis), in v's stored layout: its per-sample shape
+// (v's stored rank, each axis v's size or 1), its values and, for a konst
+// of initializers, where each value comes from.
+func (im *importer) operand(v *value, k *konst) ([]int, []float32, []int64, error) {
+	r, kr := v.rank(), len(k.shape)
+	kdim := func(d int) int { // k's size along v's axis d
+		if j := d - (r - kr); j >= 0 {
+			return k.shape[j]
+		}
+		return 1
+	}
+	for j := 0; j < kr-r; j++ {
+		if k.shape[j] != 1 {
+			return nil, nil, nil, fmt.Errorf("a constant of shape %v against values of shape %v", k.shape, v)
+		}
+	}
+	for d := 0; d < r; d++ {
+		kd := kdim(d)
+		if kd == 1 {
+			continue
+		}
+		if slices.Contains(v.dims[d], 0) || int64(kd) != v.dim(d).c {
+			return nil, nil, nil, fmt.Errorf("a constant of shape %v does not broadcast against values of shape %v", k.shape, v)
+		}
+	}
+	f, ok := k.floats()
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("a constant that holds the batch size")
+	}
+	S := len(v.stored)
+	own := v.owner()
+	shape := make([]int, S)
+	for a := 1; a <= S; a++ {
+		shape[a-1] = 1
+		if d := own[a]; d >= 0 && kdim(d) != 1 {
+			shape[a-1] = v.axisSize(a)
+		}
+	}
+	kst := strides(k.shape)
+	// pos[a] is the position of stored axis a within its ONNX axis (the
+	// stride of its index there).
+	pos := make([]int, S+1)
+	for _, as := range v.dims {
+		st := 1
+		for j := len(as) - 1; j >= 0; j-- {
+			if as[j] != 0 {
+				pos[as[j]] = st
+				st *= v.axisSize(as[j])
+			}
+		}
+	}
+	data := make([]float32, prod(shape))
+	var src []int64
+	if k.src != nil {
+		src = make([]int64, len(data))
+	}
+	each(shape, func(idx []int, e int) {
+		j := 0
+		for a := 1; a <= S; a++ {
+			d := own[a]
+			if d < 0 || shape[a-1] == 1 {
+				continue
+			}
+			if kj := d - (r - kr); kj >= 0 {
+				j += idx[a-1] * pos[a] * kst[kj]
+			}
+		}
+		data[e] = f[j]
+		if src != nil {
+			src[e] = k.src[j]
+		}
+	})
+	return shape, data, src, nil
+}
+
+// paramOf makes the trainable parameter that the konst's initializer
+// elements are, for layer: the whole initializer, and the map from the
+// konst's elements to its elements. Every element must come from one
+// initializer.
+func (im *importer) paramOf(src []int64, layer string) (*nn.Param, []int32, error) {
+	id := -1
+	m := make([]int32, len(src))
+	for e, s := range src {
+		if s < 0 {
+			return nil, nil, fmt.Errorf("a weight that is partly a constant")
+		}
+		if id >= 0 && int(s>>32) != id {
+			return nil, nil, fmt.Errorf("a weight from two initializers (%s and %s)", im.inits[id].name, im.inits[s>>32].name)
+		}
+		id = int(s >> 32)
+		m[e] = int32(s & (1<<32 - 1))
+	}
+	if id < 0 {
+		return nil, nil, fmt.Errorf("an empty weight")
+	}
+	if err := im.train(id, layer); err != nil {
+		return nil, nil, err
+	}
+	in := im.inits[id]
+	p := &nn.Param{Value: nn.New(shapeOrScalar(in.k.shape)...), Grad: nn.New(shapeOrScalar(in.k.shape)...), Given: slices.Clone(in.k.f)}
+	identity := len(m) == len(in.k.f)
+	for e, j := range m {
+		identity = identity && int(j) == e
+	}
+	if identity {
+		m = nil
+	}
+	return p, m, nil
+}
+
+// train records that layer trains initializer id; one initializer is one
+// layer's (tied weights are not supported).
+func (im *importer) train(id int, layer string) error {
+	if l, ok := im.trained[id]; ok {
+		return fmt.Errorf("parameter %q is used by layers %s and %s; shared (tied) weights are not supported", im.inits[id].name, l, layer)
+	}
+	im.trained[id] = layer
+	return nil
+}
+
+// nameParam names p after its initializer once the layer is in the graph
+// (the builder prefixes parameter names with the layer's).
+func (im *importer) nameParam(p *nn.Param, src []int64) {
+	for _, s := range src {
+		if s >= 0 {
+			p.Name = im.inits[s>>32].name
+			return
+		}
+	}
+}
+
+// whole returns the initializer that k is, element for element in the
+// order perm gives (k = Transpose(init, perm); nil: the identity).
+func (im *importer) whole(k *konst, perm []int) (int, bool) {
+	if k.src == nil || len(k.src) == 0 || k.src[0] < 0 {
+		return 0, false
+	}
+	id := int(k.src[0] >> 32)
+	in := im.inits[id].k
+	if len(in.shape) != len(k.shape) {
+		return 0, false
+	}
+	if perm == nil {
+		perm = make([]int, len(k.shape))
+		for i := range perm {
+			perm[i] = i
+		}
+	}
+	for a, p := range perm {
+		if k.shape[a] != in.shape[p] {
+			return 0, false
+		}
+	}
+	st := strides(in.shape)
+	ok := true
+	each(k.shape, func(idx []int, e int) {
+		j := 0
+		for a, p := range perm {
+			j += idx[a] * st[p]
+		}
+		ok = ok && k.src[e] == int64(id)<<32|int64(j)
+	})
+	return id, ok
+}
+
+// give starts p at initializer id's values (in the exported layout), named
+// after it; shape is the exported shape if it differs from the file's.
+func (im *importer) give(p *nn.Param, id int, shape ...int) {
+	in := im.inits[id]
+	if len(shape) == 0 {
+		shape = in.k.shape
+	}
+	p.Name = in.name
+	v, err := p.FromExported(in.k.f, shape)
+	if err != nil && im.err == nil {
+		im.err = modelErr("parameter %v", err)
+	}
+	p.Given = v
+}
+
+// ---- elementwise ----
+
 func unary(mk func(*onnxpb.NodeProto) nn.Layer) func(*importer, *onnxpb.NodeProto) error {
 	return func(im *importer, n *onnxpb.NodeProto) error {
-		v, err := im.act(0)
+		v, err := im.val(0)
 		if err != nil {
 			return err
 		}
-		im.set(0, &value{name: im.add("", mk(n), v), shape: v.shape, cl: v.cl})
+		if v.isInt {
+			return fmt.Errorf("%s of integers", n.GetOpType())
+		}
+		im.set(0, im.same(v, im.add("", mk(n), v)))
 		return nil
 	}
+}
+
+func unaryOp(op string) func(*importer, *onnxpb.NodeProto) error {
+	return unary(func(*onnxpb.NodeProto) nn.Layer { return &nn.Unary{Op: op} })
+}
+
+// same is the value of a layer's output stored and seen as v is.
+func (im *importer) same(v *value, name string) *value {
+	return &value{name: name, stored: v.stored, dims: v.dims, isInt: v.isInt}
 }
 
 func gelu(im *importer, n *onnxpb.NodeProto) error {
@@ -71,48 +826,46 @@ func gelu(im *importer, n *onnxpb.NodeProto) error {
 	return unary(func(*onnxpb.NodeProto) nn.Layer { return nn.GELU{} })(im, n)
 }
 
-func identity(im *importer, n *onnxpb.NodeProto) error {
-	if c, ok := im.konst(0); ok {
-		im.consts[n.GetOutput()[0]] = c
-		return nil
+func clip(im *importer, n *onnxpb.NodeProto) error {
+	lo, hi := float32(math.Inf(-1)), float32(math.Inf(1))
+	if im.opset < 11 {
+		lo, hi = attrFloat(n, "min", lo), attrFloat(n, "max", hi)
 	}
-	v, err := im.act(0)
-	if err != nil {
-		return err
+	for i, dst := range []*float32{&lo, &hi} {
+		if !im.has(i + 1) {
+			continue
+		}
+		k, ok := im.konst(i + 1)
+		if !ok {
+			return fmt.Errorf("bounds must be constants")
+		}
+		im.freeze(k)
+		x, ok := k.scalar()
+		if !ok {
+			return fmt.Errorf("bound of shape %v", k.shape)
+		}
+		*dst = x
 	}
-	im.set(0, v)
-	return nil
+	return unary(func(*onnxpb.NodeProto) nn.Layer { return &nn.Clip{Min: lo, Max: hi} })(im, n)
 }
 
-// arith adds Add, Sub, Mul or Div: of two values of one shape, of a value
-// and a scalar constant, or (Add, Mul) of a value and a parameter that
-// broadcasts along the channels or features.
+// arith adds Add, Sub, Mul or Div of two values (broadcasting), or of a
+// value and a constant (a scalar, a constant tensor, or a trainable
+// parameter from the file's initializers).
 func arith(op string) func(*importer, *onnxpb.NodeProto) error {
 	return func(im *importer, n *onnxpb.NodeProto) error {
 		if len(n.GetInput()) != 2 {
 			return fmt.Errorf("%d operands, want 2", len(n.GetInput()))
 		}
-		a, errA := im.act(0)
-		b, errB := im.act(1)
+		a, errA := im.val(0)
+		b, errB := im.val(1)
 		switch {
 		case errA == nil && errB == nil:
-			if !slices.Equal(a.shape, b.shape) {
-				return fmt.Errorf("operands of shapes %v and %v: broadcasting between values is not supported", a.shape, b.shape)
+			v, err := im.binary(op, a, b)
+			if err != nil {
+				return err
 			}
-			if a.cl != b.cl {
-				var err error
-				if a, err = im.channelsLast(a); err != nil {
-					return err
-				}
-				if b, err = im.channelsLast(b); err != nil {
-					return err
-				}
-			}
-			var l nn.Layer = &nn.Binary{Op: op}
-			if op == "add" {
-				l = nn.Add{}
-			}
-			im.set(0, &value{name: im.add("", l, a, b), shape: a.shape, cl: a.cl})
+			im.set(0, v)
 			return nil
 		case errA == nil || errB == nil:
 			v, k, swapped := a, 1, false
@@ -123,650 +876,197 @@ func arith(op string) func(*importer, *onnxpb.NodeProto) error {
 			if !ok {
 				return fmt.Errorf("operand %q is neither a value nor a constant", n.GetInput()[k])
 			}
-			if x, ok := c.scalar(); ok && (c.f != nil || !im.isInit(k)) {
-				sop := op
-				if swapped && (op == "sub" || op == "div") {
-					sop = "r" + op
-				}
-				im.set(0, &value{name: im.add("", &nn.Scalar{Op: sop, C: x}, v), shape: v.shape, cl: v.cl})
-				return nil
+			out, err := im.withConst(op, v, c, swapped)
+			if err != nil {
+				return err
 			}
-			return im.channelParam(op, v, k, c)
-		}
-		if c, ok := im.fold2(op); ok {
-			im.consts[n.GetOutput()[0]] = c
+			im.set(0, out)
 			return nil
 		}
 		return fmt.Errorf("no operand is computed from the data")
 	}
 }
 
-func (im *importer) isInit(i int) bool {
-	if i >= len(im.node.GetInput()) {
-		return false
+// binary adds a op b of two values: of one shape, or b broadcast along
+// axes where a has more.
+func (im *importer) binary(op string, a, b *value) (*value, error) {
+	if a.isInt || b.isInt {
+		return nil, fmt.Errorf("%s of integers", op)
 	}
-	_, ok := im.inits[im.node.GetInput()[i]]
-	return ok
-}
-
-// channelParam adds a trainable per-channel (or per-feature) bias or scale.
-func (im *importer) channelParam(op string, v *value, k int, c *constant) error {
-	if op != "add" && op != "mul" || !im.isInit(k) {
-		return fmt.Errorf("%s with a constant of shape %v: only scalars, and parameters added or multiplied per channel, are supported", op, c.shape)
-	}
-	// The parameter broadcasts along one axis: the last as stored.
-	width := v.stored()[len(v.stored())-1]
-	want := make([]int, len(v.shape))
-	for i := range want {
-		want[i] = 1
-	}
-	ax := len(v.shape) - 1
-	if v.cl {
-		ax = 0
-	}
-	want[ax] = width
-	shape := slices.Clone(c.shape)
-	for len(shape) > len(want) && shape[0] == 1 {
-		shape = shape[1:]
-	}
-	for len(shape) < len(want) {
-		shape = append([]int{1}, shape...)
-	}
-	if !slices.Equal(shape, want) {
-		return fmt.Errorf("%s with a parameter of shape %v on values of shape %v: it must broadcast along the channels or features only", op, c.shape, v.shape)
-	}
-	c, name, err := im.param(k)
-	if err != nil {
-		return err
-	}
-	if op == "add" {
-		l := &nn.Bias{}
-		im.set(0, &value{name: im.add("", l, v), shape: v.shape, cl: v.cl})
-		im.give(l.B, name, c, width)
-	} else {
-		l := &nn.Scale{}
-		im.set(0, &value{name: im.add("", l, v), shape: v.shape, cl: v.cl})
-		im.give(l.W, name, c, width)
-	}
-	return nil
-}
-
-// fold2 computes an elementwise operation of two integer constants (shape
-// arithmetic).
-func (im *importer) fold2(op string) (*constant, bool) {
-	a, okA := im.konst(0)
-	b, okB := im.konst(1)
-	if !okA || !okB || a.f != nil || b.f != nil || a.size() != b.size() {
-		return nil, false
-	}
-	out := &constant{shape: a.shape, i: make([]int64, a.size())}
-	for j := range out.i {
-		x, y := a.i[j], b.i[j]
-		if x == batchDim || y == batchDim {
-			return nil, false
+	flip := false
+	if !broadcastsTo(b, a) {
+		if !broadcastsTo(a, b) {
+			return nil, fmt.Errorf("operands of shapes %v and %v", a, b)
 		}
-		switch op {
-		case "add":
-			out.i[j] = x + y
-		case "sub":
-			out.i[j] = x - y
-		case "mul":
-			out.i[j] = x * y
-		case "div":
-			if y == 0 {
-				return nil, false
+		a, b, flip = b, a, true
+	}
+	bb, err := im.alignTo(b, a)
+	if err != nil && a.plain() && b.plain() {
+		// Stored differently (an axis split in one, whole in the other):
+		// both in ONNX's order, each axis one stored axis.
+		if a, err = im.rowMajor(a); err == nil {
+			if b, err = im.rowMajor(b); err == nil {
+				bb, err = im.alignTo(b, a)
 			}
-			out.i[j] = x / y
 		}
 	}
-	return out, true
-}
-
-func gemm(im *importer, n *onnxpb.NodeProto) error {
-	if attrFloat(n, "alpha", 1) != 1 || attrFloat(n, "beta", 1) != 1 || attrInt(n, "transA", 0) != 0 {
-		return fmt.Errorf("only alpha=1, beta=1, transA=0 are supported (torch.nn.Linear's export)")
-	}
-	x, err := im.act(0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w, wn, err := im.param(1, 2)
-	if err != nil {
-		return err
-	}
-	return im.linear(x, w, wn, attrInt(n, "transB", 0) != 0, 2)
-}
-
-func matmul(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if _, err := im.act(1); err == nil {
-		return fmt.Errorf("a product of two values is not supported; the second operand must be a parameter")
-	}
-	w, wn, err := im.param(1, 2)
-	if err != nil {
-		return err
-	}
-	return im.linear(x, w, wn, false, -1)
-}
-
-// linear adds x·W (transB: x·Wᵀ, W as torch.nn.Linear's [out, in]) with the
-// bias of input biasIn (-1 or missing: none).
-func (im *importer) linear(x *value, w *constant, wn string, transB bool, biasIn int) error {
-	if len(x.shape) != 1 {
-		return fmt.Errorf("input of per-sample shape %v; a product takes flat features (add a Flatten)", x.shape)
-	}
-	in, out := w.shape[0], w.shape[1]
-	if transB {
-		in, out = out, in
-	}
-	if x.shape[0] != in {
-		return fmt.Errorf("input has %d features, the weight %q is %v", x.shape[0], wn, w.shape)
-	}
-	l := &nn.Linear{In: in, Out: out, Transposed: !transB}
-	var b *constant
-	var bn string
-	if biasIn >= 0 && biasIn < len(im.node.GetInput()) && im.node.GetInput()[biasIn] != "" {
-		var err error
-		if b, bn, err = im.param(biasIn, 1, 2); err != nil {
-			return err
-		}
-		if b.size() != out {
-			return fmt.Errorf("bias %q has shape %v for %d outputs", bn, b.shape, out)
-		}
-	} else {
-		l.NoBias = true
-	}
-	im.set(0, &value{name: im.add("", l, x), shape: []int{out}})
-	im.give(l.W, wn, w)
-	if b != nil {
-		im.give(l.B, bn, b, out)
-	}
-	return nil
-}
-
-// geometry reads a 2-D window's kernel, strides, pads and dilations.
-func geometry(n *onnxpb.NodeProto, kernel []int) (strides, pads, dilations []int, err error) {
-	if ap := attrString(n, "auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID" {
-		return nil, nil, nil, fmt.Errorf("auto_pad=%s is not supported; export with explicit padding", ap)
-	}
-	get := func(name string, def []int64, lo int64, count int) ([]int, error) {
-		v, ok := attrInts(n, name)
-		if !ok {
-			v = def
-		}
-		if len(v) != count {
-			return nil, fmt.Errorf("%s=%v: want %d values (2-D windows only)", name, v, count)
-		}
-		return small(v, lo)
-	}
-	if strides, err = get("strides", []int64{1, 1}, 1, 2); err != nil {
-		return
-	}
-	if pads, err = get("pads", []int64{0, 0, 0, 0}, 0, 4); err != nil {
-		return
-	}
-	dilations, err = get("dilations", []int64{1, 1}, 1, 2)
-	return
-}
-
-func conv(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	w, wn, err := im.param(1)
-	if err != nil {
-		return err
-	}
-	if len(w.shape) != 4 || len(x.shape) != 3 {
-		return fmt.Errorf("weight %v on input %v: only 2-D convolutions are supported", w.shape, x.shape)
-	}
-	groups := int(attrInt(n, "group", 1))
-	o, ig, kh, kw := w.shape[0], w.shape[1], w.shape[2], w.shape[3]
-	if k, ok := attrInts(n, "kernel_shape"); ok && !slices.Equal(k, []int64{int64(kh), int64(kw)}) {
-		return fmt.Errorf("kernel_shape %v and weight %v disagree", k, w.shape)
-	}
-	if groups < 1 || ig*groups != x.shape[0] || o%groups != 0 {
-		return fmt.Errorf("weight %v with %d groups on %d input channels", w.shape, groups, x.shape[0])
-	}
-	strides, pads, dil, err := geometry(n, []int{kh, kw})
-	if err != nil {
-		return err
-	}
-	var b *constant
-	var bn string
-	if len(n.GetInput()) > 2 && n.GetInput()[2] != "" {
-		if b, bn, err = im.param(2, 1); err != nil {
-			return err
-		}
-		if b.size() != o {
-			return fmt.Errorf("bias %q has shape %v for %d channels", bn, b.shape, o)
-		}
-	}
-	if x, err = im.channelsLast(x); err != nil {
-		return err
-	}
-	l := &nn.Conv2D{In: x.shape[0], Out: o, KH: kh, KW: kw, SH: strides[0], SW: strides[1],
-		PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3], DH: dil[0], DW: dil[1],
-		Groups: groups, Bias: b != nil}
-	name := im.add("", l, x)
-	out := im.b.Shape(name)
-	if out == nil {
-		return nil // the builder's error is returned at the end
-	}
-	im.set(0, &value{name: name, shape: []int{out[2], out[0], out[1]}, cl: true})
-	im.give(l.W, wn, w)
-	if b != nil {
-		im.give(l.B, bn, b, o)
-	}
-	return nil
-}
-
-func batchNorm(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if err := im.noUse(1); err != nil {
-		return err
-	}
-	switch len(x.shape) {
-	case 1:
-	case 3:
-		if x, err = im.channelsLast(x); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("input of per-sample shape %v: BatchNorm1d/2d on [C] or [C, H, W] only", x.shape)
-	}
-	ch := x.stored()[len(x.stored())-1]
-	var cs [4]*constant
-	var names [4]string
-	for i := range cs {
-		if cs[i], names[i], err = im.param(1+i, 1); err != nil {
-			return err
-		}
-		if cs[i].size() != ch {
-			return fmt.Errorf("%q has shape %v for %d channels", names[i], cs[i].shape, ch)
-		}
-	}
-	l := nn.NewBatchNorm()
-	l.Eps = shortest(attrFloat(n, "epsilon", 1e-5))
-	// ONNX's momentum weighs the running value, PyTorch's the new one.
-	l.Momentum = math.Round((1-shortest(attrFloat(n, "momentum", 0.9)))*1e9) / 1e9
-	im.set(0, &value{name: im.add("", l, x), shape: x.shape, cl: x.cl})
-	for i, p := range []*nn.Param{l.Weight, l.Bias, l.RunMean, l.RunVar} {
-		if p != nil {
-			im.give(p, names[i], cs[i])
-		}
-	}
-	return nil
-}
-
-// shortest is the float64 of f's shortest decimal form (1e-5, not
-// 9.99999974737875e-06).
-func shortest(f float32) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'g', -1, 32), 64)
-	return v
-}
-
-func pool(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if err := im.noUse(1); err != nil {
-		return err
-	}
-	if attrInt(n, "ceil_mode", 0) != 0 || attrInt(n, "storage_order", 0) != 0 {
-		return fmt.Errorf("ceil_mode and storage_order are not supported")
-	}
-	k, ok := attrInts(n, "kernel_shape")
-	if !ok || len(k) != 2 {
-		return fmt.Errorf("kernel_shape %v: 2-D windows only", k)
-	}
-	kernel, err := small(k, 1)
-	if err != nil {
-		return err
-	}
-	strides, pads, dil, err := geometry(n, kernel)
-	if err != nil {
-		return err
-	}
-	if dil[0] != 1 || dil[1] != 1 {
-		return fmt.Errorf("dilated pooling is not supported")
-	}
-	if x, err = im.channelsLast(x); err != nil {
-		return err
+	ins := []*value{a, bb}
+	if flip {
+		ins = []*value{bb, a}
 	}
 	var l nn.Layer
-	if n.GetOpType() == "MaxPool" {
-		l = &nn.MaxPool2D{KH: kernel[0], KW: kernel[1], SH: strides[0], SW: strides[1],
-			PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3]}
+	switch {
+	case !slices.Equal(bb.stored, a.stored):
+		l = &nn.Broadcast{Op: op}
+	case op == "add":
+		l = nn.Add{}
+	default:
+		l = &nn.Binary{Op: op}
+	}
+	return im.same(a, im.add("", l, ins...)), nil
+}
+
+// broadcastsTo reports whether b's shape broadcasts to a's (same rank,
+// each axis equal or 1 in b).
+func broadcastsTo(b, a *value) bool {
+	if a.rank() != b.rank() {
+		return false
+	}
+	for d := range a.dims {
+		if bd := b.dim(d); bd != a.dim(d) && bd != (sym{c: 1}) {
+			return false
+		}
+	}
+	return true
+}
+
+// withConst adds v op c (c op v when swapped).
+func (im *importer) withConst(op string, v *value, c *konst, swapped bool) (*value, error) {
+	if v.isInt {
+		return nil, fmt.Errorf("%s of integers", op)
+	}
+	sop := op
+	if swapped && (op == "sub" || op == "div") {
+		sop = "r" + op
+	}
+	train := c.trainable()
+	if x, ok := c.scalar(); ok && !train && len(c.shape) <= v.rank() {
+		im.freeze(c)
+		return im.same(v, im.add("", &nn.Scalar{Op: sop, C: x}, v)), nil
+	}
+	shape, data, src, err := im.operand(v, c)
+	if err != nil {
+		return nil, err
+	}
+	l := &nn.BroadcastOp{Op: sop, Shape: shape, Const: data}
+	name := im.layerName(im.node.GetName(), "")
+	if train {
+		p, m, err := im.paramOf(src, name)
+		if err != nil {
+			return nil, err
+		}
+		l.Const, l.P, l.Map = nil, p, m
 	} else {
-		l = &nn.AvgPool2D{KH: kernel[0], KW: kernel[1], SH: strides[0], SW: strides[1],
-			PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3],
-			CountIncludePad: attrInt(n, "count_include_pad", 0) != 0}
+		im.freeze(c)
 	}
-	name := im.add("", l, x)
-	if out := im.b.Shape(name); out != nil {
-		im.set(0, &value{name: name, shape: []int{out[2], out[0], out[1]}, cl: true})
+	out := im.same(v, im.b.Add(name, l, v.name))
+	if l.P != nil {
+		im.nameParam(l.P, src)
 	}
-	return nil
+	return out, nil
 }
 
-func globalAvgPool(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if x, err = im.channelsLast(x); err != nil {
-		return err
-	}
-	c := x.shape[0]
-	pooled := &value{name: im.add("", &nn.GlobalAvgPool{}, x), shape: []int{c}}
-	im.set(0, &value{name: im.add("view", &nn.Reshape{Shape: []int{1, 1, c}}, pooled), shape: []int{c, 1, 1}, cl: true})
-	return nil
-}
-
-func flatten(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if a := attrInt(n, "axis", 1); a != 1 {
-		return fmt.Errorf("axis=%d: only the per-sample flatten (axis 1) is supported", a)
-	}
-	if len(x.shape) == 1 {
-		im.set(0, x)
-		return nil
-	}
-	x = im.logical(x)
-	im.set(0, &value{name: im.add("", nn.Flatten{}, x), shape: []int{nn.Size(x.shape)}})
-	return nil
-}
-
-func reshape(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
+func pow(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
 	if err != nil {
 		return err
 	}
 	c, ok := im.konst(1)
 	if !ok {
-		return fmt.Errorf("the shape must be a constant")
+		return fmt.Errorf("the exponent must be a constant")
 	}
-	t, ok := c.ints()
-	if !ok || len(t) < 1 || attrInt(n, "allowzero", 0) != 0 {
-		return fmt.Errorf("shape %v: want integers, allowzero=0", c.shape)
+	im.freeze(c)
+	x, ok := c.scalar()
+	if !ok {
+		return fmt.Errorf("exponent of shape %v", c.shape)
 	}
-	switch t[0] {
-	case batchDim, 0, -1:
-	default:
-		if t[0] != im.batch {
-			return fmt.Errorf("shape %v changes the batch dimension", t)
-		}
-	}
-	shape := make([]int, len(t)-1)
-	infer := -1
-	for i, d := range t[1:] {
-		switch {
-		case d == 0 && i < len(x.shape):
-			shape[i] = x.shape[i]
-		case d == -1 && infer < 0:
-			infer = i
-		case d >= 1 && d <= math.MaxInt32:
-			shape[i] = int(d)
-		default:
-			return fmt.Errorf("shape %v is not supported", t)
-		}
-	}
-	if infer >= 0 {
-		rest := 1
-		for i, d := range shape {
-			if i != infer {
-				rest *= d
-			}
-		}
-		if rest == 0 || nn.Size(x.shape)%rest != 0 {
-			return fmt.Errorf("shape %v does not fit %v", t, x.shape)
-		}
-		shape[infer] = nn.Size(x.shape) / rest
-	}
-	if nn.Size(shape) != nn.Size(x.shape) {
-		return fmt.Errorf("shape %v does not fit per-sample shape %v", t, x.shape)
-	}
-	if slices.Equal(shape, x.shape) {
-		im.set(0, x)
-		return nil
-	}
-	x = im.logical(x)
-	im.set(0, &value{name: im.add("", &nn.Reshape{Shape: shape}, x), shape: shape})
+	im.set(0, im.same(v, im.add("", &nn.Scalar{Op: "pow", C: x}, v)))
 	return nil
 }
 
-func transpose(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	p, ok := attrInts(n, "perm")
-	if !ok || len(p) != len(x.shape)+1 || p[0] != 0 {
-		return fmt.Errorf("perm %v: only permutations of the per-sample axes are supported", p)
-	}
-	perm := make([]int, len(x.shape))
-	seen := make([]bool, len(x.shape))
-	for i, a := range p[1:] {
-		if a < 1 || int(a) > len(x.shape) || seen[a-1] {
-			return fmt.Errorf("perm %v", p)
-		}
-		perm[i], seen[a-1] = int(a-1), true
-	}
-	x = im.logical(x)
-	shape := make([]int, len(perm))
-	for i, a := range perm {
-		shape[i] = x.shape[a]
-	}
-	im.set(0, &value{name: im.add("", &nn.Permute{Perm: perm}, x), shape: shape})
-	return nil
-}
-
-func concat(im *importer, n *onnxpb.NodeProto) error {
-	ins := n.GetInput()
-	if _, err := im.act(0); err != nil {
-		if c, ok := im.foldConcat(); ok {
-			im.consts[n.GetOutput()[0]] = c
-			return nil
-		}
-		return err
-	}
-	vs := make([]*value, len(ins))
-	for i := range ins {
-		v, err := im.act(i)
+func compare(op string) func(*importer, *onnxpb.NodeProto) error {
+	return func(im *importer, n *onnxpb.NodeProto) error {
+		v, err := im.val(0)
 		if err != nil {
 			return err
 		}
-		if vs[i] = v; len(v.shape) != len(vs[0].shape) {
-			return fmt.Errorf("inputs of shapes %v and %v", vs[0].shape, v.shape)
+		c, ok := im.konst(1)
+		if !ok {
+			return fmt.Errorf("comparisons of a value with a constant scalar only")
 		}
-	}
-	a, err := axis(attrInt(n, "axis", 1), len(vs[0].shape))
-	if err != nil {
-		return err
-	}
-	cl := len(vs[0].shape) == 3 && a == 0
-	for i, v := range vs {
-		if cl {
-			if vs[i], err = im.channelsLast(v); err != nil {
-				return err
-			}
-		} else {
-			vs[i] = im.logical(v)
+		im.freeze(c)
+		x, ok := c.scalar()
+		if !ok {
+			return fmt.Errorf("comparisons with a constant of shape %v", c.shape)
 		}
-		if !vs[i].lastAxis(a) {
-			return fmt.Errorf("concatenation along axis %d of %v: only the channels or the last axis are supported", a+1, v.shape)
-		}
-	}
-	shape := slices.Clone(vs[0].shape)
-	shape[a] = 0
-	for _, v := range vs {
-		shape[a] += v.shape[a]
-	}
-	im.set(0, &value{name: im.add("", &nn.Concat{}, vs...), shape: shape, cl: cl})
-	return nil
-}
-
-// foldConcat joins 1-D integer constants (shape arithmetic).
-func (im *importer) foldConcat() (*constant, bool) {
-	out := &constant{i: []int64{}}
-	for i := range im.node.GetInput() {
-		c, ok := im.konst(i)
-		if !ok || c.f != nil || len(c.shape) > 1 {
-			return nil, false
-		}
-		out.i = append(out.i, c.i...)
-	}
-	out.shape = []int{len(out.i)}
-	return out, true
-}
-
-// sliceAxis checks that per-sample axis a of x is its last as stored and
-// returns the axis' size.
-func sliceAxis(x *value, a int) (int, error) {
-	if !x.lastAxis(a) {
-		return 0, fmt.Errorf("axis %d of %v: only the channels or the last axis can be split", a+1, x.shape)
-	}
-	return x.shape[a], nil
-}
-
-func split(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	a, err := axis(attrInt(n, "axis", 0), len(x.shape))
-	if err != nil {
-		return err
-	}
-	width, err := sliceAxis(x, a)
-	if err != nil {
-		return err
-	}
-	outs := n.GetOutput()
-	var sizes []int64
-	if c, ok := im.konst(1); ok {
-		sizes, _ = c.ints()
-	} else if s, ok := attrInts(n, "split"); ok {
-		sizes = s
-	} else {
-		if len(outs) == 0 || width%len(outs) != 0 {
-			return fmt.Errorf("%d features into %d outputs", width, len(outs))
-		}
-		for range outs {
-			sizes = append(sizes, int64(width/len(outs)))
-		}
-	}
-	if len(sizes) != len(outs) {
-		return fmt.Errorf("split %v into %d outputs", sizes, len(outs))
-	}
-	from := 0
-	for i, s := range sizes {
-		if s < 1 || s > int64(width-from) {
-			return fmt.Errorf("split %v of %d features", sizes, width)
-		}
-		to := from + int(s)
-		shape := slices.Clone(x.shape)
-		shape[a] = to - from
-		im.set(i, &value{name: im.add(fmt.Sprint(i), &nn.Slice{From: from, To: to}, x), shape: shape, cl: x.cl})
-		from = to
-	}
-	if from != width {
-		return fmt.Errorf("split %v of %d features", sizes, width)
-	}
-	return nil
-}
-
-func slice(im *importer, n *onnxpb.NodeProto) error {
-	var starts, ends, axes, steps []int64
-	if im.opset < 10 {
-		starts, _ = attrInts(n, "starts")
-		ends, _ = attrInts(n, "ends")
-		axes, _ = attrInts(n, "axes")
-	} else {
-		get := func(i int) ([]int64, error) {
-			if i >= len(n.GetInput()) || n.GetInput()[i] == "" {
-				return nil, nil
-			}
-			c, ok := im.konst(i)
-			if !ok {
-				return nil, fmt.Errorf("input %d must be a constant", i)
-			}
-			v, ok := c.ints()
-			if !ok {
-				return nil, fmt.Errorf("input %d is not integer", i)
-			}
-			return v, nil
-		}
-		var err error
-		for i, dst := range []*[]int64{&starts, &ends, &axes, &steps} {
-			if *dst, err = get(i + 1); err != nil {
-				return err
-			}
-		}
-	}
-	if c, ok := im.konst(0); ok && c.f == nil && len(c.shape) == 1 && len(starts) == 1 && (len(steps) == 0 || steps[0] == 1) {
-		lo, hi := clampRange(starts[0], ends[0], len(c.i))
-		im.consts[n.GetOutput()[0]] = &constant{shape: []int{hi - lo}, i: slices.Clone(c.i[lo:hi])}
+		out := im.same(v, im.add("", &nn.Compare{Op: op, C: x}, v))
+		out.isInt = true
+		im.set(0, out)
 		return nil
 	}
-	x, err := im.act(0)
+}
+
+// where adds Where(cond, a, b) with a constant condition and one of a, b
+// a constant scalar: masked_fill.
+func where(im *importer, n *onnxpb.NodeProto) error {
+	cond, ok := im.konst(0)
+	if !ok {
+		return fmt.Errorf("the condition must be a constant (masked_fill with a fixed mask)")
+	}
+	im.freeze(cond)
+	v, err := im.val(2)
+	fillIn, invert := 1, false
+	if err != nil {
+		if v, err = im.val(1); err != nil {
+			return err
+		}
+		fillIn, invert = 2, true
+	}
+	fc, ok := im.konst(fillIn)
+	if !ok {
+		return fmt.Errorf("one of the two branches must be a constant scalar")
+	}
+	im.freeze(fc)
+	fill, ok := fc.scalar()
+	if !ok {
+		return fmt.Errorf("a fill of shape %v", fc.shape)
+	}
+	shape, data, _, err := im.operand(v, cond)
 	if err != nil {
 		return err
 	}
-	if len(starts) != 1 || len(ends) != 1 || len(axes) > 1 || len(steps) > 1 || len(steps) == 1 && steps[0] != 1 {
-		return fmt.Errorf("starts %v ends %v axes %v steps %v: one axis with step 1 only", starts, ends, axes, steps)
+	mask := make([]bool, len(data))
+	for e, x := range data {
+		mask[e] = (x != 0) != invert
 	}
-	ax := int64(0)
-	if len(axes) == 1 {
-		ax = axes[0]
-	}
-	a, err := axis(ax, len(x.shape))
-	if err != nil {
-		return err
-	}
-	width, err := sliceAxis(x, a)
-	if err != nil {
-		return err
-	}
-	lo, hi := clampRange(starts[0], ends[0], width)
-	if lo >= hi {
-		return fmt.Errorf("empty slice [%d, %d) of %d", starts[0], ends[0], width)
-	}
-	shape := slices.Clone(x.shape)
-	shape[a] = hi - lo
-	if hi-lo == width {
-		im.set(0, x)
-		return nil
-	}
-	im.set(0, &value{name: im.add("", &nn.Slice{From: lo, To: hi}, x), shape: shape, cl: x.cl})
+	im.set(0, im.same(v, im.add("", &nn.Mask{Shape: shape, Mask: mask, Fill: fill}, v)))
 	return nil
 }
 
-// clampRange resolves ONNX slice bounds (negative from the end, clamped).
-func clampRange(start, end int64, n int) (int, int) {
-	fix := func(v int64) int {
-		if v < 0 {
-			v += int64(n)
-		}
-		return int(max(0, min(v, int64(n))))
+func identity(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
 	}
-	return fix(start), fix(end)
+	im.set(0, v)
+	return nil
 }
 
 func dropout(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
+	x, err := im.val(0)
 	if err != nil {
 		return err
 	}
@@ -775,11 +1075,13 @@ func dropout(im *importer, n *onnxpb.NodeProto) error {
 	}
 	ratio, train := attrFloat(n, "ratio", 0.5), false
 	if c, ok := im.konst(1); ok {
+		im.freeze(c)
 		if ratio, ok = c.scalar(); !ok {
 			return fmt.Errorf("ratio of shape %v", c.shape)
 		}
 	}
 	if c, ok := im.konst(2); ok {
+		im.freeze(c)
 		t, _ := c.scalar()
 		train = t != 0
 	}
@@ -790,171 +1092,623 @@ func dropout(im *importer, n *onnxpb.NodeProto) error {
 	if !(ratio > 0 && ratio < 1) {
 		return fmt.Errorf("ratio %v", ratio)
 	}
-	im.set(0, &value{name: im.add("", nn.NewDropout(float64(ratio)), x), shape: x.shape, cl: x.cl})
+	im.set(0, im.same(x, im.add("", nn.NewDropout(float64(ratio)), x)))
+	return nil
+}
+
+func cast(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	to, err := castTo(n)
+	if err != nil {
+		return err
+	}
+	switch {
+	case to == kFloat:
+		out := *v
+		out.isInt = false
+		im.set(0, &out)
+	case !v.isInt: // float to integer: toward zero
+		out := im.same(v, im.add("", nn.Truncate{}, v))
+		out.isInt = true
+		if to == kBool {
+			out = im.same(out, im.add("bool", &nn.Compare{Op: "ne", C: 0}, out))
+			out.isInt = true
+		}
+		im.set(0, out)
+	case to == kBool:
+		out := im.same(v, im.add("", &nn.Compare{Op: "ne", C: 0}, v))
+		out.isInt = true
+		im.set(0, out)
+	default:
+		im.set(0, v)
+	}
+	return nil
+}
+
+// ---- shapes of values ----
+
+func flatten(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	a, err := normAxis(attrInt(n, "axis", 1), v.rank()+1)
+	if err != nil {
+		return err
+	}
+	var outer, inner []int
+	for _, as := range v.dims[:a] {
+		outer = append(outer, as...)
+	}
+	for _, as := range v.dims[a:] {
+		inner = append(inner, as...)
+	}
+	out := *v
+	out.dims = [][]int{nonNil(outer), nonNil(inner)}
+	im.set(0, &out)
+	return nil
+}
+
+func nonNil(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s
+}
+
+func reshape(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	t, err := im.reshapeTarget(n, v.shape())
+	if err != nil {
+		return err
+	}
+	out, err := im.reshapeView(v, t)
+	if err != nil {
+		return err
+	}
+	im.set(0, out)
+	return nil
+}
+
+func transpose(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	p := perm(n)
+	if len(p) == 0 {
+		for a := v.rank() - 1; a >= 0; a-- {
+			p = append(p, a)
+		}
+	}
+	if !isPerm(p, v.rank()) {
+		return fmt.Errorf("perm %v of a tensor of %d dimensions", p, v.rank())
+	}
+	out := *v
+	out.dims = make([][]int, len(p))
+	for i, a := range p {
+		out.dims[i] = v.dims[a]
+	}
+	im.set(0, &out)
+	return nil
+}
+
+func unsqueeze(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	raw, _ := attrInts(n, "axes")
+	if a, has := im.konst(1); has {
+		raw, _ = a.ints()
+	}
+	axes, ok, err := im.axesInput(n, v.rank()+len(raw))
+	if err != nil || !ok {
+		return fmt.Errorf("axes: %v", err)
+	}
+	dims := slices.Clone(v.dims)
+	for _, a := range axes {
+		if a > len(dims) {
+			return fmt.Errorf("axes %v of %v", axes, v)
+		}
+		dims = slices.Insert(dims, a, []int{})
+	}
+	out := *v
+	out.dims = dims
+	im.set(0, &out)
+	return nil
+}
+
+func squeeze(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	axes, ok, err := im.axesInput(n, v.rank())
+	if err != nil {
+		return err
+	}
+	var dims [][]int
+	for d, as := range v.dims {
+		one := v.dim(d) == sym{c: 1}
+		drop := ok && slices.Contains(axes, d) || !ok && one
+		if drop && !one {
+			return fmt.Errorf("squeeze of axis %d of %v", d, v)
+		}
+		if !drop {
+			dims = append(dims, as)
+		}
+	}
+	out := *v
+	out.dims = dims
+	im.set(0, &out)
+	return nil
+}
+
+func expand(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	t, ok := im.konst(1)
+	if !ok {
+		return fmt.Errorf("the shape must be a constant")
+	}
+	im.freeze(t)
+	s, ok := t.syms()
+	if !ok {
+		return fmt.Errorf("shape is not a list of integers")
+	}
+	// Only an Expand that changes nothing (or adds leading 1s) is a view.
+	if len(s) > v.rank() {
+		for _, d := range s[:len(s)-v.rank()] {
+			if d != (sym{c: 1}) {
+				return fmt.Errorf("expand of values of shape %v to %v", v, s)
+			}
+		}
+	}
+	for j := range min(len(s), v.rank()) {
+		d := s[len(s)-1-j]
+		if d != (sym{c: 1}) && d != v.dim(v.rank()-1-j) {
+			return fmt.Errorf("expand of values of shape %v to %v", v, s)
+		}
+	}
+	out := *v
+	for range len(s) - v.rank() {
+		out.dims = append([][]int{{}}, out.dims...)
+	}
+	im.set(0, &out)
+	return nil
+}
+
+func concat(im *importer, n *onnxpb.NodeProto) error {
+	var ref *value
+	for i := range n.GetInput() {
+		if v, err := im.val(i); err == nil {
+			ref = v
+			break
+		}
+	}
+	if ref == nil {
+		return fmt.Errorf("no input is computed from the data")
+	}
+	axis, err := normAxis(attrInt(n, "axis", 1), ref.rank())
+	if err != nil {
+		return err
+	}
+	if ref, _, err = im.single(ref, axis); err != nil {
+		return err
+	}
+	var ins []*value
+	total := 0
+	for i := range n.GetInput() {
+		var v *value
+		if x, err := im.val(i); err == nil {
+			if x.isInt != ref.isInt {
+				return fmt.Errorf("concatenation of integers and floats")
+			}
+			if x, _, err = im.single(x, axis); err != nil {
+				return err
+			}
+			if v, err = im.alignExcept(x, ref, axis); err != nil {
+				return err
+			}
+		} else {
+			k, ok := im.konst(i)
+			if !ok {
+				return err
+			}
+			if v, err = im.materialize(ref, k, axis); err != nil {
+				return err
+			}
+		}
+		ins = append(ins, v)
+		total += int(v.dim(axis).c)
+	}
+	at := ref.dims[axis][0]
+	l := &nn.Concat{Axis: len(ref.stored) - at}
+	name := im.add("", l, ins...)
+	dims := slices.Clone(ref.dims)
+	im.set(0, im.newValue(name, dims, ref.isInt))
+	_ = total
+	return nil
+}
+
+// alignExcept is alignTo for values that differ along ONNX axis d, which
+// both store as one axis.
+func (im *importer) alignExcept(b, a *value, d int) (*value, error) {
+	if a.rank() != b.rank() {
+		return nil, fmt.Errorf("shapes %v and %v", a, b)
+	}
+	// Plan as if b had a's size along d, then give b its own.
+	tmp := &value{name: b.name, stored: slices.Clone(b.stored), dims: b.dims, isInt: b.isInt}
+	bd := b.dims[d][0]
+	tmp.stored[bd-1] = a.axisSize(a.dims[d][0])
+	order, shape, dims, err := alignPlan(tmp, a)
+	if err != nil {
+		return nil, err
+	}
+	shape[a.dims[d][0]-1] = b.axisSize(bd)
+	return im.reshapeStored(im.permute(b, order), shape, dims), nil
+}
+
+// materialize makes a value of the constant k, broadcast along the batch,
+// laid out as ref is except along ONNX axis d (a class token before a
+// sequence).
+func (im *importer) materialize(ref *value, k *konst, d int) (*value, error) {
+	r := ref.rank()
+	if len(k.shape) != r {
+		return nil, fmt.Errorf("a constant of shape %v with values of shape %v", k.shape, ref)
+	}
+	// k as if it had ref's size along d, to lay it out; then its own.
+	full := *ref
+	full.stored = slices.Clone(ref.stored)
+	at := ref.dims[d][0]
+	full.stored[at-1] = k.shape[d]
+	kk := *k
+	kk.batch = -1
+	if k.batch >= 0 {
+		kk.shape = slices.Clone(k.shape)
+	}
+	shape, data, src, err := im.operand(&full, &kk)
+	if err != nil {
+		return nil, err
+	}
+	shape[at-1] = k.shape[d]
+	l := &nn.ParamBroadcast{Shape: shape, Const: data}
+	name := im.layerName(im.node.GetName(), "const")
+	if k.trainable() {
+		p, m, err := im.paramOf(src, name)
+		if err != nil {
+			return nil, err
+		}
+		l.Const, l.P, l.Map = nil, p, m
+	} else {
+		im.freeze(k)
+	}
+	out := im.b.Add(name, l, ref.name)
+	if l.P != nil {
+		im.nameParam(l.P, src)
+	}
+	return im.newValue(out, slices.Clone(ref.dims), ref.isInt), nil
+}
+
+// splitSizes reads Split's sizes (input 1 or the attribute; even parts
+// without).
+func (im *importer) splitSizes(n *onnxpb.NodeProto, width int) ([]int, error) {
+	outs := n.GetOutput()
+	var sizes []int64
+	if c, ok := im.konst(1); ok {
+		im.freeze(c)
+		sizes, _ = c.ints()
+	} else if s, ok := attrInts(n, "split"); ok {
+		sizes = s
+	} else {
+		if len(outs) == 0 || width%len(outs) != 0 {
+			return nil, fmt.Errorf("%d into %d outputs", width, len(outs))
+		}
+		for range outs {
+			sizes = append(sizes, int64(width/len(outs)))
+		}
+	}
+	if len(sizes) != len(outs) {
+		return nil, fmt.Errorf("split %v into %d outputs", sizes, len(outs))
+	}
+	out := make([]int, len(sizes))
+	sum := 0
+	for i, s := range sizes {
+		if s < 0 || s > int64(width) {
+			return nil, fmt.Errorf("split %v of %d", sizes, width)
+		}
+		out[i] = int(s)
+		sum += out[i]
+	}
+	if sum != width {
+		return nil, fmt.Errorf("split %v of %d", sizes, width)
+	}
+	return out, nil
+}
+
+func split(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	axis, err := normAxis(attrInt(n, "axis", 0), v.rank())
+	if err != nil {
+		return err
+	}
+	v, at, err := im.single(v, axis)
+	if err != nil {
+		return err
+	}
+	sizes, err := im.splitSizes(n, v.axisSize(at))
+	if err != nil {
+		return err
+	}
+	from := 0
+	for i, s := range sizes {
+		if s == 0 {
+			return fmt.Errorf("an empty part")
+		}
+		l := &nn.Slice{From: from, To: from + s, Axis: len(v.stored) - at}
+		im.set(i, im.newValue(im.add(fmt.Sprint(i), l, v), slices.Clone(v.dims), v.isInt))
+		from += s
+	}
+	return nil
+}
+
+func slice(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	starts, ends, axes, steps, err := im.sliceArgs(n)
+	if err != nil {
+		return err
+	}
+	for j := range starts {
+		ax := int64(j)
+		if axes != nil {
+			ax = axes[j]
+		}
+		d, err := normAxis(ax, v.rank())
+		if err != nil {
+			return err
+		}
+		step := int64(1)
+		if steps != nil {
+			step = steps[j]
+		}
+		if step < 1 {
+			return fmt.Errorf("step %d: only forward slices of values are supported", step)
+		}
+		if slices.Contains(v.dims[d], 0) {
+			if step == 1 && starts[j] == 0 && ends[j] >= math.MaxInt32 {
+				continue // the whole batch
+			}
+			return fmt.Errorf("a slice along the batch")
+		}
+		size := int(v.dim(d).c)
+		first, count, err := sliceRange(starts[j], ends[j], step, size)
+		if err != nil {
+			return err
+		}
+		if count == 0 {
+			return fmt.Errorf("an empty slice [%d, %d) of %d", starts[j], ends[j], size)
+		}
+		if first == 0 && count == size && step == 1 {
+			continue
+		}
+		var at int
+		if v, at, err = im.single(v, d); err != nil {
+			return err
+		}
+		var l nn.Layer = &nn.Slice{From: first, To: first + (count-1)*int(step) + 1, Step: int(step), Axis: len(v.stored) - at}
+		if step == 1 {
+			l = &nn.Slice{From: first, To: first + count, Axis: len(v.stored) - at}
+		}
+		v = im.newValue(im.add("", l, v), slices.Clone(v.dims), v.isInt)
+	}
+	im.set(0, v)
+	return nil
+}
+
+func gather(im *importer, n *onnxpb.NodeProto) error {
+	if data, ok := im.konst(0); ok {
+		return embedding(im, n, data)
+	}
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	idx, ok := im.konst(1)
+	if !ok {
+		return fmt.Errorf("indices computed from the data select from a parameter (an embedding) only")
+	}
+	im.freeze(idx)
+	d, err := normAxis(attrInt(n, "axis", 0), v.rank())
+	if err != nil {
+		return err
+	}
+	is, ok := idx.ints()
+	if !ok || idx.batch >= 0 {
+		return fmt.Errorf("indices are not integers")
+	}
+	if slices.Contains(v.dims[d], 0) {
+		return fmt.Errorf("a gather along the batch")
+	}
+	v, at, err := im.single(v, d)
+	if err != nil {
+		return err
+	}
+	size := v.axisSize(at)
+	index := make([]int, len(is))
+	for j, x := range is {
+		if x < 0 {
+			x += int64(size)
+		}
+		if x < 0 || x >= int64(size) {
+			return fmt.Errorf("index %d of an axis of %d", is[j], size)
+		}
+		index[j] = int(x)
+	}
+	name := im.add("", &nn.Take{Axis: at - 1, Index: index}, v)
+	out := im.newValue(name, nil, v.isInt)
+	// The gathered axis becomes idx's axes: none for a scalar index (the
+	// stored axis of size 1 stays, unowned), one axis of the stored one
+	// for a list, several by splitting it.
+	dims := slices.Clone(v.dims[:d])
+	switch len(idx.shape) {
+	case 0:
+	case 1:
+		dims = append(dims, []int{at})
+	default:
+		im.set(0, out)
+		return fmt.Errorf("indices of shape %v: one index or a list", idx.shape)
+	}
+	dims = append(dims, v.dims[d+1:]...)
+	out.dims = dims
+	im.set(0, out)
 	return nil
 }
 
 func softmax(log bool) func(*importer, *onnxpb.NodeProto) error {
 	return func(im *importer, n *onnxpb.NodeProto) error {
-		x, err := im.act(0)
+		x, err := im.val(0)
 		if err != nil {
 			return err
 		}
 		def := int64(-1)
 		if im.opset < 13 {
 			def = 1
-			if len(x.shape) != 1 {
+			if x.rank() != 2 {
 				return fmt.Errorf("opset %d's softmax flattens; export with opset 13 or later", im.opset)
 			}
 		}
-		a, err := axis(attrInt(n, "axis", def), len(x.shape))
+		d, err := normAxis(attrInt(n, "axis", def), x.rank())
 		if err != nil {
 			return err
 		}
-		if !x.lastAxis(a) {
-			x = im.logical(x)
-			if !x.lastAxis(a) {
-				return fmt.Errorf("softmax along axis %d of %v: only the last axis is supported", a+1, x.shape)
-			}
+		if x, err = im.lastDims(x, d); err != nil {
+			return err
 		}
 		var l nn.Layer = nn.Softmax{}
 		if log {
 			l = nn.LogSoftmax{}
 		}
-		im.set(0, &value{name: im.add("", l, x), shape: x.shape, cl: x.cl})
+		im.set(0, im.same(x, im.add("", l, x)))
 		return nil
 	}
 }
 
-func constantOp(im *importer, n *onnxpb.NodeProto) error {
-	for _, a := range n.GetAttribute() {
-		var c *constant
-		switch a.GetName() {
-		case "value":
-			var err error
-			if c, err = tensorOf(a.GetT()); err != nil {
-				return err
+func reduce(op string) func(*importer, *onnxpb.NodeProto) error {
+	return func(im *importer, n *onnxpb.NodeProto) error {
+		v, err := im.val(0)
+		if err != nil {
+			return err
+		}
+		axes, ok, err := im.axesInput(n, v.rank())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("a reduction over every axis (the batch included) is not supported")
+		}
+		keep := attrInt(n, "keepdims", 1) != 0
+		// The reduced axes last, then merged into one stored axis.
+		if v, err = im.lastDims(v, axes...); err != nil {
+			return err
+		}
+		S, k := len(v.stored), len(axes)
+		if k > 1 {
+			shape := append(slices.Clone(v.stored[:S-k]), prod(v.stored[S-k:]))
+			dims := slices.Clone(v.dims)
+			for _, a := range axes {
+				dims[a] = nil
 			}
-		case "value_float":
-			c = &constant{f: []float32{a.GetF()}}
-		case "value_floats":
-			c = &constant{shape: []int{len(a.GetFloats())}, f: slices.Clone(a.GetFloats())}
-		case "value_int":
-			c = &constant{i: []int64{a.GetI()}}
-		case "value_ints":
-			c = &constant{shape: []int{len(a.GetInts())}, i: slices.Clone(a.GetInts())}
-		default:
-			return fmt.Errorf("attribute %s is not supported", a.GetName())
+			dims[axes[0]] = []int{S - k + 1}
+			v = im.reshapeStored(v, shape, dims)
 		}
-		im.consts[n.GetOutput()[0]] = c
+		name := im.add("", &nn.Reduce{Op: op}, v)
+		dims := make([][]int, 0, v.rank())
+		for d, as := range v.dims {
+			switch {
+			case !slices.Contains(axes, d):
+				dims = append(dims, as)
+			case keep:
+				dims = append(dims, []int{})
+			}
+		}
+		im.set(0, im.newValue(name, dims, false))
 		return nil
 	}
-	return fmt.Errorf("no value")
 }
 
-// shapeOp gives a value's shape as a constant, its batch dimension marked.
-func shapeOp(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	s := []int64{batchDim}
-	for _, d := range x.shape {
-		s = append(s, int64(d))
-	}
-	lo, hi := clampRange(attrInt(n, "start", 0), attrInt(n, "end", int64(len(s))), len(s))
-	s = s[lo:max(lo, hi)]
-	im.consts[n.GetOutput()[0]] = &constant{shape: []int{len(s)}, i: s}
-	return nil
-}
-
-func gather(im *importer, n *onnxpb.NodeProto) error {
-	c, ok1 := im.konst(0)
-	idx, ok2 := im.konst(1)
-	if !ok1 || !ok2 || c.f != nil || len(c.shape) != 1 || attrInt(n, "axis", 0) != 0 {
-		return fmt.Errorf("only gathers from 1-D integer constants (shape arithmetic) are supported")
-	}
-	is, ok := idx.ints()
-	if !ok {
-		return fmt.Errorf("indices are not integers")
-	}
-	out := &constant{shape: slices.Clone(idx.shape), i: make([]int64, len(is))}
-	for j, k := range is {
-		if k < 0 {
-			k += int64(len(c.i))
-		}
-		if k < 0 || k >= int64(len(c.i)) {
-			return fmt.Errorf("index %d of %d", is[j], len(c.i))
-		}
-		out.i[j] = c.i[k]
-	}
-	im.consts[n.GetOutput()[0]] = out
-	return nil
-}
-
-func unsqueeze(im *importer, n *onnxpb.NodeProto) error {
-	c, ok := im.konst(0)
-	if !ok {
-		return fmt.Errorf("only unsqueezing constants (shape arithmetic) is supported; use Reshape or Flatten on values")
-	}
-	axes, ok := attrInts(n, "axes")
-	if a, k := im.konst(1); k {
-		axes, ok = a.ints()
-	}
-	if !ok || len(c.shape)+len(axes) > 8 {
-		return fmt.Errorf("axes %v", axes)
-	}
-	// Shape arithmetic needs the values in order, not the added axes.
-	im.consts[n.GetOutput()[0]] = &constant{shape: []int{c.size()}, f: c.f, i: c.i}
-	return nil
-}
-
-func cast(im *importer, n *onnxpb.NodeProto) error {
-	if c, ok := im.konst(0); ok {
-		im.consts[n.GetOutput()[0]] = c
-		return nil
-	}
-	x, err := im.act(0)
-	if err != nil {
-		return err
-	}
-	if to := onnxpb.TensorProto_DataType(attrInt(n, "to", 0)); to != onnxpb.TensorProto_FLOAT {
-		return fmt.Errorf("cast of a value to %s: ppnode computes in float32", to)
-	}
-	im.set(0, x)
-	return nil
-}
-
-// pad adds zero padding of a feature map's height and width.
 func pad(im *importer, n *onnxpb.NodeProto) error {
-	x, err := im.act(0)
+	v, err := im.val(0)
 	if err != nil {
 		return err
 	}
 	if m := attrString(n, "mode", "constant"); m != "constant" {
-		return fmt.Errorf("mode %q: only zero padding is supported", m)
+		return fmt.Errorf("mode %q: only constant padding is supported", m)
 	}
 	ps, ok := attrInts(n, "pads")
 	if c, k := im.konst(1); k {
+		im.freeze(c)
 		ps, ok = c.ints()
 	}
+	fill := attrFloat(n, "value", 0)
 	if c, k := im.konst(2); k {
-		if v, _ := c.scalar(); v != 0 {
-			return fmt.Errorf("padding value %v: only zeros are supported", v)
+		im.freeze(c)
+		if fill, ok = c.scalar(); !ok {
+			return fmt.Errorf("a padding value of shape %v", c.shape)
 		}
 	}
-	if !ok || len(ps) != 8 || len(x.shape) != 3 || ps[0] != 0 || ps[1] != 0 || ps[4] != 0 || ps[5] != 0 {
-		return fmt.Errorf("pads %v of %v: only the height and width of a feature map can be padded", ps, x.shape)
+	r := v.rank()
+	if !ok || len(ps) != 2*r {
+		return fmt.Errorf("pads %v of a tensor of %d dimensions", ps, r)
 	}
-	p, err := small([]int64{ps[2], ps[3], ps[6], ps[7]}, 0)
-	if err != nil {
-		return err
+	if im.has(3) {
+		return fmt.Errorf("Pad's axes input is not supported")
 	}
-	if x, err = im.channelsLast(x); err != nil {
-		return err
+	// The height and width of a feature map: one layer.
+	if r == 4 && v.plain() && fill == 0 && ps[1] == 0 && ps[5] == 0 {
+		p, err := small([]int64{ps[2], ps[3], ps[6], ps[7]}, 0)
+		if err != nil {
+			return err
+		}
+		if v, err = im.layout(v, 2, 3, 1); err != nil {
+			return err
+		}
+		l := &nn.Pad2D{Top: p[0], Left: p[1], Bottom: p[2], Right: p[3]}
+		im.set(0, im.newValue(im.add("", l, v), [][]int{{0}, {3}, {1}, {2}}, v.isInt))
+		return nil
 	}
-	l := &nn.Pad2D{Top: p[0], Left: p[1], Bottom: p[2], Right: p[3]}
-	shape := []int{x.shape[0], x.shape[1] + p[0] + p[2], x.shape[2] + p[1] + p[3]}
-	im.set(0, &value{name: im.add("", l, x), shape: shape, cl: true})
+	for d := 0; d < r; d++ {
+		before, after := ps[d], ps[d+r]
+		if before == 0 && after == 0 {
+			continue
+		}
+		if before < 0 || after < 0 || before > 1<<20 || after > 1<<20 {
+			return fmt.Errorf("pads %v: only non-negative padding is supported", ps)
+		}
+		if slices.Contains(v.dims[d], 0) {
+			return fmt.Errorf("padding of the batch")
+		}
+		var at int
+		if v, at, err = im.single(v, d); err != nil {
+			return err
+		}
+		l := &nn.Pad{Axis: at - 1, Before: int(before), After: int(after), Value: fill}
+		v = im.newValue(im.add("", l, v), slices.Clone(v.dims), v.isInt)
+	}
+	im.set(0, v)
 	return nil
 }

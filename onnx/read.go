@@ -57,51 +57,9 @@ func Parse(b []byte) (*onnxpb.ModelProto, error) {
 	return m, nil
 }
 
-// constant is a tensor known when the graph is built: an initializer, a
-// Constant node's value, or a shape computed from shapes.
-type constant struct {
-	shape []int
-	f     []float32 // for float tensors
-	i     []int64   // for integer tensors
-}
-
-func (c *constant) size() int {
-	if c.f != nil {
-		return len(c.f)
-	}
-	return len(c.i)
-}
-
-// ints returns an integer constant's values (float constants converted when
-// they are whole numbers).
-func (c *constant) ints() ([]int64, bool) {
-	if c.f == nil {
-		return c.i, true
-	}
-	out := make([]int64, len(c.f))
-	for j, v := range c.f {
-		if v != float32(int64(v)) {
-			return nil, false
-		}
-		out[j] = int64(v)
-	}
-	return out, true
-}
-
-// scalar returns a one-element constant's value.
-func (c *constant) scalar() (float32, bool) {
-	if c.size() != 1 {
-		return 0, false
-	}
-	if c.f != nil {
-		return c.f[0], true
-	}
-	return float32(c.i[0]), true
-}
-
 // tensorOf decodes a TensorProto, checking the dims against the bytes that
 // hold them before allocating.
-func tensorOf(t *onnxpb.TensorProto) (*constant, error) {
+func tensorOf(t *onnxpb.TensorProto) (*konst, error) {
 	name := t.GetName()
 	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
 		return nil, modelErr("tensor %q is stored outside the file; export the model with its weights inside (no external data)", name)
@@ -118,7 +76,7 @@ func tensorOf(t *onnxpb.TensorProto) (*constant, error) {
 		}
 	}
 	raw := t.GetRawData()
-	c := &constant{shape: shape}
+	c := &konst{shape: shape, batch: -1}
 	switch dt := onnxpb.TensorProto_DataType(t.GetDataType()); dt {
 	case onnxpb.TensorProto_FLOAT:
 		switch {
@@ -144,40 +102,46 @@ func tensorOf(t *onnxpb.TensorProto) (*constant, error) {
 				return nil, modelErr("tensor %q: %d bytes for dims %v of %s", name, len(raw), shape, dt)
 			}
 			if dt == onnxpb.TensorProto_DOUBLE {
-				c.f = make([]float32, n)
+				c.kind, c.f = kFloat, make([]float32, n)
 				for i := range c.f {
 					c.f[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:])))
 				}
 				break
 			}
-			c.i = make([]int64, n)
+			c.kind, c.i = kInt, make([]sym, n)
 			for i := range c.i {
 				switch width {
 				case 8:
-					c.i[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+					c.i[i].c = int64(binary.LittleEndian.Uint64(raw[8*i:]))
 				case 4:
-					c.i[i] = int64(int32(binary.LittleEndian.Uint32(raw[4*i:])))
+					c.i[i].c = int64(int32(binary.LittleEndian.Uint32(raw[4*i:])))
 				default:
-					c.i[i] = int64(raw[i])
+					c.i[i].c = int64(raw[i])
 				}
 			}
 		case dt == onnxpb.TensorProto_INT64 && len(t.GetInt64Data()) == n:
-			c.i = append([]int64{}, t.GetInt64Data()...)
+			c.kind, c.i = kInt, make([]sym, n)
+			for i, v := range t.GetInt64Data() {
+				c.i[i].c = v
+			}
 		case dt == onnxpb.TensorProto_DOUBLE && len(t.GetDoubleData()) == n:
-			c.f = make([]float32, n)
+			c.kind, c.f = kFloat, make([]float32, n)
 			for i, v := range t.GetDoubleData() {
 				c.f[i] = float32(v)
 			}
 		case len(t.GetInt32Data()) == n:
-			c.i = make([]int64, n)
+			c.kind, c.i = kInt, make([]sym, n)
 			for i, v := range t.GetInt32Data() {
-				c.i[i] = int64(v)
+				c.i[i].c = int64(v)
 			}
 		default:
 			return nil, modelErr("tensor %q: no data for dims %v of %s", name, shape, dt)
 		}
+		if dt == onnxpb.TensorProto_BOOL {
+			c.kind = kBool
+		}
 		if c.i == nil && c.f == nil {
-			c.i = []int64{}
+			c.kind, c.i = kInt, []sym{}
 		}
 	default:
 		return nil, modelErr("tensor %q has data type %s; ppnode trains float32 models", name, dt)
@@ -190,4 +154,31 @@ func satMul(a, b int) int {
 		return math.MaxInt64
 	}
 	return a * b
+}
+
+// ParamCount counts the values of a model's float initializers, and of
+// those that are not BatchNorm's running statistics, without decoding them.
+func ParamCount(m *onnxpb.ModelProto) (all, trainable int64) {
+	stats := map[string]bool{}
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "BatchNormalization" {
+			for _, in := range n.GetInput()[min(3, len(n.GetInput())):] {
+				stats[in] = true
+			}
+		}
+	}
+	for _, t := range m.GetGraph().GetInitializer() {
+		if onnxpb.TensorProto_DataType(t.GetDataType()) != onnxpb.TensorProto_FLOAT {
+			continue
+		}
+		n := int64(1)
+		for _, d := range t.GetDims() {
+			n = int64(satMul(int(n), int(max(d, 0))))
+		}
+		all += n
+		if !stats[t.GetName()] {
+			trainable += n
+		}
+	}
+	return all, trainable
 }

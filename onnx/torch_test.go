@@ -69,6 +69,15 @@ func (s *steps) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, 
 	return x, y
 }
 
+func (s *steps) Fill(epoch, step, m int, b *nn.Batch) {
+	var x *nn.Tensor
+	if len(b.X) == 1 {
+		x = b.X[0]
+	}
+	x, b.Y = s.Micro(epoch, step, m, x, b.Y)
+	b.X = append(b.X[:0], x)
+}
+
 // A model exported from PyTorch trains in ppnode as in PyTorch, on every
 // backend (the deterministic one and the default, with oneDNN when built
 // in): the first step's loss and gradients within 1e-4 of each tensor's
@@ -103,7 +112,7 @@ func TestTorchModels(t *testing.T) {
 
 func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be nn.Backend) {
 	data := &steps{x: ref["__x"], y: ref["__y"], sizes: micro}
-	md, err := onnx.Read(path, onnx.Options{Input: data.shape(), Classes: 5})
+	md, err := onnx.Read(path, onnx.Options{Inputs: feats(data.shape()), Classes: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +162,8 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 	var total float64
 	in, dout := make([]*nn.Tensor, 1), make([]*nn.Tensor, 1)
 	for m := 0; m < b.MicroBatches(); m++ {
-		x, y := b.Micro(0, 0, m, nil, nil)
+		mb := nn.MicroBatch(b, 0, 0, m)
+		x, y := mb.X[0], mb.Y
 		in[0] = x
 		tr.Ctx.Micro = m
 		out := tr.Stage.Forward(&tr.Ctx, 0, in)

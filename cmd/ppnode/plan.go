@@ -15,6 +15,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
+	"github.com/ppnode/ppnode/onnx"
 )
 
 // planResult is the final JSON line of ppnode plan.
@@ -49,6 +50,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	width := fs.Float64("width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	input := fs.String("input", "", "per-sample input shape HxWxC (default 28x28x1)")
 	classes := fs.Int("classes", 0, "classes (default 10)")
+	dataFlag := fs.String("data", "", "an ONNX model's data file (.npz or .safetensors): its inputs, read from the file's headers, instead of --input")
 	towers := fs.Int("towers", 0, "uno: input towers (default 3)")
 	nodesFlag := fs.String("nodes", "a=1", `nodes "name=speed[:memory],..." (speed relative to this machine), or a cluster JSON file`)
 	link := fs.String("link", "1Gbit", "link speed between nodes (Gbit, Mbit, GB/s ...)")
@@ -108,7 +110,14 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	var g *nn.Graph
 	var err error
 	if job.IsModelFile(*model) {
-		g, err = spec.BuildModel(zo.Input, zo.Classes)
+		d := job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: zo.Input}}, Classes: zo.Classes}
+		if *dataFlag != "" {
+			spec.Data = *dataFlag
+			if d, err = spec.DataSample(); err != nil {
+				return usageError{err}
+			}
+		}
+		g, err = spec.BuildModel(d)
 	} else {
 		g, err = zoo.Build(*model, zo)
 	}

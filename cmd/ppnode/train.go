@@ -145,8 +145,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 // printResult prints a job's result: a summary, and with asJSON one JSON
 // object as the last line of stdout.
 func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f\n",
-		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy)
+	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f, test loss %.4f%s\n",
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res))
 	if asJSON {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -155,9 +155,17 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  weights %s\n",
-		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.WeightsSHA256[:16])
+	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  test loss %.4f%s  weights %s\n",
+		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res), res.WeightsSHA256[:16])
 	return nil
+}
+
+// perplexity shows a language model's test perplexity.
+func perplexity(res *job.Result) string {
+	if res.Perplexity == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (perplexity %.2f)", res.Perplexity)
 }
 
 // stepsNote says which of a spec's bounds, epochs or steps, ends a job of

@@ -1,0 +1,341 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+)
+
+// axisSplit views a per-sample shape around axis a: the elements before it
+// (per sample), its size and the elements after it.
+func axisSplit(shape []int, a int) (outer, size, inner int) {
+	return Size(shape[:a]), shape[a], Size(shape[a+1:])
+}
+
+// Take gathers, along per-sample axis Axis (0 is the first per-sample
+// axis), the constant indices Index (each in [0, size)): the output's
+// Axis dimension is len(Index). Backward adds each output gradient back to
+// its index, duplicate indices in index order.
+type Take struct {
+	Axis  int
+	Index []int
+
+	outer, size, inner int // per-sample split of the input at Axis
+	out                []int
+}
+
+func (l *Take) Kind() string     { return "take" }
+func (l *Take) Params() []*Param { return nil }
+
+func (l *Take) Build(in [][]int) ([]int, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("takes one input, got %d", len(in))
+	}
+	if l.Axis < 0 || l.Axis >= len(in[0]) {
+		return nil, fmt.Errorf("axis %d is outside input %v", l.Axis, in[0])
+	}
+	if len(l.Index) == 0 {
+		return nil, fmt.Errorf("no indices")
+	}
+	l.outer, l.size, l.inner = axisSplit(in[0], l.Axis)
+	for _, i := range l.Index {
+		if i < 0 || i >= l.size {
+			return nil, fmt.Errorf("index %d is outside [0, %d)", i, l.size)
+		}
+	}
+	l.out = append([]int(nil), in[0]...)
+	l.out[l.Axis] = len(l.Index)
+	return append([]int(nil), l.out...), nil
+}
+
+func (l *Take) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	n := Rows(in[0])
+	y := s.Buf(0, s.withBatch(n, l.out)...)
+	x, yd := F32(in[0]), F32(y)
+	idx, size, inner, k := l.Index, l.size, l.inner, len(l.Index)
+	rows := n * l.outer
+	parallel(threadsOf(c), rows, max(1, cheapGrain/(k*inner)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ys := x[r*size*inner:(r+1)*size*inner], yd[r*k*inner:(r+1)*k*inner]
+			if inner == 1 {
+				ys = ys[:len(idx)]
+				for j, i := range idx {
+					ys[j] = xs[i]
+				}
+				continue
+			}
+			for j, i := range idx {
+				copy(ys[j*inner:(j+1)*inner], xs[i*inner:(i+1)*inner])
+			}
+		}
+	})
+	return y
+}
+
+// Backward scatters dout back. Threads take disjoint outer rows (or, with
+// fewer rows than threads, column chunks of the inner elements), each
+// adding in index order.
+func (l *Take) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.ZeroBuf(1, in[0].Shape()...)
+	d, dy := F32(dx), F32(dout)
+	idx, size, inner, k := l.Index, l.size, l.inner, len(l.Index)
+	rows := Rows(in[0]) * l.outer
+	threads := threadsOf(c)
+	chunks := 1
+	if rows < threads {
+		chunks = max(1, min(threads, inner/256))
+	}
+	parallel(threads, rows*chunks, max(1, cheapGrain/(k*inner/chunks+1)), func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			r, cj := it/chunks, it%chunks
+			jlo, jhi := cj*inner/chunks, (cj+1)*inner/chunks
+			ds, dys := d[r*size*inner:(r+1)*size*inner], dy[r*k*inner:(r+1)*k*inner]
+			if inner == 1 {
+				dys = dys[:len(idx)]
+				for j, i := range idx {
+					ds[i] += dys[j]
+				}
+				continue
+			}
+			for j, i := range idx {
+				dst, src := ds[i*inner+jlo:i*inner+jhi], dys[j*inner+jlo:j*inner+jhi]
+				for t, v := range src {
+					dst[t] += v
+				}
+			}
+		}
+	})
+	g[0] = dx
+	return g
+}
+
+// Pad pads per-sample axis Axis (0 is the first per-sample axis) with
+// Before and After elements of the constant Value. Backward passes the
+// interior's gradient.
+type Pad struct {
+	Axis, Before, After int
+	Value               float32
+
+	outer, size, inner int
+	out                []int
+}
+
+func (l *Pad) Kind() string     { return "pad" }
+func (l *Pad) Params() []*Param { return nil }
+
+func (l *Pad) Build(in [][]int) ([]int, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("takes one input, got %d", len(in))
+	}
+	if l.Axis < 0 || l.Axis >= len(in[0]) {
+		return nil, fmt.Errorf("axis %d is outside input %v", l.Axis, in[0])
+	}
+	if l.Before < 0 || l.After < 0 {
+		return nil, fmt.Errorf("negative padding %d, %d", l.Before, l.After)
+	}
+	l.outer, l.size, l.inner = axisSplit(in[0], l.Axis)
+	l.out = append([]int(nil), in[0]...)
+	l.out[l.Axis] += l.Before + l.After
+	return append([]int(nil), l.out...), nil
+}
+
+func (l *Pad) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	n := Rows(in[0])
+	y := s.Buf(0, s.withBatch(n, l.out)...)
+	x, yd := F32(in[0]), F32(y)
+	w, inner := l.size*l.inner, l.inner
+	wo := w + (l.Before+l.After)*inner
+	pre := l.Before * inner
+	v := l.Value
+	parallel(threadsOf(c), n*l.outer, max(1, cheapGrain/wo), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ys := yd[r*wo : (r+1)*wo]
+			for j := range ys[:pre] {
+				ys[j] = v
+			}
+			copy(ys[pre:pre+w], x[r*w:(r+1)*w])
+			tail := ys[pre+w:]
+			for j := range tail {
+				tail[j] = v
+			}
+		}
+	})
+	return y
+}
+
+func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, in[0].Shape()...)
+	d, dy := F32(dx), F32(dout)
+	w := l.size * l.inner
+	wo := w + (l.Before+l.After)*l.inner
+	pre := l.Before * l.inner
+	parallel(threadsOf(c), Rows(dx)*l.outer, max(1, cheapGrain/wo), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			copy(d[r*w:(r+1)*w], dy[r*wo+pre:r*wo+pre+w])
+		}
+	})
+	g[0] = dx
+	return g
+}
+
+// Reduce is the "sum" or "mean" of the last per-sample axis, kept with size
+// 1: each row summed in float64 in row order and rounded once.
+type Reduce struct {
+	Op string
+
+	d int
+}
+
+func (l *Reduce) Kind() string     { return "reduce" }
+func (l *Reduce) Params() []*Param { return nil }
+
+func (l *Reduce) Build(in [][]int) ([]int, error) {
+	if l.Op != "sum" && l.Op != "mean" {
+		return nil, fmt.Errorf("unknown reduction %q (want sum or mean)", l.Op)
+	}
+	out, err := rowInput(in)
+	if err != nil {
+		return nil, err
+	}
+	l.d = out[len(out)-1]
+	out[len(out)-1] = 1
+	return out, nil
+}
+
+func (l *Reduce) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	x := F32(in[0])
+	y := s.Buf(0, s.shape(in[0].Shape(), 1)...)
+	yd, d := F32(y), l.d
+	div := 1.0
+	if l.Op == "mean" {
+		div = float64(d)
+	}
+	eachRow(c, len(yd), d, func(r int) {
+		var sum float64
+		for _, v := range x[r*d : (r+1)*d] {
+			sum += float64(v)
+		}
+		yd[r] = float32(sum / div)
+	})
+	return y
+}
+
+// Backward spreads each row's gradient over the row: dout, or dout/D for
+// the mean (one float32 division, as PyTorch's).
+func (l *Reduce) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, in[0].Shape()...)
+	d, dy, w := F32(dx), F32(dout), l.d
+	mean := l.Op == "mean"
+	parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			v := dy[r]
+			if mean {
+				v /= float32(w)
+			}
+			row := d[r*w : (r+1)*w]
+			for j := range row {
+				row[j] = v
+			}
+		}
+	})
+	g[0] = dx
+	return g
+}
+
+// Compare is y = 1 where x Op C holds, else 0, Op "eq", "ne", "lt", "gt",
+// "le" or "ge" (NaN compares unequal to everything). It has no gradient.
+type Compare struct {
+	Op string
+	C  float32
+}
+
+func (l *Compare) Kind() string     { return "compare" }
+func (l *Compare) Params() []*Param { return nil }
+
+func (l *Compare) Build(in [][]int) ([]int, error) {
+	switch l.Op {
+	case "eq", "ne", "lt", "gt", "le", "ge":
+	default:
+		return nil, fmt.Errorf("unknown comparison %q (want eq, ne, lt, gt, le or ge)", l.Op)
+	}
+	return oneInput(in)
+}
+
+func (l *Compare) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	k, op := l.C, l.Op
+	return unaryForward(c, s, in[0], cheapGrain, func(y, x, _ []float32) {
+		y = y[:len(x)]
+		switch op {
+		case "eq":
+			for i, v := range x {
+				y[i] = b2f(v == k)
+			}
+		case "ne":
+			for i, v := range x {
+				y[i] = b2f(v != k)
+			}
+		case "lt":
+			for i, v := range x {
+				y[i] = b2f(v < k)
+			}
+		case "gt":
+			for i, v := range x {
+				y[i] = b2f(v > k)
+			}
+		case "le":
+			for i, v := range x {
+				y[i] = b2f(v <= k)
+			}
+		case "ge":
+			for i, v := range x {
+				y[i] = b2f(v >= k)
+			}
+		}
+	})
+}
+
+// b2f is 1 for true and 0 for false (inlined).
+func b2f(t bool) float32 {
+	if t {
+		return 1
+	}
+	return 0
+}
+
+// Backward returns no gradient: the output is piecewise constant.
+func (l *Compare) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	return s.Grads(1)
+}
+
+// Truncate is y = trunc(x), rounding toward zero (a Cast from float to an
+// integer type, the result kept as float32). It has no gradient.
+type Truncate struct{}
+
+func (Truncate) Kind() string                    { return "truncate" }
+func (Truncate) Params() []*Param                { return nil }
+func (Truncate) Build(in [][]int) ([]int, error) { return oneInput(in) }
+
+func (Truncate) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	return unaryForward(c, s, in[0], cheapGrain, func(y, x, _ []float32) {
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] = float32(math.Trunc(float64(v)))
+		}
+	})
+}
+
+// Backward returns no gradient: the output is piecewise constant.
+func (Truncate) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	return s.Grads(1)
+}

@@ -1,0 +1,179 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+)
+
+// Clip is y = min(max(x, Min), Max): ONNX's Clip, PyTorch's clamp and
+// hardtanh (ReLU6 is Clip{0, 6}). A missing bound is ±Inf. NaN passes
+// through.
+//
+// The backward pass is PyTorch's hardtanh's, which nn.ReLU6 uses: dx = dy
+// where Min < x < Max strictly, else 0 (clamp's own backward also passes
+// x equal to a bound).
+type Clip struct{ Min, Max float32 }
+
+func (Clip) Kind() string     { return "clip" }
+func (Clip) Params() []*Param { return nil }
+func (l Clip) Build(in [][]int) ([]int, error) {
+	if l.Min != l.Min || l.Max != l.Max {
+		return nil, fmt.Errorf("NaN bound [%v, %v]", l.Min, l.Max)
+	}
+	return oneInput(in)
+}
+
+func (l Clip) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	lo, hi := l.Min, l.Max
+	return unaryForward(c, s, in[0], cheapGrain, func(y, x, _ []float32) {
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] = min(max(v, lo), hi)
+		}
+	})
+}
+
+func (l Clip) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	lo, hi := l.Min, l.Max
+	return unaryBackward(c, s, dout, F32(in[0]), need, cheapGrain, func(dx, dy, x []float32) {
+		dx, x = dx[:len(dy)], x[:len(dy)]
+		for i, d := range dy {
+			if x[i] <= lo || x[i] >= hi {
+				d = 0
+			}
+			dx[i] = d
+		}
+	})
+}
+
+// Unary is an elementwise function of one input, named by Op (which is also
+// its Kind):
+//
+//	sqrt, exp, log, neg, abs, reciprocal, sin, cos,
+//	softplus     log(1+exp(x)), computed without overflow,
+//	hardsigmoid  max(0, min(1, 0.2·x + 0.5)), ONNX's HardSigmoid with its
+//	             default alpha and beta (PyTorch's hardsigmoid is alpha 1/6),
+//	silu         x·sigmoid(x).
+//
+// Each is computed in float64 and rounded once, forward and backward; the
+// backward passes use the saved input. At the points where a function has
+// no derivative, abs takes 0 (PyTorch's sgn) and hardsigmoid 0 at both
+// kinks (PyTorch's).
+type Unary struct{ Op string }
+
+// unaryOp is an operation's forward and backward loops and their grain.
+type unaryOp struct {
+	f, df func(y, x, a []float32)
+	grain int
+}
+
+// hsAlpha is ONNX HardSigmoid's default alpha, a float32 attribute.
+var hsAlpha = float64(float32(0.2))
+
+var unaryOps = map[string]unaryOp{
+	"sqrt": {
+		mapF64(math.Sqrt),
+		gradF64(func(u float64) float64 { return 0.5 / math.Sqrt(u) }),
+		mathGrain},
+	"exp": {mapF64(math.Exp), gradF64(math.Exp), mathGrain},
+	"log": {
+		mapF64(math.Log),
+		gradF64(func(u float64) float64 { return 1 / u }),
+		mathGrain},
+	"neg": {negTo, negTo, cheapGrain},
+	"abs": {
+		func(y, x, _ []float32) {
+			y = y[:len(x)]
+			for i, v := range x {
+				y[i] = float32(math.Abs(float64(v)))
+			}
+		},
+		func(dx, dy, x []float32) {
+			dx, x = dx[:len(dy)], x[:len(dy)]
+			for i, d := range dy {
+				switch {
+				case x[i] > 0:
+					dx[i] = d
+				case x[i] < 0:
+					dx[i] = -d
+				default:
+					dx[i] = 0
+				}
+			}
+		},
+		cheapGrain},
+	"reciprocal": {
+		mapF64(func(u float64) float64 { return 1 / u }),
+		gradF64(func(u float64) float64 { return -1 / float64(u*u) }),
+		cheapGrain},
+	"sin": {mapF64(math.Sin), gradF64(math.Cos), mathGrain},
+	"cos": {
+		mapF64(math.Cos),
+		gradF64(func(u float64) float64 { return -math.Sin(u) }),
+		mathGrain},
+	"softplus": {
+		mapF64(func(u float64) float64 {
+			if u > 0 {
+				return u + math.Log1p(math.Exp(-u))
+			}
+			return math.Log1p(math.Exp(u))
+		}),
+		gradF64(func(u float64) float64 { return 1 / (1 + math.Exp(-u)) }),
+		mathGrain},
+	"hardsigmoid": {
+		mapF64(func(u float64) float64 { return max(0, min(1, float64(hsAlpha*u)+0.5)) }),
+		gradF64(func(u float64) float64 {
+			if v := float64(hsAlpha*u) + 0.5; v > 0 && v < 1 {
+				return hsAlpha
+			}
+			return 0
+		}),
+		cheapGrain},
+	"silu": {
+		mapF64(func(u float64) float64 { return u / (1 + math.Exp(-u)) }),
+		gradF64(func(u float64) float64 {
+			s := 1 / (1 + math.Exp(-u))
+			return s * (1 + float64(u*(1-s)))
+		}),
+		mathGrain},
+}
+
+// mapF64 is the forward loop y = f(x), f in float64, rounded once.
+func mapF64(f func(float64) float64) func(y, x, _ []float32) {
+	return func(y, x, _ []float32) {
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] = float32(f(float64(v)))
+		}
+	}
+}
+
+// gradF64 is the backward loop dx = dy·f'(x), in float64, rounded once.
+func gradF64(df func(float64) float64) func(dx, dy, x []float32) {
+	return func(dx, dy, x []float32) {
+		dx, x = dx[:len(dy)], x[:len(dy)]
+		for i, d := range dy {
+			dx[i] = float32(float64(d) * df(float64(x[i])))
+		}
+	}
+}
+
+func (l Unary) Kind() string   { return l.Op }
+func (Unary) Params() []*Param { return nil }
+
+func (l Unary) Build(in [][]int) ([]int, error) {
+	if _, ok := unaryOps[l.Op]; !ok {
+		return nil, fmt.Errorf("unknown unary operation %q (want sqrt, exp, log, neg, abs, reciprocal, sin, cos, softplus, hardsigmoid or silu)", l.Op)
+	}
+	return oneInput(in)
+}
+
+func (l Unary) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	op := unaryOps[l.Op]
+	return unaryForward(c, s, in[0], op.grain, op.f)
+}
+
+func (l Unary) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	op := unaryOps[l.Op]
+	return unaryBackward(c, s, dout, F32(in[0]), need, op.grain, op.df)
+}

@@ -97,7 +97,14 @@ func Import(m *onnxpb.ModelProto, o Options) (*Model, error) {
 	return md, err
 }
 
-func importModel(m *onnxpb.ModelProto, o Options) (*Model, error) {
+func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
+	defer func() {
+		// A file that reaches a case the importer does not foresee is
+		// refused like any other bad file.
+		if r := recover(); r != nil {
+			md, err = nil, modelErr("the model could not be imported (%v); please report it with the file", r)
+		}
+	}()
 	im := &importer{
 		b: nn.NewBuilder(), vals: map[string]*value{}, consts: map[string]*konst{},
 		initID: map[string]int{}, buffers: map[string]bool{}, trained: map[int]string{},
@@ -165,7 +172,7 @@ func importModel(m *onnxpb.ModelProto, o Options) (*Model, error) {
 			plural(len(missing)), strings.Join(parts, ", "), map[bool]string{true: "are", false: "is"}[len(missing) > 1],
 			strings.Join(Supported(), ", "))
 	}
-	md, err := im.inputs(g, o)
+	md, err = im.inputs(g, o)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +215,25 @@ func plural(n int) string {
 	return "s"
 }
 
+// minInputs are the inputs an operator needs at least (1 when not listed).
+var minInputs = map[string]int{
+	"Constant": 0, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Pow": 2, "Equal": 2, "Less": 2, "Greater": 2,
+	"And": 2, "Or": 2, "Xor": 2, "Min": 2, "Max": 2, "Mod": 2, "Where": 3, "Gather": 2, "Reshape": 2,
+	"Expand": 2, "Range": 3, "MatMul": 2, "Gemm": 2, "Conv": 2, "ConvTranspose": 2, "BatchNormalization": 5,
+	"LayerNormalization": 2, "LSTM": 4, "GRU": 4, "ppnode.Linear": 3,
+}
+
 // run adds node n: folded when every input is a constant, else as layers.
 func (im *importer) run(n *onnxpb.NodeProto) error {
+	need, ok := minInputs[n.GetOpType()]
+	if !ok {
+		need = 1
+	}
+	for i := range need {
+		if !im.has(i) {
+			return fmt.Errorf("input %d is missing", i)
+		}
+	}
 	allConst := true
 	for _, in := range n.GetInput() {
 		if in == "" {

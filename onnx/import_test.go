@@ -18,7 +18,21 @@ import (
 // exports (convnet: grouped, dilated and depthwise convolutions, padding,
 // average pooling, x.view(x.size(0), -1); towers: slices, a constant
 // product, BatchNorm1d, concatenation, LogSoftmax).
-var models = map[string][]int{"testdata/convnet.onnx": {4, 9, 7}, "testdata/towers.onnx": {24}}
+// The others are its exports of python/ppnode_models.py's families at test
+// sizes (`torch_onnx.py MODEL DIR`, DIR/model.onnx).
+var models = map[string][]onnx.Input{
+	"testdata/convnet.onnx":     feats([]int{4, 9, 7}),
+	"testdata/towers.onnx":      feats([]int{24}),
+	"testdata/gpt.onnx":         {{Name: "x", Shape: []int{6}, Int: true}},
+	"testdata/dlrm.onnx":        {{Name: "x0", Shape: []int{5}}, {Name: "x1", Shape: []int{3}, Int: true}},
+	"testdata/twotower.onnx":    {{Name: "x0", Shape: []int{2, 8, 8}}, {Name: "x1", Shape: []int{5}, Int: true}},
+	"testdata/transformer.onnx": {{Name: "x", Shape: []int{6}, Int: true}},
+	"testdata/vit.onnx":         feats([]int{2, 8, 8}),
+	"testdata/lstm.onnx":        feats([]int{5, 3}),
+	"testdata/gru.onnx":         feats([]int{5, 3}),
+	"testdata/autoencoder.onnx": feats([]int{2, 16, 16}),
+	"testdata/misc.onnx":        feats([]int{2, 6, 6}),
+}
 
 func read(t testing.TB, path string) *onnxpb.ModelProto {
 	t.Helper()
@@ -134,9 +148,12 @@ func FuzzImport(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, input := range models {
-			if md, err := onnx.Import(m, onnx.Options{Inputs: feats(input), Classes: 2}); err == nil {
+		for _, inputs := range models {
+			md, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 2})
+			if err == nil {
 				md.Graph.Init(1)
+			} else if !errors.Is(err, onnx.ErrModel) || strings.Contains(err.Error(), "could not be imported") {
+				t.Fatalf("%v (want onnx.ErrModel, no panic recovered)", err)
 			}
 		}
 	})

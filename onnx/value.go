@@ -222,10 +222,10 @@ func (im *importer) rowMajor(v *value) (*value, error) {
 func (im *importer) single(v *value, d int) (*value, int, error) {
 	as := v.dims[d]
 	switch {
+	case slices.Contains(as, 0):
+		return nil, 0, fmt.Errorf("an operation along axis %d of %v, which holds the batch", d, v)
 	case len(as) == 1:
 		return v, as[0], nil
-	case slices.Contains(as, 0):
-		return nil, 0, fmt.Errorf("axis %d of %v merges the batch with other axes", d, v)
 	}
 	consecutive := len(as) > 0
 	for j := 1; j < len(as); j++ {

@@ -1,0 +1,248 @@
+package onnx_test
+
+import (
+	"errors"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/onnx"
+	"github.com/ppnode/ppnode/onnx/onnxpb"
+)
+
+// graph builds small ONNX models by hand: one float input "x" [N, features],
+// nodes, float initializers, and one output.
+type graph struct {
+	features int
+	nodes    []*onnxpb.NodeProto
+	inits    []*onnxpb.TensorProto
+}
+
+func (g *graph) node(op string, ins []string, out string, attrs ...*onnxpb.AttributeProto) {
+	g.nodes = append(g.nodes, &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String("/" + out), Input: ins, Output: []string{out}, Attribute: attrs})
+}
+
+func (g *graph) init(name string, dims []int64, v ...float32) {
+	g.inits = append(g.inits, &onnxpb.TensorProto{Name: proto.String(name), Dims: dims,
+		DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: v})
+}
+
+func (g *graph) ints(name string, dims []int64, v ...int64) {
+	g.inits = append(g.inits, &onnxpb.TensorProto{Name: proto.String(name), Dims: dims,
+		DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Int64Data: v})
+}
+
+func intAttr(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), I: proto.Int64(v), Type: onnxpb.AttributeProto_INT.Enum()}
+}
+
+func (g *graph) model(output string) *onnxpb.ModelProto {
+	dim := func(v int64) *onnxpb.TensorShapeProto_Dimension {
+		return &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: v}}
+	}
+	batch := &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}}
+	in := &onnxpb.ValueInfoProto{Name: proto.String("x"), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{
+		ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)),
+		Shape:    &onnxpb.TensorShapeProto{Dim: []*onnxpb.TensorShapeProto_Dimension{batch, dim(int64(g.features))}},
+	}}}}
+	return &onnxpb.ModelProto{
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: proto.Int64(13)}},
+		Graph: &onnxpb.GraphProto{Node: g.nodes, Initializer: g.inits, Input: []*onnxpb.ValueInfoProto{in},
+			Output: []*onnxpb.ValueInfoProto{{Name: proto.String(output)}}},
+	}
+}
+
+func importGraph(t *testing.T, g *graph, out string) (*onnx.Model, error) {
+	t.Helper()
+	b, err := proto.Marshal(g.model(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return onnx.Import(m, onnx.Options{Inputs: feats([]int{g.features}), Classes: 2})
+}
+
+// forward runs a model's graph on one sample.
+func forward(t *testing.T, md *onnx.Model, x ...float32) []float32 {
+	t.Helper()
+	md.Graph.Init(1)
+	be, _ := nn.NewBackend("gonum", 1, true)
+	out := md.Graph.Whole().Forward(&nn.Ctx{Backend: be}, 0, []*nn.Tensor{nn.FromData(slices.Clone(x), 1, len(x))})
+	return nn.F32(out[0])
+}
+
+// A Cast of a constant converts it: x·Cast(2.5 → INT64) is x·2, not x·2.5.
+func TestCastOfConstantConverts(t *testing.T) {
+	g := &graph{features: 2}
+	g.init("c", nil, 2.5)
+	g.node("Cast", []string{"c"}, "ci", intAttr("to", int64(onnxpb.TensorProto_INT64)))
+	g.node("Mul", []string{"x", "ci"}, "y")
+	md, err := importGraph(t, g, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := forward(t, md, 1, 3); !slices.Equal(got, []float32{2, 6}) {
+		t.Errorf("x·Cast(2.5 to int64) of [1 3] = %v, want [2 6]", got)
+	}
+}
+
+// A Slice without ends is an error that names the node, not a panic.
+func TestSliceWithoutEndsIsAnError(t *testing.T) {
+	g := &graph{features: 4}
+	g.ints("starts", []int64{1}, 1)
+	g.node("Slice", []string{"x", "starts"}, "y")
+	_, err := importGraph(t, g, "y")
+	if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "/y") || !strings.Contains(err.Error(), "ends") {
+		t.Errorf("error %v, want onnx.ErrModel naming the node and its missing ends", err)
+	}
+}
+
+// A learnable scalar (nn.Parameter(torch.tensor(0.5))) is a trainable
+// parameter of the model, named as in the state_dict, not a frozen constant.
+func TestLearnableScalarIsTrained(t *testing.T) {
+	g := &graph{features: 3}
+	g.init("scale", nil, 0.5)
+	g.node("Mul", []string{"x", "scale"}, "y")
+	md, err := importGraph(t, g, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *nn.Param
+	for _, p := range md.Graph.Params() {
+		if p.Name == "scale" {
+			found = p
+		}
+	}
+	if found == nil || !found.Trainable() {
+		t.Fatalf("parameters %v: want a trainable \"scale\"", names(md.Graph.Params()))
+	}
+	if got := forward(t, md, 2, 4, 6); !slices.Equal(got, []float32{1, 2, 3}) || nn.F32(found.Value)[0] != 0.5 {
+		t.Errorf("x·scale of [2 4 6] = %v with scale %v", got, nn.F32(found.Value))
+	}
+}
+
+func names(ps []*nn.Param) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// nn.Linear(bias=False) exports MatMul(x, Transpose(weight)): one Linear
+// without bias, its weight the state_dict's [out, in].
+func TestLinearWithoutBias(t *testing.T) {
+	g := &graph{features: 2}
+	g.init("fc.weight", []int64{3, 2}, 1, 2, 3, 4, 5, 6)
+	g.node("Transpose", []string{"fc.weight"}, "wt", &onnxpb.AttributeProto{Name: proto.String("perm"), Ints: []int64{1, 0}, Type: onnxpb.AttributeProto_INTS.Enum()})
+	g.node("MatMul", []string{"x", "wt"}, "y")
+	md, err := importGraph(t, g, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := md.Graph.Params()
+	if len(ps) != 1 || ps[0].Name != "fc.weight" || !slices.Equal(ps[0].ExportedShape(), []int{3, 2}) {
+		t.Fatalf("parameters %v", names(ps))
+	}
+	if got := forward(t, md, 1, 1); !slices.Equal(got, []float32{3, 7, 11}) {
+		t.Errorf("W·[1 1] = %v, want [3 7 11]", got)
+	}
+}
+
+// A refusal names every unsupported operator of the model, once each.
+func TestRefusalNamesEveryOperator(t *testing.T) {
+	g := &graph{features: 2}
+	g.node("Einsum", []string{"x"}, "a")
+	g.node("Einsum", []string{"a"}, "b")
+	g.node("NonMaxSuppression", []string{"b"}, "c")
+	g.node("Relu", []string{"c"}, "y")
+	_, err := importGraph(t, g, "y")
+	if !errors.Is(err, onnx.ErrModel) {
+		t.Fatalf("error %v, want onnx.ErrModel", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{`Einsum (nodes "/a" and 1 more)`, `NonMaxSuppression (node "/c")`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Count(msg, "Einsum") != 1 {
+		t.Errorf("error %q names Einsum more than once", msg)
+	}
+}
+
+// README lists exactly the operators Supported returns.
+func TestReadmeListsSupportedOperators(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)<!-- operators -->(.*?)<!-- /operators -->`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README has no <!-- operators --> list")
+	}
+	var listed []string
+	for _, f := range regexp.MustCompile(`[A-Z][A-Za-z]+`).FindAllString(string(m[1]), -1) {
+		listed = append(listed, f)
+	}
+	slices.Sort(listed)
+	if want := onnx.Supported(); !slices.Equal(listed, want) {
+		t.Errorf("README lists %d operators %v;\nSupported has %d: %v", len(listed), listed, len(want), want)
+	}
+}
+
+// Whatever a model holds, Import's errors wrap ErrModel (as the package
+// doc says), and no panic is behind them: mutations of real models, node
+// by node.
+func TestEveryRefusalIsErrModel(t *testing.T) {
+	for path, inputs := range models {
+		t.Run(path, func(t *testing.T) { mutate(t, read(t, path), inputs) })
+	}
+}
+
+func mutate(t *testing.T, base *onnxpb.ModelProto, inputs []onnx.Input) {
+	mutations := []func(*onnxpb.NodeProto){
+		func(n *onnxpb.NodeProto) { n.Input = nil },
+		func(n *onnxpb.NodeProto) { n.Input = append(n.Input, "nowhere") },
+		func(n *onnxpb.NodeProto) { n.Attribute = nil },
+		func(n *onnxpb.NodeProto) {
+			for _, a := range n.Attribute {
+				a.I = proto.Int64(-7)
+				for j := range a.Ints {
+					a.Ints[j] = math.MaxInt64
+				}
+			}
+		},
+		func(n *onnxpb.NodeProto) { n.Input = []string{n.Input[0], n.Input[0], n.Input[0]} },
+	}
+	count := 0
+	for i := range base.Graph.Node {
+		for k, mut := range mutations {
+			m := proto.Clone(base).(*onnxpb.ModelProto)
+			if len(m.Graph.Node[i].Input) == 0 && k == 4 {
+				continue
+			}
+			mut(m.Graph.Node[i])
+			_, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 5})
+			if err == nil {
+				continue
+			}
+			count++
+			if !errors.Is(err, onnx.ErrModel) || strings.Contains(err.Error(), "could not be imported") {
+				t.Errorf("node %d mutation %d: %v (want onnx.ErrModel, and no panic recovered)", i, k, err)
+			}
+		}
+	}
+	if count < len(base.Graph.Node) {
+		t.Errorf("only %d mutations were refused", count)
+	}
+}

@@ -66,6 +66,39 @@ np.savez(sys.argv[1], x=x, y=y)`
 	}
 }
 
+// The model families of python/ppnode_models.py (transformers, GPT, DLRM,
+// a two-tower model, LSTM, GRU, ViT, an autoencoder, MobileNetV2, odds and
+// ends) train on three nodes with the automatic plan and give --local's
+// weights in deterministic mode.
+func TestONNXFamilies(t *testing.T) {
+	t.Parallel()
+	needTorch(t)
+	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
+	waitMembers(t, cl.Node("a"), 3)
+	for _, model := range []string{"gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "autoencoder", "misc", "mobilenet"} {
+		t.Run(model, func(t *testing.T) {
+			dir := t.TempDir()
+			if out, err := exec.Command(torchPython, "../onnx/testdata/torch_onnx.py", model, dir, "--data", "240").CombinedOutput(); err != nil {
+				t.Fatalf("torch_onnx.py: %v\n%s", err, out)
+			}
+			args := []string{"--deterministic", "--model", filepath.Join(dir, "model.onnx"), "--data", filepath.Join(dir, "data.npz"),
+				"--batch", "24", "--micro-batches", "3", "--steps", "6", "--optimizer", "adam", "--threads", "1"}
+			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			via, err := Train(t, 2*time.Minute, append([]string{"--via", cl.Node("a").HTTP}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if via.WeightsSHA256 != local.WeightsSHA256 {
+				t.Errorf("three nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
+			}
+			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", model, via.Plan, via.WeightsSHA256, len(via.Nodes))
+		})
+	}
+}
+
 // Weights out of a distributed run (train --via --out) load into the
 // reference PyTorch module (python/ppnode_models.py) with
 // load_state_dict(strict=True) and give ppnode's test accuracy on MNIST.

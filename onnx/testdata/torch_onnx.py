@@ -238,8 +238,34 @@ def family(name, outdir):
     write_safetensors(outdir + "/ref.safetensors", out)
 
 
+def family_data(name, path, n, seed=2):
+    """Writes an .npz of n samples for family name: its inputs (x, or x0,
+    x1, ...; ids as int64) and labels y whose class depends on the inputs."""
+    _, inputs, labels = families()[name]
+    g = torch.Generator().manual_seed(seed)
+    arrays, score = {}, torch.zeros(n)
+    for k, (iname, shape, hi) in enumerate(inputs):
+        key = "x" if len(inputs) == 1 else iname
+        if hi is None:
+            x = torch.randn(n, *shape, generator=g)
+            score += x.reshape(n, -1)[:, :4].sum(1)
+            arrays[key] = x.numpy().astype(np.float32)
+        else:
+            x = torch.randint(0, hi, (n, *shape), generator=g)
+            score += (x.reshape(n, -1)[:, 0] % 2).float()
+            arrays[key] = x.numpy().astype(np.int64)
+    if labels:
+        first = [x for x in arrays.values() if x.dtype == np.int64][0]
+        y = np.roll(first, -1, axis=1) % CLASSES  # the next id: a language model's target
+    else:
+        y = (score > score.median()).long().numpy() + 2 * (torch.rand(n, generator=g) > 0.5).long().numpy()
+    np.savez(path, y=y.astype(np.int64), **arrays)
+
+
 def main():
     name, outdir = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 4 and sys.argv[3] == "--data":
+        family_data(name, outdir + "/data.npz", int(sys.argv[4]))
     if name in families():
         family(name, outdir)
         return

@@ -171,6 +171,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.loss, e.lossGrad, e.labels = make([]nn.SoftmaxCE, M), make([]*nn.Tensor, M), make([][]int32, M)
+	for m := range e.loss {
+		e.loss[m].Threads = e.be.Threads()
+	}
 	for m := range M {
 		e.ins[m] = make([]*nn.Tensor, len(st.Inputs))
 		e.grads[m] = make([][]*nn.Tensor, len(st.Outputs))

@@ -137,8 +137,8 @@ func (l LeakyReLU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, ne
 }
 
 // GELU is the exact y = x·Φ(x) = 0.5·x·(1+erf(x/√2)), PyTorch's default
-// (approximate="none"), computed in float64 as 0.5·x·erfc(-x/√2), which
-// does not cancel for negative x.
+// (approximate="none"), with Φ and φ from normal (fastmath.go), kept for
+// the backward pass.
 type GELU struct{}
 
 func (GELU) Kind() string                    { return "gelu" }
@@ -146,27 +146,37 @@ func (GELU) Params() []*Param                { return nil }
 func (GELU) Build(in [][]int) ([]int, error) { return oneInput(in) }
 
 func (GELU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
-	return unaryForward(c, s, in[0], mathGrain, func(y, x, _ []float32) {
-		y = y[:len(x)]
-		for i, v := range x {
+	x, out := F32(in[0]), s.Buf(0, in[0].Shape()...)
+	y, cdf, pdf := F32(out), F32(s.Buf(2, in[0].Shape()...)), F32(s.Buf(3, in[0].Shape()...))
+	parallel(threadsOf(c), len(x), mathGrain, func(lo, hi int) {
+		xs, ys, ps, ds := x[lo:hi], y[lo:hi], cdf[lo:hi], pdf[lo:hi]
+		for i, v := range xs {
 			u := float64(v)
-			y[i] = float32(0.5 * u * math.Erfc(-u*math.Sqrt2/2))
+			p, d := normal(u)
+			ps[i], ds[i] = float32(p), float32(d)
+			ys[i] = float32(u * p)
 		}
 	})
+	return out
 }
 
-// Backward is dy·(Φ(x) + x·φ(x)) from the saved input.
+// Backward is dy·(Φ(x) + x·φ(x)), Φ and φ as the forward pass kept them.
 func (GELU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
-	return unaryBackward(c, s, dout, F32(in[0]), need, mathGrain, func(dx, dy, x []float32) {
-		dx, x = dx[:len(dy)], x[:len(dy)]
-		invSqrt2Pi := 1 / math.Sqrt(2*math.Pi)
-		for i, d := range dy {
-			u := float64(x[i])
-			cdf := float64(0.5 * math.Erfc(-u*math.Sqrt2/2))
-			pdf := invSqrt2Pi * math.Exp(-0.5*u*u)
-			dx[i] = float32(float64(d) * (cdf + float64(u*pdf)))
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, dout.Shape()...)
+	x, cdf, pdf := F32(in[0]), F32(s.bufs[2]), F32(s.bufs[3])
+	d := F32(dx)
+	parallel(threadsOf(c), len(d), cheapGrain, func(lo, hi int) {
+		xs, ps, qs, dys, ds := x[lo:hi], cdf[lo:hi], pdf[lo:hi], F32(dout)[lo:hi], d[lo:hi]
+		for i, dy := range dys {
+			ds[i] = dy * (ps[i] + float32(xs[i]*qs[i]))
 		}
 	})
+	g[0] = dx
+	return g
 }
 
 // Erf is y = erf(x) (ONNX Erf; exported GELUs decompose into it).

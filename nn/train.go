@@ -44,7 +44,8 @@ type Trainer struct {
 
 // NewTrainer returns a trainer over the whole graph g.
 func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
-	return &Trainer{Graph: g, Stage: g.Whole(), Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1)}
+	return &Trainer{Graph: g, Stage: g.Whole(), Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1),
+		loss: SoftmaxCE{Threads: be.Threads()}}
 }
 
 // StepResult is one step's loss (mean over the mini-batch's labels) and
@@ -101,7 +102,7 @@ func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 	ctx := t.Ctx
 	ctx.Train = false
 	var b Batch
-	var ce SoftmaxCE
+	ce := SoftmaxCE{Threads: threadsOf(&ctx)}
 	correct, n := 0, 0
 	for next(&b) {
 		out := t.Stage.Forward(&ctx, 1, b.X)

@@ -12,6 +12,8 @@ import (
 //   - LayerNorm at opset 13: ReduceMean, Sub, Pow 2, ReduceMean, Add ε,
 //     Sqrt, Div, then Mul by the weight and Add of the bias, becomes
 //     ppnode.LayerNorm(x, weight, bias, ε, exponent);
+//   - GELU's erf form (nn.GELU at opset 13): Div by √2, Erf, Add 1, Mul by
+//     the input, Mul by 0.5, becomes ppnode.Gelu(x, √2, 1, 0.5);
 //   - a Linear on more than two dimensions: MatMul by the transposed weight
 //     then Add of the bias becomes ppnode.Linear(x, weightᵀ, bias).
 //
@@ -51,6 +53,18 @@ func fuse(nodes []*onnxpb.NodeProto, graphOutputs []string, im *importer) []*onn
 		switch n.GetOpType() {
 		case "ReduceMean":
 			if ps, f := layerNormAt(nodes, i, only, readers); f != nil {
+				for _, p := range ps[:len(ps)-1] {
+					gone[p] = true
+				}
+				replace[ps[len(ps)-1]] = f
+				var orig []*onnxpb.NodeProto
+				for _, p := range ps {
+					orig = append(orig, nodes[p])
+				}
+				im.unfused[f] = orig
+			}
+		case "Div":
+			if ps, f := geluAt(nodes, i, only); f != nil {
 				for _, p := range ps[:len(ps)-1] {
 					gone[p] = true
 				}
@@ -159,4 +173,48 @@ func layerNormAt(nodes []*onnxpb.NodeProto, i int, only func(string, string) (in
 func lastAxis(n *onnxpb.NodeProto) bool {
 	axes, ok := attrInts(n, "axes")
 	return ok && len(axes) == 1 && axes[0] == -1 && attrInt(n, "keepdims", 1) == 1 && len(n.GetInput()) == 1
+}
+
+// geluAt matches GELU's erf form starting at the Div nodes[i].
+func geluAt(nodes []*onnxpb.NodeProto, i int, only func(string, string) (int, bool)) ([]int, *onnxpb.NodeProto) {
+	div := nodes[i]
+	if len(div.GetInput()) != 2 {
+		return nil, nil
+	}
+	x := div.GetInput()[0]
+	erf, ok := only(div.GetOutput()[0], "Erf")
+	if !ok {
+		return nil, nil
+	}
+	add, ok := only(nodes[erf].GetOutput()[0], "Add")
+	if !ok || len(nodes[add].GetInput()) != 2 {
+		return nil, nil
+	}
+	one := other(nodes[add], nodes[erf].GetOutput()[0])
+	mul, ok := only(nodes[add].GetOutput()[0], "Mul")
+	if !ok || len(nodes[mul].GetInput()) != 2 || other(nodes[mul], nodes[add].GetOutput()[0]) != x {
+		return nil, nil
+	}
+	half, ok := only(nodes[mul].GetOutput()[0], "Mul")
+	if !ok || len(nodes[half].GetInput()) != 2 {
+		return nil, nil
+	}
+	f := &onnxpb.NodeProto{
+		OpType: proto.String("ppnode.Gelu"), Name: div.Name,
+		Input:  []string{x, div.GetInput()[1], one, other(nodes[half], nodes[mul].GetOutput()[0])},
+		Output: []string{nodes[half].GetOutput()[0]},
+	}
+	return []int{i, erf, add, mul, half}, f
+}
+
+// other is the input of a two-input node that is not t ("" if both are).
+func other(n *onnxpb.NodeProto, t string) string {
+	in := n.GetInput()
+	switch {
+	case in[0] == t && in[1] != t:
+		return in[1]
+	case in[1] == t && in[0] != t:
+		return in[0]
+	}
+	return ""
 }

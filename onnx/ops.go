@@ -79,6 +79,7 @@ func init() {
 		"GRU":                rnn,
 		"ppnode.LayerNorm":   layerNorm,
 		"ppnode.Linear":      fusedLinear,
+		"ppnode.Gelu":        fusedGelu,
 		// Operators of constants only: shape arithmetic, masks, indices.
 		"Constant":        nil,
 		"ConstantOfShape": nil,
@@ -823,6 +824,25 @@ func gelu(im *importer, n *onnxpb.NodeProto) error {
 	if a := attrString(n, "approximate", "none"); a != "none" {
 		return fmt.Errorf("approximate=%q: only the exact (erf) GELU is supported", a)
 	}
+	return unary(func(*onnxpb.NodeProto) nn.Layer { return nn.GELU{} })(im, n)
+}
+
+// fusedGelu is GELU's erf form (see fuse): x·(erf(x/√2) + 1)·0.5.
+func fusedGelu(im *importer, n *onnxpb.NodeProto) error {
+	want := []float32{math.Sqrt2, 1, 0.5}
+	var ks []*konst
+	for i, w := range want {
+		k, ok := im.konst(1 + i)
+		v, ok2 := scalarOf(k, ok)
+		if !ok2 || v != w {
+			return im.runUnfused(n)
+		}
+		ks = append(ks, k)
+	}
+	if _, err := im.val(0); err != nil {
+		return im.runUnfused(n)
+	}
+	im.freeze(ks...)
 	return unary(func(*onnxpb.NodeProto) nn.Layer { return nn.GELU{} })(im, n)
 }
 

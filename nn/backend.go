@@ -10,7 +10,8 @@ import (
 // Backend computes matrix products. Every GEMM in ppnode goes through one.
 // Implementations must be safe for concurrent use.
 type Backend interface {
-	// Name identifies the implementation, for example "openblas" or "gonum".
+	// Name identifies the implementation: "ppnode" (the default), "gonum"
+	// (the same GEMM, deterministic) or "openblas".
 	Name() string
 	// Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major float32
 	// matrices, op(A) m×k, op(B) k×n, C m×n.
@@ -29,7 +30,7 @@ type backendFactory func(threads int) (Backend, error)
 
 var (
 	factoriesMu sync.Mutex // guards factories
-	factories   = map[string]backendFactory{"gonum": newDetGemm}
+	factories   = map[string]backendFactory{"gonum": newDetGemm, "ppnode": newFastGemm}
 )
 
 // registerBackend is called from init by optional, build-tag selected
@@ -53,10 +54,13 @@ func Backends() []string {
 }
 
 func rank(name string) int {
-	if name == "gonum" {
-		return 1
+	switch name {
+	case "ppnode":
+		return 0
+	case "gonum":
+		return 2
 	}
-	return 0
+	return 1
 }
 
 // NewBackend returns the named backend ("" picks the best compiled in; with

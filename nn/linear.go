@@ -20,6 +20,22 @@ type Linear struct {
 	// position on its own: [T, in] to [T, out] (a transformer's tokens),
 	// instead of flattening the sample.
 	Last bool
+
+	// The bias gradient's pass in progress (a Layer serves one pass at a
+	// time).
+	dy      []float32
+	rowsDy  int
+	sumBias func(lo, hi int)
+}
+
+// biasColumns adds columns [lo, hi) of the pass's dy to the bias gradient.
+func (l *Linear) biasColumns(lo, hi int) {
+	d, out := F32(l.B.Grad)[lo:hi], l.Out
+	for r := 0; r < l.rowsDy; r++ {
+		for j, v := range l.dy[r*out+lo : r*out+hi] {
+			d[j] += v
+		}
+	}
 }
 
 // NewLinear returns a Linear layer with bias, initialised He-uniform
@@ -112,8 +128,13 @@ func (l *Linear) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 		c.Backend.Sgemm(true, false, l.Out, l.In, n, 1, dy, l.Out, F32(x), l.In, 1, F32(l.W.Grad), l.In)
 	}
 	if !l.NoBias {
-		// db += column sums of dy (rows in order).
-		colSumAdd(F32(l.B.Grad), dy, n, l.Out)
+		// db += column sums of dy (rows in order), columns over the threads.
+		l.dy, l.rowsDy = dy, n
+		if l.sumBias == nil {
+			l.sumBias = l.biasColumns // made once: a closure a pass would allocate
+		}
+		columnChunks(c, n, l.Out, l.sumBias)
+		l.dy = nil
 	}
 	g := s.Grads(1)
 	if need[0] {

@@ -195,7 +195,7 @@ func serialTwin(be Backend) Backend {
 	}
 	var one Backend = &openblasBackend{threads: 1}
 	if b, ok := be.(*detGemm); ok {
-		one = &detGemm{threads: 1, kern: b.kern}
+		one = &detGemm{threads: 1, kern: b.kern, fast: b.fast}
 	}
 	v, _ := serialTwins.LoadOrStore(be, one)
 	return v.(Backend)

@@ -3,6 +3,7 @@ package job
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // The memory estimate walks each model as nn/zoo builds it: the same
@@ -154,5 +156,46 @@ func TestCheckMemoryMembers(t *testing.T) {
 	unknown := slices.Concat(big[2:], []NodeInfo{{Name: "d"}})
 	if err := s.CheckMemory(unknown); err != nil {
 		t.Errorf("a member of unknown memory: %v", err)
+	}
+}
+
+// An ONNX model on a data file is estimated from the file's initializers
+// and the graph's layer shapes, the data from its file's headers: the
+// estimate counts the model's parameters, and a batch too large for the
+// members is refused with both figures.
+func TestONNXModelEstimate(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "tokens.safetensors")
+	const n, T = 100, 6
+	ids := make([]int64, n*T)
+	for i := range ids {
+		ids[i] = int64(i % 5)
+	}
+	es := []tensorio.Entry{tensorio.I64Entry("x", ids, n, T), tensorio.I64Entry("y", ids, n, T)}
+	if err := tensorio.SaveSafetensorsEntries(data, es, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := DefaultSpec()
+	s.Model, s.Data, s.Batch, s.MicroBatches = "../onnx/testdata/gpt.onnx", data, 64, 4
+	f, err := s.Estimate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := 0
+	for _, p := range j.Graph.Params() {
+		params += nn.Size(p.Value.Shape())
+	}
+	if f.Params != int64(4*params) || f.Activations <= 0 || f.Data <= 0 {
+		t.Errorf("estimate %+v; the graph has %d parameter values", f, params)
+	}
+	s.Batch, s.MicroBatches = MaxBatch, 1
+	g, _ := s.Estimate()
+	members := []NodeInfo{{Name: "a", Memory: g.Total() / 3}, {Name: "b", Memory: g.Total() / 3}}
+	if err := s.CheckMemory(members); err == nil || !strings.Contains(err.Error(), "job needs about") || !strings.Contains(err.Error(), "the members have") {
+		t.Errorf("batch %d on members of a third of its need each: %v", s.Batch, err)
 	}
 }

@@ -133,10 +133,14 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 		}
 		id := len(im.inits)
 		im.initID[t.GetName()] = id
-		if c.kind == kFloat && !im.buffers[t.GetName()] {
-			c.src = make([]int64, len(c.f))
+		{
+			var flag int64
+			if im.buffers[t.GetName()] || c.kind != kFloat {
+				flag = bufferBit
+			}
+			c.src = make([]int64, c.size())
 			for e := range c.src {
-				c.src[e] = int64(id)<<32 | int64(e)
+				c.src[e] = int64(id)<<32 | int64(e) | flag
 			}
 		}
 		im.inits = append(im.inits, initializer{name: t.GetName(), k: c})
@@ -476,21 +480,20 @@ func (im *importer) carry() {
 	}
 	sort.Ints(ids)
 	l := &nn.Carry{}
+	var names []string
 	for _, id := range ids {
 		in := im.inits[id]
-		f, ok := in.k.floats()
+		f, ok := in.k.floats() // initializers hold no batch size
 		if !ok {
 			continue
 		}
-		p := &nn.Param{Value: nn.New(shapeOrScalar(in.k.shape)...), Given: slices.Clone(f)}
-		l.Buffers = append(l.Buffers, p)
+		l.Buffers = append(l.Buffers, &nn.Param{Value: nn.New(shapeOrScalar(in.k.shape)...), Given: slices.Clone(f)})
+		names = append(names, in.name)
 	}
 	im.node = nil
 	im.b.AddFirst(im.layerName("buffers", ""), l, im.inputs0)
-	for j, id := range ids {
-		if j < len(l.Buffers) {
-			l.Buffers[j].Name = im.inits[id].name
-		}
+	for j, p := range l.Buffers { // the builder prefixed them
+		p.Name = names[j]
 	}
 }
 

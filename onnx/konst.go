@@ -56,10 +56,14 @@ type konst struct {
 	f     []float32 // kFloat
 	i     []sym     // kInt and kBool (0 or 1)
 	// src[e] is the initializer element that element e is (init<<32 |
-	// flat index), or -1 for an element that is no initializer's; nil when
-	// no element is.
+	// flat index, with bufferBit set for a buffer's), or -1 for an element
+	// that is no initializer's; nil when no element is.
 	src []int64
 }
+
+// bufferBit marks, in a konst's src, the elements of an initializer the
+// file calls a buffer: they are traced like weights' but never trained.
+const bufferBit = 1 << 31
 
 func (k *konst) size() int {
 	if k.kind == kFloat {
@@ -132,10 +136,14 @@ func (k *konst) scalar() (float32, bool) {
 	return f[0], true
 }
 
-// trainable reports whether some element comes from an initializer.
+// trainable reports whether some element comes from an initializer that
+// is not a buffer.
 func (k *konst) trainable() bool {
+	if k.kind != kFloat {
+		return false
+	}
 	for _, s := range k.src {
-		if s >= 0 {
+		if s >= 0 && s&bufferBit == 0 {
 			return true
 		}
 	}
@@ -846,6 +854,7 @@ func castK(k *konst, to kind) (*konst, error) {
 		}
 		out.f, out.src = f, k.src
 	case k.kind == kFloat:
+		out.src = asBuffer(k.src) // an integer of a weight is a constant
 		out.i = make([]sym, len(k.f))
 		for e, v := range k.f {
 			if math.IsNaN(float64(v)) || math.Abs(float64(v)) > 1<<62 {
@@ -861,7 +870,7 @@ func castK(k *konst, to kind) (*konst, error) {
 			out.i[e] = sym{c: t}
 		}
 	default:
-		out.i = slices.Clone(k.i)
+		out.i, out.src = slices.Clone(k.i), k.src
 		if to == kBool {
 			for e, v := range out.i {
 				out.i[e] = boolSym(v.c != 0)
@@ -869,6 +878,21 @@ func castK(k *konst, to kind) (*konst, error) {
 		}
 	}
 	return out, nil
+}
+
+// asBuffer is src with every element marked a buffer's.
+func asBuffer(src []int64) []int64 {
+	if src == nil {
+		return nil
+	}
+	out := make([]int64, len(src))
+	for e, s := range src {
+		out[e] = s
+		if s >= 0 {
+			out[e] |= bufferBit
+		}
+	}
+	return out
 }
 
 // whereK is the elementwise cond ? a : b of constants.

@@ -698,14 +698,14 @@ func (im *importer) paramOf(src []int64, layer string) (*nn.Param, []int32, erro
 	id := -1
 	m := make([]int32, len(src))
 	for e, s := range src {
-		if s < 0 {
-			return nil, nil, fmt.Errorf("a weight that is partly a constant")
+		if s < 0 || s&bufferBit != 0 {
+			return nil, nil, fmt.Errorf("a weight that is partly a constant or a buffer")
 		}
 		if id >= 0 && int(s>>32) != id {
 			return nil, nil, fmt.Errorf("a weight from two initializers (%s and %s)", im.inits[id].name, im.inits[s>>32].name)
 		}
 		id = int(s >> 32)
-		m[e] = int32(s & (1<<32 - 1))
+		m[e] = int32(s & (bufferBit - 1))
 	}
 	if id < 0 {
 		return nil, nil, fmt.Errorf("an empty weight")

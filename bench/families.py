@@ -1,0 +1,169 @@
+"""Each model family trains in ppnode as in PyTorch (issue on models,
+acceptance 1): for every model of python/export_models.py it
+
+  1. exports the model (export_models.py: model.onnx, init.safetensors),
+  2. makes a data set whose labels the model can learn (a fixed random
+     teacher; for the GPT, bytes of the fortunes text),
+  3. trains STEPS steps with SGD in ppnode on one process and on a cluster
+     of three nodes (`train --via --partition uniform`: a stage on each),
+     both --deterministic, and checks that their weights are the same bits,
+  4. loads the three nodes' weights (--out) into the PyTorch module with
+     load_state_dict(strict=True),
+  5. trains the same steps in PyTorch (bench/torch_ref.py: same initial
+     weights, data order, micro-batches and optimizer) and compares the
+     final training loss and the test loss: within 2%.
+
+Run: /usr/bin/python3 bench/families.py --ppnode /tmp/ppnode [--steps 200] [--models gpt,dlrm,...]
+It starts its three nodes on 127.0.0.1 (ports from --port, default 17600)
+and stops them at the end. Prints a line per model and a table.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import export_models  # noqa: E402
+import ppnode_models as pm  # noqa: E402
+
+# Model options: the defaults, but a smaller GPT (its full size is
+# measured against PyTorch by bench/lm_vs_torch.py).
+OPTIONS = {"gpt": ["--d=128", "--blocks=2", "--ctx=64"]}
+
+
+def last_json(out):
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("no JSON in:\n" + out[-3000:])
+
+
+def make_data(model, opts, path, n=2400, seed=7):
+    """n samples (10% test) with labels a fixed random teacher gives."""
+    m, inputs = export_models.build(model, **export_models.parse_options(opts))
+    g = torch.Generator().manual_seed(seed)
+    arrays = {}
+    if model == "gpt":
+        ctx = inputs[0][1][0]
+        text = b"".join(open(os.path.join("/usr/share/games/fortunes", f), "rb").read()
+                        for f in sorted(os.listdir("/usr/share/games/fortunes"))
+                        if not f.endswith((".dat", ".u8")) and os.path.isfile(os.path.join("/usr/share/games/fortunes", f)))
+        t = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+        w = t[: (len(t) // (ctx + 1)) * (ctx + 1)].reshape(-1, ctx + 1)[:n]
+        arrays = {"x": w[:, :-1], "y": w[:, 1:]}
+    else:
+        classes = m(*export_models.example(inputs)).shape[-1]
+        score = torch.zeros(n, classes)
+        for name, shape, dtype, high in inputs:
+            key = "x" if len(inputs) == 1 else name
+            if dtype == torch.int64:
+                x = torch.randint(0, high, (n,) + tuple(shape), generator=g)
+                table = torch.randn(high, classes, generator=g)
+                score += table[x.reshape(n, -1)].sum(1)
+                arrays[key] = x.numpy()
+            else:
+                x = torch.randn((n,) + tuple(shape), generator=g)
+                proj = torch.randn(x[0].numel(), classes, generator=g)
+                score += x.reshape(n, -1) @ proj / x[0].numel() ** 0.5
+                arrays[key] = x.numpy().astype(np.float32)
+        arrays["y"] = score.argmax(1).numpy().astype(np.int64)
+    k = len(arrays["y"]) * 9 // 10
+    out = {}
+    for key, a in arrays.items():
+        out[key], out[key + "_test"] = a[:k], a[k:]
+    np.savez(path, **out)
+
+
+class Cluster:
+    def __init__(self, ppnode, port, tmp):
+        self.procs, self.http = [], f"127.0.0.1:{port + 100}"
+        for i, name in enumerate("abc"):
+            cmd = [ppnode, "join", "--name", name, "--bind", f"127.0.0.1:{port + i}", "--http", f"127.0.0.1:{port + 100 + i}",
+                   "--data-dir", os.path.join(tmp, name), "--threads", "1"]
+            if i:
+                cmd += ["--seeds", f"127.0.0.1:{port}"]
+            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, name + ".log"), "w")))
+            self.wait(ppnode, i + 1)
+
+    def wait(self, ppnode, members):
+        for _ in range(240):
+            st = subprocess.run([ppnode, "status", "--via", self.http, "--json"], capture_output=True, text=True)
+            if st.returncode == 0 and len(last_json(st.stdout).get("members", [])) >= members:
+                return
+            time.sleep(0.5)
+        raise RuntimeError("the nodes did not meet")
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ppnode", default="/tmp/ppnode")
+    ap.add_argument("--models", default=",".join(export_models.MODELS))
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--port", type=int, default=17600)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="families-")
+    cluster = Cluster(a.ppnode, a.port, tmp)
+    rows = []
+    try:
+        for model in a.models.split(","):
+            d = os.path.join(tmp, model)
+            opts = OPTIONS.get(model, [])
+            subprocess.run([sys.executable, os.path.join(HERE, "..", "python", "export_models.py"), model, d] + opts,
+                           check=True, capture_output=True)
+            data = os.path.join(d, "data.npz")
+            make_data(model, opts, data)
+            common = ["--model", os.path.join(d, "model.onnx"), "--data", data, "--steps", str(a.steps),
+                      "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", "sgd",
+                      "--deterministic", "--json"]
+            t0 = time.time()
+            local = last_json(subprocess.run([a.ppnode, "train", "--local"] + common, capture_output=True, text=True, check=True).stdout)
+            t1 = time.time()
+            out = os.path.join(d, "via.safetensors")
+            via = last_json(subprocess.run([a.ppnode, "train", "--via", cluster.http, "--out", out, "--partition", "uniform"] + common,
+                                           capture_output=True, text=True, check=True).stdout)
+            t2 = time.time()
+            # The three nodes' weights into the PyTorch module, strictly.
+            m, _ = export_models.build(model, **export_models.parse_options(opts))
+            m.load_state_dict(pm.read_safetensors(out)[0], strict=True)
+            ref = last_json(subprocess.run([sys.executable, os.path.join(HERE, "torch_ref.py"), "--model", model,
+                                            "--init", os.path.join(d, "init.safetensors"), "--data", data, "--steps", str(a.steps),
+                                            "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", "sgd",
+                                            "--threads", "1"] + opts, capture_output=True, text=True, check=True).stdout)
+            same = local["weights_sha256"] == via["weights_sha256"]
+            dtrain = abs(via["train_loss"] - ref["train_loss"]) / ref["train_loss"]
+            dtest = abs(via["test_loss"] - ref["test_loss"]) / ref["test_loss"]
+            row = dict(model=model, params=via["params"], plan=via["plan"], nodes=len(via.get("nodes", [])), same_bits=same,
+                       strict_load=True, first_loss=via["loss_history"][0][1], ppnode_train=via["train_loss"], torch_train=ref["train_loss"],
+                       ppnode_test=via["test_loss"], torch_test=ref["test_loss"], d_train=dtrain, d_test=dtest,
+                       local_s=t1 - t0, via_s=t2 - t1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        cluster.stop()
+    print("| model | params | nodes | --local = 3 nodes | strict load | first loss | train loss ppnode / PyTorch | test loss ppnode / PyTorch | worst difference |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['params']} | {r['nodes']} | {'yes' if r['same_bits'] else 'NO'} | yes | {r['first_loss']:.4f} | "
+              f"{r['ppnode_train']:.4f} / {r['torch_train']:.4f} | {r['ppnode_test']:.4f} / {r['torch_test']:.4f} | "
+              f"{100 * max(r['d_train'], r['d_test']):.2f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -527,8 +527,8 @@ func (im *importer) layerName(base, suffix string) string {
 		switch {
 		case path == "":
 			base = op
-		case op == im.node.GetOpType():
-			base = path
+		case op == im.node.GetOpType() || strings.HasPrefix(im.node.GetOpType(), "ppnode."):
+			base = path // a fused node is its module
 		default:
 			base = path + "." + op
 		}

@@ -28,7 +28,7 @@ else
 endif
 TAGS := $(if $(strip $(TAG_LIST)),-tags '$(strip $(TAG_LIST))')
 # Debian packages the tests and benchmarks use.
-DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-numpy dataset-fashion-mnist protobuf-compiler iproute2 \
+DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python3-onnx python3-numpy fortunes dataset-fashion-mnist protobuf-compiler iproute2 \
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 

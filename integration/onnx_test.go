@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +16,14 @@ import (
 
 const torchPython = "/usr/bin/python3"
 
+// torchMissing says once why PyTorch cannot run (importing it takes seconds).
+var torchMissing = sync.OnceValue(func() error {
+	return exec.Command(torchPython, "-c", "import torch, numpy").Run()
+})
+
 func needTorch(t *testing.T) {
 	t.Helper()
-	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+	if err := torchMissing(); err != nil {
 		t.Skipf("no PyTorch for %s (Debian's python3-torch): %v", torchPython, err)
 	}
 }
@@ -75,12 +81,16 @@ func TestONNXFamilies(t *testing.T) {
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	for _, model := range []string{"gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "autoencoder", "misc", "mobilenet"} {
+	models := []string{"gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "autoencoder", "misc", "mobilenet"}
+	root := t.TempDir()
+	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
+	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {
+		t.Fatalf("torch_onnx.py: %v\n%s", err, out)
+	}
+	for _, model := range models {
 		t.Run(model, func(t *testing.T) {
-			dir := t.TempDir()
-			if out, err := exec.Command(torchPython, "../onnx/testdata/torch_onnx.py", model, dir, "--data", "240").CombinedOutput(); err != nil {
-				t.Fatalf("torch_onnx.py: %v\n%s", err, out)
-			}
+			t.Parallel()
+			dir := filepath.Join(root, model)
 			args := []string{"--deterministic", "--model", filepath.Join(dir, "model.onnx"), "--data", filepath.Join(dir, "data.npz"),
 				"--batch", "24", "--micro-batches", "3", "--steps", "6", "--optimizer", "adam", "--threads", "1"}
 			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
@@ -112,7 +122,7 @@ func TestWeightsIntoPyTorch(t *testing.T) {
 		model string
 		args  []string
 	}
-	runs := []run{{"mlp32", []string{"--width", "64", "--steps", "200", "--lr", "0.002"}}}
+	runs := []run{{"mlp32", []string{"--width", "64", "--steps", "60", "--lr", "0.002"}}}
 	if os.Getenv("PPNODE_RESNET") == "1" {
 		runs = append(runs, run{"resnet50", []string{"--width", "0.0625", "--steps", "20", "--batch", "32", "--optimizer", "sgd", "--lr", "0.05"}})
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
@@ -18,9 +19,21 @@ import (
 // on PATH may be another one.
 const torchPython = "/usr/bin/python3"
 
+// torchMissing says once per process why PyTorch cannot run (importing it
+// takes seconds).
+var torchMissing = sync.OnceValue(func() error {
+	return exec.Command(torchPython, "-c", "import torch, numpy").Run()
+})
+
+// needTorch skips a PyTorch parity test where PyTorch is missing, and under
+// the race detector: the parity tests check numbers, which the runs without
+// it check, and not concurrency.
 func needTorch(t *testing.T) {
 	t.Helper()
-	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+	if raceEnabled {
+		t.Skip("PyTorch parity runs without the race detector")
+	}
+	if err := torchMissing(); err != nil {
 		t.Skipf("PyTorch is not available (%s -c 'import torch' failed: %v); install Debian's python3-torch to run the parity test", torchPython, err)
 	}
 }

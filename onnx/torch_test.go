@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
@@ -24,11 +25,16 @@ var (
 	lr, momentum = 0.05, 0.9
 )
 
+// torchMissing says once why PyTorch cannot run (importing it takes seconds).
+var torchMissing = sync.OnceValue(func() error {
+	return exec.Command(torchPython, "-c", "import torch, numpy").Run()
+})
+
 // exportTorch runs testdata/torch_onnx.py for model and returns the ONNX
 // file and the reference tensors by name.
 func exportTorch(t *testing.T, model string) (string, map[string]*nn.Tensor) {
 	t.Helper()
-	if err := exec.Command(torchPython, "-c", "import torch, numpy").Run(); err != nil {
+	if err := torchMissing(); err != nil {
 		t.Skipf("PyTorch is not available (%s -c 'import torch': %v); install Debian's python3-torch", torchPython, err)
 	}
 	dir := t.TempDir()

@@ -1,6 +1,7 @@
 """Exports a PyTorch model to ONNX and trains it, the reference for ppnode's import.
 
-Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR
+Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
+       /usr/bin/python3 torch_onnx.py --each DIR N MODEL... (DIR/MODEL/ for each)
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
 python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer,
@@ -263,9 +264,21 @@ def family_data(name, path, n, seed=2):
 
 
 def main():
-    name, outdir = sys.argv[1], sys.argv[2]
-    if len(sys.argv) > 4 and sys.argv[3] == "--data":
-        family_data(name, outdir + "/data.npz", int(sys.argv[4]))
+    if sys.argv[1] == "--each":
+        # --each DIR N NAME...: DIR/NAME/ for every family, with N samples of data
+        # (one interpreter for all: importing torch takes seconds).
+        root, n = sys.argv[2], int(sys.argv[3])
+        for name in sys.argv[4:]:
+            os.makedirs(os.path.join(root, name), exist_ok=True)
+            export(name, os.path.join(root, name), n)
+        return
+    n = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--data" else 0
+    export(sys.argv[1], sys.argv[2], n)
+
+
+def export(name, outdir, n):
+    if n:
+        family_data(name, outdir + "/data.npz", n)
     if name in families():
         family(name, outdir)
         return

@@ -12,7 +12,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
-// Rebalancing on real processes (issue 7): a CPU quota cut under a running
+// Rebalancing on real processes: a CPU quota cut under a running
 // job; the plan follows the measured speeds without changing the job's
 // result. The policy itself (hysteresis, flickering speeds, joining nodes,
 // the realism discount) is tested on the job's core: job/testdata/core.

@@ -134,11 +134,9 @@ func GradCheckGraph(t testing.TB, g *nn.Graph, o Options) {
 	din := st.Backward(ctx, 0, proj)
 	// Copy what Backward returned: later passes reuse its buffers.
 	type target struct {
-		name   string
-		value  []float32
-		grad   []float32
-		saved  []float32
-		buffer bool
+		name  string
+		value []float32
+		grad  []float32
 	}
 	var targets []target
 	for i, name := range g.InputNames {

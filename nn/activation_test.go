@@ -100,7 +100,7 @@ func forward(t *testing.T, l nn.Layer, xs ...*nn.Tensor) *nn.Tensor {
 }
 
 func gonum1(t testing.TB) nn.Backend {
-	be, err := nn.NewBackend("gonum", 1, true)
+	be, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestActivationsMatchTorch(t *testing.T) {
 // parameter gradients (which start at zero).
 func runPass(t *testing.T, l nn.Layer, threads int, xs []*nn.Tensor, dout *nn.Tensor, need []bool) (out []float32, din, dparams [][]float32) {
 	t.Helper()
-	be, err := nn.NewBackend("gonum", threads, true)
+	be, err := nn.NewBackend("ppnode-det", threads, true)
 	if err != nil {
 		t.Fatal(err)
 	}

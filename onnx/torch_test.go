@@ -128,7 +128,7 @@ func TestTorchModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("PyTorch parity runs without -short")
 	}
-	det, err := nn.NewBackend("gonum", 1, true)
+	det, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

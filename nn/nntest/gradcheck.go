@@ -82,7 +82,7 @@ func GradCheck(t testing.TB, l nn.Layer, in [][]int, o Options) {
 func GradCheckGraph(t testing.TB, g *nn.Graph, o Options) {
 	t.Helper()
 	o.defaults()
-	be, err := nn.NewBackend("gonum", 1, true)
+	be, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

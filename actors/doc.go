@@ -1,8 +1,7 @@
-// Package actors is the runtime around a job's pure core (job.Core): the
-// actor system that carries control between nodes, the stage actors that
-// run a plan's stages, and the coordinator that drives the core by doing
-// the I/O it asks for (DESIGN.md, "Transport: control through actors,
-// tensors through a data plane").
+// Package actors is the runtime around a job's pure core: the actor
+// system that carries control between nodes (tensors take the data plane,
+// package dataplane), the stage actors that run a plan's stages, and the
+// coordinator that drives the core by doing the I/O it asks for.
 //
 // # Control
 //
@@ -10,8 +9,8 @@
 // few hundred bytes, every one carrying a Header with the job id and the
 // plan generation. A [Control] sends them: [System] over protoactor remote
 // (gRPC), with the workarounds its doc lists, or [InmemControl], its
-// in-memory twin for tests, which can kill a node, cut it off and lose
-// chosen messages. A stage admits only messages of its job and of its
+// in-memory twin for tests, which can kill a node and cut it off (its
+// messages are then lost). A stage admits only messages of its job and of its
 // generation or a newer one ([Gate]); a node's spawner refuses to start a
 // stage of a generation older than one it has started ([SpawnError]).
 //

@@ -15,8 +15,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Moving a job to a new plan (DESIGN.md, "Re-planning is one mechanism";
-// the coordinator's side is in migrate_coordinator.go). At a step boundary
+// Moving a job to a new plan without a cut, one way the core's plan change
+// loads the new stages' state (the coordinator's side is
+// Coordinator.move, operations.go). At a step boundary
 // the pipeline is drained and every stage holds the state after the same
 // step. The coordinator starts the new plan's stages next to the old ones,
 // each with the list of its layers' old owners (StageSpec.Sources), and

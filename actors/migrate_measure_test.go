@@ -14,7 +14,7 @@ import (
 )
 
 // TestMeasurePlanChange measures a real plan change of mlp32 at width
-// 1024 on 3 nodes over TCP (issue 7, acceptance 3): the job moves from
+// 1024 on 3 nodes over TCP: the job moves from
 // plan A to plan B (the plans the balancer chose before and after node c
 // slowed 4x, BENCHMARKS.md) and back at successive step boundaries, in
 // pairs (A -> B, B -> A) of one method, direct or through a cut (gather

@@ -1,6 +1,5 @@
-// Control messages of the ppnode actor system (DESIGN.md, "Transport:
-// control through actors, tensors through a data plane"). Payloads stay
-// small: tensors never travel through actors, they go over the data plane.
+// Control messages of the ppnode actor system. Payloads stay small:
+// tensors never travel through actors, they go over the data plane.
 //
 // Regenerate with `make proto`; the generated actors/ppnode.pb.go is
 // committed so that builds and tests never need protoc.

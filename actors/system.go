@@ -21,12 +21,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// A System is one node's protoactor actor system with remote (DESIGN.md,
-// "Transport: control through actors, tensors through a data plane").
-// It carries only control messages: the protobuf types of ppnode.proto,
+// A System is one node's protoactor actor system with remote. It carries
+// only control messages: the protobuf types of ppnode.proto,
 // each a few hundred bytes; tensors travel over the [dataplane.DataPlane].
 //
-// It works around the protoactor traps measured for issue 5:
+// It works around these protoactor traps, each found by measurement:
 //
 //   - Only protobuf (API v2) messages cross the network; protoactor drops
 //     anything else silently. [System.Send] and [System.Request] therefore

@@ -62,7 +62,7 @@ func clone(t *nn.Tensor) *nn.Tensor {
 // hash after steps training steps.
 func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) string {
 	t.Helper()
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	S := len(p.Stages)
 	stages := make([]*nn.Stage, S)
 	opts := make([]nn.Optimizer, S)
@@ -225,7 +225,7 @@ func TestPlansTrainBitIdentical(t *testing.T) {
 		data := newFixedData(c.input, 12, 3, 2)
 		ref := c.model()
 		ref.Init(1)
-		be, _ := nn.NewBackend("gonum", 1, true)
+		be, _ := nn.NewBackend("ppnode-det", 1, true)
 		opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
 		tr := nn.NewTrainer(ref, opt, be, 1)
 		for s := 0; s < 2; s++ {

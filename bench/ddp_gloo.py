@@ -1,5 +1,5 @@
 """PyTorch DistributedDataParallel over gloo: the data-parallel reference
-for ppnode's pipelines on shaped links (issue 16, acceptance 4).
+for ppnode's pipelines on shaped links.
 
 One process per node; each trains mlp32 (the model of torch_train.py) on its
 share of the global batch (128 over 3 ranks: 43, 43, 42 samples) of random

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What --deterministic costs (issue 19, acceptance 3): the default backend
+# What --deterministic costs: the default backend
 # and the deterministic one on the same model, run alternately; prints
 # samples/s and the median step (ms) of each run.
 # Usage: bench/deterministic_cost.sh [rounds] [binary]   (after `make build`)

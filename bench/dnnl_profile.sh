@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a training step goes, before and after the fast path (issue 19):
+# Where a training step goes, without and with the oneDNN fast path:
 # BenchmarkConvNetStep (resnet50 or vgg16 at width 0.25, 32x32x3, batch 32,
 # SGD) built without and with the dnnl tag, profiled with pprof; with perf
 # installed, also perf's split between oneDNN's JIT code, Go and the kernel

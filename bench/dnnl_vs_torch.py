@@ -1,6 +1,6 @@
-"""Acceptance 1 of issue 19: convolutional training speed, ppnode against
-PyTorch on the same model, batch, micro-batches and optimizer, run
-alternately (A B A B ...) so that both see the same (shared, noisy) machine.
+"""Convolutional training speed, ppnode against PyTorch on the same model,
+batch, micro-batches and optimizer, run alternately (A B A B ...) so that
+both see the same (shared, noisy) machine.
 
 Both train on random 32x32x3 images of 10 classes with SGD (momentum 0.9),
 batch 32, in 1 or M micro-batches whose gradients are accumulated before

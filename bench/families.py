@@ -1,5 +1,5 @@
-"""Each model family trains in ppnode as in PyTorch (issue on models,
-acceptance 1): for every model of python/export_models.py it
+"""Each model family trains in ppnode as in PyTorch: for every model of
+python/export_models.py it
 
   1. exports the model (export_models.py: model.onnx, init.safetensors),
   2. makes a data set whose labels the model can learn (a fixed random

@@ -1,11 +1,11 @@
-"""Graph plans against chain plans on four nodes (issue on models,
-acceptance 3): the two-tower multi-modal transformer and DLRM of
-python/ppnode_models.py train on four nodes of one thread each, each held
-to half a CPU by a cgroup v1 quota (four nodes on two cores: without
-quotas, one node's idle time is another's, and every plan that keeps the
-CPUs busy takes the same time), with each partitioner; the result's measured step (the median over the job) is
-compared. `ppnode plan --compare` on the same model says which plans are
-chains (a stage reads only the stage before it).
+"""Graph plans against chain plans on four nodes: the two-tower multi-modal
+transformer and DLRM of python/ppnode_models.py train on four nodes of one
+thread each, each held to half a CPU by a cgroup v1 quota (four nodes on
+two cores: without quotas, one node's idle time is another's, and every
+plan that keeps the CPUs busy takes the same time), with each partitioner;
+the result's measured step (the median over the job) is compared. `ppnode
+plan --compare` on the same model says which plans are chains (a stage
+reads only the stage before it).
 
 Run: /usr/bin/python3 bench/graph_vs_chain.py --ppnode /tmp/ppnode [--rounds 2]
 """

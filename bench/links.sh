@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16: jobs on three `ppnode join` processes in network namespaces with
+# Jobs on three `ppnode join` processes in network namespaces with
 # shaped links (root, ip and tc needed), logged for BENCHMARKS.md.
 #
 #   bench/links.sh            # every measurement (about 25 minutes)

@@ -1,7 +1,7 @@
-"""Training speed with each optimizer, ppnode against PyTorch (issue 19,
-acceptance 2): mlp32 width 512 on MNIST, batch 128 in one micro-batch, SGD
-with momentum 0.9 and Adam, run alternately (ppnode, PyTorch, ppnode, ...)
-so that both see the same machine; prints every run and the medians.
+"""Training speed with each optimizer, ppnode against PyTorch: mlp32 width 512
+on MNIST, batch 128 in one micro-batch, SGD with momentum 0.9 and Adam, run
+alternately (ppnode, PyTorch, ppnode, ...) so that both see the same
+machine; prints every run and the medians.
 
 PyTorch trains the same model (bench/torch_train.py's mlp32: 784->512,
 30x 512->512, 512->10, ReLU) with torch.optim.SGD(momentum=0.9) or

@@ -1,4 +1,4 @@
-"""Issue 5, acceptance 5: the seed paper's evaluation on this machine.
+"""The seed paper's evaluation on this machine.
 
 Speedup of pipelined training against micro-batch count M (1, 2, 4, 8, 16)
 and stage count S (1 to 4) for mlp32, vgg16 and resnet50 at CPU sizes,

@@ -1,7 +1,7 @@
-"""Issue 5, acceptance 1 and 2: a 2-node pipeline with one CPU per node
-against one node with one CPU and against PyTorch on the whole machine,
-run alternately (pipeline, single node, PyTorch, pipeline, ...) so that all
-see the same machine; prints every run and the medians.
+"""A 2-node pipeline with one CPU per node against one node with one CPU and
+against PyTorch on the whole machine, run alternately (pipeline, single
+node, PyTorch, pipeline, ...) so that all see the same machine; prints
+every run and the medians.
 
   - 2 nodes: `ppnode join` twice, node a pinned to CPU 0 and node b to CPU 1
     (taskset, GOMAXPROCS=1, --threads 1); the job is submitted to node a,

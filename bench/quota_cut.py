@@ -1,10 +1,10 @@
-"""Issue 7, acceptance 1: on 3 nodes (CPU quotas 60% of a CPU each), one
-node's quota is cut to 25% at step CUT of a running job; the throughput over
-the 20 steps from CUT+20 is compared with a fresh job started on nodes that
-have those quotas from the beginning (its measured throughput over the same
-steps, and its plan's predicted step time). Runs alternate: cut, fresh, cut,
-fresh, ...; medians are reported. mlp32 width 512 on MNIST, the default two
-copies of each cut.
+"""Rebalancing after a CPU quota cut: on 3 nodes (CPU quotas 60% of a CPU
+each), one node's quota is cut to 25% at step CUT of a running job; the
+throughput over the 20 steps from CUT+20 is compared with a fresh job
+started on nodes that have those quotas from the beginning (its measured
+throughput over the same steps, and its plan's predicted step time). Runs
+alternate: cut, fresh, cut, fresh, ...; medians are reported. mlp32 width
+512 on MNIST, the default two copies of each cut.
 
 Run as root (after `make build`):
   /usr/bin/python3 bench/quota_cut.py [--rounds 3] [--cut 20] [--steps 80]

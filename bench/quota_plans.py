@@ -1,6 +1,7 @@
-"""Issue 7, acceptance 2: on 3 nodes with CPU quotas of 100%, 50% and 25% of
-a CPU (cgroup v1), measured throughput of the automatic plan against the
-uniform plan (equal layer counts), run alternately.
+"""Balanced against uniform plans on unequal nodes: on 3 nodes with CPU quotas
+of 100%, 50% and 25% of a CPU (cgroup v1), measured throughput of the
+automatic plan against the uniform plan (equal layer counts), run
+alternately.
 
 Run as root (after `make build`):
   /usr/bin/python3 bench/quota_plans.py [--rounds 2] [--steps 40]

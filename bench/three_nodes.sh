@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15: a job on three `ppnode join` processes on 127.0.0.1, printed as
+# A job on three `ppnode join` processes on 127.0.0.1, printed as
 # the result's weights_sha256 and throughput, for comparing two builds of
 # ppnode side by side (before and after a change).
 #
@@ -7,8 +7,8 @@
 #                                           # steps: --local and 3 nodes (--via)
 #   bench/three_nodes.sh BINARY PORT speed  # mlp32 width 64, batch 32, M=4, 800 small
 #                                           # steps: samples/s and the median step
-#   bench/three_nodes.sh BINARY PORT crossarch  # integration/crossarch's two runs
-#                                           # (issue 19, acceptance 4): --local and 3 nodes
+#   bench/three_nodes.sh BINARY PORT crossarch  # integration/crossarch's two runs:
+#                                           # --local and 3 nodes
 #
 # PORT and the nine ports after it must be free (gossip PORT..PORT+2,
 # HTTP PORT+10..PORT+12).

@@ -499,9 +499,10 @@ const (
 //
 // memberlist reports a clean leave and a failure through the same
 // callback, and the node's State it passes is always alive (the state it
-// tracks shadows that field; issue #293, fix pending in PR #321). So Leave
-// first gossips metadata with a leaving mark, and a member that goes away
-// after its mark was seen has left; one that goes away without it failed.
+// tracks shadows that field; memberlist issue #293, fix pending in its PR
+// #321). So Leave first gossips metadata with a leaving mark, and a member
+// that goes away after its mark was seen has left; one that goes away
+// without it failed.
 func (n *Node) observe(c change, mn *memberlist.Node) {
 	m := Member{
 		Name:  mn.Name,

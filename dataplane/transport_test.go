@@ -16,7 +16,7 @@ import (
 // tensors over raw dataplane.TCP, then 8 over the data plane, and the two are timed
 // and charged CPU separately. It reports both goodputs, their ratio and
 // both CPU costs, and the same for the protoactor remote path, which
-// carries control only (DESIGN.md).
+// is why actors carry control only and tensors take the data plane.
 func BenchmarkLoopback4MiBInterleaved(b *testing.B) {
 	const burst = 8
 	c, s := dataplane.RawTCPPair(b)

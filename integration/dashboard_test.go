@@ -399,9 +399,9 @@ func cpuTime(pid int) (time.Duration, error) {
 // Linux's every architecture but alpha and ia64).
 const clockTicks = 100
 
-// What the dashboard costs a node (issue 20, acceptance 5: under 1% of a
-// node's CPU while a job runs and nobody watches, under 3% while one
-// browser watches). The same job runs on 3 nodes four times, A B A B: A
+// What the dashboard costs a node (it must stay under 1% of a node's CPU
+// while a job runs and nobody watches, under 3% while one browser
+// watches). The same job runs on 3 nodes four times, A B A B: A
 // with the browser on a blank page, B with it on the coordinator's
 // dashboard (polling every 2 s); the CPU time of each node's process over
 // the job comes from /proc/PID/stat. Then the cost of one status read,

@@ -11,7 +11,7 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-// A user's data set in a NumPy file (issue 18): written with numpy.savez,
+// A user's data set in a NumPy file: written with numpy.savez,
 // trained on in one process and through a cluster, with the same weights;
 // the cluster's weights come out with train --via --out.
 func TestDataFile(t *testing.T) {

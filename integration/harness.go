@@ -152,9 +152,6 @@ type Node struct {
 	paused bool       // by Pause (SIGSTOP), until Resume
 }
 
-// Exited is closed when the node's process has ended.
-func (n *Node) Exited() <-chan struct{} { return n.exited }
-
 // Cluster is the set of nodes a test started. Its cleanup stops them and
 // checks for leaks.
 type Cluster struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
-// Links with measured rates (issue 16): three nodes in network namespaces
+// Links with measured rates: three nodes in network namespaces
 // whose links the test shapes. These are measurements, run with
 // PPNODE_LINKS=1 (bench/links.sh); BENCHMARKS.md has their figures.
 

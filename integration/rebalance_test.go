@@ -12,10 +12,10 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
-// Rebalancing on real processes (issue 7): a CPU quota cut under a running
-// job; the plan follows the measured speeds without changing the job's
-// result. The policy itself (hysteresis, flickering speeds, joining nodes,
-// the realism discount) is tested on the job's core: job/testdata/core.
+// Rebalancing on real processes: a CPU quota cut under a running job; the
+// plan follows the measured speeds without changing the job's result. The
+// policy itself (hysteresis, flickering speeds, joining nodes, the realism
+// discount) is tested on the job's core, by the scripts in its testdata.
 // This is a measurement, run with PPNODE_REBALANCE=1:
 //
 //	PPNODE_REBALANCE=1 go test -tags openblas -count=1 -run TestQuotaCutReplans -v ./integration/
@@ -148,7 +148,7 @@ func startRebalanceJob(t *testing.T, spec job.Spec, quotas ...float64) (*Cluster
 	if os.Getenv("PPNODE_REBALANCE") == "" {
 		// Its timing moves with the machine's load (the plan at the start,
 		// the steps to a re-plan); the policy is tested on the job's core
-		// (job/testdata/core/slow_node.txt) and make demo shows it.
+		// (its slow_node.txt script) and make demo shows it.
 		t.Skip("a measurement on CPU quotas: set PPNODE_REBALANCE=1")
 	}
 	RequireCPUQuota(t)

@@ -655,13 +655,12 @@ type jobWatch struct {
 	n  *Node
 	id string
 
-	mu       sync.Mutex // guards the fields below
-	st       job.Status
-	seen     bool
-	err      error       // reading the status failed for too long
-	after    []time.Time // by recovery: when a step completed after it was first seen
-	changed  chan struct{}
-	stopping bool
+	mu      sync.Mutex // guards the fields below
+	st      job.Status
+	seen    bool
+	err     error       // reading the status failed for too long
+	after   []time.Time // by recovery: when a step completed after it was first seen
+	changed chan struct{}
 }
 
 // watchErrorGrace is how long the status may fail to be read (a busy

@@ -22,9 +22,9 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-// The attacks of issue 17, made by someone who reaches the nodes' ports
-// but holds no certificate of the cluster: each is refused, and the node
-// keeps working.
+// Attacks by someone who reaches the nodes' ports but holds no certificate
+// of the cluster (SECURITY.md's threat model): each is refused, and the
+// node keeps working.
 
 // anon is an attacker's HTTPS client: it accepts any server and presents
 // no certificate.

@@ -100,7 +100,7 @@ func forward(t *testing.T, l nn.Layer, xs ...*nn.Tensor) *nn.Tensor {
 }
 
 func gonum1(t testing.TB) nn.Backend {
-	be, err := nn.NewBackend("gonum", 1, true)
+	be, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestActivationsMatchTorch(t *testing.T) {
 // parameter gradients (which start at zero).
 func runPass(t *testing.T, l nn.Layer, threads int, xs []*nn.Tensor, dout *nn.Tensor, need []bool) (out []float32, din, dparams [][]float32) {
 	t.Helper()
-	be, err := nn.NewBackend("gonum", threads, true)
+	be, err := nn.NewBackend("ppnode-det", threads, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,10 +339,6 @@ func newLayers() []gradCase {
 		{"div", func() nn.Layer { return nn.Binary{Op: "div"} }, [][]int{big, big}, nntest.Options{}},
 		{"scalar-rdiv", func() nn.Layer { return nn.Scalar{Op: "rdiv", C: 3} }, [][]int{big}, nntest.Options{}},
 		{"scalar-pow", func() nn.Layer { return nn.Scalar{Op: "pow", C: 3} }, [][]int{big}, nntest.Options{}},
-		{"bias", func() nn.Layer { return &nn.Bias{} }, [][]int{big}, nntest.Options{}},
-		{"scale", func() nn.Layer { return &nn.Scale{} }, [][]int{big}, nntest.Options{}},
-		{"bias-narrow", func() nn.Layer { return &nn.Bias{} }, [][]int{{96, 12}}, nntest.Options{}},
-		{"scale-narrow", func() nn.Layer { return &nn.Scale{} }, [][]int{{96, 12}}, nntest.Options{}},
 		{"permute", func() nn.Layer { return &nn.Permute{Perm: []int{2, 0, 1}} }, [][]int{{6, 8, 24}}, nntest.Options{}},
 		{"permute-identity", func() nn.Layer { return &nn.Permute{Perm: []int{0, 2, 1}} }, [][]int{{6, 1, 24}}, nntest.Options{}},
 		{"reshape", func() nn.Layer { return &nn.Reshape{Shape: []int{8, 3, 48}} }, [][]int{big}, nntest.Options{}},

@@ -40,14 +40,8 @@ func TestGradCheckArith(t *testing.T) {
 			}
 			cases = append(cases, gradCase{fmt.Sprintf("scalar-%s%v%v", sc.Op, sc.C, s), func() nn.Layer { return sc }, [][]int{s}, opt})
 		}
-		cases = append(cases,
-			gradCase{fmt.Sprintf("bias%v", s), func() nn.Layer { return &nn.Bias{} }, [][]int{s}, nntest.Options{}},
-			gradCase{fmt.Sprintf("scale%v", s), func() nn.Layer { return &nn.Scale{} }, [][]int{s}, nntest.Options{}},
-		)
 	}
 	cases = append(cases,
-		gradCase{"bias-batch8", func() nn.Layer { return &nn.Bias{} }, [][]int{{3, 4}}, nntest.Options{Batch: 8}},
-		gradCase{"scale-batch8", func() nn.Layer { return &nn.Scale{} }, [][]int{{3, 4}}, nntest.Options{Batch: 8}},
 		gradCase{"linear-nobias", func() nn.Layer { return &nn.Linear{In: 6, Out: 4, NoBias: true} }, [][]int{{6}}, nntest.Options{}},
 		gradCase{"linear-transposed", func() nn.Layer { return &nn.Linear{In: 6, Out: 4, Transposed: true} }, [][]int{{6}}, nntest.Options{}},
 		gradCase{"linear-transposed-nobias", func() nn.Layer { return &nn.Linear{In: 6, Out: 4, Transposed: true, NoBias: true} }, [][]int{{6}}, nntest.Options{}},
@@ -147,8 +141,6 @@ func TestArithBuildErrors(t *testing.T) {
 		{nn.Binary{Op: "mul"}, [][]int{{3}, {4}}},
 		{nn.Binary{Op: "mul"}, [][]int{{3}}},
 		{nn.Scalar{Op: "max", C: 1}, [][]int{{3}}},
-		{&nn.Bias{}, [][]int{{}}},
-		{&nn.Scale{}, [][]int{{3}, {3}}},
 		{&nn.Linear{In: 5, Out: 2, Transposed: true}, [][]int{{4}}},
 	} {
 		if _, err := c.l.Build(c.in); err == nil {

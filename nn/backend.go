@@ -10,8 +10,8 @@ import (
 // Backend computes matrix products. Every GEMM in ppnode goes through one.
 // Implementations must be safe for concurrent use.
 type Backend interface {
-	// Name identifies the implementation: "ppnode" (the default), "gonum"
-	// (the same GEMM, deterministic) or "openblas".
+	// Name identifies the implementation: "ppnode" (the default),
+	// "ppnode-det" (the same GEMM, deterministic) or "openblas".
 	Name() string
 	// Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major float32
 	// matrices, op(A) m×k, op(B) k×n, C m×n.
@@ -28,10 +28,19 @@ type Backend interface {
 // backendFactory makes a backend that uses the given number of threads.
 type backendFactory func(threads int) (Backend, error)
 
+// detBackend is the deterministic backend's name: ppnode's own GEMM with
+// the layers around it on their deterministic paths.
+const detBackend = "ppnode-det"
+
 var (
 	factoriesMu sync.Mutex // guards factories
-	factories   = map[string]backendFactory{"gonum": newDetGemm, "ppnode": newFastGemm}
+	factories   = map[string]backendFactory{detBackend: newDetGemm, "ppnode": newFastGemm}
 )
+
+// backendAliases maps former backend names to current ones. The
+// deterministic backend was "gonum" while it drove gonum's Saxpy; scripts
+// and job specs written then still name it so.
+var backendAliases = map[string]string{"gonum": detBackend}
 
 // registerBackend is called from init by optional, build-tag selected
 // backends (OpenBLAS).
@@ -57,24 +66,30 @@ func rank(name string) int {
 	switch name {
 	case "ppnode":
 		return 0
-	case "gonum":
+	case detBackend:
 		return 2
 	}
 	return 1
 }
 
-// NewBackend returns the named backend ("" picks the best compiled in; with
-// deterministic set it picks "gonum", ppnode's own GEMM, the only one whose
-// bits do not depend on the CPU model or architecture). threads <= 0 means
-// all CPUs.
-func NewBackend(name string, threads int, deterministic bool) (Backend, error) {
-	if threads <= 0 {
-		threads = runtime.NumCPU()
+// CheckBackend reports whether NewBackend would accept name and
+// deterministic, without making the backend: name must be "" (the best
+// compiled in), a backend of [Backends] or a former name of one, and with
+// deterministic set "" or the deterministic backend ("ppnode-det").
+func CheckBackend(name string, deterministic bool) error {
+	_, err := backendFactoryFor(name, deterministic)
+	return err
+}
+
+// backendFactoryFor resolves name as NewBackend does.
+func backendFactoryFor(name string, deterministic bool) (backendFactory, error) {
+	if to, ok := backendAliases[name]; ok {
+		name = to
 	}
 	if name == "" {
 		name = Backends()[0]
 		if deterministic {
-			name = "gonum"
+			name = detBackend
 		}
 	}
 	factoriesMu.Lock()
@@ -83,12 +98,24 @@ func NewBackend(name string, threads int, deterministic bool) (Backend, error) {
 	if !ok {
 		return nil, fmt.Errorf("nn: backend %q is not compiled in (have %v)", name, Backends())
 	}
-	b, err := f(threads)
+	if deterministic && name != detBackend {
+		return nil, fmt.Errorf("nn: backend %q is not deterministic; use %s", name, detBackend)
+	}
+	return f, nil
+}
+
+// NewBackend returns the named backend ("" picks the best compiled in; with
+// deterministic set it picks "ppnode-det", ppnode's own GEMM, the only one
+// whose bits do not depend on the CPU model or architecture). "gonum", the
+// deterministic backend's former name, is accepted for it. threads <= 0
+// means all CPUs.
+func NewBackend(name string, threads int, deterministic bool) (Backend, error) {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	f, err := backendFactoryFor(name, deterministic)
 	if err != nil {
 		return nil, err
 	}
-	if deterministic && !b.Deterministic() {
-		return nil, fmt.Errorf("nn: backend %q is not deterministic; use gonum", name)
-	}
-	return b, nil
+	return f(threads)
 }

@@ -137,3 +137,37 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+// NewBackend resolves names as documented, "gonum" (the deterministic
+// backend's former name) included, and CheckBackend accepts exactly what
+// NewBackend does.
+func TestBackendNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		det  bool
+		want string // "": refused
+	}{
+		{"", false, nn.Backends()[0]},
+		{"", true, "ppnode-det"},
+		{"ppnode-det", true, "ppnode-det"},
+		{"ppnode-det", false, "ppnode-det"},
+		{"gonum", true, "ppnode-det"},
+		{"gonum", false, "ppnode-det"},
+		{"ppnode", false, "ppnode"},
+		{"ppnode", true, ""},
+		{"no-such-backend", false, ""},
+	} {
+		be, err := nn.NewBackend(tc.name, 1, tc.det)
+		if cerr := nn.CheckBackend(tc.name, tc.det); (cerr == nil) != (err == nil) {
+			t.Errorf("%q deterministic=%v: CheckBackend says %v, NewBackend %v", tc.name, tc.det, cerr, err)
+		}
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("%q deterministic=%v: accepted as %s", tc.name, tc.det, be.Name())
+		case tc.want != "" && err != nil:
+			t.Errorf("%q deterministic=%v: %v", tc.name, tc.det, err)
+		case err == nil && (be.Name() != tc.want || be.Deterministic() != (tc.want == "ppnode-det")):
+			t.Errorf("%q deterministic=%v: got %s (deterministic %v), want %s", tc.name, tc.det, be.Name(), be.Deterministic(), tc.want)
+		}
+	}
+}

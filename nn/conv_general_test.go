@@ -60,7 +60,7 @@ func runLayer(t testing.TB, be nn.Backend, l nn.Layer, in []int, n int, r *rand.
 // convolutions were added: the hash was recorded with that code, on the
 // deterministic backend with two threads.
 func TestConv2DCommonPathBits(t *testing.T) {
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func closeTo(t *testing.T, name string, tol float64, got []float32, want []float
 // Forward and backward against the convolution written out as seven loops,
 // within 1e-5 of each tensor's largest magnitude.
 func TestConv2DNaiveReference(t *testing.T) {
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestConv2DDefaults(t *testing.T) {
 func TestConv2DGeneralThreadsSameBits(t *testing.T) {
 	var ref [][]float32
 	for _, threads := range []int{1, 2, 3} {
-		be, err := nn.NewBackend("gonum", threads, true)
+		be, err := nn.NewBackend("ppnode-det", threads, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +463,7 @@ write_safetensors(sys.argv[3], out)
 // strides and padding, within 1e-5 of each tensor's largest magnitude.
 func TestConv2DTorch(t *testing.T) {
 	needTorch(t)
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}

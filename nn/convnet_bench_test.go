@@ -8,10 +8,10 @@ import (
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
-// BenchmarkConvNetStep times the training steps of acceptance 1 (issue 19):
-// resnet50 and vgg16 at width 0.25 on 32×32×3 inputs, batch 32, SGD with
-// momentum, in one and in four micro-batches, on the default backend with
-// one and two threads. Profile it with -cpuprofile to see where a step goes.
+// BenchmarkConvNetStep times convolutional training steps as BENCHMARKS.md
+// reports them: resnet50 and vgg16 at width 0.25 on 32×32×3 inputs, batch
+// 32, SGD with momentum, in one and in four micro-batches, on the default
+// backend with one and two threads. Profile it with -cpuprofile to see where a step goes.
 func BenchmarkConvNetStep(b *testing.B) {
 	o := zoo.Options{Width: 0.25, Input: []int{32, 32, 3}, Classes: 10}
 	for _, model := range []string{"resnet50", "vgg16"} {
@@ -38,8 +38,8 @@ func BenchmarkConvNetStep(b *testing.B) {
 }
 
 // BenchmarkConvNetStepDeterministic is BenchmarkConvNetStep's resnet50 on
-// the deterministic backend (issue 19, acceptance 3), on one and two
-// threads; profile it with -cpuprofile.
+// the deterministic backend, on one and two threads, for what
+// --deterministic costs; profile it with -cpuprofile.
 func BenchmarkConvNetStepDeterministic(b *testing.B) {
 	o := zoo.Options{Width: 0.25, Input: []int{32, 32, 3}, Classes: 10}
 	for _, threads := range []int{1, 2} {

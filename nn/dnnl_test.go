@@ -17,7 +17,7 @@ type fastBackend struct{ nn.Backend }
 func (fastBackend) Deterministic() bool { return false }
 
 func newFast(t testing.TB, threads int) nn.Backend {
-	be, err := nn.NewBackend("gonum", threads, true)
+	be, err := nn.NewBackend("ppnode-det", threads, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestDNNLConv2DMatchesPureGo(t *testing.T) {
 	if !nn.OneDNN {
 		t.Log("built without oneDNN: both paths are the pure-Go one")
 	}
-	ref, err := nn.NewBackend("gonum", 2, true)
+	ref, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestDNNLConv2DMatchesPureGo(t *testing.T) {
 // between passes: a change to the weights, even to one element, is seen by
 // the next pass.
 func TestDNNLConv2DSeesWeightUpdates(t *testing.T) {
-	ref, err := nn.NewBackend("gonum", 1, true)
+	ref, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestDNNLConv2DSeesWeightUpdates(t *testing.T) {
 
 // Pooling through oneDNN gives the pure-Go results.
 func TestDNNLPool2DMatchesPureGo(t *testing.T) {
-	ref, err := nn.NewBackend("gonum", 2, true)
+	ref, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestDNNLPool2DMatchesPureGo(t *testing.T) {
 // results in training (output, gradients, running statistics) and in
 // evaluation.
 func TestFastBatchNormMatchesPureGo(t *testing.T) {
-	ref, err := nn.NewBackend("gonum", 2, true)
+	ref, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestDNNLTrainingStepMatchesPureGo(t *testing.T) {
 	var grads [2][][]float32
 	var names []string
 	for k, fast := range []bool{false, true} {
-		be, err := nn.NewBackend("gonum", 2, true)
+		be, err := nn.NewBackend("ppnode-det", 2, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,7 +356,7 @@ func BenchmarkBatchNormPaths(b *testing.B) {
 	for _, shape := range [][]int{{32, 32, 16}, {32, 32, 64}, {16, 16, 128}, {8, 8, 256}, {4, 4, 512}} {
 		for _, path := range []string{"go", "fast"} {
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", shape[0], shape[1], shape[2], path), func(b *testing.B) {
-				be, err := nn.NewBackend("gonum", 2, true)
+				be, err := nn.NewBackend("ppnode-det", 2, true)
 				if err != nil {
 					b.Fatal(err)
 				}

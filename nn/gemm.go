@@ -64,12 +64,12 @@ const gemmParallelWork = 1 << 17
 // the block of B the micro-kernels sweep, kept in the L2 cache.
 const gemmPackBudget = 128 << 10
 
-// detGemm is the deterministic backend ("gonum", its historical name: the
-// spec field Backend and the job records use it), and with fast set the
-// default one ("ppnode"): the same GEMM, faster than OpenBLAS on every
-// shape of ppnode's models here (BENCHMARKS.md), which does not claim
-// determinism so that the layers around it take their fast paths (oneDNN
-// convolutions, threaded reductions).
+// detGemm is the deterministic backend ("ppnode-det"; NewBackend also
+// accepts "gonum", its name while it drove gonum's Saxpy), and with fast
+// set the default one ("ppnode"): the same GEMM, faster than OpenBLAS on
+// every shape of ppnode's models here (BENCHMARKS.md), which does not
+// claim determinism so that the layers around it take their fast paths
+// (oneDNN convolutions, threaded reductions).
 type detGemm struct {
 	threads int
 	kern    *sgemm.Kernel
@@ -90,7 +90,7 @@ func (g *detGemm) Name() string {
 	if g.fast {
 		return "ppnode"
 	}
-	return "gonum"
+	return detBackend
 }
 
 func (g *detGemm) Deterministic() bool { return !g.fast }

@@ -231,7 +231,7 @@ func BenchmarkDeterministicGemm(b *testing.B) {
 	for _, k := range sgemm.Kernels() {
 		backends = append(backends, backend{"det-" + k.Name, func(t int) Backend { return &detGemm{threads: t, kern: k} }})
 	}
-	if best := Backends()[0]; best != "gonum" {
+	if best := Backends()[0]; best != detBackend {
 		backends = append(backends, backend{best, func(t int) Backend { be, _ := NewBackend(best, t, false); return be }})
 	}
 	r := rand.New(rand.NewPCG(5, 6))

@@ -88,24 +88,3 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 		gs[y] -= scale
 	}
 }
-
-// Argmax counts the rows of logits (along the last axis) whose largest
-// entry is the label.
-func Argmax(logits *Tensor, labels []int32) (correct int) {
-	k := lastDim(logits)
-	n := len(F32(logits)) / k
-	z := F32(logits)
-	for i := 0; i < n; i++ {
-		zs := z[i*k : (i+1)*k]
-		m, arg := zs[0], 0
-		for j, v := range zs {
-			if v > m {
-				m, arg = v, j
-			}
-		}
-		if arg == int(labels[i]) {
-			correct++
-		}
-	}
-	return correct
-}

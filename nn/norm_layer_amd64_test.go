@@ -46,7 +46,7 @@ func TestLayerNormKernelsMatchLoops(t *testing.T) {
 // (twice, so that the parameter gradients accumulate) and returns what they
 // wrote.
 func lnKernelRuns(t *testing.T, d, rows, threads int, affine bool) [][]float32 {
-	be, err := NewBackend("gonum", threads, true)
+	be, err := NewBackend("ppnode-det", threads, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,8 +247,9 @@ func BenchmarkOptimizerStep(b *testing.B) {
 	}
 }
 
-// BenchmarkMLP32Step is acceptance 2's configuration: mlp32 width 512, batch
-// 128 in one micro-batch, with each optimizer (profile it with -cpuprofile).
+// BenchmarkMLP32Step times a training step of mlp32 width 512, batch 128 in
+// one micro-batch (BENCHMARKS.md's configuration), with each optimizer
+// (profile it with -cpuprofile).
 func BenchmarkMLP32Step(b *testing.B) {
 	be, err := nn.NewBackend("", 0, false)
 	if err != nil {

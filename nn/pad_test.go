@@ -20,7 +20,7 @@ func TestPad2D(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	out := g.Whole().Forward(&nn.Ctx{Backend: be}, 0, []*nn.Tensor{nn.FromData([]float32{5, 6}, 1, 1, 2, 1)})
 	if got, want := nn.F32(out[0]), []float32{0, 0, 0, 5, 6, 0}; !slices.Equal(got, want) || !slices.Equal(out[0].Shape(), []int{1, 2, 3, 1}) {
 		t.Errorf("padded %v of shape %v, want %v of [1 2 3 1]", got, out[0].Shape(), want)

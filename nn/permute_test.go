@@ -111,7 +111,7 @@ func TestPermuteMatchesNaive(t *testing.T) {
 				t.Fatalf("perm %v of %v: output shape %v", perm, dims, outDims)
 			}
 		}
-		be, _ := nn.NewBackend("gonum", 1+trial%4, true)
+		be, _ := nn.NewBackend("ppnode-det", 1+trial%4, true)
 		c := &nn.Ctx{Backend: be}
 		var s nn.Slot
 		for _, n := range batches {

@@ -123,7 +123,7 @@ func avgFields(p *nn.AvgPool2D) poolGeom {
 // Forward and backward against pooling written out: max pooling's output
 // exactly, the rest within 1e-6 of the largest magnitude.
 func TestPool2DNaiveReference(t *testing.T) {
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestPool2DDefaults(t *testing.T) {
 func TestPool2DThreadsSameBits(t *testing.T) {
 	var ref [][]float32
 	for _, threads := range []int{1, 2, 3} {
-		be, err := nn.NewBackend("gonum", threads, true)
+		be, err := nn.NewBackend("ppnode-det", threads, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ write_safetensors(sys.argv[3], out)
 // (both count_include_pad modes).
 func TestPool2DTorch(t *testing.T) {
 	needTorch(t)
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,7 +345,7 @@ func TestLSTMGRUDeterministicThreads(t *testing.T) {
 			x, dout := rnnNormal(r, 0, 1, n, steps, in), rnnNormal(r, 0, 1, n, steps, h)
 			var want [][]float32
 			for _, threads := range []int{1, 2, 3} {
-				be, err := nn.NewBackend("gonum", threads, true)
+				be, err := nn.NewBackend("ppnode-det", threads, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -372,7 +372,7 @@ func TestLSTMGRUAllocateNothing(t *testing.T) {
 	for _, k := range rnnKinds {
 		for _, threads := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/threads=%d", k.kind, threads), func(t *testing.T) {
-				be, err := nn.NewBackend("gonum", threads, true)
+				be, err := nn.NewBackend("ppnode-det", threads, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -410,7 +410,7 @@ func benchRNN(b *testing.B, kind string) {
 	dout := rnnNormal(r, 0, 1, n, steps, h)
 	need := []bool{true}
 	for _, threads := range []int{1, 2} {
-		be, err := nn.NewBackend("gonum", threads, true)
+		be, err := nn.NewBackend("ppnode-det", threads, true)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -206,7 +206,7 @@ func naiveConvTranspose(l *nn.ConvTranspose2D, x, wt, bias, dy []float32, n, h, 
 // tensor's largest magnitude, on the deterministic backend and on the
 // default one (OpenBLAS when built with it).
 func TestConvTranspose2DNaiveReference(t *testing.T) {
-	det, err := nn.NewBackend("gonum", 2, true)
+	det, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestGradCheckResize(t *testing.T) {
 
 // Values worked out by hand, and the errors Build reports.
 func TestResizeValues(t *testing.T) {
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	x := nn.FromData([]float32{1, 2, 3, 4}, 1, 2, 2, 1)
 	for _, c := range []struct {
 		l    nn.Resize
@@ -322,7 +322,7 @@ func TestGradCheckClip(t *testing.T) {
 		nntest.GradCheck(t, l, [][]int{{4, 3, 2}}, nntest.Options{Input: away})
 	}
 	// The backward pass is hardtanh's: no gradient on a bound.
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	l := nn.Clip{Min: 0, Max: 6}
 	x := nn.FromData([]float32{-1, 0, 3, 6, 7, float32(math.NaN())}, 1, 6)
 	var s nn.Slot
@@ -364,7 +364,7 @@ func TestGradCheckUnary(t *testing.T) {
 		t.Errorf("kind %q", k)
 	}
 	// Softplus does not overflow.
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	var s nn.Slot
 	y := nn.Unary{Op: "softplus"}.Forward(&nn.Ctx{Backend: be}, &s, []*nn.Tensor{nn.FromData([]float32{-200, 0, 200}, 1, 3)})
 	if got := nn.F32(y); got[0] != 0 || got[1] != float32(math.Ln2) || got[2] != 200 {
@@ -418,7 +418,7 @@ func torchSpatial(t *testing.T, specs []map[string]any, in []tensorio.Named) map
 // and the unary operations.
 func TestSpatialTorch(t *testing.T) {
 	needTorch(t)
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func TestSpatialThreadsSameBits(t *testing.T) {
 	}
 	var ref [][]float32
 	for _, threads := range []int{1, 2, 3} {
-		be, err := nn.NewBackend("gonum", threads, true)
+		be, err := nn.NewBackend("ppnode-det", threads, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -172,7 +172,7 @@ func TestTorchParity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	det, err := nn.NewBackend("gonum", 1, true)
+	det, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

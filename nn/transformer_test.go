@@ -328,7 +328,7 @@ func TestTransformerLayersMatchTorch(t *testing.T) {
 	}
 	var reqCases []map[string]any
 	got := map[string]result{}
-	be, err := nn.NewBackend("gonum", 2, true)
+	be, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +553,7 @@ func TestMatMulUnknownBackend(t *testing.T) {
 		}
 		return out
 	}
-	be2, err := nn.NewBackend("gonum", 2, true)
+	be2, err := nn.NewBackend("ppnode-det", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +572,7 @@ func TestTransformerLayersAllocateNothing(t *testing.T) {
 	for _, c := range transformerDetCases()[:4] {
 		for _, threads := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(t *testing.T) {
-				be, err := nn.NewBackend("gonum", threads, true)
+				be, err := nn.NewBackend("ppnode-det", threads, true)
 				if err != nil {
 					t.Fatal(err)
 				}

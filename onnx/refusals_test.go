@@ -75,7 +75,7 @@ func importGraph(t *testing.T, g *graph, out string) (*onnx.Model, error) {
 func forward(t *testing.T, md *onnx.Model, x ...float32) []float32 {
 	t.Helper()
 	md.Graph.Init(1)
-	be, _ := nn.NewBackend("gonum", 1, true)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	out := md.Graph.Whole().Forward(&nn.Ctx{Backend: be}, 0, []*nn.Tensor{nn.FromData(slices.Clone(x), 1, len(x))})
 	return nn.F32(out[0])
 }

@@ -85,7 +85,6 @@ func newSteps(t *testing.T, ref map[string]*nn.Tensor) *steps {
 func (s *steps) BatchSize() int     { return s.xs[0].Shape()[1] }
 func (s *steps) MicroBatches() int  { return len(s.sizes) }
 func (s *steps) StepsPerEpoch() int { return s.xs[0].Shape()[0] }
-func (s *steps) shape() []int       { return s.xs[0].Shape()[2:] }
 func (s *steps) labels() int        { return nn.Size(s.y.Shape()[2:]) }
 
 // inputs describes the data for the model at path: integer ids where
@@ -135,7 +134,7 @@ func TestTorchModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("PyTorch parity runs without -short")
 	}
-	det, err := nn.NewBackend("gonum", 1, true)
+	det, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

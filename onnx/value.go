@@ -57,16 +57,6 @@ func (v *value) shape() []sym {
 
 func (v *value) rank() int { return len(v.dims) }
 
-// batchDim is the ONNX axis that spans the batch.
-func (v *value) batchDim() int {
-	for d, as := range v.dims {
-		if slices.Contains(as, 0) {
-			return d
-		}
-	}
-	return -1 // unreachable: every value spans the batch once
-}
-
 // plain reports whether ONNX axis 0 is the batch alone, so that the other
 // axes are a sample's.
 func (v *value) plain() bool {

@@ -1,15 +1,11 @@
 package tensorio
 
 import (
-	"bytes"
-	"cmp"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -235,12 +231,6 @@ func ReadCheckpoint(data []byte) (*Checkpoint, error) {
 	return readCheckpoint(&ckptFile{data: data, size: int64(len(data))}, true)
 }
 
-// VerifyCheckpoint checks a checkpoint file held in data as
-// VerifyCheckpointAt does.
-func VerifyCheckpoint(data []byte) (*Checkpoint, error) {
-	return VerifyCheckpointAt(bytes.NewReader(data), int64(len(data)))
-}
-
 // VerifyCheckpointAt checks the checkpoint file of size bytes that r reads
 // as ReadCheckpoint does (layout, index, every frame and its checksum)
 // without keeping its tensors: the checkpoint it returns has the metadata
@@ -328,107 +318,4 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
-}
-
-// Merge combines partial checkpoints of one step (same job, step, plan,
-// data position and RNG state) into a whole-model checkpoint. Parameter
-// names must not repeat across parts, nor metadata keys with different
-// values. Tensors are shared with the parts, not copied.
-func Merge(parts ...*Checkpoint) (*Checkpoint, error) {
-	if len(parts) == 0 {
-		return nil, errors.New("tensorio: merge of no checkpoints")
-	}
-	first := parts[0]
-	out := &Checkpoint{
-		JobID: first.JobID, Step: first.Step, PlanHash: first.PlanHash,
-		Data: first.Data, RNG: first.RNG,
-	}
-	for i, p := range parts {
-		switch {
-		case p.JobID != first.JobID:
-			return nil, fmt.Errorf("tensorio: merge: part %d (%q) is of job %q, part 0 of %q", i, p.Part, p.JobID, first.JobID)
-		case p.Step != first.Step:
-			return nil, fmt.Errorf("tensorio: merge: part %d (%q) is of step %d, part 0 of %d", i, p.Part, p.Step, first.Step)
-		case p.PlanHash != first.PlanHash:
-			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has plan %q, part 0 %q", i, p.Part, p.PlanHash, first.PlanHash)
-		case p.Data != first.Data:
-			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has data position %+v, part 0 %+v", i, p.Part, p.Data, first.Data)
-		case !bytes.Equal(p.RNG, first.RNG):
-			return nil, fmt.Errorf("tensorio: merge: part %d (%q) has a different RNG state", i, p.Part)
-		}
-		for k, v := range p.Meta {
-			if old, ok := out.Meta[k]; ok && old != v {
-				return nil, fmt.Errorf("tensorio: merge: metadata %q is %q in one part and %q in part %d", k, old, v, i)
-			}
-			if out.Meta == nil {
-				out.Meta = map[string]string{}
-			}
-			out.Meta[k] = v
-		}
-		out.Params = append(out.Params, p.Params...)
-		out.Optim = append(out.Optim, p.Optim...)
-	}
-	out.sort()
-	if err := out.Validate(); err != nil {
-		return nil, fmt.Errorf("tensorio: merge: %w", err)
-	}
-	return out, nil
-}
-
-// Split cuts a checkpoint by a partition of its parameter names: part i
-// holds the parameters named in parts[i] and their optimizer slots, with
-// the checkpoint's job, step, plan, data position, RNG state and metadata.
-// Every parameter must be in exactly one part. The parts' Part fields are
-// left empty for the caller to name; tensors are shared, not copied.
-func Split(c *Checkpoint, parts [][]string) ([]*Checkpoint, error) {
-	owner := make(map[string]int, len(c.Params))
-	for _, p := range c.Params {
-		owner[p.Name] = -1
-	}
-	for i, names := range parts {
-		for _, n := range names {
-			j, ok := owner[n]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("tensorio: split: part %d names %q, which is not a parameter of the checkpoint", i, n)
-			case j >= 0:
-				return nil, fmt.Errorf("tensorio: split: parameter %q is in parts %d and %d", n, j, i)
-			}
-			owner[n] = i
-		}
-	}
-	out := make([]*Checkpoint, len(parts))
-	for i := range out {
-		meta := make(map[string]string, len(c.Meta))
-		for k, v := range c.Meta {
-			meta[k] = v
-		}
-		out[i] = &Checkpoint{
-			JobID: c.JobID, Step: c.Step, PlanHash: c.PlanHash,
-			Data: c.Data, RNG: slices.Clone(c.RNG), Meta: meta,
-		}
-	}
-	for _, p := range c.Params {
-		i := owner[p.Name]
-		if i < 0 {
-			return nil, fmt.Errorf("tensorio: split: parameter %q is in no part", p.Name)
-		}
-		out[i].Params = append(out[i].Params, p)
-	}
-	for _, o := range c.Optim {
-		i, ok := owner[o.Param]
-		if !ok {
-			return nil, fmt.Errorf("tensorio: split: optimizer slot %q belongs to unknown parameter %q", o.Slot, o.Param)
-		}
-		out[i].Optim = append(out[i].Optim, o)
-	}
-	return out, nil
-}
-
-// sort orders parameters by name and optimizer slots by parameter, slot.
-func (c *Checkpoint) sort() {
-	slices.SortStableFunc(c.Params, func(a, b Named) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortStableFunc(c.Optim, func(a, b OptimState) int {
-		return cmp.Or(cmp.Compare(a.Param, b.Param), cmp.Compare(a.Slot, b.Slot))
-	})
 }

@@ -92,7 +92,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 // TestCheckpointCorruption flips every byte and cuts the file at every
 // length: each damaged file must be rejected with ErrCorrupt, and with the
-// same error by every reader: ReadCheckpoint (in memory), VerifyCheckpoint
+// same error by every reader: ReadCheckpoint (in memory), VerifyCheckpointAt
 // (through an io.ReaderAt) and the io.ReaderAt reader that LoadCheckpoint
 // uses.
 func TestCheckpointCorruption(t *testing.T) {
@@ -105,13 +105,14 @@ func TestCheckpointCorruption(t *testing.T) {
 	readAt := func(b []byte) (*Checkpoint, error) {
 		return readCheckpoint(&ckptFile{r: bytes.NewReader(b), size: int64(len(b))}, true)
 	}
+	verify := func(b []byte) (*Checkpoint, error) { return VerifyCheckpointAt(bytes.NewReader(b), int64(len(b))) }
 	check := func(what string, b []byte) {
 		t.Helper()
 		_, want := ReadCheckpoint(b)
 		if !errors.Is(want, ErrCorrupt) {
 			t.Fatalf("%s: %v", what, want)
 		}
-		for _, read := range []func([]byte) (*Checkpoint, error){VerifyCheckpoint, readAt} {
+		for _, read := range []func([]byte) (*Checkpoint, error){verify, readAt} {
 			if _, err := read(b); err == nil || err.Error() != want.Error() {
 				t.Fatalf("%s: %v, ReadCheckpoint says %v", what, err, want)
 			}
@@ -126,9 +127,9 @@ func TestCheckpointCorruption(t *testing.T) {
 		check(fmt.Sprintf("cut at %d", n), good[:n])
 	}
 	check("trailing byte", append(bytes.Clone(good), 0))
-	v, err := VerifyCheckpoint(good)
+	v, err := VerifyCheckpointAt(bytes.NewReader(good), int64(len(good)))
 	if err != nil || v.JobID != c.JobID || v.Step != c.Step || len(v.Params) != len(c.Params) || len(v.Optim) != len(c.Optim) || v.Params[0].T != nil {
-		t.Fatalf("VerifyCheckpoint: %+v, %v", v, err)
+		t.Fatalf("VerifyCheckpointAt: %+v, %v", v, err)
 	}
 	got, err := readAt(good)
 	if err != nil {
@@ -236,60 +237,6 @@ func TestCheckpointValidate(t *testing.T) {
 		if err := WriteCheckpoint(io.Discard, c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
-	}
-}
-
-func TestMergeSplit(t *testing.T) {
-	whole := testCheckpoint("job", 10, 16)
-	whole.sort()
-	parts, err := Split(whole, [][]string{{"layer1.bias", "layer0.weight"}, {"layer0.bias"}, {"layer1.weight"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(parts[0].Params) != 2 || len(parts[0].Optim) != 4 || len(parts[1].Params) != 1 {
-		t.Fatalf("split sizes: %d/%d %d", len(parts[0].Params), len(parts[0].Optim), len(parts[1].Params))
-	}
-	// Parts survive a write and read, as stages would store them.
-	for i, p := range parts {
-		p.Part = "stage-" + strconv.Itoa(i)
-		var buf bytes.Buffer
-		if err := WriteCheckpoint(&buf, p); err != nil {
-			t.Fatal(err)
-		}
-		if parts[i], err = ReadCheckpoint(buf.Bytes()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	merged, err := Merge(parts[2], parts[0], parts[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameCheckpoint(t, merged, whole)
-	if WeightsSHA256(merged.Params) != WeightsSHA256(whole.Params) {
-		t.Fatal("merged weights differ")
-	}
-
-	for name, partition := range map[string][][]string{
-		"missing":   {{"layer0.weight", "layer0.bias", "layer1.weight"}},
-		"twice":     {{"layer0.weight", "layer0.bias"}, {"layer0.bias", "layer1.weight", "layer1.bias"}},
-		"unknown":   {{"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "x"}},
-		"all empty": {},
-	} {
-		if _, err := Split(whole, partition); err == nil {
-			t.Errorf("split %s: accepted", name)
-		}
-	}
-	other := testCheckpoint("job", 11, 16)
-	if _, err := Merge(parts[0], other); err == nil {
-		t.Error("merge of different steps accepted")
-	}
-	if _, err := Merge(parts[0], parts[0]); err == nil {
-		t.Error("merge of overlapping parts accepted")
-	}
-	odd := *parts[1]
-	odd.Meta = map[string]string{"model": "vgg16"}
-	if _, err := Merge(parts[0], &odd); err == nil {
-		t.Error("merge of conflicting metadata accepted")
 	}
 }
 

@@ -91,10 +91,9 @@
 // truncated or damaged file is detected; the error names the damaged
 // tensor. Files are written atomically (temporary file, fsync, rename,
 // fsync of the directory): after a crash a reader sees the old file or
-// the new one, never a torn one. Stages write partial checkpoints of
-// their own layers; [Merge] joins the parts of one step into a
-// whole-model checkpoint and [Split] cuts one by a partition. A [Store]
-// keeps the last N checkpoints of each job and part in a directory and
+// the new one, never a torn one. A consistent cut of a pipelined job is
+// one whole-model checkpoint, gathered from the stages by the coordinator.
+// A [Store] keeps the last N checkpoints of each job in a directory and
 // finds the newest complete one.
 //
 // [VerifyCheckpointAt] checks a file through an io.ReaderAt without

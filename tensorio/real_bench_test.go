@@ -414,8 +414,8 @@ func loadSpeeds(t *testing.T) (speedRecord, []realSample) {
 // speed measurements (several per cent on this shared machine).
 const tie = 0.005
 
-// TestChooseRecorded is acceptance 2 of issue 3: on every recorded real
-// sample and for a 100 Mbit/s and a 10 Gbit/s link, Choose, given the
+// TestChooseRecorded checks codec choice against measurement: on every
+// recorded real sample and for a 100 Mbit/s and a 10 Gbit/s link, Choose, given the
 // codec speeds measured on that sample, picks the codec that the
 // measurements show fastest end to end (encode + transfer + decode), or
 // one that ties with it. Choose estimates the ratio from a subsample; the

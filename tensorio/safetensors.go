@@ -65,12 +65,6 @@ func I64Entry(name string, v []int64, shape ...int) Entry {
 	return Entry{Name: name, DType: I64, Shape: append([]int{}, shape...), Data: b}
 }
 
-// elems is the number of elements the entry's shape holds.
-func (e Entry) elems() int {
-	n, _ := shapeSize(e.Shape)
-	return n
-}
-
 // Float32s converts the entry's data to float32 (exactly, except F64 and
 // large I32/I64 values, which round to nearest).
 func (e Entry) Float32s() ([]float32, error) {

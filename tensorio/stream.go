@@ -56,12 +56,11 @@ func (w *Writer) WriteTensor(t *nn.Tensor) error {
 // frames, so reading tensors of a steady shape into a reused destination
 // allocates nothing. A Reader is not safe for concurrent use.
 type Reader struct {
-	r         io.Reader
-	maxElems  int
-	hdr       [maxFrameHeader]byte
-	buf       []byte // payload of the current frame
-	s         scratch
-	lastCodec Codec
+	r        io.Reader
+	maxElems int
+	hdr      [maxFrameHeader]byte
+	buf      []byte // payload of the current frame
+	s        scratch
 }
 
 // NewReader returns a Reader that accepts frames of up to MaxElements
@@ -73,9 +72,6 @@ func NewReader(r io.Reader) *Reader { return &Reader{r: r, maxElems: MaxElements
 func (r *Reader) SetMaxElements(n int) {
 	r.maxElems = min(max(n, 0), MaxElements)
 }
-
-// LastCodec returns the codec of the last frame read.
-func (r *Reader) LastCodec() Codec { return r.lastCodec }
 
 // ReadTensor reads the next frame and decodes it, reusing dst as
 // DecodeFrame does. At a clean end of stream (no byte of a new frame) it
@@ -103,7 +99,6 @@ func (r *Reader) ReadTensor(dst *nn.Tensor) (*nn.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.lastCodec = h.codec
 	if h.codec == CodecRaw && h.fits(dst) {
 		if view := f32View(nn.F32(dst)); view != nil {
 			// The steady state: read straight into the tensor.

@@ -54,7 +54,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 		sec := time.Since(start).Seconds()
 		gflops := 2 * float64(n) * float64(n) * float64(n) * float64(runs) / sec / 1e9
-		fmt.Fprintf(stdout, "%-9s threads=%d  n=%d  %7.1f GFLOP/s  (deterministic: %v)\n", name, t, n, gflops, be.Deterministic())
+		fmt.Fprintf(stdout, "%-10s threads=%d  n=%d  %7.1f GFLOP/s  (deterministic: %v)\n", name, t, n, gflops, be.Deterministic())
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func TestDeterministicRuns(t *testing.T) {
 	if a.WeightsSHA256 != b.WeightsSHA256 || a.WeightsSHA256 == "" {
 		t.Fatalf("deterministic runs differ: %s vs %s", a.WeightsSHA256, b.WeightsSHA256)
 	}
-	if a.Steps != 4 || a.Backend != "gonum" || !a.Deterministic || a.Params == 0 {
+	if a.Steps != 4 || a.Backend != "ppnode-det" || !a.Deterministic || a.Params == 0 {
 		t.Fatalf("unexpected result %+v", a)
 	}
 	raw, err := os.ReadFile(out)

@@ -59,7 +59,7 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of initialisation, data order and dropout")
 	fs.BoolVar(&f.deterministic, "deterministic", false, "same bits on every run and machine (pure-Go GEMM)")
-	fs.StringVar(&f.backend, "backend", "", "GEMM backend (default: the fastest compiled in)")
+	fs.StringVar(&f.backend, "backend", "", "GEMM backend: ppnode, ppnode-det (deterministic; formerly gonum) or openblas (default: the fastest compiled in; with --deterministic, ppnode-det)")
 	fs.IntVar(&f.threads, "threads", 0, "threads (default: all CPUs)")
 	fs.StringVar(&f.out, "out", "", "write the trained weights to this safetensors file")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object as the last line")

@@ -82,7 +82,7 @@ func GradCheck(t testing.TB, l nn.Layer, in [][]int, o Options) {
 func GradCheckGraph(t testing.TB, g *nn.Graph, o Options) {
 	t.Helper()
 	o.defaults()
-	be, err := nn.NewBackend("gonum", 1, true)
+	be, err := nn.NewBackend("ppnode-det", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,11 +134,9 @@ func GradCheckGraph(t testing.TB, g *nn.Graph, o Options) {
 	din := st.Backward(ctx, 0, proj)
 	// Copy what Backward returned: later passes reuse its buffers.
 	type target struct {
-		name   string
-		value  []float32
-		grad   []float32
-		saved  []float32
-		buffer bool
+		name  string
+		value []float32
+		grad  []float32
 	}
 	var targets []target
 	for i, name := range g.InputNames {

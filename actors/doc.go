@@ -1,4 +1,4 @@
-// Package actors is the runtime around a job's pure core (job.Core): the
+// Package actors is the runtime around a job's pure core (core.Core): the
 // actor system that carries control between nodes, the stage actors that
 // run a plan's stages, and the coordinator that drives the core by doing
 // the I/O it asks for (DESIGN.md, "Transport: control through actors,

@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -19,10 +20,10 @@ import (
 type Config struct {
 	// Job is the prepared job; its model's structure is what the core
 	// plans (its weights are the driver's).
-	Job     *Job
+	Job     *job.Job
 	Profile *balance.ModelProfile
 	// Nodes are the live members the job may use at its start.
-	Nodes []NodeInfo
+	Nodes []job.NodeInfo
 	// GFLOPS is the speed the profile's layer timings ran at: the GEMM
 	// speed of the node that measured them, between the throttles of a CPU
 	// quota, on the backend the nodes measured their GFLOPS with. A node's
@@ -32,7 +33,7 @@ type Config struct {
 	// Backend names the stages' compute backend, for the result.
 	Backend string
 	// Persists says that cuts are written and copied: a cut becomes the
-	// latest (Status.LatestCut) once [CutPersisted] says so, and its cost
+	// latest (job.Status.LatestCut) once [CutPersisted] says so, and its cost
 	// includes that work; otherwise once gathered.
 	Persists bool
 	// StepTimeout bounds a step until a few are measured (default 10
@@ -84,8 +85,8 @@ type Progress struct {
 // from one goroutine.
 type Core struct {
 	cfg  Config
-	job  *Job
-	spec Spec
+	job  *job.Job
+	spec job.Spec
 	log  *slog.Logger
 
 	// The plan: its simulated report, its description, the cluster it was
@@ -101,8 +102,8 @@ type Core struct {
 	running uint64
 
 	// The cluster: the live members, every node seen, measured speeds.
-	members map[string]NodeInfo
-	known   map[string]NodeInfo
+	members map[string]job.NodeInfo
+	known   map[string]job.NodeInfo
 	speed   map[string]float64
 	links   map[[2]string]*linkState // by sending and receiving node
 	// probeSpent is the time spent probing links while training;
@@ -115,7 +116,7 @@ type Core struct {
 	// and moves excluded), the current step's start.
 	g         int
 	acc       Progress
-	losses    LossHistory // since the start, or the resumed cut
+	losses    job.LossHistory // since the start, or the resumed cut
 	cut       Cut
 	steps     []float64
 	run       time.Duration
@@ -141,7 +142,7 @@ type Core struct {
 	check     replanCheck
 	requested *ReplanRequested
 
-	status Status
+	status job.Status
 	step   stepFunc // the state's
 	change *change  // the plan change under way
 	// The operations: the last one numbered, the one waited for (0: none),
@@ -169,10 +170,10 @@ const (
 	opChangeCut // the cut a change through a cut starts with
 )
 
-// NewCore plans the job over cfg.Nodes. Nothing is asked of any node
+// New plans the job over cfg.Nodes. Nothing is asked of any node
 // until [Core.Start]. A job no set of the nodes can hold is a bad spec
 // (ErrSpec wrapping balance.ErrNoFit).
-func NewCore(cfg Config) (*Core, error) {
+func New(cfg Config) (*Core, error) {
 	j := cfg.Job
 	if j.Spec.ID == "" {
 		return nil, specErr("no job id")
@@ -186,12 +187,12 @@ func NewCore(cfg Config) (*Core, error) {
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 10 * time.Minute
 	}
-	c := &Core{cfg: cfg, job: j, spec: j.Spec, log: cfg.Logger.With("job", j.Spec.ID), members: map[string]NodeInfo{},
-		known: map[string]NodeInfo{}, speed: map[string]float64{}, links: map[[2]string]*linkState{}, inPlan: map[string]bool{}, persisting: -1, step: stepTraining}
+	c := &Core{cfg: cfg, job: j, spec: j.Spec, log: cfg.Logger.With("job", j.Spec.ID), members: map[string]job.NodeInfo{},
+		known: map[string]job.NodeInfo{}, speed: map[string]float64{}, links: map[[2]string]*linkState{}, inPlan: map[string]bool{}, persisting: -1, step: stepTraining}
 	for _, n := range cfg.Nodes {
 		c.members[n.Name] = n
 	}
-	c.status = Status{ID: j.Spec.ID, State: StatePlanning, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now}
+	c.status = job.Status{ID: j.Spec.ID, State: job.StatePlanning, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now}
 	if r := cfg.Resume; r != nil {
 		if r.Step < 0 || r.Step > j.Total {
 			return nil, fmt.Errorf("checkpoint at step %d of a %d-step job", r.Step, j.Total)
@@ -210,7 +211,7 @@ func NewCore(cfg Config) (*Core, error) {
 	cl := c.clusterOf(cfg.Nodes)
 	res, err := c.search(cl, c.spec.Partition)
 	if errors.Is(err, balance.ErrNoFit) {
-		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+		return nil, fmt.Errorf("%w: %w", job.ErrSpec, err)
 	}
 	if err != nil {
 		return nil, err
@@ -222,9 +223,9 @@ func NewCore(cfg Config) (*Core, error) {
 // Start begins the job: its first plan change starts the stages and loads
 // the resumed cut, if any.
 func (c *Core) Start(now time.Time) {
-	trigger := TriggerStart
+	trigger := job.TriggerStart
 	if c.cfg.Takeover {
-		trigger = TriggerTakeover
+		trigger = job.TriggerTakeover
 	}
 	ch := &change{trigger: trigger, source: sourceCut, res: &balance.Result{Plan: c.plan, Report: c.report, Spec: c.text}, cl: c.cl}
 	if len(c.unmeasured(now, c.candidates())) > 0 {
@@ -255,7 +256,7 @@ func (c *Core) Describe() string {
 }
 
 // Status returns a copy of the job's progress.
-func (c *Core) Status() Status {
+func (c *Core) Status() job.Status {
 	s := c.status
 	s.Stages = slices.Clone(s.Stages)
 	s.Accuracy = slices.Clone(s.Accuracy)
@@ -276,7 +277,7 @@ func (c *Core) Generation() uint64 { return c.gen }
 func (c *Core) Step(now time.Time, ev Event) {
 	switch e := ev.(type) {
 	case Members:
-		c.members = map[string]NodeInfo{}
+		c.members = map[string]job.NodeInfo{}
 		for _, n := range e.Nodes {
 			c.members[n.Name] = n
 		}
@@ -399,7 +400,7 @@ func (c *Core) issue(now time.Time, kind opKind, a func(Op) Action) {
 // pipeline drained: the end, a cut, a re-plan or the step.
 func (c *Core) boundary(now time.Time) {
 	if c.g >= c.job.Total {
-		c.setState(StateEvaluating, "")
+		c.setState(job.StateEvaluating, "")
 		c.takeCut(now, opEvaluate)
 		return
 	}
@@ -450,7 +451,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 		c.failure(now, c.g, c.stepStart, fmt.Errorf("step %d: %w", c.g, e.Err))
 		return
 	}
-	if err := CheckLoss(c.g, e.Loss); err != nil {
+	if err := job.CheckLoss(c.g, e.Loss); err != nil {
 		// Going back to a cut would replay the same steps to the same
 		// loss: the job has failed.
 		c.stopAll(true)
@@ -504,7 +505,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		}
 		c.runStep(now)
 	case c.g < c.job.Total:
-		c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: c.g / c.job.StepsPerEpoch, Accuracy: e.Accuracy})
+		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: c.g / c.job.StepsPerEpoch, Accuracy: e.Accuracy})
 		c.boundary(now)
 	default:
 		c.finishTraining(e)
@@ -549,7 +550,7 @@ func (c *Core) finishTraining(e CutTaken) {
 	for _, sp := range c.plan.Stages {
 		nodes = append(nodes, sp.Node)
 	}
-	res := &Result{
+	res := &job.Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: c.acc.Loss,
@@ -560,21 +561,21 @@ func (c *Core) finishTraining(e CutTaken) {
 		Nodes: nodes, PredictedStepMS: c.report.StepTime * 1e3, MeasuredStepMS: balance.Median(c.steps) * 1e3,
 		LossHistory: c.losses.Points(),
 	}
-	c.status.Accuracy = append(c.status.Accuracy, EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
+	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
 	c.stopAll(true)
 	c.finish(res, nil)
 }
 
 // finish ends the job: done with res, else failed (diverged) with err.
-func (c *Core) finish(res *Result, err error) {
+func (c *Core) finish(res *job.Result, err error) {
 	c.change, c.wait, c.step = nil, 0, stepEnded
 	if err != nil {
-		c.status.State, c.status.Reason, c.status.Error = StateFailed, "", err.Error()
-		if errors.Is(err, ErrDiverged) {
-			c.status.State = StateDiverged
+		c.status.State, c.status.Reason, c.status.Error = job.StateFailed, "", err.Error()
+		if errors.Is(err, job.ErrDiverged) {
+			c.status.State = job.StateDiverged
 		}
 	} else {
-		c.status.State, c.status.Reason, c.status.Result = StateDone, "", res
+		c.status.State, c.status.Reason, c.status.Result = job.StateDone, "", res
 	}
 	c.out = append(c.out, Finish{Result: res, Err: err})
 }
@@ -597,7 +598,7 @@ func (c *Core) stopRunning(wait bool) {
 	}
 }
 
-func (c *Core) setState(s State, reason string) { c.status.State, c.status.Reason = s, reason }
+func (c *Core) setState(s job.State, reason string) { c.status.State, c.status.Reason = s, reason }
 
 func (c *Core) setK(k int) {
 	c.k = k
@@ -678,14 +679,14 @@ func (c *Core) expectedCutCost() time.Duration {
 }
 
 // candidates are the live members a plan may use, by name.
-func (c *Core) candidates() []NodeInfo {
-	return slices.SortedFunc(maps.Values(c.members), func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
+func (c *Core) candidates() []job.NodeInfo {
+	return slices.SortedFunc(maps.Values(c.members), func(a, b job.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // clusterOf describes nodes to the planner: the fastest first, at most
 // MaxNodes, each at its measured speed if it ran a stage of this job, else
 // at its GEMM speed relative to the reference.
-func (c *Core) clusterOf(nodes []NodeInfo) *balance.Cluster {
+func (c *Core) clusterOf(nodes []job.NodeInfo) *balance.Cluster {
 	for _, n := range nodes {
 		c.known[n.Name] = n
 	}
@@ -711,7 +712,7 @@ func (c *Core) clusterOf(nodes []NodeInfo) *balance.Cluster {
 // gemmSpeed is n's speed relative to the profile from GEMM speeds: its
 // sustained one over the reference (see Config.GFLOPS), so that quotas
 // count. Without them it is 1.
-func (c *Core) gemmSpeed(n NodeInfo) float64 {
+func (c *Core) gemmSpeed(n job.NodeInfo) float64 {
 	if n.GFLOPS > 0 && c.cfg.GFLOPS > 0 {
 		return n.GFLOPS / c.cfg.GFLOPS
 	}
@@ -731,11 +732,11 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	})
 	if errors.Is(err, balance.ErrNoFit) {
 		// The nodes, not the spec: a recovery waits for more; a new job
-		// is refused (see NewCore).
+		// is refused (see New).
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+		return nil, fmt.Errorf("%w: %w", job.ErrSpec, err)
 	}
 	for _, sp := range res.Plan.Stages {
 		if !slices.ContainsFunc(cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
@@ -756,7 +757,7 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	c.inPlan = map[string]bool{}
 	for _, sp := range c.plan.Stages {
 		c.inPlan[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {
@@ -774,3 +775,8 @@ func layerRange(ls []string) string {
 
 // ms is d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// specErr is a problem with the job's spec, wrapping job.ErrSpec.
+func specErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", job.ErrSpec, fmt.Sprintf(format, a...))
+}

@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -115,7 +116,7 @@ func (c *Core) linkRate(from, to string) float64 {
 // or that traffic asked to probe again, and were not asked for within
 // reprobeAfter (a node that does not answer probes is not asked at every
 // step).
-func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
+func (c *Core) unmeasured(now time.Time, nodes []job.NodeInfo) [][2]string {
 	if c.spec.NoProbe {
 		return nil
 	}
@@ -447,12 +448,12 @@ func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
 }
 
 // linkStatus describes the links the job knows, sorted.
-func (c *Core) linkStatus() []LinkStatus {
+func (c *Core) linkStatus() []job.LinkStatus {
 	keys := slices.SortedFunc(maps.Keys(c.links), cmpPair)
-	var out []LinkStatus
+	var out []job.LinkStatus
 	for _, k := range keys {
 		l := c.links[k]
-		ls := LinkStatus{From: k[0], To: k[1], MbitPerSec: l.rate * 8 / 1e6, RTTMS: l.rtt * 1e3, Source: l.source}
+		ls := job.LinkStatus{From: k[0], To: k[1], MbitPerSec: l.rate * 8 / 1e6, RTTMS: l.rtt * 1e3, Source: l.source}
 		if l.source == "" {
 			ls.MbitPerSec, ls.Source = balance.DefaultLink.Bandwidth*8/1e6, "default"
 		}
@@ -468,7 +469,7 @@ func (c *Core) linkStatus() []LinkStatus {
 			if ks.wire > 0 {
 				ratio = float64(ks.raw) / float64(ks.wire)
 			}
-			ls.Kinds = append(ls.Kinds, LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
+			ls.Kinds = append(ls.Kinds, job.LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
 				RawBytes: ks.raw, WireBytes: ks.wire, EncodeMS: ms(ks.encode), SampleMS: ms(ks.sample)})
 			ls.WireBytes += ks.wire
 		}

@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -33,7 +34,7 @@ import (
 // fails tries again, paused, until it succeeds (a node joins, a link comes
 // back); the start's fails the job.
 type change struct {
-	trigger Trigger
+	trigger job.Trigger
 	source  source
 	// res is the plan to move to, made for cl (nil: plan over the nodes
 	// that answer a probe); mv how the state moves (source live).
@@ -41,7 +42,7 @@ type change struct {
 	cl  *balance.Cluster
 	mv  *stateMove
 	// replan is the record of a re-plan being made.
-	replan *Replan
+	replan *job.Replan
 	// A failure's: the cause, the step that failed, its start and when the
 	// failure was known.
 	cause     error
@@ -73,10 +74,10 @@ const (
 func (c *Core) changePlan(now time.Time, ch *change) {
 	c.change, ch.t0, c.step = ch, now, stepChanging
 	switch ch.trigger {
-	case TriggerStart, TriggerTakeover:
-		c.setState(StateStarting, "")
-	case TriggerFailure:
-		c.setState(StateRecovering, ch.cause.Error())
+	case job.TriggerStart, job.TriggerTakeover:
+		c.setState(job.StateStarting, "")
+	case job.TriggerFailure:
+		c.setState(job.StateRecovering, ch.cause.Error())
 	}
 	if ch.source == sourceFreshCut {
 		c.issue(now, opChangeCut, func(op Op) Action { return TakeCut{Op: op, Gen: c.running, Step: c.g, Progress: c.acc} })
@@ -204,12 +205,12 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		c.stopAll(false)
 		c.change = nil
 		c.failure(now, c.g, now, fmt.Errorf("changing the plan: %w", err))
-	case ch.trigger != TriggerFailure:
+	case ch.trigger != job.TriggerFailure:
 		c.stopAll(false)
 		c.finish(nil, err)
 	default:
 		c.log.Warn("recovery attempt failed", "attempt", ch.attempt, "err", err)
-		c.setState(StatePaused, err.Error())
+		c.setState(job.StatePaused, err.Error())
 		c.stopRunning(false)
 		ch.attempt++
 		ch.paused, c.step = true, stepPaused
@@ -248,12 +249,12 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	c.log.Info("plan changed", "trigger", ch.trigger, "plan", c.text, "generation", c.gen,
 		"start_ms", ms(ch.t1.Sub(ch.t0)), "load_ms", ms(now.Sub(ch.t1)))
 	switch ch.trigger {
-	case TriggerStart, TriggerTakeover:
-	case TriggerFailure:
+	case job.TriggerStart, job.TriggerTakeover:
+	case job.TriggerFailure:
 		c.planStep, c.streak = c.cut.Step, 0
 		c.g, c.acc = c.cut.Step, c.cut.Progress
 		c.win.open, c.check.active = false, false
-		c.status.Recoveries = append(c.status.Recoveries, Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - c.cut.Step,
+		c.status.Recoveries = append(c.status.Recoveries, job.Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - c.cut.Step,
 			Plan: c.text, At: ch.detected, DetectMS: ms(ch.detected.Sub(ch.stepStart)), RestoreMS: ms(now.Sub(ch.detected))})
 	default:
 		r := ch.replan
@@ -276,7 +277,7 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 		c.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(c.steps)}
 	}
 	c.planFrom = len(c.steps)
-	c.setState(StateTraining, "")
+	c.setState(job.StateTraining, "")
 	c.boundary(now)
 }
 
@@ -291,7 +292,7 @@ func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error) {
 	}
 	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.Step, "err", cause)
 	c.wait = 0 // the operation in flight, if any, is cancelled with its stages
-	c.changePlan(now, &change{trigger: TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
+	c.changePlan(now, &change{trigger: job.TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
 }
 
 // maybeRebalance runs after a step, the pipeline drained: it evaluates
@@ -305,7 +306,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 	nodes := c.candidates()
 	leaving := ""
 	for _, sp := range c.plan.Stages {
-		if !slices.ContainsFunc(nodes, func(n NodeInfo) bool { return n.Name == sp.Node }) {
+		if !slices.ContainsFunc(nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node }) {
 			leaving = sp.Node
 			break
 		}
@@ -333,7 +334,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		return false
 	}
 	viaCut := req != nil && req.ViaCut
-	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
+	r := job.Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
 		StateBytes: mv.stateBytes, LocalBytes: mv.localBytes}
 	for _, n := range cl.Nodes {
 		r.Speeds[n.Name] = n.Speed
@@ -347,9 +348,9 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 	}
 	switch {
 	case leaving != "":
-		r.Trigger, r.Reason = TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
+		r.Trigger, r.Reason = job.TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
 	case req != nil:
-		r.Trigger, r.Reason = TriggerRequested, "requested: "+req.Partition
+		r.Trigger, r.Reason = job.TriggerRequested, "requested: "+req.Partition
 	default:
 		if err != nil {
 			return false
@@ -364,14 +365,14 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		if c.streak++; c.streak < rebalanceStreak {
 			return false
 		}
-		r.Trigger = TriggerSpeeds
+		r.Trigger = job.TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
 		if l := c.changedLink(); l != "" && c.linksMatter(cl, cur.StepTime) {
-			r.Trigger = TriggerLinks
+			r.Trigger = job.TriggerLinks
 			r.Reason = fmt.Sprintf("measured links (%s): predicted step %.1f ms -> %.1f ms", l, r.BeforeMS, r.AfterMS)
 		}
 		if n := c.newNode(res.Plan); n != "" {
-			r.Trigger = TriggerJoined
+			r.Trigger = job.TriggerJoined
 			r.Reason = fmt.Sprintf("node %s joined: predicted step %.1f ms -> %.1f ms", n, r.BeforeMS, r.AfterMS)
 		}
 		if held < 1 {

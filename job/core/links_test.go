@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"io"
@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // linkCore is a core planned over a and b with both links probed at 100
 // Mbit/s, its plan over both.
 func linkCore(t *testing.T) *Core {
 	t.Helper()
-	spec := DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID, spec.Data, spec.Threads, spec.Epochs = "links", "synthetic:8x8x1:4", 1, 100
 	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
 	spec.Partition = "fc1-fc16@a; fc17-fc32@b"
@@ -22,8 +23,8 @@ func linkCore(t *testing.T) *Core {
 		t.Fatal(err)
 	}
 	prof := balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS})
-	nodes := []NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2"}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2"}}
-	c, err := NewCore(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nodes := []job.NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2"}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2"}}
+	c, err := New(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestProbeBudget(t *testing.T) {
 	if got := c.probeDue(now); len(got) != 0 {
 		t.Fatalf("over the budget: %v to probe, want none", got)
 	}
-	c.members["n"] = NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
+	c.members["n"] = job.NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
 	if got := c.probeDue(now); len(got) != 4 {
 		t.Fatalf("a node joined: %v to probe, want its 4 links", got)
 	}

@@ -483,7 +483,7 @@ func (s *sim) exec(a Action) {
 			s.after(5*time.Millisecond, StateLoaded{Op: a.Op, Err: err})
 			return
 		}
-		s.after(s.stateTime(s.core.stateSize), StateLoaded{Op: a.Op})
+		s.after(s.stateTime(s.core.cuts.size), StateLoaded{Op: a.Op})
 	case Move:
 		s.ops[a.Op] = a.Gen
 		err := s.check("move", s.stages[a.Gen])
@@ -499,7 +499,7 @@ func (s *sim) exec(a Action) {
 			for _, src := range srcs {
 				if !src.Local {
 					for _, l := range src.Layers {
-						moved += s.core.stateBytes(s.job.Graph.Node(l).Layer.Params())
+						moved += stateBytes(s.job.Spec, s.job.Graph.Node(l).Layer.Params())
 					}
 				}
 			}
@@ -553,7 +553,7 @@ func (s *sim) exec(a Action) {
 			s.after(5*time.Millisecond, CutTaken{Op: a.Op, Err: err})
 			return
 		}
-		pause := s.stateTime(s.core.stateSize)
+		pause := s.stateTime(s.core.cuts.size)
 		s.after(pause, CutTaken{Op: a.Op, Accuracy: 0.5, WeightsSHA256: "sim"})
 		if s.core.cfg.Persists {
 			s.after(pause+4*pause, CutPersisted{Step: a.Step})

@@ -11,7 +11,7 @@ import (
 // recordTimes keeps the step that ran from start to now with its stage
 // timings among the last LastSteps.
 func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
-	st := job.StepTiming{Step: c.g, AtMS: ms(start.Sub(c.status.Started)), WallMS: ms(now.Sub(start)),
+	st := job.StepTiming{Step: c.steps.next, AtMS: ms(start.Sub(c.status.Started)), WallMS: ms(now.Sub(start)),
 		Stages: make([]job.StageStepTiming, len(timings))}
 	for k, t := range timings {
 		var send time.Duration

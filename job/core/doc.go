@@ -19,8 +19,9 @@
 // of every call, and it is used from one goroutine. It plans with
 // balance.Search on the caller's goroutine, which reads no clock, so the
 // same events at the same times give the same actions. layering_test.go
-// holds it to this: its files import no os, net, syscall or math/rand,
-// call no time.Now, time.Sleep or timer, and start no goroutine.
+// holds it to this: its files import no os, net, syscall, math/rand,
+// runtime or sync, read or wait for no clock (time.Now, time.Sleep,
+// timers), and start no goroutine.
 //
 // What a job is (its [job.Spec], the prepared [job.Job], its [job.Status])
 // is package job's; the core imports it, never the reverse.

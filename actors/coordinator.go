@@ -15,6 +15,7 @@ import (
 	"github.com/ppnode/ppnode/clock"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -29,7 +30,7 @@ type CoordinatorConfig struct {
 	// GFLOPS is this node's GEMM speed between the throttles of a CPU
 	// quota (balance.MeasureGEMMBurst), on the backend the nodes measured
 	// their GFLOPS with: the speed the layer profile measured here runs
-	// at (see job.Config.GFLOPS).
+	// at (see core.Config.GFLOPS).
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
@@ -59,7 +60,7 @@ type CoordinatorConfig struct {
 	// Self is this node's name: the coordinator feeds the stages from it.
 	Self string
 	// Links, if set, measures the links between nodes the core asks for
-	// (job.Probe); without it no link is measured and the plan assumes
+	// (core.Probe); without it no link is measured and the plan assumes
 	// balance.DefaultLink.
 	Links LinkProber
 }
@@ -68,11 +69,11 @@ type CoordinatorConfig struct {
 // measurement at most maxAge old: nodes probe over their data-plane hosts;
 // tests use a twin.
 type LinkProber interface {
-	MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (job.LinkMeasure, error)
+	MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error)
 }
 
 // Coordinator runs one pipelined job on this node: the driver around the
-// job's pure core (job.Core), doing the I/O the core asks for. It spawns
+// job's pure core (core.Core), doing the I/O the core asks for. It spawns
 // the stages of each plan on their nodes through the control plane, wires
 // their data-plane links, feeds the micro-batches (inputs to the entry
 // stages, labels to the loss stage), gathers the stages' state into its
@@ -82,7 +83,7 @@ type LinkProber interface {
 // other methods are safe for concurrent use.
 type Coordinator struct {
 	cfg  CoordinatorConfig
-	core *job.Core
+	core *core.Core
 	job  *job.Job
 	spec job.Spec
 	log  *slog.Logger
@@ -104,7 +105,7 @@ type Coordinator struct {
 	meter jobMeter // what Meter returns
 
 	mu      sync.Mutex // guards inbox, status, plan, report, text, changed, runs and ended
-	inbox   []job.Event
+	inbox   []core.Event
 	status  job.Status
 	plan    *balance.Plan   // the core's, as of its last event
 	report  *balance.Report // (both replaced, never changed, by a new plan)
@@ -146,7 +147,7 @@ type operation struct {
 // outcome is an operation's event for the core, and the stages it
 // started, if any, for the coordinator.
 type outcome struct {
-	ev  job.Event
+	ev  core.Event
 	set *stageSet
 }
 
@@ -174,7 +175,7 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
 	}
-	var resume *job.Cut
+	var resume *core.Cut
 	if cfg.Resume != nil {
 		if resume, err = c.loadCut(cfg.Resume); err != nil {
 			return nil, err
@@ -197,7 +198,7 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	var b nn.Batch
 	jb.Loader.Fill(0, 0, 0, &b)
 	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(b.X[0]), dataplane.DefaultRate)
-	c.core, err = job.NewCore(job.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
+	c.core, err = core.New(core.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
 		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs, Now: c.clk.Now()})
 	if err != nil {
@@ -262,11 +263,11 @@ func (c *Coordinator) Changed() <-chan struct{} {
 // dead. If the plan uses it, the step in flight is abandoned at once and
 // the job recovers, instead of waiting for a broken link or the step
 // timeout. It does not block.
-func (c *Coordinator) NodeFailed(name string) { c.post(job.NodeFailed{Name: name}) }
+func (c *Coordinator) NodeFailed(name string) { c.post(core.NodeFailed{Name: name}) }
 
 // Members tells the coordinator the live members the job may use now; a
 // node of the plan that is not among them is leaving. It does not block.
-func (c *Coordinator) Members(nodes []job.NodeInfo) { c.post(job.Members{Nodes: slices.Clone(nodes)}) }
+func (c *Coordinator) Members(nodes []job.NodeInfo) { c.post(core.Members{Nodes: slices.Clone(nodes)}) }
 
 // RequestReplan asks to move the job to partition (a partitioner's name,
 // or a partition of the model over nodes, the names of the live members)
@@ -281,11 +282,11 @@ func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []strin
 			return fmt.Errorf("%w: %w", job.ErrSpec, err)
 		}
 	}
-	c.post(job.ReplanRequested{Partition: partition, ViaCut: viaCut})
+	c.post(core.ReplanRequested{Partition: partition, ViaCut: viaCut})
 	return nil
 }
 
-func (c *Coordinator) post(ev job.Event) {
+func (c *Coordinator) post(ev core.Event) {
 	c.mu.Lock()
 	if !c.ended {
 		c.inbox = append(c.inbox, ev)
@@ -318,7 +319,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 	for {
 		for _, a := range c.core.Ready() {
 			switch a := a.(type) {
-			case job.Finish:
+			case core.Finish:
 				c.cancelOp()
 				for gen, s := range c.sets {
 					delete(c.sets, gen)
@@ -331,7 +332,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 				c.ended, c.inbox = true, nil
 				c.mu.Unlock()
 				return a.Result, a.Err
-			case job.Wake:
+			case core.Wake:
 				if wake != nil {
 					wake.Stop()
 				}
@@ -366,7 +367,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 			now := c.clk.Now()
 			before := c.core.Status().Step
 			c.core.Step(now, out.ev)
-			if e, ok := out.ev.(job.StepFinished); ok && e.Err == nil && c.core.Status().Step != before {
+			if e, ok := out.ev.(core.StepFinished); ok && e.Err == nil && c.core.Status().Step != before {
 				c.meter.step(now.Sub(op.started), c.sets[op.gens[0]], e.Timings)
 				if c.cfg.OnStep != nil {
 					c.cfg.OnStep(op.step + 1)
@@ -406,9 +407,9 @@ func (c *Coordinator) publish() {
 }
 
 // exec carries out one action of the core.
-func (c *Coordinator) exec(ctx context.Context, a job.Action) {
+func (c *Coordinator) exec(ctx context.Context, a core.Action) {
 	switch a := a.(type) {
-	case job.StopStages:
+	case core.StopStages:
 		if c.op != nil && slices.Contains(c.op.gens, a.Gen) {
 			c.cancelOp()
 		}
@@ -416,37 +417,37 @@ func (c *Coordinator) exec(ctx context.Context, a job.Action) {
 			delete(c.sets, a.Gen)
 			c.stopStages(s, a.Wait)
 		}
-	case job.Probe:
+	case core.Probe:
 		c.start(ctx, nil, func(ctx context.Context) outcome {
 			live := c.probe(ctx, a.Nodes)
-			maxAge := job.LinkMaxAge
+			maxAge := core.LinkMaxAge
 			if a.Fresh {
 				maxAge = 0
 			}
-			return outcome{ev: job.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links, maxAge)}}
+			return outcome{ev: core.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links, maxAge)}}
 		})
-	case job.StartStages:
+	case core.StartStages:
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {
 			s, params, err := c.startStages(a)
-			return outcome{ev: job.StagesStarted{Op: a.Op, Params: params, Err: err}, set: s}
+			return outcome{ev: core.StagesStarted{Op: a.Op, Params: params, Err: err}, set: s}
 		})
 		c.op.detached = true
-	case job.Restore:
+	case core.Restore:
 		s := c.sets[a.Gen]
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {
-			return outcome{ev: job.StateLoaded{Op: a.Op, Err: c.restore(s, a.Step)}}
+			return outcome{ev: core.StateLoaded{Op: a.Op, Err: c.restore(s, a.Step)}}
 		})
-	case job.Move:
+	case core.Move:
 		news, olds := c.sets[a.Gen], c.sets[a.From]
 		c.start(ctx, []uint64{a.Gen, a.From}, func(ctx context.Context) outcome {
 			moved, err := c.move(ctx, news, olds, a)
-			return outcome{ev: job.StateLoaded{Op: a.Op, Moved: moved, Err: err}}
+			return outcome{ev: core.StateLoaded{Op: a.Op, Moved: moved, Err: err}}
 		})
-	case job.RunStep:
+	case core.RunStep:
 		s := c.sets[a.Gen]
 		c.start(ctx, []uint64{a.Gen}, func(ctx context.Context) outcome { return outcome{ev: c.step(ctx, s, a)} })
 		c.op.step = a.Step
-	case job.TakeCut:
+	case core.TakeCut:
 		s := c.sets[a.Gen]
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome { return outcome{ev: c.takeCut(s, a)} })
 	default:
@@ -564,7 +565,7 @@ func (c *Coordinator) stopAndWait(ref StageRef, h *Header) error {
 }
 
 // loadCut makes a checkpoint of this job the coordinator's latest cut.
-func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*job.Cut, error) {
+func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 	if ck.JobID != c.spec.ID {
 		return nil, fmt.Errorf("checkpoint of job %q, this is job %q", ck.JobID, c.spec.ID)
 	}
@@ -601,7 +602,7 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*job.Cut, error) {
 			}
 		}
 	}
-	cut := &job.Cut{Step: int(ck.Step)}
+	cut := &core.Cut{Step: int(ck.Step)}
 	cut.Loss, _ = strconv.ParseFloat(ck.Meta["train_loss"], 64)
 	cut.Correct, _ = strconv.ParseInt(ck.Meta["train_correct"], 10, 64)
 	cut.Seen, _ = strconv.ParseInt(ck.Meta["train_seen"], 10, 64)
@@ -610,7 +611,7 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*job.Cut, error) {
 
 // checkpointFile describes the cut after step g, gathered from the stages
 // of s, as a whole-model tensorio checkpoint.
-func (c *Coordinator) checkpointFile(s *stageSet, g int, acc job.Progress) *tensorio.Checkpoint {
+func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *tensorio.Checkpoint {
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: s.plan.Hash(),
 		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)},
 		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer, "generation": strconv.FormatUint(s.gen, 10),

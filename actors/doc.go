@@ -1,7 +1,7 @@
-// Package actors is the runtime around a job's pure core: the actor
-// system that carries control between nodes (tensors take the data plane,
-// package dataplane), the stage actors that run a plan's stages, and the
-// coordinator that drives the core by doing the I/O it asks for.
+// Package actors is the runtime around a job's pure core (core.Core): the
+// actor system that carries control between nodes (tensors take the data
+// plane, package dataplane), the stage actors that run a plan's stages, and
+// the coordinator that drives the core by doing the I/O it asks for.
 //
 // # Control
 //

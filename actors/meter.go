@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 )
 
 // JobMeter is what a coordinator has measured of its job since it was
@@ -85,7 +85,7 @@ type stageKey struct {
 }
 
 // step counts a step of took on the stages of s, with what each measured.
-func (m *jobMeter) step(took time.Duration, s *stageSet, timings []job.StageTiming) {
+func (m *jobMeter) step(took time.Duration, s *stageSet, timings []core.StageTiming) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.steps.observe(took)

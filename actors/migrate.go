@@ -10,7 +10,7 @@ import (
 
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
-	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/nn"
 	"google.golang.org/protobuf/proto"
 )
@@ -46,7 +46,7 @@ const maxStages = 1 << 15
 
 // checkSources validates a stage's sources against its plan: known layers
 // of the stage, each from one source, one source per old stage.
-func checkSources(p balance.StagePlan, srcs []job.StateSource) error {
+func checkSources(p balance.StagePlan, srcs []core.StateSource) error {
 	layers := map[string]bool{}
 	from := map[int]bool{}
 	for _, s := range srcs {

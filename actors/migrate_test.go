@@ -11,6 +11,7 @@ import (
 
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/nn"
 	"google.golang.org/protobuf/proto"
 )
@@ -465,20 +466,20 @@ func TestStageRefusesBadSources(t *testing.T) {
 	}
 	sp := c.Plan().Stages[0]
 	for _, cs := range []struct {
-		srcs []job.StateSource
+		srcs []core.StateSource
 		want string
 	}{
-		{[]job.StateSource{{From: 0, Layers: []string{"fc99"}}}, "not on this stage"},
-		{[]job.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 1, Layers: []string{"fc1"}}}, "two state sources"},
-		{[]job.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 0, Layers: []string{"fc2"}}}, "twice"},
-		{[]job.StateSource{{From: -1, Layers: []string{"fc1"}}}, "out of range"},
-		{[]job.StateSource{{From: 2}}, "no layers"},
+		{[]core.StateSource{{From: 0, Layers: []string{"fc99"}}}, "not on this stage"},
+		{[]core.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 1, Layers: []string{"fc1"}}}, "two state sources"},
+		{[]core.StateSource{{From: 0, Layers: []string{"fc1"}}, {From: 0, Layers: []string{"fc2"}}}, "twice"},
+		{[]core.StateSource{{From: -1, Layers: []string{"fc1"}}}, "out of range"},
+		{[]core.StateSource{{From: 2}}, "no layers"},
 	} {
 		if err := checkSources(sp, cs.srcs); err == nil || !strings.Contains(err.Error(), cs.want) {
 			t.Errorf("sources %+v: error %v, want %q", cs.srcs, err, cs.want)
 		}
 	}
-	if err := checkSources(sp, []job.StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
+	if err := checkSources(sp, []core.StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
 		t.Errorf("good sources refused: %v", err)
 	}
 }

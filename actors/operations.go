@@ -11,6 +11,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/nn"
 	"google.golang.org/protobuf/proto"
 )
@@ -48,7 +49,7 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 // its two nodes: one of them is in trouble (a cut link, a machine gone),
 // and each probe of it would wait out its timeout while the job, maybe
 // failing over, waits for the round.
-func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []job.LinkMeasure {
+func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []core.LinkMeasure {
 	if c.cfg.Links == nil {
 		return nil
 	}
@@ -57,7 +58,7 @@ func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pai
 		byName[n.Name] = n
 	}
 	troubled := map[string]bool{}
-	var out []job.LinkMeasure
+	var out []core.LinkMeasure
 	for _, p := range pairs {
 		from, ok1 := byName[p[0]]
 		to, ok2 := byName[p[1]]
@@ -80,7 +81,7 @@ func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pai
 // will come from (a direct move). The stages are registered (c.sets) when
 // the outcome reaches the coordinator's loop; a failure stops those
 // already spawned.
-func (c *Coordinator) startStages(a job.StartStages) (s *stageSet, params []int64, err error) {
+func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int64, err error) {
 	gen, plan := a.Gen, a.Plan
 	S := len(plan.Stages)
 	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, sent: map[int]dataplane.Stats{}, migrate: make([][]*LinkAddr, S)}
@@ -228,8 +229,8 @@ type reply struct {
 // step runs step a.Step on the stages of s: StepBegin to all, the
 // micro-batches and labels over the coordinator's links, then every
 // stage's StepDone.
-func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.Event {
-	ev := job.StepFinished{Op: a.Op}
+func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) core.Event {
+	ev := core.StepFinished{Op: a.Op}
 	if s == nil {
 		ev.Err = errors.New("no stages")
 		return ev
@@ -281,7 +282,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 		ev.Feeds = append(ev.Feeds, jobSent(sentOf(k, st.Sub(s.sent[k])))...)
 		s.sent[k] = st
 	}
-	ev.Timings = make([]job.StageTiming, len(s.refs))
+	ev.Timings = make([]core.StageTiming, len(s.refs))
 	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
 		d, ok := r.(*StepDone)
 		if !ok {
@@ -292,7 +293,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a job.RunStep) job.
 		}
 		if len(d.GetTimings()) > 0 {
 			t := d.GetTimings()[0]
-			ev.Timings[k] = job.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
+			ev.Timings[k] = core.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
 				Update: time.Duration(t.GetUpdateNs()), Wait: time.Duration(t.GetWaitNs()), Wall: time.Duration(t.GetWallNs()),
 				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks())}
 		}
@@ -330,10 +331,10 @@ func sentOf(peer int, d dataplane.Stats) []*LinkSent {
 	return out
 }
 
-func jobSent(ls []*LinkSent) []job.LinkSent {
-	out := make([]job.LinkSent, 0, len(ls))
+func jobSent(ls []*LinkSent) []core.LinkSent {
+	out := make([]core.LinkSent, 0, len(ls))
 	for _, l := range ls {
-		out = append(out, job.LinkSent{Peer: int(l.GetPeer()), Kind: dataplane.Kind(l.GetKind()).String(), Codec: l.GetCodec(),
+		out = append(out, core.LinkSent{Peer: int(l.GetPeer()), Kind: dataplane.Kind(l.GetKind()).String(), Codec: l.GetCodec(),
 			Frames: l.GetFrames(), RawBytes: l.GetRawBytes(), WireBytes: l.GetWireBytes(),
 			Encode: time.Duration(l.GetEncodeNs()), Write: time.Duration(l.GetWriteNs()), Sample: time.Duration(l.GetSampleNs())})
 	}
@@ -375,8 +376,8 @@ func waitAll(ctx context.Context, replies []<-chan reply, check func(k int, r pr
 // steps, so the cut is consistent); with a store it is then written and
 // copied in the background (CutPersisted). With a.Evaluate the test
 // accuracy of the weights is measured too.
-func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
-	ev := job.CutTaken{Op: a.Op}
+func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
+	ev := core.CutTaken{Op: a.Op}
 	t0 := c.clk.Now()
 	c.persisting.Wait() // the model's tensors are the previous cut's until written
 	if err := c.gather(s); err != nil {
@@ -413,7 +414,7 @@ func (c *Coordinator) takeCut(s *stageSet, a job.TakeCut) job.Event {
 		}()
 		c.meter.persist(c.clk.Now().Sub(t0))
 		c.log.Debug("cut persisted", "step", a.Step, "ms", msSince(t0, c.clk.Now()), "err", err)
-		c.post(job.CutPersisted{Step: a.Step, Err: err})
+		c.post(core.CutPersisted{Step: a.Step, Err: err})
 	})
 	return ev
 }
@@ -516,7 +517,7 @@ func abortOnFailure(replies <-chan reply, lk dataplane.Link) <-chan error {
 // old set straight to its stage in the new one (see migrate.go): every new
 // stage receives while every old one sends, and the receivers' counts must
 // match the senders'.
-func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a job.Move) (*job.Moved, error) {
+func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a core.Move) (*core.Moved, error) {
 	if news == nil || olds == nil {
 		return nil, errors.New("no stages")
 	}
@@ -582,7 +583,7 @@ func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a job.Move
 			got[pair{st.GetFrom(), st.GetTo()}] = st
 		}
 	}
-	out := &job.Moved{}
+	out := &core.Moved{}
 	for _, r := range moved[nNew:] {
 		for _, st := range r.GetTransfers() {
 			rc := got[pair{st.GetFrom(), st.GetTo()}]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 )
 
 // failingLinks measures every link except those touching node bad, and
@@ -18,12 +19,12 @@ type failingLinks struct {
 	asked [][2]string
 }
 
-func (f *failingLinks) MeasureLink(_ context.Context, from, to job.NodeInfo, _ time.Duration) (job.LinkMeasure, error) {
+func (f *failingLinks) MeasureLink(_ context.Context, from, to job.NodeInfo, _ time.Duration) (core.LinkMeasure, error) {
 	f.asked = append(f.asked, [2]string{from.Name, to.Name})
 	if from.Name == f.bad || to.Name == f.bad {
-		return job.LinkMeasure{}, errors.New("dial: i/o timeout")
+		return core.LinkMeasure{}, errors.New("dial: i/o timeout")
 	}
-	return job.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: 1e9}, nil
+	return core.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: 1e9}, nil
 }
 
 // A probe round that fails on a link skips the other links of its two

@@ -15,6 +15,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/job/jobtest"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
@@ -516,7 +517,7 @@ func TestHostCloseStopsItsStages(t *testing.T) {
 
 // startUniform plans mlp32 uniformly over tc's nodes as job id and starts
 // the plan's stages (generation 1) without running the job.
-func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stageSet, job.StartStages) {
+func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stageSet, core.StartStages) {
 	t.Helper()
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition = id, "uniform"
@@ -525,7 +526,7 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 		t.Fatal(err)
 	}
 	plan := c.Plan()
-	start := job.StartStages{Gen: 1, Plan: plan, Addrs: make([]string, len(plan.Stages))}
+	start := core.StartStages{Gen: 1, Plan: plan, Addrs: make([]string, len(plan.Stages))}
 	for k, sp := range plan.Stages {
 		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
 	}

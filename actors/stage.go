@@ -15,6 +15,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -32,7 +33,7 @@ type StageSpec struct {
 	// Sources, when the job moves to this plan from a running one, say
 	// where the state of the stage's layers comes from (see
 	// ReceiveState); empty when the stage starts from the seed or a cut.
-	Sources []job.StateSource `json:"sources,omitempty"`
+	Sources []core.StateSource `json:"sources,omitempty"`
 	// Rates are the speeds (bytes/s) of the stage's links by peer stage
 	// (balance.Coordinator: the coordinator), for their codecs.
 	Rates map[int]float64 `json:"rates,omitempty"`

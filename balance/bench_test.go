@@ -2,6 +2,7 @@ package balance
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
@@ -53,20 +54,22 @@ func BenchmarkSearch(b *testing.B) {
 		prof := Analytic(c.g, AnalyticOptions{})
 		cl := unequalNodes(c.nodes)
 		for _, sched := range []string{"1f1b", "auto"} {
-			o := Options{Partitioner: Balanced, Batch: 64, Schedule: sched}
-			if sched != "auto" {
-				o.MicroBatches = 8
-			}
-			b.Run(fmt.Sprintf("%s/schedule=%s", c.name, sched), func(b *testing.B) {
-				var r *Result
-				for i := 0; i < b.N; i++ {
-					var err error
-					if r, err = Search(c.g, prof, cl, o); err != nil {
-						b.Fatal(err)
-					}
+			for _, workers := range []int{1, runtime.GOMAXPROCS(0)} {
+				o := Options{Partitioner: Balanced, Batch: 64, Schedule: sched, Workers: workers}
+				if sched != "auto" {
+					o.MicroBatches = 8
 				}
-				b.ReportMetric(float64(len(r.Plan.Stages)), "stages")
-			})
+				b.Run(fmt.Sprintf("%s/schedule=%s/workers=%d", c.name, sched, workers), func(b *testing.B) {
+					var r *Result
+					for i := 0; i < b.N; i++ {
+						var err error
+						if r, err = Search(c.g, prof, cl, o); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(len(r.Plan.Stages)), "stages")
+				})
+			}
 		}
 	}
 }

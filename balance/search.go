@@ -3,12 +3,10 @@ package balance
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -43,6 +41,10 @@ type Options struct {
 	// Keep bounds how many partitions of the dynamic programme per
 	// (schedule, M) are simulated (default 4).
 	Keep int
+	// Workers bounds the goroutines that solve the dynamic programmes at
+	// once; 0 or 1 solves them one after the other on the caller's
+	// goroutine (a job's pure core). The result is the same either way.
+	Workers int
 }
 
 // Result is the best plan a search found.
@@ -51,17 +53,16 @@ type Result struct {
 	Report *Report
 	// Spec is the plan's partition as a description.
 	Spec string
-	// SearchTime is the wall time of the search (without profiling).
-	SearchTime time.Duration
 	// Simulated counts the plans the search simulated.
 	Simulated int
 }
 
 // Search finds the plan with the least simulated step time for the
 // partitioner, over the schedules and micro-batch counts the options allow,
-// among those whose every stage fits its node's memory.
+// among those whose every stage fits its node's memory. It reads no clock,
+// and with o.Workers at most 1 starts no goroutine: the same inputs give the
+// same plan.
 func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, error) {
-	start := time.Now()
 	net, slots, err := prepare(g, prof, c, o.Optimizer)
 	if err != nil {
 		return nil, err
@@ -105,8 +106,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	graph := o.Partitioner == GraphPP && len(findRegions(l, l.costsFor(1, slots))) > 0
 
 	// The dynamic programmes for every (M, schedule) pair are independent
-	// and read only l and net: solve them on all CPUs, then simulate and
-	// pick in the fixed order below, so the result does not depend on timing.
+	// and read only l and net: solve them on up to o.Workers goroutines,
+	// then simulate and pick in the fixed order below, so the result does
+	// not depend on timing.
 	// When memory binds nowhere, GPipe and 1F1B (which differ only in the
 	// micro-batches they keep in flight) pose the same problem: solve it once.
 	type pair struct {
@@ -130,8 +132,23 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 			pairs = append(pairs, pr)
 		}
 	}
+	solvePair := func(pr *pair) {
+		M := pr.M
+		inflight := func(c int) float64 { return float64(M) }
+		if pr.kind != GPipe {
+			inflight = func(c int) float64 { return float64(min(M, c)) }
+		}
+		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflight, graph)
+		for _, segs := range solve(p, M, o.Keep, graph) {
+			sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
+			if err != nil {
+				continue // a branch grouping whose gradients cannot be summed exactly
+			}
+			pr.parts = append(pr.parts, sg)
+		}
+	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	sem := make(chan struct{}, max(o.Workers, 1))
 	for _, pr := range pairs {
 		if fixedSG != nil {
 			pr.parts = []*stageGraph{fixedSG}
@@ -140,24 +157,16 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		if pr.same != nil {
 			continue
 		}
+		if o.Workers <= 1 {
+			solvePair(pr)
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(pr *pair) {
+		go func() {
 			defer func() { <-sem; wg.Done() }()
-			M := pr.M
-			inflight := func(c int) float64 { return float64(M) }
-			if pr.kind != GPipe {
-				inflight = func(c int) float64 { return float64(min(M, c)) }
-			}
-			p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflight, graph)
-			for _, segs := range solve(p, M, o.Keep, graph) {
-				sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
-				if err != nil {
-					continue // a branch grouping whose gradients cannot be summed exactly
-				}
-				pr.parts = append(pr.parts, sg)
-			}
-		}(pr)
+			solvePair(pr)
+		}()
 	}
 	wg.Wait()
 	for _, pr := range pairs {
@@ -166,7 +175,6 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		}
 	}
 
-	var best *Result
 	var bestFit, bestAny *candidate
 	simulated, chains := 0, 0 // chains: partitions skipped as not a chain of stages
 	for _, pr := range pairs {
@@ -228,9 +236,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		}
 		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
 	}
-	best = &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}
-	best.SearchTime = time.Since(start)
-	return best, nil
+	return &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}, nil
 }
 
 // memoryFree reports whether the whole model with M micro-batches in flight

@@ -93,7 +93,7 @@
 //	                      200 [LinkProbeReply]; 400 for a node that is not
 //	                      another live member. One probe at a time per
 //	                      node; a coordinator keeps what it measured for
-//	                      job.LinkMaxAge ([Agent.MeasureLink]).
+//	                      core.LinkMaxAge ([Agent.MeasureLink]).
 //
 // Floats that JSON cannot carry (a diverged job's NaN loss) are sent as 0.
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/linkprobe"
 )
 
@@ -69,7 +70,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 // MeasureLink measures the link from one member to another, here or by
 // asking from, unless a measurement at most maxAge old is kept
 // (actors.LinkProber).
-func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (job.LinkMeasure, error) {
+func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error) {
 	k := [2]string{from.Name, to.Name}
 	a.mu.Lock()
 	kept, ok := a.links[k]
@@ -86,16 +87,16 @@ func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge t
 		addr := a.httpOf[from.Name]
 		a.mu.Unlock()
 		if addr == "" {
-			return job.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
+			return core.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
 		}
 		ctx, cancel := context.WithTimeout(ctx, linkAskTimeout)
 		r, err = a.client(addr).ProbeLink(ctx, to.Name)
 		cancel()
 	}
 	if err != nil {
-		return job.LinkMeasure{}, err
+		return core.LinkMeasure{}, err
 	}
-	m := job.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}
+	m := core.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}
 	a.mu.Lock()
 	a.links[k] = keptLink{m, time.Now()}
 	a.mu.Unlock()
@@ -105,7 +106,7 @@ func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge t
 // keptLink is a link measurement this node keeps for the jobs it
 // coordinates.
 type keptLink struct {
-	m  job.LinkMeasure
+	m  core.LinkMeasure
 	at time.Time
 }
 

@@ -142,7 +142,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if *compare {
 		return comparePartitioners(g, prof, cluster, opts, *jsonOut, stdout)
 	}
-	res, err := balance.Search(g, prof, cluster, opts)
+	res, took, err := search(g, prof, cluster, opts)
 	if err != nil {
 		if errors.Is(err, balance.ErrSyntax) || errors.Is(err, balance.ErrUnknownLayer) || errors.Is(err, balance.ErrMissingLayer) ||
 			errors.Is(err, balance.ErrDuplicateLayer) || errors.Is(err, balance.ErrUnknownNode) || errors.Is(err, balance.ErrEmptyStage) ||
@@ -167,8 +167,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	pr := summary(res, prof)
-	printPlan(stdout, res, cluster, prof)
+	pr := summary(res, took, prof)
+	printPlan(stdout, res, took, cluster, prof)
 	if *jsonOut {
 		b, _ := json.Marshal(pr)
 		fmt.Fprintln(stdout, string(b))
@@ -176,18 +176,27 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func summary(res *balance.Result, prof *balance.ModelProfile) planResult {
+// search plans on every CPU (the planner's result does not depend on how
+// many) and times the search.
+func search(g *nn.Graph, prof *balance.ModelProfile, c *balance.Cluster, o balance.Options) (*balance.Result, time.Duration, error) {
+	o.Workers = runtime.GOMAXPROCS(0)
+	start := time.Now()
+	res, err := balance.Search(g, prof, c, o)
+	return res, time.Since(start), err
+}
+
+func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile) planResult {
 	p, r := res.Plan, res.Report
 	pr := planResult{Model: p.Model, Partitioner: p.Partitioner, Spec: res.Spec, Schedule: p.Schedule.String(),
 		MicroBatches: p.MicroBatches, MicroBatchSize: p.MicroBatchSize, StepTime: r.StepTime, Bubble: r.BubbleFraction,
-		Throughput: r.Throughput, SearchTime: res.SearchTime.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
+		Throughput: r.Throughput, SearchTime: took.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
 	for i, s := range p.Stages {
 		pr.Stages = append(pr.Stages, planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory})
 	}
 	return pr
 }
 
-func printPlan(w io.Writer, res *balance.Result, c *balance.Cluster, prof *balance.ModelProfile) {
+func printPlan(w io.Writer, res *balance.Result, took time.Duration, c *balance.Cluster, prof *balance.ModelProfile) {
 	p, r := res.Plan, res.Report
 	speed := map[string]float64{}
 	for _, n := range c.Nodes {
@@ -208,7 +217,7 @@ func printPlan(w io.Writer, res *balance.Result, c *balance.Cluster, prof *balan
 		fmt.Fprintf(w, "  s%-4d %-8s %6.3g %9.3f %9.3f %5.0f%% %11s  %s\n", s.ID, s.Node, speed[s.Node], st.Forward*1e3, st.Backward*1e3, 100*st.BusyFraction, mib(st.PeakMemory), layers)
 	}
 	fmt.Fprintf(w, "step %.3f ms  bubble %.1f%%  throughput %.1f samples/s  search %.1f ms (%d plans simulated)  plan %s\n",
-		r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput, res.SearchTime.Seconds()*1e3, res.Simulated, p.Hash()[:16])
+		r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput, took.Seconds()*1e3, res.Simulated, p.Hash()[:16])
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
@@ -231,13 +240,13 @@ func comparePartitioners(g *nn.Graph, prof *balance.ModelProfile, c *balance.Clu
 	for _, name := range []string{balance.Uniform, balance.Params, balance.Balanced, balance.GraphPP} {
 		o := opts
 		o.Partitioner = name
-		res, err := balance.Search(g, prof, c, o)
+		res, took, err := search(g, prof, c, o)
 		if err != nil {
 			fmt.Fprintf(stdout, "%-9s %v\n", name, err)
 			continue
 		}
 		rw := row{name, res.Plan.Schedule.String(), res.Plan.MicroBatches, len(res.Plan.Stages), res.Plan.Sequential(), res.Report.StepTime, res.Report.Throughput,
-			res.Report.BubbleFraction, res.SearchTime.Seconds(), res.Spec}
+			res.Report.BubbleFraction, took.Seconds(), res.Spec}
 		rows = append(rows, rw)
 		chain := "no"
 		if rw.Sequential {

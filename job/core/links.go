@@ -1,7 +1,8 @@
-package job
+package core
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -82,6 +84,20 @@ type linkState struct {
 	tried    time.Time // the last probe asked for
 }
 
+// linkTable is every link the job knows, with what probing them cost.
+type linkTable struct {
+	m map[[2]string]*linkState // by sending and receiving node
+	// probeSpent is the time spent probing links while training;
+	// slowChecks counts the checks in a row that found the steps slow.
+	probeSpent time.Duration
+	slowChecks int
+	// noProbe says the job probes no link (Spec.NoProbe); inputs are the
+	// codec estimates of a micro-batch of inputs if codecs are chosen
+	// automatically (see Config.Inputs).
+	noProbe bool
+	inputs  []tensorio.Estimate
+}
+
 // kindSent totals what a link carried of one kind.
 type kindSent struct {
 	codec             string
@@ -89,23 +105,24 @@ type kindSent struct {
 	encode, sample    time.Duration
 }
 
-func (c *Core) link(from, to string) *linkState {
+// get returns the link from one node to another, made if new.
+func (t *linkTable) get(from, to string) *linkState {
 	k := [2]string{from, to}
-	l := c.links[k]
+	l := t.m[k]
 	if l == nil {
 		l = &linkState{kinds: map[string]*kindSent{}}
-		c.links[k] = l
+		t.m[k] = l
 	}
 	return l
 }
 
-// linkRate is the planned speed of the link from one node to another:
+// rate is the planned speed of the link from one node to another:
 // measured, or the default link's.
-func (c *Core) linkRate(from, to string) float64 {
+func (t *linkTable) rate(from, to string) float64 {
 	if from == to {
 		return loopbackRate
 	}
-	if l := c.links[[2]string{from, to}]; l != nil && l.rate > 0 {
+	if l := t.m[[2]string{from, to}]; l != nil && l.rate > 0 {
 		return l.rate
 	}
 	return balance.DefaultLink.Bandwidth
@@ -115,8 +132,8 @@ func (c *Core) linkRate(from, to string) float64 {
 // or that traffic asked to probe again, and were not asked for within
 // reprobeAfter (a node that does not answer probes is not asked at every
 // step).
-func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
-	if c.spec.NoProbe {
+func (t *linkTable) unmeasured(now time.Time, nodes []job.NodeInfo) [][2]string {
+	if t.noProbe {
 		return nil
 	}
 	names := []string{}
@@ -131,7 +148,7 @@ func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
 			if a == b {
 				continue
 			}
-			l := c.links[[2]string{a, b}]
+			l := t.m[[2]string{a, b}]
 			if l != nil && l.source != "" && !l.reprobe || l != nil && !l.tried.IsZero() && now.Sub(l.tried) < reprobeAfter {
 				continue
 			}
@@ -146,19 +163,21 @@ func (c *Core) unmeasured(now time.Time, nodes []NodeInfo) [][2]string {
 // probeAllowance plus probeShare of the training time; and, within
 // probeShare alone, those measured more than refreshEvery ago.
 func (c *Core) probeDue(now time.Time) [][2]string {
-	pairs := c.unmeasured(now, c.candidates())
-	share := time.Duration(probeShare * float64(c.run))
-	if c.probeSpent > probeAllowance+share {
+	t := &c.links
+	pairs := t.unmeasured(now, c.nodes.candidates())
+	share := time.Duration(probeShare * float64(c.steps.run))
+	if t.probeSpent > probeAllowance+share {
 		pairs = slices.DeleteFunc(pairs, func(p [2]string) bool {
-			l := c.links[p]
+			l := t.m[p]
 			return l != nil && l.source != ""
 		})
 	}
-	if len(pairs) > 0 || c.spec.NoProbe || c.probeSpent > share {
+	if len(pairs) > 0 || t.noProbe || t.probeSpent > share {
 		return pairs
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(c.links), cmpPair) {
-		if l := c.links[k]; l.source != "" && now.Sub(l.probedAt) >= refreshEvery && c.members[k[0]].ProbeAddr != "" && c.members[k[1]].ProbeAddr != "" {
+	members := c.nodes.members
+	for _, k := range slices.SortedFunc(maps.Keys(t.m), cmpPair) {
+		if l := t.m[k]; l.source != "" && now.Sub(l.probedAt) >= refreshEvery && members[k[0]].ProbeAddr != "" && members[k[1]].ProbeAddr != "" {
 			pairs = append(pairs, k)
 		}
 	}
@@ -172,9 +191,9 @@ const LinkMaxAge = refreshEvery
 
 // probeLinks asks for the probe of links: they count as tried. It reports
 // whether one of them was measured before (the probe must be fresh).
-func (c *Core) probeLinks(now time.Time, pairs [][2]string) (fresh bool) {
+func (t *linkTable) probeLinks(now time.Time, pairs [][2]string) (fresh bool) {
 	for _, p := range pairs {
-		l := c.link(p[0], p[1])
+		l := t.get(p[0], p[1])
 		fresh = fresh || l.source != ""
 		l.tried = now
 	}
@@ -182,33 +201,21 @@ func (c *Core) probeLinks(now time.Time, pairs [][2]string) (fresh bool) {
 }
 
 // probed records link measurements.
-func (c *Core) probed(now time.Time, ms []LinkMeasure) {
+func (t *linkTable) probed(now time.Time, ms []LinkMeasure, log *slog.Logger) {
 	for _, m := range ms {
 		if !(m.BytesPerSec > 0) {
 			continue
 		}
-		l := c.link(m.From, m.To)
+		l := t.get(m.From, m.To)
 		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
 		l.reprobe, l.slow, l.accBytes, l.accWrite, l.accSteps = false, 0, 0, 0, 0
-		c.log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
+		log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
 	}
 }
 
 func changedRate(old, v float64) bool { return v < linkSlower*old || v > linkFaster*old }
 
 func ms64(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-
-// stageNode is the node of stage k of the current plan (the coordinator's
-// for balance.Coordinator).
-func (c *Core) stageNode(k int) (string, bool) {
-	if k == balance.Coordinator {
-		return c.cfg.Self, c.cfg.Self != ""
-	}
-	if k < 0 || k >= len(c.plan.Stages) {
-		return "", false
-	}
-	return c.plan.Stages[k].Node, true
-}
 
 // observeLinks accounts a step's traffic to its links and checks their
 // passive bounds.
@@ -219,16 +226,16 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 	}
 	step := map[[2]string]*sent{}
 	add := func(from int, ls []LinkSent) {
-		src, ok := c.stageNode(from)
+		src, ok := c.plan.node(from, c.cfg.Self)
 		if !ok {
 			return
 		}
 		for _, s := range ls {
-			dst, ok := c.stageNode(s.Peer)
+			dst, ok := c.plan.node(s.Peer, c.cfg.Self)
 			if !ok || dst == src {
 				continue
 			}
-			l := c.link(src, dst)
+			l := c.links.get(src, dst)
 			ks := l.kinds[s.Kind]
 			if ks == nil {
 				ks = &kindSent{}
@@ -253,7 +260,7 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 	}
 	add(balance.Coordinator, feeds)
 	for k, s := range step {
-		l := c.links[k]
+		l := c.links.m[k]
 		l.accBytes += s.bytes
 		l.accWrite += s.write
 		l.accSteps++
@@ -263,12 +270,13 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 		bound := float64(l.accBytes) / max(l.accWrite.Seconds(), 1e-9)
 		waited := l.accWrite.Seconds() / float64(l.accSteps)
 		l.accBytes, l.accWrite, l.accSteps, l.bound = 0, 0, 0, bound
-		rate := c.linkRate(k[0], k[1])
-		if bound >= boundSlower*rate || len(c.steps) > 0 && waited < boundWait*c.steps[len(c.steps)-1] {
+		rate := c.links.rate(k[0], k[1])
+		times := c.steps.times
+		if bound >= boundSlower*rate || len(times) > 0 && waited < boundWait*times[len(times)-1] {
 			l.slow = 0
 			continue
 		}
-		if l.slow++; l.slow >= linkStreak && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter && c.slowedBy() >= boundSteps {
+		if l.slow++; l.slow >= linkStreak && !l.reprobe && now.Sub(l.probedAt) >= reprobeAfter && c.steps.slowedBy() >= boundSteps {
 			c.log.Info("the link is slower than planned: probing it again", "from", k[0], "to", k[1],
 				"planned_mbit_s", rate*8/1e6, "traffic_bound_mbit_s", bound*8/1e6)
 			l.reprobe, l.slow = true, 0
@@ -276,14 +284,14 @@ func (c *Core) observeLinks(now time.Time, timings []StageTiming, feeds []LinkSe
 	}
 }
 
-// changedLink names a link whose measured rate left the one the plan was
-// made with by linkSlower or linkFaster ("a->b now 50 Mbit/s"), or "".
-func (c *Core) changedLink() string {
-	if c.cl == nil {
+// changed names a link whose measured rate left the one the plan for cl
+// was made with by linkSlower or linkFaster ("a->b now 50 Mbit/s"), or "".
+func (t *linkTable) changed(cl *balance.Cluster) string {
+	if cl == nil {
 		return ""
 	}
-	for _, lp := range c.cl.Links {
-		if l := c.links[[2]string{lp.From, lp.To}]; l != nil && changedRate(lp.Bandwidth, l.rate) {
+	for _, lp := range cl.Links {
+		if l := t.m[[2]string{lp.From, lp.To}]; l != nil && changedRate(lp.Bandwidth, l.rate) {
 			return fmt.Sprintf("%s->%s now %.0f Mbit/s", lp.From, lp.To, l.rate*8/1e6)
 		}
 	}
@@ -294,12 +302,12 @@ func (c *Core) changedLink() string {
 // the plan was made with, move the plan's predicted step (step, on cl) by
 // more than 5%: a re-plan is the links' doing only then.
 func (c *Core) linksMatter(cl *balance.Cluster, step float64) bool {
-	if c.cl == nil {
+	if c.plan.cl == nil {
 		return true
 	}
 	then := *cl
-	then.Links, then.DefaultLink = c.cl.Links, c.cl.DefaultLink
-	r, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, &then, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	then.Links, then.DefaultLink = c.plan.cl.Links, c.plan.cl.DefaultLink
+	r, err := balance.Simulate(c.plan.Plan, c.job.Graph, c.cfg.Profile, &then, balance.SimOptions{Optimizer: c.job.Spec.Optimizer})
 	return err != nil || math.Abs(r.StepTime-step) > 0.05*step
 }
 
@@ -324,25 +332,26 @@ const (
 // much longer than the plan predicts at the measured speeds and links, or
 // than its first steps took, twice in a row.
 func (c *Core) checkSlowSteps(now time.Time) {
-	if c.spec.NoProbe || len(c.steps) < rebalanceEvery || c.g%rebalanceEvery != 0 {
+	t, times := &c.links, c.steps.times
+	if t.noProbe || len(times) < rebalanceEvery || c.steps.next%rebalanceEvery != 0 {
 		return
 	}
-	cur, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, c.clusterOf(c.candidates()), balance.SimOptions{Optimizer: c.spec.Optimizer})
+	cur, err := balance.Simulate(c.plan.Plan, c.job.Graph, c.cfg.Profile, c.clusterOf(c.nodes.candidates()), balance.SimOptions{Optimizer: c.job.Spec.Optimizer})
 	if err != nil {
 		return
 	}
-	med := balance.Median(c.steps[len(c.steps)-rebalanceEvery:])
-	if med <= slowSteps*cur.StepTime && c.slowedBy() <= slowerSteps {
-		c.slowChecks = 0
+	med := balance.Median(times[len(times)-rebalanceEvery:])
+	if med <= slowSteps*cur.StepTime && c.steps.slowedBy() <= slowerSteps {
+		t.slowChecks = 0
 		return
 	}
-	if c.slowChecks++; c.slowChecks < linkStreak {
+	if t.slowChecks++; t.slowChecks < linkStreak {
 		return
 	}
-	c.slowChecks = 0
+	t.slowChecks = 0
 	for _, a := range c.plan.Stages {
 		for _, b := range c.plan.Stages {
-			l := c.links[[2]string{a.Node, b.Node}]
+			l := t.m[[2]string{a.Node, b.Node}]
 			if l == nil || l.source == "" || l.reprobe || now.Sub(l.probedAt) < reprobeAfter {
 				continue
 			}
@@ -351,17 +360,6 @@ func (c *Core) checkSlowSteps(now time.Time) {
 			l.reprobe = true
 		}
 	}
-}
-
-// slowedBy is the median of the last rebalanceEvery steps over the
-// median of the plan's steps 2 to 6 (the first ones warm up), or 0 before
-// both are known.
-func (c *Core) slowedBy() float64 {
-	n := c.planFrom + 2 + rebalanceEvery
-	if len(c.steps) < n+rebalanceEvery {
-		return 0
-	}
-	return balance.Median(c.steps[len(c.steps)-rebalanceEvery:]) / balance.Median(c.steps[n-rebalanceEvery:n])
 }
 
 // stepRates are the planned speeds of the current plan's links, by sender
@@ -374,29 +372,29 @@ func (c *Core) stepRates() map[[2]int]float64 {
 			if from == to {
 				continue
 			}
-			a, ok1 := c.stageNode(from)
-			b, ok2 := c.stageNode(to)
+			a, ok1 := c.plan.node(from, c.cfg.Self)
+			b, ok2 := c.plan.node(to, c.cfg.Self)
 			if ok1 && ok2 {
-				rates[[2]int{from, to}] = c.linkRate(a, b)
+				rates[[2]int{from, to}] = c.links.rate(a, b)
 			}
 		}
 	}
 	return rates
 }
 
-// clusterLinks are the measured links between the nodes, for the planner,
+// profiles are the measured links between the nodes, for the planner,
 // with what their codecs did to the activations and gradients they
 // carried (or, for a link that carried none, all links did).
-func (c *Core) clusterLinks(nodes []balance.NodeProfile) []balance.LinkProfile {
+func (t *linkTable) profiles(nodes []balance.NodeProfile) []balance.LinkProfile {
 	var out []balance.LinkProfile
 	for _, a := range nodes {
 		for _, b := range nodes {
-			l := c.links[[2]string{a.Name, b.Name}]
+			l := t.m[[2]string{a.Name, b.Name}]
 			if a.Name == b.Name || l == nil || l.source == "" {
 				continue
 			}
 			out = append(out, balance.LinkProfile{From: a.Name, To: b.Name, Bandwidth: l.rate, Latency: l.rtt / 2,
-				Act: c.wireCost(l, kindActivation), Grad: c.wireCost(l, kindGradient), Input: c.wireCost(l, kindInput)})
+				Act: t.wireCost(l, kindActivation), Grad: t.wireCost(l, kindGradient), Input: t.wireCost(l, kindInput)})
 		}
 	}
 	return out
@@ -417,25 +415,25 @@ const wireMinBytes = 1 << 20
 // links if l carried too little of it; before any traffic, for inputs, the
 // estimate of the codec l would choose, else nil. Decoding is taken to
 // cost what encoding did.
-func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
+func (t *linkTable) wireCost(l *linkState, kind string) *balance.WireCost {
 	var ks kindSent
 	if l != nil && l.kinds[kind] != nil && l.kinds[kind].raw >= wireMinBytes {
 		ks = *l.kinds[kind]
 	} else {
-		for _, l := range c.links {
+		for _, l := range t.m {
 			if k := l.kinds[kind]; k != nil {
 				ks.raw, ks.wire, ks.encode = ks.raw+k.raw, ks.wire+k.wire, ks.encode+k.encode
 			}
 		}
 	}
 	if ks.raw < wireMinBytes || ks.wire <= 0 {
-		if kind == kindInput && len(c.cfg.Inputs) > 0 && c.spec.AutoCodecs() {
+		if kind == kindInput && len(t.inputs) > 0 {
 			rate := balance.DefaultLink.Bandwidth
 			if l != nil && l.rate > 0 {
 				rate = l.rate
 			}
-			best := tensorio.Best(c.cfg.Inputs, rate)
-			for _, e := range c.cfg.Inputs {
+			best := tensorio.Best(t.inputs, rate)
+			for _, e := range t.inputs {
 				if e.Codec == best {
 					return &balance.WireCost{Ratio: min(e.Ratio, 2), Seconds: e.Fixed}
 				}
@@ -446,13 +444,13 @@ func (c *Core) wireCost(l *linkState, kind string) *balance.WireCost {
 	return &balance.WireCost{Ratio: min(float64(ks.wire)/float64(ks.raw), 2), Seconds: 2 * ks.encode.Seconds() / float64(ks.raw)}
 }
 
-// linkStatus describes the links the job knows, sorted.
-func (c *Core) linkStatus() []LinkStatus {
-	keys := slices.SortedFunc(maps.Keys(c.links), cmpPair)
-	var out []LinkStatus
+// status describes the links the job knows, sorted.
+func (t *linkTable) status() []job.LinkStatus {
+	keys := slices.SortedFunc(maps.Keys(t.m), cmpPair)
+	var out []job.LinkStatus
 	for _, k := range keys {
-		l := c.links[k]
-		ls := LinkStatus{From: k[0], To: k[1], MbitPerSec: l.rate * 8 / 1e6, RTTMS: l.rtt * 1e3, Source: l.source}
+		l := t.m[k]
+		ls := job.LinkStatus{From: k[0], To: k[1], MbitPerSec: l.rate * 8 / 1e6, RTTMS: l.rtt * 1e3, Source: l.source}
 		if l.source == "" {
 			ls.MbitPerSec, ls.Source = balance.DefaultLink.Bandwidth*8/1e6, "default"
 		}
@@ -468,7 +466,7 @@ func (c *Core) linkStatus() []LinkStatus {
 			if ks.wire > 0 {
 				ratio = float64(ks.raw) / float64(ks.wire)
 			}
-			ls.Kinds = append(ls.Kinds, LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
+			ls.Kinds = append(ls.Kinds, job.LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
 				RawBytes: ks.raw, WireBytes: ks.wire, EncodeMS: ms(ks.encode), SampleMS: ms(ks.sample)})
 			ls.WireBytes += ks.wire
 		}

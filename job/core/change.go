@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -33,7 +34,7 @@ import (
 // fails tries again, paused, until it succeeds (a node joins, a link comes
 // back); the start's fails the job.
 type change struct {
-	trigger Trigger
+	trigger job.Trigger
 	source  source
 	// res is the plan to move to, made for cl (nil: plan over the nodes
 	// that answer a probe); mv how the state moves (source live).
@@ -41,7 +42,7 @@ type change struct {
 	cl  *balance.Cluster
 	mv  *stateMove
 	// replan is the record of a re-plan being made.
-	replan *Replan
+	replan *job.Replan
 	// A failure's: the cause, the step that failed, its start and when the
 	// failure was known.
 	cause     error
@@ -49,16 +50,22 @@ type change struct {
 	stepStart time.Time
 	detected  time.Time
 	// old is the generation of the stages the state moves from (source
-	// live), oldPlan their plan.
-	old     uint64
-	oldPlan *balance.Plan
+	// live).
+	old uint64
+	// A failure's change whose attempts failed: how many did, the last
+	// one's error (the job is paused until an attempt succeeds), and,
+	// while it waits, when it tries again (zero: an attempt is under way).
 	attempt int
-	paused  bool
+	err     error
+	wakeAt  time.Time
 	probed  map[string]bool // the candidates of the last probe
 	// t0..t2 time the phases: the change's start, the new stages started,
 	// the state loaded.
 	t0, t1 time.Time
 }
+
+// paused reports whether the change waits to try again.
+func (ch *change) paused() bool { return !ch.wakeAt.IsZero() }
 
 // source is where a change gets the job's state from.
 type source int
@@ -71,15 +78,10 @@ const (
 
 // changePlan carries out ch, the one plan-change transition.
 func (c *Core) changePlan(now time.Time, ch *change) {
-	c.change, ch.t0, c.step = ch, now, stepChanging
-	switch ch.trigger {
-	case TriggerStart, TriggerTakeover:
-		c.setState(StateStarting, "")
-	case TriggerFailure:
-		c.setState(StateRecovering, ch.cause.Error())
-	}
+	c.change, ch.t0 = ch, now
 	if ch.source == sourceFreshCut {
-		c.issue(now, opChangeCut, func(op Op) Action { return TakeCut{Op: op, Gen: c.running, Step: c.g, Progress: c.acc} })
+		gen, g, acc := c.plan.running, c.steps.next, c.steps.acc
+		c.ops.issue(now, opChangeCut, func(op Op) Action { return TakeCut{Op: op, Gen: gen, Step: g, Progress: acc} })
 		return
 	}
 	c.attempt(now)
@@ -88,19 +90,19 @@ func (c *Core) changePlan(now time.Time, ch *change) {
 // attempt starts one try of the current change.
 func (c *Core) attempt(now time.Time) {
 	ch := c.change
-	ch.paused, c.step = false, stepChanging
+	ch.wakeAt = time.Time{}
 	if ch.source != sourceLive {
 		c.stopRunning(false)
 	}
 	if ch.res == nil {
-		cands := c.candidates()
+		cands := c.nodes.candidates()
 		ch.probed = map[string]bool{}
 		for _, n := range cands {
 			ch.probed[n.Name] = true
 		}
-		pairs := c.unmeasured(now, cands)
-		fresh := c.probeLinks(now, pairs)
-		c.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs, Fresh: fresh} })
+		pairs := c.links.unmeasured(now, cands)
+		fresh := c.links.probeLinks(now, pairs)
+		c.ops.issue(now, opProbe, func(op Op) Action { return Probe{Op: op, Nodes: cands, Links: pairs, Fresh: fresh} })
 		return
 	}
 	c.startStages(now)
@@ -110,22 +112,22 @@ func (c *Core) attempt(now time.Time) {
 // generation.
 func (c *Core) startStages(now time.Time) {
 	ch := c.change
-	c.gen++
+	c.plan.gen++
 	var sources [][]StateSource
 	var old *balance.Plan
 	if ch.source == sourceLive {
-		ch.old, ch.oldPlan, old = c.running, c.plan, c.plan
+		ch.old, old = c.plan.running, c.plan.Plan
 		sources = ch.mv.sources
 	}
 	c.adopt(ch.res, ch.cl, old)
-	c.running = c.gen
-	gen, plan := c.gen, c.plan
+	c.plan.running = c.plan.gen
+	gen, plan := c.plan.gen, c.plan.Plan
 	addrs := make([]string, len(plan.Stages))
 	for k, sp := range plan.Stages {
-		addrs[k] = c.known[sp.Node].ActorAddr
+		addrs[k] = c.nodes.known[sp.Node].ActorAddr
 	}
 	rates := c.stepRates()
-	c.issue(now, opStart, func(op Op) Action {
+	c.ops.issue(now, opStart, func(op Op) Action {
 		return StartStages{Op: op, Gen: gen, Plan: plan, Addrs: addrs, Sources: sources, Rates: rates}
 	})
 }
@@ -144,14 +146,14 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		c.attempt(now)
 	case opProbe:
 		e := ev.(Probed)
-		c.status.ProbeMS += ms(now.Sub(c.opStart))
-		c.probed(now, e.Links)
+		c.status.ProbeMS += ms(now.Sub(c.ops.start))
+		c.links.probed(now, e.Links, c.log)
 		if len(e.Live) == 0 {
 			c.changeFailed(now, errors.New("no live node"))
 			return
 		}
 		cl := c.clusterOf(e.Live)
-		res, err := c.search(cl, c.spec.Partition)
+		res, err := c.search(cl, c.job.Spec.Partition)
 		if errors.Is(err, balance.ErrNoFit) {
 			err = fmt.Errorf("waiting for nodes: %w", err)
 		}
@@ -173,14 +175,14 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 			}
 		}
 		ch.t1 = now
-		gen := c.gen
+		gen := c.plan.gen
 		switch {
 		case ch.source == sourceLive:
-			step, sources := c.g, ch.mv.sources
-			c.issue(now, opLoad, func(op Op) Action { return Move{Op: op, Gen: gen, From: ch.old, Step: step, Sources: sources} })
-		case c.cut.Step > 0:
-			step := c.cut.Step
-			c.issue(now, opLoad, func(op Op) Action { return Restore{Op: op, Gen: gen, Step: step} })
+			step, sources, from := c.steps.next, ch.mv.sources, ch.old
+			c.ops.issue(now, opLoad, func(op Op) Action { return Move{Op: op, Gen: gen, From: from, Step: step, Sources: sources} })
+		case c.cuts.latest.Step > 0:
+			step := c.cuts.latest.Step
+			c.ops.issue(now, opLoad, func(op Op) Action { return Restore{Op: op, Gen: gen, Step: step} })
 		default:
 			c.changed(now, nil) // every stage starts from the seed's initial state
 		}
@@ -203,18 +205,17 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		// cut, as after any failure.
 		c.stopAll(false)
 		c.change = nil
-		c.failure(now, c.g, now, fmt.Errorf("changing the plan: %w", err))
-	case ch.trigger != TriggerFailure:
+		c.failure(now, c.steps.next, now, fmt.Errorf("changing the plan: %w", err))
+	case ch.trigger != job.TriggerFailure:
 		c.stopAll(false)
 		c.finish(nil, err)
 	default:
 		c.log.Warn("recovery attempt failed", "attempt", ch.attempt, "err", err)
-		c.setState(StatePaused, err.Error())
 		c.stopRunning(false)
 		ch.attempt++
-		ch.paused, c.step = true, stepPaused
-		c.wakeAt = now.Add(min(time.Duration(ch.attempt)*200*time.Millisecond, 2*time.Second))
-		c.out = append(c.out, Wake{At: c.wakeAt})
+		ch.err = err
+		ch.wakeAt = now.Add(min(time.Duration(ch.attempt)*200*time.Millisecond, 2*time.Second))
+		c.ops.out = append(c.ops.out, Wake{At: ch.wakeAt})
 	}
 }
 
@@ -224,37 +225,28 @@ func (c *Core) retry(now time.Time) {
 	c.attempt(now)
 }
 
-// joinedSince reports whether a member is not among probed.
-func (c *Core) joinedSince(probed map[string]bool) bool {
-	for name := range c.members {
-		if !probed[name] {
-			return true
-		}
-	}
-	return false
-}
-
 // changed completes the current change: the new stages hold the state.
 func (c *Core) changed(now time.Time, moved *Moved) {
 	ch := c.change
-	c.change, c.step = nil, stepTraining
+	c.change = nil
 	if ch.old != 0 {
-		c.out = append(c.out, StopStages{Gen: ch.old, Wait: true})
+		c.ops.out = append(c.ops.out, StopStages{Gen: ch.old, Wait: true})
 	}
-	c.inPlan = map[string]bool{}
+	c.plan.domain = map[string]bool{}
 	for _, sp := range c.plan.Stages {
-		c.inPlan[sp.Node] = true
+		c.plan.domain[sp.Node] = true
 	}
-	c.log.Info("plan changed", "trigger", ch.trigger, "plan", c.text, "generation", c.gen,
+	st, cu, rb := &c.steps, &c.cuts, &c.rebal
+	c.log.Info("plan changed", "trigger", ch.trigger, "plan", c.plan.text, "generation", c.plan.gen,
 		"start_ms", ms(ch.t1.Sub(ch.t0)), "load_ms", ms(now.Sub(ch.t1)))
 	switch ch.trigger {
-	case TriggerStart, TriggerTakeover:
-	case TriggerFailure:
-		c.planStep, c.streak = c.cut.Step, 0
-		c.g, c.acc = c.cut.Step, c.cut.Progress
-		c.win.open, c.check.active = false, false
-		c.status.Recoveries = append(c.status.Recoveries, Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - c.cut.Step,
-			Plan: c.text, At: ch.detected, DetectMS: ms(ch.detected.Sub(ch.stepStart)), RestoreMS: ms(now.Sub(ch.detected))})
+	case job.TriggerStart, job.TriggerTakeover:
+	case job.TriggerFailure:
+		rb.planStep, rb.streak = cu.latest.Step, 0
+		st.next, st.acc = cu.latest.Step, cu.latest.Progress
+		cu.win.open, rb.check.active = false, false
+		c.status.Recoveries = append(c.status.Recoveries, job.Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - cu.latest.Step,
+			Plan: c.plan.text, At: ch.detected, DetectMS: ms(ch.detected.Sub(ch.stepStart)), RestoreMS: ms(now.Sub(ch.detected))})
 	default:
 		r := ch.replan
 		switch ch.source {
@@ -265,18 +257,17 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 			}
 			r.PhasesMS = map[string]float64{"start": ms(ch.t1.Sub(ch.t0)), "transfer": ms(now.Sub(ch.t1))}
 		case sourceFreshCut:
-			r.Method, r.MovedBytes, r.LocalBytes = "cut", 2*c.stateSize, 0
-			r.PhasesMS = map[string]float64{"cut": ms(c.cutCost), "start": ms(ch.t1.Sub(ch.t0) - c.cutCost), "restore": ms(now.Sub(ch.t1))}
+			r.Method, r.MovedBytes, r.LocalBytes = "cut", 2*cu.size, 0
+			r.PhasesMS = map[string]float64{"cut": ms(cu.pause), "start": ms(ch.t1.Sub(ch.t0) - cu.pause), "restore": ms(now.Sub(ch.t1))}
 		}
-		c.planStep = c.g
+		rb.planStep = st.next
 		r.MovedMS = ms(now.Sub(ch.t0))
-		c.log.Info("re-planned", "step", c.g, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
-		r.MeasuredBeforeMS = 1e3 * balance.Median(c.steps[max(0, len(c.steps)-replanWindow):])
+		c.log.Info("re-planned", "step", st.next, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
+		r.MeasuredBeforeMS = 1e3 * balance.Median(st.times[max(0, len(st.times)-replanWindow):])
 		c.status.Replans = append(c.status.Replans, *r)
-		c.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(c.steps)}
+		rb.check = replanCheck{active: true, replan: len(c.status.Replans) - 1, start: len(st.times)}
 	}
-	c.planFrom = len(c.steps)
-	c.setState(StateTraining, "")
+	st.planFrom = len(st.times)
 	c.boundary(now)
 }
 
@@ -289,36 +280,36 @@ func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error) {
 		c.finish(nil, fmt.Errorf("giving up after %d recoveries: %w", n, cause))
 		return
 	}
-	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cut.Step, "err", cause)
-	c.wait = 0 // the operation in flight, if any, is cancelled with its stages
-	c.changePlan(now, &change{trigger: TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
+	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cuts.latest.Step, "err", cause)
+	c.ops.wait = 0 // the operation in flight, if any, is cancelled with its stages
+	c.changePlan(now, &change{trigger: job.TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
 }
 
 // maybeRebalance runs after a step, the pipeline drained: it evaluates
 // the plan and, if warranted, changes it. It reports whether it started
 // a change.
 func (c *Core) maybeRebalance(now time.Time) bool {
-	g := c.g
+	g, rb, spec := c.steps.next, &c.rebal, c.job.Spec
 	if g >= c.job.Total {
 		return false
 	}
-	nodes := c.candidates()
+	nodes := c.nodes.candidates()
 	leaving := ""
 	for _, sp := range c.plan.Stages {
-		if !slices.ContainsFunc(nodes, func(n NodeInfo) bool { return n.Name == sp.Node }) {
+		if !slices.ContainsFunc(nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node }) {
 			leaving = sp.Node
 			break
 		}
 	}
-	req := c.requested
-	c.requested = nil
+	req := rb.requested
+	rb.requested = nil
 	cooldown := rebalanceCooldown << min(len(c.status.Replans), 6)
 	held := realism(c.status.Replans)
-	if leaving == "" && req == nil && (!c.rebalances() || g-c.planStep < cooldown || g%rebalanceEvery != 0) {
+	if leaving == "" && req == nil && (!rebalances(spec) || g-rb.planStep < cooldown || g%rebalanceEvery != 0) {
 		return false
 	}
 	cl := c.clusterOf(nodes)
-	part := c.spec.Partition
+	part := spec.Partition
 	if req != nil {
 		part = req.Partition
 	}
@@ -327,58 +318,58 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		c.log.Warn("rebalancing: no plan", "err", err)
 		return false
 	}
-	mv, err := c.planMove(c.plan, res.Plan)
+	mv, err := planMove(c.job, c.plan.Plan, res.Plan)
 	if err != nil {
 		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
 		return false
 	}
 	viaCut := req != nil && req.ViaCut
-	r := Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
+	r := job.Replan{Step: g, AfterMS: res.Report.StepTime * 1e3, Plan: res.Spec, Speeds: map[string]float64{},
 		StateBytes: mv.stateBytes, LocalBytes: mv.localBytes}
 	for _, n := range cl.Nodes {
 		r.Speeds[n.Name] = n.Speed
 	}
-	cost := c.moveCost(mv, viaCut)
+	cost := c.cuts.moveCost(mv, viaCut)
 	r.CostMS = ms(cost)
-	cur, err := balance.Simulate(c.plan, c.job.Graph, c.cfg.Profile, cl, balance.SimOptions{Optimizer: c.spec.Optimizer})
+	cur, err := balance.Simulate(c.plan.Plan, c.job.Graph, c.cfg.Profile, cl, balance.SimOptions{Optimizer: spec.Optimizer})
 	if err == nil {
 		r.BeforeMS = cur.StepTime * 1e3
 		r.Gain = 1 - res.Report.StepTime/cur.StepTime
 	}
 	switch {
 	case leaving != "":
-		r.Trigger, r.Reason = TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
+		r.Trigger, r.Reason = job.TriggerLeaving, fmt.Sprintf("node %s is leaving", leaving)
 	case req != nil:
-		r.Trigger, r.Reason = TriggerRequested, "requested: "+req.Partition
+		r.Trigger, r.Reason = job.TriggerRequested, "requested: "+req.Partition
 	default:
 		if err != nil {
 			return false
 		}
 		saved := held * (cur.StepTime - res.Report.StepTime)
 		c.log.Debug("rebalancing: evaluated", "step", g, "plan", res.Spec, "gain", r.Gain, "realism", held,
-			"before_ms", r.BeforeMS, "after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", c.streak)
-		if res.Spec == c.text || held*r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
-			c.streak = 0
+			"before_ms", r.BeforeMS, "after_ms", r.AfterMS, "cost_ms", r.CostMS, "speeds", r.Speeds, "streak", rb.streak)
+		if res.Spec == c.plan.text || held*r.Gain < rebalanceMinGain || cost.Seconds() > rebalancePayback*saved {
+			rb.streak = 0
 			return false
 		}
-		if c.streak++; c.streak < rebalanceStreak {
+		if rb.streak++; rb.streak < rebalanceStreak {
 			return false
 		}
-		r.Trigger = TriggerSpeeds
+		r.Trigger = job.TriggerSpeeds
 		r.Reason = fmt.Sprintf("measured speeds: predicted step %.1f ms -> %.1f ms", r.BeforeMS, r.AfterMS)
-		if l := c.changedLink(); l != "" && c.linksMatter(cl, cur.StepTime) {
-			r.Trigger = TriggerLinks
+		if l := c.links.changed(c.plan.cl); l != "" && c.linksMatter(cl, cur.StepTime) {
+			r.Trigger = job.TriggerLinks
 			r.Reason = fmt.Sprintf("measured links (%s): predicted step %.1f ms -> %.1f ms", l, r.BeforeMS, r.AfterMS)
 		}
-		if n := c.newNode(res.Plan); n != "" {
-			r.Trigger = TriggerJoined
+		if n := c.plan.newNode(res.Plan); n != "" {
+			r.Trigger = job.TriggerJoined
 			r.Reason = fmt.Sprintf("node %s joined: predicted step %.1f ms -> %.1f ms", n, r.BeforeMS, r.AfterMS)
 		}
 		if held < 1 {
 			r.Reason += fmt.Sprintf(", counted as %.0f%% of that gain (the last re-plan's share)", 100*held)
 		}
 	}
-	c.streak = 0
+	rb.streak = 0
 	c.log.Info("re-planning", "step", g, "reason", r.Reason, "plan", res.Spec, "gain", r.Gain)
 	src := sourceLive
 	if viaCut {
@@ -388,23 +379,12 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 	return true
 }
 
-// newNode is a node plan uses that the cluster of the current plan did not
-// have (one that joined since), or "".
-func (c *Core) newNode(plan *balance.Plan) string {
-	for _, sp := range plan.Stages {
-		if !slices.ContainsFunc(c.cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
-			return sp.Node
-		}
-	}
-	return ""
-}
-
 // rebalances reports whether the job re-plans by itself: with a
 // partitioner that weighs node speeds.
-func (c *Core) rebalances() bool {
-	switch c.spec.Partition {
+func rebalances(spec job.Spec) bool {
+	switch spec.Partition {
 	case "auto", balance.Balanced, balance.GraphPP:
-		return !c.spec.NoRebalance
+		return !spec.NoRebalance
 	}
 	return false
 }
@@ -417,9 +397,9 @@ type stateMove struct {
 	stateBytes, localBytes int64
 }
 
-// planMove maps every layer with state in plan to to its owner in plan
-// from, grouped per pair of stages.
-func (c *Core) planMove(from, to *balance.Plan) (*stateMove, error) {
+// planMove maps every layer of jb's model with state in plan to to its
+// owner in plan from, grouped per pair of stages.
+func planMove(jb *job.Job, from, to *balance.Plan) (*stateMove, error) {
 	owner := map[string]int{}
 	for k, sp := range from.Stages {
 		for _, l := range sp.Layers {
@@ -430,7 +410,7 @@ func (c *Core) planMove(from, to *balance.Plan) (*stateMove, error) {
 	for j, sp := range to.Stages {
 		idx := map[int]int{} // old stage -> index in sources[j]
 		for _, l := range sp.Layers {
-			n := c.job.Graph.Node(l)
+			n := jb.Graph.Node(l)
 			if n == nil {
 				return nil, fmt.Errorf("the new plan has a layer %q the model does not", l)
 			}
@@ -449,7 +429,7 @@ func (c *Core) planMove(from, to *balance.Plan) (*stateMove, error) {
 				mv.sources[j] = append(mv.sources[j], StateSource{From: k, Local: from.Stages[k].Node == sp.Node})
 			}
 			mv.sources[j][i].Layers = append(mv.sources[j][i].Layers, l)
-			if b := c.stateBytes(ps); mv.sources[j][i].Local {
+			if b := stateBytes(jb.Spec, ps); mv.sources[j][i].Local {
 				mv.localBytes += b
 			} else {
 				mv.stateBytes += b
@@ -461,12 +441,12 @@ func (c *Core) planMove(from, to *balance.Plan) (*stateMove, error) {
 
 // stateBytes is the state of params: values and buffers, and the
 // optimizer's tensors of the trainable ones.
-func (c *Core) stateBytes(params []*nn.Param) int64 {
+func stateBytes(spec job.Spec, params []*nn.Param) int64 {
 	slots := int64(0)
 	switch {
-	case c.spec.Optimizer == "adam":
+	case spec.Optimizer == "adam":
 		slots = 2
-	case c.spec.Momentum != 0:
+	case spec.Momentum != 0:
 		slots = 1
 	}
 	var b int64
@@ -478,20 +458,4 @@ func (c *Core) stateBytes(params []*nn.Param) int64 {
 		b += n
 	}
 	return b
-}
-
-// moveCost predicts what moving as mv costs: starting the new stages and
-// sending the layers that change node, at the throughput the last cut
-// measured (a cut moves the whole state once), or at the default link's
-// bandwidth before the first cut. Moving through a cut costs about two
-// cuts.
-func (c *Core) moveCost(mv *stateMove, viaCut bool) time.Duration {
-	if viaCut {
-		return 2*c.cutCost + moveStartup
-	}
-	bw := balance.DefaultLink.Bandwidth
-	if c.cutCost > 0 {
-		bw = float64(c.stateSize) / c.cutCost.Seconds()
-	}
-	return moveStartup + time.Duration(float64(mv.stateBytes)/bw*float64(time.Second))
 }

@@ -1,9 +1,10 @@
-package job
+package core
 
 import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/ppnode/ppnode/job"
 )
 
 // The status keeps the last LastSteps steps as the stages measured them,
@@ -24,11 +25,11 @@ func TestLastSteps(t *testing.T) {
 	}
 	s.command(t, cmd("run", arg("to", "20")))
 	st := s.core.Status()
-	if len(st.LastSteps) != LastSteps {
-		t.Fatalf("after 20 steps: %d last steps, want %d", len(st.LastSteps), LastSteps)
+	if len(st.LastSteps) != job.LastSteps {
+		t.Fatalf("after 20 steps: %d last steps, want %d", len(st.LastSteps), job.LastSteps)
 	}
 	for i, ls := range st.LastSteps {
-		if want := 20 - LastSteps + 1 + i; ls.Step != want {
+		if want := 20 - job.LastSteps + 1 + i; ls.Step != want {
 			t.Errorf("last step %d is step %d, want %d", i, ls.Step, want)
 		}
 		if len(ls.Stages) != len(st.Stages) {

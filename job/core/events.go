@@ -1,9 +1,10 @@
-package job
+package core
 
 import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Op numbers an operation the core asked its driver for; the event that
@@ -22,7 +23,7 @@ type (
 	// links measured.
 	Probed struct {
 		Op    Op
-		Live  []NodeInfo
+		Live  []job.NodeInfo
 		Links []LinkMeasure
 	}
 	// StagesStarted answers [StartStages]: Params are the trainable
@@ -73,7 +74,7 @@ type (
 type (
 	// Members are the live members the job may use now (not leaving); a
 	// node of the plan that is not among them is leaving or gone.
-	Members struct{ Nodes []NodeInfo }
+	Members struct{ Nodes []job.NodeInfo }
 	// NodeFailed says the cluster confirmed that a node failed.
 	NodeFailed struct{ Name string }
 	// ReplanRequested asks to move the job to Partition (a partitioner's
@@ -134,7 +135,7 @@ type LinkMeasure struct {
 
 // Moved is what a direct move sent.
 type Moved struct {
-	Links []MovedLink
+	Links []job.MovedLink
 	// Bytes is the tensor data sent over data-plane links, WireBytes the
 	// same with tags and frame headers.
 	Bytes, WireBytes int64
@@ -152,7 +153,7 @@ type (
 	// [Probed].
 	Probe struct {
 		Op    Op
-		Nodes []NodeInfo
+		Nodes []job.NodeInfo
 		Links [][2]string
 		Fresh bool
 	}
@@ -225,7 +226,7 @@ type (
 	Wake struct{ At time.Time }
 	// Finish says the job has ended: its Result, or Err.
 	Finish struct {
-		Result *Result
+		Result *job.Result
 		Err    error
 	}
 )

@@ -1,10 +1,11 @@
-package job
+package core
 
 import (
 	"math"
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // Rebalancing (DESIGN.md, "Re-planning is one mechanism"): the core keeps
@@ -43,10 +44,10 @@ const (
 // re-plan made by the measured speeds saved, within [realismFloor, 1]: 1
 // before any such re-plan has been measured, or if it saved what it
 // predicted or more.
-func realism(replans []Replan) float64 {
+func realism(replans []job.Replan) float64 {
 	for i := len(replans) - 1; i >= 0; i-- {
 		r := replans[i]
-		if r.Trigger != TriggerSpeeds || r.Gain <= 0 || r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
+		if r.Trigger != job.TriggerSpeeds || r.Gain <= 0 || r.MeasuredBeforeMS <= 0 || r.MeasuredAfterMS <= 0 {
 			continue
 		}
 		saved := 1 - r.MeasuredAfterMS/r.MeasuredBeforeMS

@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"container/heap"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // TestCore runs the policy scripts in testdata/core against the core, with
@@ -70,7 +71,7 @@ func TestCore(t *testing.T) {
 //	status                                             the job's status
 type sim struct {
 	t        *testing.T
-	job      *Job
+	job      *job.Job
 	prof     *balance.ModelProfile
 	core     *Core
 	now      time.Time
@@ -79,7 +80,7 @@ type sim struct {
 	flicker  map[string][2]float64
 	every    int
 	extra    time.Duration
-	nodes    map[string]NodeInfo
+	nodes    map[string]job.NodeInfo
 	dead     map[string]bool
 	killAt   map[int]killing
 	failNext map[string]bool
@@ -92,7 +93,7 @@ type sim struct {
 	evals    bool     // print the rebalancing evaluations
 	stepRun  *stepRun // steps not yet traced
 	out      strings.Builder
-	last     Status
+	last     job.Status
 	simCache map[string]*balance.Report
 	rates    map[[2]string]float64 // true link rates (bytes/s), both ways
 	probes   bool                  // nodes answer link probes
@@ -109,13 +110,13 @@ const refGFLOPS = 10
 
 func newSim(t *testing.T, d *datadriven.TestData) *sim {
 	s := &sim{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), speed: map[string]float64{}, flicker: map[string][2]float64{},
-		nodes: map[string]NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]bool{},
+		nodes: map[string]job.NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]bool{},
 		stages: map[uint64]*balance.Plan{}, ops: map[Op]uint64{}, timeout: map[Op]time.Duration{}, simCache: map[string]*balance.Report{},
 		rates: map[[2]string]float64{}}
-	spec := DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID, spec.Data, spec.Deterministic, spec.Threads, spec.Epochs = "sim", "synthetic:8x8x1:4", true, 1, 100
 	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
-	var nodes []NodeInfo
+	var nodes []job.NodeInfo
 	cfg := Config{GFLOPS: refGFLOPS, Backend: "sim", Logger: slog.New(evalLog{s}), Now: s.now}
 	for _, a := range d.CmdArgs {
 		if a.Key == "probes" {
@@ -176,7 +177,7 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 	s.job = j
 	s.prof = balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS, Overhead: 20 * time.Microsecond})
 	cfg.Job, cfg.Profile, cfg.Nodes = j, s.prof, nodes
-	if s.core, err = NewCore(cfg); err != nil {
+	if s.core, err = New(cfg); err != nil {
 		fmt.Fprintf(&s.out, "error: %v\n", err)
 		return s
 	}
@@ -185,9 +186,9 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 	return s
 }
 
-func (s *sim) parseNode(desc string) NodeInfo {
+func (s *sim) parseNode(desc string) job.NodeInfo {
 	parts := strings.Split(desc, ":")
-	n := NodeInfo{Name: parts[0], ActorAddr: parts[0] + ":1", GFLOPS: refGFLOPS}
+	n := job.NodeInfo{Name: parts[0], ActorAddr: parts[0] + ":1", GFLOPS: refGFLOPS}
 	if s.probes {
 		n.ProbeAddr = parts[0] + ":2"
 	}
@@ -328,7 +329,7 @@ func (s *sim) flush() string {
 
 // members tells the core the live members.
 func (s *sim) members() {
-	var ms []NodeInfo
+	var ms []job.NodeInfo
 	for _, n := range s.nodes {
 		ms = append(ms, n)
 	}
@@ -425,7 +426,7 @@ func (s *sim) run(to int, until string, deadline time.Time) {
 				return
 			}
 		case "paused":
-			if st.State == StatePaused {
+			if st.State == job.StatePaused {
 				return
 			}
 		}
@@ -455,7 +456,7 @@ func (s *sim) after(d time.Duration, ev Event) {
 func (s *sim) exec(a Action) {
 	switch a := a.(type) {
 	case Probe:
-		var live []NodeInfo
+		var live []job.NodeInfo
 		for _, n := range a.Nodes {
 			if !s.dead[n.Name] {
 				live = append(live, n)
@@ -482,7 +483,7 @@ func (s *sim) exec(a Action) {
 			s.after(5*time.Millisecond, StateLoaded{Op: a.Op, Err: err})
 			return
 		}
-		s.after(s.stateTime(s.core.stateSize), StateLoaded{Op: a.Op})
+		s.after(s.stateTime(s.core.cuts.size), StateLoaded{Op: a.Op})
 	case Move:
 		s.ops[a.Op] = a.Gen
 		err := s.check("move", s.stages[a.Gen])
@@ -498,7 +499,7 @@ func (s *sim) exec(a Action) {
 			for _, src := range srcs {
 				if !src.Local {
 					for _, l := range src.Layers {
-						moved += s.core.stateBytes(s.job.Graph.Node(l).Layer.Params())
+						moved += stateBytes(s.job.Spec, s.job.Graph.Node(l).Layer.Params())
 					}
 				}
 			}
@@ -552,7 +553,7 @@ func (s *sim) exec(a Action) {
 			s.after(5*time.Millisecond, CutTaken{Op: a.Op, Err: err})
 			return
 		}
-		pause := s.stateTime(s.core.stateSize)
+		pause := s.stateTime(s.core.cuts.size)
 		s.after(pause, CutTaken{Op: a.Op, Accuracy: 0.5, WeightsSHA256: "sim"})
 		if s.core.cfg.Persists {
 			s.after(pause+4*pause, CutPersisted{Step: a.Step})
@@ -704,7 +705,7 @@ func (s *sim) report() {
 	st := s.core.Status()
 	old := s.last
 	s.last = st
-	if st.State != old.State && !(st.State == StateTraining && old.State == StateStarting) {
+	if st.State != old.State && !(st.State == job.StateTraining && old.State == job.StateStarting) {
 		line := fmt.Sprintf("step %d: %s", st.Step, st.State)
 		if st.Reason != "" {
 			line += ": " + st.Reason

@@ -1,4 +1,4 @@
-package job
+package core
 
 import (
 	"io"
@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
 )
 
 // linkCore is a core planned over a and b with both links probed at 100
 // Mbit/s, its plan over both.
 func linkCore(t *testing.T) *Core {
 	t.Helper()
-	spec := DefaultSpec()
+	spec := job.DefaultSpec()
 	spec.ID, spec.Data, spec.Threads, spec.Epochs = "links", "synthetic:8x8x1:4", 1, 100
 	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
 	spec.Partition = "fc1-fc16@a; fc17-fc32@b"
@@ -22,13 +23,13 @@ func linkCore(t *testing.T) *Core {
 		t.Fatal(err)
 	}
 	prof := balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS})
-	nodes := []NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2"}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2"}}
-	c, err := NewCore(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nodes := []job.NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2"}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2"}}
+	c, err := New(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Unix(0, 0)
-	c.probed(now, []LinkMeasure{{From: "a", To: "b", BytesPerSec: 12.5e6}, {From: "b", To: "a", BytesPerSec: 12.5e6}})
+	c.links.probed(now, []LinkMeasure{{From: "a", To: "b", BytesPerSec: 12.5e6}, {From: "b", To: "a", BytesPerSec: 12.5e6}}, c.log)
 	return c
 }
 
@@ -61,17 +62,17 @@ func TestPassiveBound(t *testing.T) {
 			if i >= 2+rebalanceEvery {
 				step *= tc.slowed
 			}
-			c.steps = append(c.steps, step)
+			c.steps.times = append(c.steps.times, step)
 		}
 		for range 4 { // 4 steps of 256 KiB: two bounds
 			c.observeLinks(now, []StageTiming{{Links: []LinkSent{{Peer: 1, Kind: kindActivation, Codec: "raw", Frames: 4,
 				RawBytes: 256 << 10, WireBytes: 256 << 10, Write: tc.write / 4}}}}, nil)
 		}
-		l := c.links[[2]string{"a", "b"}]
+		l := c.links.m[[2]string{"a", "b"}]
 		if l.reprobe != tc.reprobe {
 			t.Errorf("%s: reprobe %v, want %v (bound %.1f Mbit/s)", tc.name, l.reprobe, tc.reprobe, l.bound*8/1e6)
 		}
-		if got := c.unmeasured(now, c.candidates()); (len(got) == 1) != tc.reprobe {
+		if got := c.links.unmeasured(now, c.nodes.candidates()); (len(got) == 1) != tc.reprobe {
 			t.Errorf("%s: links to probe %v", tc.name, got)
 		}
 		if ks := l.kinds[kindActivation]; ks.raw != 1<<20 || ks.frames != 16 {
@@ -86,16 +87,16 @@ func TestPassiveBound(t *testing.T) {
 func TestProbeBudget(t *testing.T) {
 	c := linkCore(t)
 	now := time.Unix(10, 0)
-	c.links[[2]string{"a", "b"}].reprobe = true
-	c.run = 10 * time.Second
+	c.links.m[[2]string{"a", "b"}].reprobe = true
+	c.steps.run = 10 * time.Second
 	if got := c.probeDue(now); len(got) != 1 {
 		t.Fatalf("within the budget: %v to probe, want a->b", got)
 	}
-	c.probeSpent = probeAllowance + 60*time.Millisecond // over 1 s + 0.5% of 10 s
+	c.links.probeSpent = probeAllowance + 60*time.Millisecond // over 1 s + 0.5% of 10 s
 	if got := c.probeDue(now); len(got) != 0 {
 		t.Fatalf("over the budget: %v to probe, want none", got)
 	}
-	c.members["n"] = NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
+	c.nodes.members["n"] = job.NodeInfo{Name: "n", ActorAddr: "n:1", ProbeAddr: "n:2"}
 	if got := c.probeDue(now); len(got) != 4 {
 		t.Fatalf("a node joined: %v to probe, want its 4 links", got)
 	}
@@ -106,14 +107,14 @@ func TestProbeBudget(t *testing.T) {
 func TestProbeRefresh(t *testing.T) {
 	c := linkCore(t)
 	later := time.Unix(0, 0).Add(refreshEvery)
-	c.run = 10 * time.Minute
+	c.steps.run = 10 * time.Minute
 	if got := c.probeDue(later.Add(-time.Second)); len(got) != 0 {
 		t.Fatalf("before refreshEvery: %v to probe", got)
 	}
 	if got := c.probeDue(later); len(got) != 2 {
 		t.Fatalf("after refreshEvery: %v to probe, want a->b and b->a", got)
 	}
-	c.probeSpent = 4 * time.Second // over 0.5% of 10 min
+	c.links.probeSpent = 4 * time.Second // over 0.5% of 10 min
 	if got := c.probeDue(later); len(got) != 0 {
 		t.Fatalf("over the budget: %v to probe", got)
 	}

@@ -1,9 +1,11 @@
-package job
+package core
 
 import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/ppnode/ppnode/job"
 )
 
 // The automatic checkpoint interval keeps a cut's cost within 2% of the
@@ -65,23 +67,23 @@ func TestCutWindow(t *testing.T) {
 // share of its prediction that held, within [realismFloor, 1], taken from
 // the latest measured re-plan made for the measured speeds.
 func TestRealism(t *testing.T) {
-	speeds := func(gain, before, after float64) Replan {
-		return Replan{Trigger: TriggerSpeeds, Gain: gain, MeasuredBeforeMS: before, MeasuredAfterMS: after}
+	speeds := func(gain, before, after float64) job.Replan {
+		return job.Replan{Trigger: job.TriggerSpeeds, Gain: gain, MeasuredBeforeMS: before, MeasuredAfterMS: after}
 	}
 	for _, tc := range []struct {
 		name    string
-		replans []Replan
+		replans []job.Replan
 		want    float64
 	}{
 		{"none", nil, 1},
-		{"held", []Replan{speeds(0.2, 100, 80)}, 1},
-		{"did better", []Replan{speeds(0.2, 100, 70)}, 1},
-		{"half", []Replan{speeds(0.4, 100, 80)}, 0.5},
-		{"demo of session 6", []Replan{speeds(1-82.9/139.4, 127.3, 100.7)}, (1 - 100.7/127.3) / (1 - 82.9/139.4)},
-		{"made it worse", []Replan{speeds(0.3, 100, 110)}, realismFloor},
-		{"latest counts", []Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 80)}, 1},
-		{"not yet measured", []Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 0)}, 0.5},
-		{"leaving does not count", []Replan{speeds(0.4, 100, 80), {Trigger: TriggerLeaving, Gain: 0.5, MeasuredBeforeMS: 100, MeasuredAfterMS: 100}}, 0.5},
+		{"held", []job.Replan{speeds(0.2, 100, 80)}, 1},
+		{"did better", []job.Replan{speeds(0.2, 100, 70)}, 1},
+		{"half", []job.Replan{speeds(0.4, 100, 80)}, 0.5},
+		{"demo of session 6", []job.Replan{speeds(1-82.9/139.4, 127.3, 100.7)}, (1 - 100.7/127.3) / (1 - 82.9/139.4)},
+		{"made it worse", []job.Replan{speeds(0.3, 100, 110)}, realismFloor},
+		{"latest counts", []job.Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 80)}, 1},
+		{"not yet measured", []job.Replan{speeds(0.4, 100, 80), speeds(0.2, 100, 0)}, 0.5},
+		{"leaving does not count", []job.Replan{speeds(0.4, 100, 80), {Trigger: job.TriggerLeaving, Gain: 0.5, MeasuredBeforeMS: 100, MeasuredAfterMS: 100}}, 0.5},
 	} {
 		if got := realism(tc.replans); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("%s: realism %v, want %v", tc.name, got, tc.want)

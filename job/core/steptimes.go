@@ -1,0 +1,42 @@
+package core
+
+import (
+	"slices"
+	"time"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/job"
+)
+
+// recordTimes keeps the step that ran from start to now with its stage
+// timings among the last LastSteps.
+func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
+	st := job.StepTiming{Step: c.steps.next, AtMS: ms(start.Sub(c.status.Started)), WallMS: ms(now.Sub(start)),
+		Stages: make([]job.StageStepTiming, len(timings))}
+	for k, t := range timings {
+		var send time.Duration
+		for _, l := range t.Links {
+			send += l.Encode + l.Write
+		}
+		st.Stages[k] = job.StageStepTiming{ForwardMS: ms(t.Forward), BackwardMS: ms(t.Backward), UpdateMS: ms(t.Update),
+			WaitMS: ms(t.Wait), SendMS: ms(send), WallMS: ms(t.Wall)}
+	}
+	// A new slice each time: statuses handed out share the old one.
+	last := c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):]
+	c.status.LastSteps = append(slices.Clip(last), st)
+}
+
+// stageTargets are the stages that sp sends activations to, in
+// ascending order.
+func stageTargets(sp balance.StagePlan) []int {
+	var to []int
+	for _, o := range sp.Outputs {
+		for _, k := range o.To {
+			if k >= 0 {
+				to = append(to, k)
+			}
+		}
+	}
+	slices.Sort(to)
+	return slices.Compact(to)
+}

@@ -11,7 +11,7 @@ import (
 	"github.com/ppnode/ppnode/nn"
 )
 
-// A plan change (DESIGN.md, "Re-planning is one mechanism") is one
+// A plan change (docs/DESIGN.md, "The life of a job") is one
 // transition whatever asked for it: the start, a takeover, a failure, a
 // node that leaves or joins, drifting speeds, a user. It chooses where the
 // state comes from, plans over the live nodes, starts the new stages,

@@ -15,7 +15,7 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-// The network as the core knows it (issue 16): every link between two
+// The network as the core knows it: every link between two
 // nodes that a plan uses or may use is probed when its nodes become
 // candidates (a Probe action at a plan change, or at a step boundary for
 // a node that joined). While the job trains, the frames the stages send

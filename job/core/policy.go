@@ -8,7 +8,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
-// Rebalancing (DESIGN.md, "Re-planning is one mechanism"): the core keeps
+// Rebalancing (docs/DESIGN.md, "The life of a job"): the core keeps
 // a smoothed speed per node from the stages' measured compute times, and
 // every few steps asks the balancer for a plan over the live nodes at those
 // speeds. It changes the plan at a step boundary (the pipeline is drained

@@ -74,10 +74,11 @@ type Progress struct {
 // Core is the pure core of one pipelined job (docs/DESIGN.md, "The life
 // of a job"): a state machine that takes events ([Core.Step],
 // [Core.Tick]) and returns the operations to carry out ([Core.Ready]).
-// It plans the job over the live nodes, runs its steps one after the other, takes consistent cuts at an interval it chooses
-// from their cost, follows the nodes' measured speeds, and changes the
-// plan, by one transition, when a node fails, joins or leaves, when the
-// speeds drift, when a user asks, and when a successor takes the job over.
+// It plans the job over the live nodes, runs its steps one after the
+// other, takes consistent cuts at an interval it chooses from their cost,
+// follows the nodes' measured speeds, and changes the plan, by one
+// transition, when a node fails, joins or leaves, when the speeds drift,
+// when a user asks, and when a successor takes the job over.
 // It owns no goroutine, socket or clock: time is an argument. It is used
 // from one goroutine.
 //

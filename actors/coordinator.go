@@ -91,7 +91,8 @@ type Coordinator struct {
 
 	// The latest cut: the coordinator's model holds its weights, copt its
 	// optimizer state.
-	copt nn.Optimizer
+	copt  nn.Optimizer
+	twins map[*nn.Tensor]*nn.Tensor // where a gather receives each state tensor
 
 	sets map[uint64]*stageSet // the stages started, by generation
 	op   *operation           // the operation in flight, if any

@@ -420,22 +420,57 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 }
 
 // gather reads the state of every stage of s, optimizer included, into the
-// coordinator's model and c.copt.
+// coordinator's model and c.copt. The tensors arrive in twins and are
+// copied in only once every stage has sent its own: a stage that fails
+// halfway must not leave the held cut part old, part new.
 func (c *Coordinator) gather(s *stageSet) error {
 	if s == nil {
 		return errors.New("no stages")
 	}
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
-	return c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
-		tag, got, err := lk.Recv(t)
+	var state [][]*nn.Tensor
+	twins := map[*nn.Tensor]*nn.Tensor{}
+	err := c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(st [][]*nn.Tensor) {
+		state = st
+		for _, ts := range st {
+			for _, t := range ts {
+				twins[t] = c.twin(t)
+			}
+		}
+	}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+		u := twins[t]
+		tag, got, err := lk.Recv(u)
 		if err != nil {
 			return err
 		}
-		if tag.Kind != dataplane.KindWeights || tag.Tensor != uint32(i) || got != t || !nn.SameShape(got.Shape(), t.Shape()) {
+		if tag.Kind != dataplane.KindWeights || tag.Tensor != uint32(i) || got != u || !nn.SameShape(got.Shape(), t.Shape()) {
 			return fmt.Errorf("got %v %d of shape %v, want state tensor %d of shape %v", tag.Kind, tag.Tensor, got.Shape(), i, t.Shape())
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, ts := range state {
+		for _, t := range ts {
+			copy(nn.F32(t), nn.F32(twins[t]))
+		}
+	}
+	return nil
+}
+
+// twin returns the coordinator's receiving buffer for state tensor t,
+// made at the first gather and kept for the next ones.
+func (c *Coordinator) twin(t *nn.Tensor) *nn.Tensor {
+	u, ok := c.twins[t]
+	if !ok || !nn.SameShape(u.Shape(), t.Shape()) {
+		if c.twins == nil {
+			c.twins = map[*nn.Tensor]*nn.Tensor{}
+		}
+		u = nn.New(t.Shape()...)
+		c.twins[t] = u
+	}
+	return u
 }
 
 // restore loads the latest cut, the state after step, into the stages of
@@ -445,20 +480,23 @@ func (c *Coordinator) restore(s *stageSet, step int) error {
 		return errors.New("no stages")
 	}
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
-	return c.moveState(s, "restoring", &RestoreStage{Header: h, Steps: int64(step)}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+	return c.moveState(s, "restoring", &RestoreStage{Header: h, Steps: int64(step)}, nil, func(lk dataplane.Link, i int, t *nn.Tensor) error {
 		return lk.Send(dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t)
 	})
 }
 
 // moveState moves every stage's state tensors over its coordinator link,
-// one call of move per tensor, while the stage serves the request msg; a
+// one call of move per tensor (after prepare, if any, has seen them all), while the stage serves the request msg; a
 // stage that fails or refuses closes the transfer (see abortOnFailure).
-func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
+func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, prepare func([][]*nn.Tensor), move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
 	// Made here, on one goroutine: the optimizer's state map is not safe
 	// for concurrent use.
 	state := make([][]*nn.Tensor, len(s.views))
 	for k, st := range s.views {
 		state[k] = stateTensors(st.Params(), c.copt, true)
+	}
+	if prepare != nil {
+		prepare(state)
 	}
 	return forEachStage(len(s.refs), func(k int) error {
 		done := abortOnFailure(c.request(s.refs[k], msg, c.cfg.Timeout), s.links[k])

@@ -217,11 +217,8 @@ func (s *Spec) Normalize() error {
 	if s.WireCodec() != tensorio.CodecRaw && s.Deterministic {
 		return specErr("wire format %s is lossy: a deterministic run would not give the weights of --local", s.Wire)
 	}
-	if s.Deterministic && s.Backend != "" && s.Backend != "gonum" {
-		return specErr("backend %q is not deterministic; --deterministic uses gonum", s.Backend)
-	}
-	if s.Backend != "" && !slices.Contains(nn.Backends(), s.Backend) {
-		return specErr("unknown backend %q (have %v)", s.Backend, nn.Backends())
+	if err := nn.CheckBackend(s.Backend, s.Deterministic); err != nil {
+		return specErr("%v", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-// Package nodes is one machine's agent (DESIGN.md, "Layout"): it measures
+// Package nodes is one machine's agent (docs/DESIGN.md): it measures
 // the machine at start, runs the actor system that hosts stages, joins the
 // gossip membership, keeps the local checkpoint store and serves a small
 // HTTP API through which jobs are submitted and watched.

@@ -12,7 +12,7 @@ import (
 	"github.com/ppnode/ppnode/linkprobe"
 )
 
-// Link probes (issue 16): every node answers probes on its data-plane
+// Link probes: every node answers probes on its data-plane
 // host (gossip tag "probe"); a coordinator measures the link from node a
 // to node b by asking a, through POST /v1/links/probe, to probe b.
 

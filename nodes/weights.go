@@ -12,7 +12,7 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
-// Weights out of a distributed run (issue 18): the coordinator holds a done
+// Weights out of a distributed run: the coordinator holds a done
 // job's final weights (gathered at its last cut) and serves them as
 // safetensors, GET /v1/jobs/{id}/weights.
 

@@ -82,12 +82,13 @@ type LinkProber interface {
 // back to the core as events. Run is its loop, on one goroutine; the
 // other methods are safe for concurrent use.
 type Coordinator struct {
-	cfg  CoordinatorConfig
-	core *core.Core
-	job  *job.Job
-	spec job.Spec
-	log  *slog.Logger
-	clk  clock.Clock
+	cfg     CoordinatorConfig
+	core    *core.Core
+	job     *job.Job
+	checked job.Checked // the spec the stages get
+	spec    job.Spec    // c.job.Spec
+	log     *slog.Logger
+	clk     clock.Clock
 
 	// The latest cut: the coordinator's model holds its weights, copt its
 	// optimizer state.
@@ -152,11 +153,11 @@ type outcome struct {
 	set *stageSet
 }
 
-// NewCoordinator prepares a job: it checks the spec, loads the data,
-// builds the model, profiles it and plans it over cfg.Nodes. Nothing
-// starts on any node until Run; an error here (a bad spec, a bad
+// NewCoordinator prepares a job: it loads the data, builds the model,
+// profiles it and plans it over cfg.Nodes. Nothing starts on any node
+// until Run; an error here (a job too large for this node, a bad
 // partition, more stages than nodes) leaves nothing behind.
-func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) {
+func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -164,14 +165,11 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 		cfg.Timeout = 2 * time.Minute
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	if err := spec.Normalize(); err != nil {
-		return nil, err
-	}
 	jb, err := spec.Prepare()
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, job: jb, spec: jb.Spec, log: cfg.Logger.With("job", spec.ID), clk: cfg.Clock,
+	c := &Coordinator{cfg: cfg, job: jb, checked: spec, spec: jb.Spec, log: cfg.Logger.With("job", spec.ID()), clk: cfg.Clock,
 		sets: map[uint64]*stageSet{}, notify: make(chan struct{}, 1), changed: make(chan struct{})}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
@@ -191,9 +189,9 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	micro := (c.spec.Batch + M - 1) / M
 	prof, err := balance.Profile(jb.Graph, micro, be)
 	if err != nil {
-		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
+		return nil, fmt.Errorf("profiling %s: %w", c.spec.Model, err)
 	}
-	prof.Model = spec.Model
+	prof.Model = c.spec.Model
 	// What the codecs make of the inputs, for the planner: a micro-batch of
 	// them, sampled.
 	var b nn.Batch

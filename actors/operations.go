@@ -115,7 +115,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		mu.Lock()
 		s.refs[k] = ref
 		mu.Unlock()
-		spec := StageSpec{Job: c.spec, Generation: gen, Data: job.SampleOf(c.job.Set),
+		spec := StageSpec{Job: c.checked, Generation: gen, Data: job.SampleOf(c.job.Set),
 			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]

@@ -99,7 +99,7 @@ func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result,
 // the coordinator before it runs (for cfg.OnStep to act on).
 func runJob(t testing.TB, spec job.Spec, cfg CoordinatorConfig, bind **Coordinator) (*job.Result, *Coordinator) {
 	t.Helper()
-	c, err := NewCoordinator(spec, cfg)
+	c, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +131,16 @@ func smallSpec(model string) job.Spec {
 }
 
 func localSHA(t *testing.T, spec job.Spec) string { return jobtest.LocalSHA(t, spec) }
+
+// newCoordinator checks spec and makes its coordinator, as a node does
+// with a job submitted to it.
+func newCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) {
+	c, err := job.Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	return NewCoordinator(c, cfg)
+}
 
 // waitStatus waits until the job's status satisfies cond, or fails the
 // test after timeout.
@@ -223,7 +233,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
 		c.mod(&spec)
-		_, err := NewCoordinator(spec, tc.config(2))
+		_, err := newCoordinator(spec, tc.config(2))
 		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
@@ -321,7 +331,7 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 			cancel() // the coordinator goes away after step 6; the cut is at step 4
 		}
 	}
-	first, err := NewCoordinator(spec, cfg)
+	first, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +359,7 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	}
 	// Below the generations they have seen, the nodes refuse.
 	cfg.Generation = 150
-	fourth, err := NewCoordinator(spec, cfg)
+	fourth, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +422,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	want := localSHA(t, spec)
 	// What the whole model needs on one node; each node gets 70% of it,
 	// so the job needs two.
-	one, err := NewCoordinator(spec, tc.config(1))
+	one, err := newCoordinator(spec, tc.config(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +432,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	}
 	a, b, c := tc.nodes[0], tc.nodes[1], tc.nodes[2]
 	// A new job that no node set can hold is a bad spec for the cluster.
-	if _, err := NewCoordinator(spec, tc.config(1)); !errors.Is(err, job.ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
+	if _, err := newCoordinator(spec, tc.config(1)); !errors.Is(err, job.ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
 		t.Errorf("a job submitted to one node too small for it: %v; want ErrSpec wrapping balance.ErrNoFit", err)
 	}
 	var co *Coordinator
@@ -436,7 +446,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 			})
 		}
 	}
-	co, err = NewCoordinator(spec, cfg)
+	co, err = newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +531,7 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 	t.Helper()
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition = id, "uniform"
-	c, err := NewCoordinator(spec, tc.config(len(tc.nodes)))
+	c, err := newCoordinator(spec, tc.config(len(tc.nodes)))
 	if err != nil {
 		t.Fatal(err)
 	}

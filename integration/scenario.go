@@ -790,7 +790,11 @@ func FaultFreeSHA(spec job.Spec) (string, error) {
 	if sha, ok := faultFree.shas[string(key)]; ok {
 		return sha, nil
 	}
-	local, err := spec.Prepare()
+	cs, err := job.Check(spec)
+	if err != nil {
+		return "", err
+	}
+	local, err := cs.Prepare()
 	if err != nil {
 		return "", err
 	}

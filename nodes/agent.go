@@ -532,16 +532,17 @@ func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
 	a.runs.Add(1)
 	a.mu.Unlock()
 
-	// The job against the members' memory first, from shapes alone: the
+	// The spec is checked here, once, where it enters the cluster; then
+	// the job against the members' memory, from shapes alone: the
 	// coordinator then checks its own share against this node's memory
 	// before it builds the model.
-	err := spec.CheckMemory(a.nodeInfos())
+	cs, err := job.Check(spec)
+	if err == nil {
+		err = cs.CheckMemory(a.nodeInfos())
+	}
 	var c *actors.Coordinator
 	if err == nil {
-		c, err = actors.NewCoordinator(spec, a.coordinatorConfig(nil, 0, false))
-	}
-	if err == nil {
-		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
+		c, err = actors.NewCoordinator(cs, a.coordinatorConfig(nil, 0, false))
 	}
 	run := newRun()
 	if err == nil {
@@ -556,8 +557,8 @@ func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
 		a.runs.Done()
 		return nil, err
 	}
-	rec := JobRecord{ID: spec.ID, Run: run, Spec: spec, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
-	rec.Holders = chooseHolders(nil, peerNames(a.peers()), spec.Replicas-1)
+	rec := JobRecord{ID: spec.ID, Run: run, Spec: cs, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
+	rec.Holders = chooseHolders(nil, peerNames(a.peers()), rec.replicas()-1)
 	if err := a.launch(c, rec, rec, nil); err != nil {
 		return nil, err
 	}
@@ -677,7 +678,7 @@ type JobStatus struct {
 
 // status returns j's status; a.mu must be held.
 func (a *Agent) status(j *coordinated) JobStatus {
-	st := JobStatus{Status: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.Spec.Replicas,
+	st := JobStatus{Status: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.replicas(),
 		MovedTo: j.movedTo}
 	if j.takeover != nil {
 		t := *j.takeover

@@ -85,7 +85,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 	if j == nil {
 		return fmt.Errorf("nodes: replicating a cut of job %q, which this node does not coordinate", ck.JobID)
 	}
-	want := rec.Spec.Replicas - 1
+	want := rec.replicas() - 1
 	peers := a.peers()
 	byName := map[string]string{}
 	for _, p := range peers {
@@ -132,7 +132,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 	}
 	if len(holders) < want && !j.warnedFew {
 		j.warnedFew = true
-		a.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.Spec.Replicas, "holders", holders)
+		a.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.replicas(), "holders", holders)
 	}
 	return nil
 }
@@ -440,7 +440,7 @@ func (a *Agent) takeOver(rec JobRecord) {
 	tk.PrepareMS = float64(time.Since(t0).Microseconds()) / 1e3
 	next.Takeovers[len(next.Takeovers)-1] = tk
 	next.Holders = chooseHolders(slices.DeleteFunc(slices.Clone(rec.Holders), func(h string) bool { return h == a.cfg.Name }),
-		peerNames(a.peers()), rec.Spec.Replicas-1)
+		peerNames(a.peers()), rec.replicas()-1)
 	a.mu.Lock()
 	delete(a.records, rec.ID)
 	a.mu.Unlock()

@@ -66,8 +66,9 @@ func TestCutsOfAnotherRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec := goodRecord()
-	rec.ID, rec.Spec.ID, rec.Coordinator, rec.Holders, rec.Spec.Replicas = id, id, "a", []string{"b"}, 2 // a is alive: no takeover
+	rec := goodRecord(t)
+	rec.ID, rec.Coordinator, rec.Holders = id, "a", []string{"b"} // a is alive: no takeover
+	respec(t, &rec, func(s *job.Spec) { s.ID, s.Replicas = id, 2 })
 	check := func(what string, from *Agent, rec JobRecord, wantStep int64, wantSource string) {
 		t.Helper()
 		ck, src := from.latestCut(rec)

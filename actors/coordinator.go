@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -571,6 +570,10 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 	if ck.Step < 0 || ck.Step > int64(c.job.Total) {
 		return nil, fmt.Errorf("checkpoint at step %d of a %d-step job", ck.Step, c.job.Total)
 	}
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of step %d: %w", ck.Step, err)
+	}
 	params := map[string]*nn.Tensor{}
 	for _, p := range ck.Params {
 		params[p.Name] = p.T
@@ -601,26 +604,20 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 			}
 		}
 	}
-	cut := &core.Cut{Step: int(ck.Step)}
-	cut.Loss, _ = strconv.ParseFloat(ck.Meta["train_loss"], 64)
-	cut.Correct, _ = strconv.ParseInt(ck.Meta["train_correct"], 10, 64)
-	cut.Seen, _ = strconv.ParseInt(ck.Meta["train_seen"], 10, 64)
-	return cut, nil
+	return &core.Cut{Step: int(ck.Step), Progress: core.Progress{Loss: meta.TrainLoss, Correct: meta.TrainCorrect, Seen: meta.TrainSeen}}, nil
 }
 
 // checkpointFile describes the cut after step g, gathered from the stages
 // of s, as a whole-model tensorio checkpoint.
 func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *tensorio.Checkpoint {
+	meta := job.CutMeta{Model: c.spec.Model, Optimizer: c.spec.Optimizer, Generation: s.gen, MicroBatches: c.spec.MicroBatches,
+		TrainLoss: acc.Loss, TrainCorrect: acc.Correct, TrainSeen: acc.Seen, Layouts: map[string][]int{}}
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: s.plan.Hash(),
-		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)},
-		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer, "generation": strconv.FormatUint(s.gen, 10),
-			"train_loss": strconv.FormatFloat(acc.Loss, 'g', -1, 64), "train_correct": strconv.FormatInt(acc.Correct, 10),
-			"train_seen": strconv.FormatInt(acc.Seen, 10)}}
-	ck.Meta["micro_batches"] = strconv.Itoa(c.spec.MicroBatches)
+		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)}}
 	for _, p := range nn.SortByName(c.job.Graph.Params()) {
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
 		if p.Layout != nil { // for ckpt export
-			ck.Meta[job.LayoutMetaPrefix+p.Name] = job.FormatLayout(p.Layout)
+			meta.Layouts[p.Name] = p.Layout
 		}
 		if p.Trainable() {
 			st := c.copt.State(p)
@@ -629,6 +626,7 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *ten
 			}
 		}
 	}
+	ck.Meta = meta.Encode()
 	return ck
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +67,7 @@ func (a *Agent) memberHTTP() map[string]string {
 
 // replicate is the coordinators' CoordinatorConfig.Replicate: it sends a
 // cut of a job this node coordinates, stamped with the job's run
-// (MetaRun), to Spec.Replicas-1 other nodes (the current holders while
+// (job.CutMeta.Run), to Spec.Replicas-1 other nodes (the current holders while
 // they can take it, then the others by name), then
 // the job's record with the holders that acknowledged the cut and the
 // cut's plan generation. It fails unless as many holders acknowledged as
@@ -92,7 +91,11 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		byName[p.name] = p.http
 	}
 	order := chooseHolders(rec.Holders, peerNames(peers), len(peers))
-	sck := stamped(ck, rec.Run)
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return fmt.Errorf("nodes: step %d of %s: %w", ck.Step, ck.JobID, err)
+	}
+	sck := stamped(ck, meta, rec.Run)
 	if err := sck.Validate(); err != nil {
 		return err
 	}
@@ -118,9 +121,7 @@ func (a *Agent) replicate(ck *tensorio.Checkpoint) error {
 		// and no one would take the job over.
 		return fmt.Errorf("nodes: step %d of %s not replicated: the node is shutting down", ck.Step, ck.JobID)
 	}
-	if gen, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
-		rec.Generation = max(rec.Generation, gen)
-	}
+	rec.Generation = max(rec.Generation, meta.Generation)
 	rec.Holders = holders
 	rec.Revision++
 	failed := a.sendRecord(j, rec, recordTimeout)
@@ -392,16 +393,12 @@ func (a *Agent) takeOver(rec JobRecord) {
 		return
 	}
 	a.log.Warn("nodes: taking over a job whose coordinator is gone", "job", rec.ID, "coordinator", rec.Coordinator)
-	ck, source := a.latestCut(rec)
-	gen := rec.Generation
+	ck, meta, source := a.latestCut(rec)
 	var step int64
 	if ck != nil {
 		step = ck.Step
-		if g, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
-			gen = max(gen, g)
-		}
 	}
-	gen = nextTerm(gen)
+	gen := nextTerm(max(rec.Generation, meta.Generation))
 	tk := Takeover{From: rec.Coordinator, To: a.cfg.Name, Step: step, Source: source, Generation: gen, At: t0}
 	next := rec.clone()
 	next.Coordinator, next.Generation, next.Revision = a.cfg.Name, gen, 1
@@ -488,9 +485,10 @@ type cutSource struct {
 // newest (this node's copy first at equal steps), and so are the cuts of
 // other runs of the job id: this node's if its store is not claimed for
 // rec.Run, another holder's if its CutList names another run, and any
-// copy whose MetaRun is not rec.Run. With no usable copy it returns nil:
-// the job restarts from step 0.
-func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
+// copy whose run (job.CutMeta.Run) is not rec.Run. With it comes its
+// metadata. With no usable copy it returns nil: the job restarts from
+// step 0.
+func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, job.CutMeta, string) {
 	var srcs []cutSource
 	var skipped []string
 	if a.store != nil {
@@ -536,7 +534,7 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		return cmp.Compare(x.http, y.http) // own copy ("") first
 	})
 	for _, s := range srcs {
-		ck, err := a.readCut(rec.ID, rec.Run, s)
+		ck, meta, err := a.readCut(rec.ID, rec.Run, s)
 		if errors.Is(err, errOtherRun) {
 			a.log.Warn("nodes: skipping a cut of another run of the job", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
 			skipped = append(skipped, fmt.Sprintf("step %d on %s (another run)", s.step, s.node))
@@ -563,45 +561,49 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		if len(skipped) > 0 {
 			where += " (skipped " + strings.Join(skipped, ", ") + ")"
 		}
-		return ck, where
+		return ck, meta, where
 	}
 	if len(skipped) > 0 {
-		return nil, "no usable cut (skipped " + strings.Join(skipped, ", ") + "): restarted"
+		return nil, job.CutMeta{}, "no usable cut (skipped " + strings.Join(skipped, ", ") + "): restarted"
 	}
-	return nil, "no cut yet: restarted"
+	return nil, job.CutMeta{}, "no cut yet: restarted"
 }
 
 // errOtherRun is readCut's error for a copy stamped with another run.
 var errOtherRun = errors.New("a cut of another run")
 
-// readCut reads and verifies one copy of a cut of run run of job id. A
-// copy without MetaRun is taken as the run's: its source vouched for it
-// (latestCut).
-func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, error) {
+// readCut reads and verifies one copy of a cut of run run of job id, and
+// its metadata. A copy without a run is taken as the run's: its source
+// vouched for it (latestCut).
+func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, job.CutMeta, error) {
 	var ck *tensorio.Checkpoint
 	if s.http == "" {
 		var err error
 		if ck, err = a.store.Load(id, "", s.step); err != nil {
-			return nil, err
+			return nil, job.CutMeta{}, err
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(a.ctx, fetchTimeout)
 		defer cancel()
 		b, err := a.client(s.http).Cut(ctx, id, s.step, MaxCheckpointBytes)
 		if err != nil {
-			return nil, err
+			return nil, job.CutMeta{}, err
 		}
 		if ck, err = tensorio.ReadCheckpoint(b); err != nil {
-			return nil, err
+			return nil, job.CutMeta{}, err
 		}
 	}
 	if ck.JobID != id || ck.Step != s.step || ck.Part != "" {
-		return nil, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
+		return nil, job.CutMeta{}, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
 	}
-	if r, ok := ck.Meta[MetaRun]; ok && r != run {
-		return nil, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, r, run)
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: %w", tensorio.ErrCorrupt, err)
 	}
-	return ck, nil
+	if meta.Run != "" && meta.Run != run {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, meta.Run, run)
+	}
+	return ck, meta, nil
 }
 
 // CutList is the answer to GET /v1/checkpoints/{job}: the steps of the

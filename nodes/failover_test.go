@@ -242,18 +242,24 @@ func TestPutJobRecord(t *testing.T) {
 }
 
 // testCut is a small whole-model checkpoint of job id at step, a replica
-// of run run ("": a coordinator's own copy, without MetaRun).
+// of run run ("": a coordinator's own copy, without a run).
 func testCut(id, run string, step int64) *tensorio.Checkpoint {
 	w := nn.New(4)
 	for i := range nn.F32(w) {
 		nn.F32(w)[i] = float32(step) + float32(i)
 	}
-	ck := &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
-		Meta: map[string]string{"generation": "3"}}
-	if run != "" {
-		ck.Meta[MetaRun] = run
+	return &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
+		Meta: job.CutMeta{Generation: 3, Run: run}.Encode()}
+}
+
+// runOf is the run in ck's metadata.
+func runOf(t *testing.T, ck *tensorio.Checkpoint) string {
+	t.Helper()
+	m, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ck
+	return m.Run
 }
 
 // corrupt flips bytes in the middle of a file.
@@ -297,7 +303,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	}
 	check := func(what string, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, src := a.latestCut(rec)
+		ck, _, src := a.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)

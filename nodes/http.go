@@ -101,7 +101,7 @@ func (a *Agent) handler() http.Handler {
 const MaxCheckpointBytes = 8 << 30
 
 // putCheckpoint keeps a replica of another node's consistent cut: the body
-// is a tensorio checkpoint file of job {job} with its run (MetaRun),
+// is a tensorio checkpoint file of job {job} with its run (job.CutMeta),
 // verified before it is stored; the cuts of other runs of the job are
 // removed from the store first (claimCuts). 409 if another run of the job
 // is in progress here.
@@ -137,9 +137,9 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		if ck.JobID != job {
 			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
 		}
-		run := ck.Meta[MetaRun]
-		if err := checkRun(run); err != nil {
-			return fmt.Errorf("nodes: checkpoint of job %q at step %d: metadata %q: %w", ck.JobID, ck.Step, MetaRun, err)
+		run, err := replicaRun(ck)
+		if err != nil {
+			return fmt.Errorf("nodes: checkpoint of job %q at step %d: %w", ck.JobID, ck.Step, err)
 		}
 		code = http.StatusConflict
 		if err := a.runInUse(ck.JobID, run); err != nil {

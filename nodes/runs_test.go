@@ -71,11 +71,11 @@ func TestCutsOfAnotherRun(t *testing.T) {
 	respec(t, &rec, func(s *job.Spec) { s.ID, s.Replicas = id, 2 })
 	check := func(what string, from *Agent, rec JobRecord, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, src := from.latestCut(rec)
+		ck, meta, src := from.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)
-		case wantStep > 0 && (ck == nil || ck.Step != wantStep || ck.Meta[MetaRun] != rec.Run):
+		case wantStep > 0 && (ck == nil || ck.Step != wantStep || meta.Run != rec.Run):
 			t.Errorf("%s: %v from %q, want step %d of run %s", what, ck, src, wantStep, rec.Run)
 		case !strings.Contains(src, wantSource):
 			t.Errorf("%s: source %q, want it to mention %q", what, src, wantSource)
@@ -102,7 +102,7 @@ func TestCutsOfAnotherRun(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no run", "", http.StatusBadRequest, `metadata "run"`},
+		{"no run", "", http.StatusBadRequest, `cut metadata: run ""`},
 		{"bad run", "a b", http.StatusBadRequest, `run "a b"`},
 		{"another run in progress", "run-2", http.StatusConflict, "another run"},
 	} {
@@ -246,7 +246,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 		ck, err := b.Store().Load(spec.ID, "", s)
 		if err != nil {
 			t.Errorf("b's cut at step %d: %v", s, err)
-		} else if r := ck.Meta[MetaRun]; r != "" && r != rec.Run {
+		} else if r := runOf(t, ck); r != "" && r != rec.Run {
 			t.Errorf("b's cut at step %d is of run %q, want %s", s, r, rec.Run)
 		}
 	}

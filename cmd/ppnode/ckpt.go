@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -301,25 +300,27 @@ func ckptExport(args []string, stdout, stderr io.Writer) error {
 // layouts of the PyTorch state_dict, as `train --out` writes them) and
 // returns their fingerprint.
 func exportWeights(path string, c *tensorio.Checkpoint) (string, error) {
+	cm, err := job.ParseCutMeta(c.Meta)
+	if err != nil {
+		return "", err
+	}
 	ps := make([]*nn.Param, len(c.Params))
 	meta := map[string]string{"format": "pt"}
 	for k, v := range c.Meta {
-		if !strings.HasPrefix(k, job.LayoutMetaPrefix) {
+		if !job.IsLayoutKey(k) {
 			meta[k] = v
 		}
 	}
 	for i, n := range c.Params {
 		ps[i] = &nn.Param{Name: n.Name, Value: n.T}
-		if text, ok := c.Meta[job.LayoutMetaPrefix+n.Name]; ok {
-			l, err := job.ParseLayout(text, len(n.T.Shape()))
-			if err != nil {
-				return "", fmt.Errorf("%s: %w", n.Name, err)
+		if l, ok := cm.Layouts[n.Name]; ok {
+			if rank := len(n.T.Shape()); len(l) != rank {
+				return "", fmt.Errorf("%s: layout %v of a %d-dimensional tensor", n.Name, l, rank)
 			}
 			ps[i].Layout = l
 		}
 	}
-	micro, _ := strconv.Atoi(c.Meta["micro_batches"])
-	es, err := job.WeightsEntries(ps, int(c.Step), micro)
+	es, err := job.WeightsEntries(ps, int(c.Step), cm.MicroBatches)
 	if err != nil {
 		return "", err
 	}

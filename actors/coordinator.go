@@ -38,11 +38,10 @@ type CoordinatorConfig struct {
 	// StepTimeout (default 10 min) until a few steps are measured, then ten
 	// times the median step (at least 3 s).
 	Timeout, StepTimeout time.Duration
-	// Store, if set, keeps the consistent cuts on disk; Replicate, if
-	// set, then sends each cut to another node (a copy that outlives this
-	// node).
-	Store     *tensorio.Store
-	Replicate func(*tensorio.Checkpoint) error
+	// Store, if set, keeps the consistent cuts on disk; Replicas, if set,
+	// then keeps a copy of each beyond this node (see Replicator).
+	Store    *tensorio.Store
+	Replicas Replicator
 	// Resume, if set, is a cut of this job to continue from; Generation,
 	// if set, is the first plan generation to use, above any a
 	// predecessor used; Takeover says this node takes the job over from a

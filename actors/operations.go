@@ -405,8 +405,8 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 			if _, err := c.cfg.Store.Save(ck); err != nil {
 				return fmt.Errorf("writing: %w", err)
 			}
-			if c.cfg.Replicate != nil {
-				if err := c.cfg.Replicate(ck); err != nil {
+			if c.cfg.Replicas != nil {
+				if err := c.cfg.Replicas.Replicate(ck); err != nil {
 					return fmt.Errorf("replicating: %w", err)
 				}
 			}

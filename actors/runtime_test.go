@@ -17,6 +17,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/job/jobtest"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
@@ -310,8 +311,8 @@ func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 }
 
 // A coordinator that takes a job over continues from its latest stored cut
-// and ends with the weights of the uninterrupted run; one without a cut
-// restarts it.
+// (as replicated beyond the first coordinator's node) and ends with the
+// weights of the uninterrupted run; one without a cut restarts it.
 func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
 	spec := smallSpec("mlp32")
@@ -325,7 +326,8 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := tc.config(3)
-	cfg.Store = store
+	replicas := &InmemReplicas{}
+	cfg.Store, cfg.Replicas = store, replicas
 	cfg.OnStep = func(step int) {
 		if step == 6 {
 			cancel() // the coordinator goes away after step 6; the cut is at step 4
@@ -344,6 +346,9 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	}
 	if ck.Step != 4 {
 		t.Fatalf("latest stored cut at step %d, want 4", ck.Step)
+	}
+	if ck, err = replicas.Latest(spec.ID); err != nil || ck == nil || ck.Step != 4 {
+		t.Fatalf("latest replica: %v (%v), want the cut at step 4", ck, err)
 	}
 	cfg = tc.config(3)
 	cfg.Nodes, cfg.Resume, cfg.Generation, cfg.Takeover = tc.nodes[1:], ck, 100, true
@@ -545,4 +550,31 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 		t.Fatal(err)
 	}
 	return c, s, start
+}
+
+// The in-memory Replicator keeps what it is given as a checkpoint file
+// holds it, refuses what could not be written, and fails when told to.
+func TestInmemReplicas(t *testing.T) {
+	var r InmemReplicas
+	if ck, err := r.Latest("j"); ck != nil || err != nil {
+		t.Fatalf("latest of nothing: %v, %v", ck, err)
+	}
+	w := nn.New(2)
+	nn.F32(w)[1] = 3
+	ck := &tensorio.Checkpoint{JobID: "j", Step: 4, Params: []tensorio.Named{{Name: "w", T: w}}, Meta: job.CutMeta{Generation: 2}.Encode()}
+	if err := r.Replicate(ck); err != nil {
+		t.Fatal(err)
+	}
+	nn.F32(w)[1] = 5 // the coordinator's model goes on
+	got, err := r.Latest("j")
+	if err != nil || got.Step != 4 || nn.F32(got.Params[0].T)[1] != 3 || got.Meta["generation"] != "2" {
+		t.Fatalf("latest: %+v (%v)", got, err)
+	}
+	if err := r.Replicate(&tensorio.Checkpoint{JobID: "../x"}); err == nil {
+		t.Error("a cut that cannot be written was kept")
+	}
+	r.Fail(errors.New("holders gone"))
+	if err := r.Replicate(ck); err == nil || err.Error() != "holders gone" {
+		t.Errorf("after Fail: %v", err)
+	}
 }

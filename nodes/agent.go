@@ -587,7 +587,7 @@ func (a *Agent) capacity() float64 {
 // takeover's).
 func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64, takeover bool) actors.CoordinatorConfig {
 	return actors.CoordinatorConfig{
-		Control: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), Store: a.store, Replicate: a.replicate,
+		Control: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), Store: a.store, Replicas: replicas{a},
 		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen, Takeover: takeover,
 		Self: a.cfg.Name, Links: a,
 	}

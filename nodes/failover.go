@@ -65,10 +65,14 @@ func (a *Agent) memberHTTP() map[string]string {
 	return out
 }
 
-// replicate is the coordinators' CoordinatorConfig.Replicate: it sends a
-// cut of a job this node coordinates, stamped with the job's run
-// (job.CutMeta.Run), to Spec.Replicas-1 other nodes (the current holders while
-// they can take it, then the others by name), then
+// replicas is the actors.Replicator of this node's coordinators.
+type replicas struct{ a *Agent }
+
+func (r replicas) Replicate(ck *tensorio.Checkpoint) error { return r.a.replicate(ck) }
+
+// replicate sends a cut of a job this node coordinates, stamped with the
+// job's run (job.CutMeta.Run), to Spec.Replicas-1 other nodes (the current
+// holders while they can take it, then the others by name), then
 // the job's record with the holders that acknowledged the cut and the
 // cut's plan generation. It fails unless as many holders acknowledged as
 // the cluster has nodes to hold copies (with fewer such nodes than asked,

@@ -340,7 +340,7 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	if _, err := first.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("first coordinator: %v, want it cancelled", err)
 	}
-	ck, err := store.Latest(spec.ID, "")
+	ck, err := store.Latest(spec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 		t.Fatalf("result nodes %v, want 3", got)
 	}
 	// The coordinator's cuts are replicated to the first other node by name.
-	ck, err := as[0].Store().Latest(sub.ID, "")
+	ck, err := as[0].Store().Latest(sub.ID)
 	if err != nil || ck.Step != int64(st.Total) {
 		t.Fatalf("replica on node a: %v (err %v), want the cut at step %d", ck, err, st.Total)
 	}

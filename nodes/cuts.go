@@ -40,7 +40,7 @@ func (a *Agent) claimCuts(id, run string) error {
 	if a.cutRuns[id] == run {
 		return nil
 	}
-	steps, err := a.store.Steps(id, "")
+	steps, err := a.store.Steps(id)
 	if err != nil {
 		return fmt.Errorf("nodes: listing the cuts of job %q: %w", id, err)
 	}

@@ -496,7 +496,7 @@ func (a *Agent) latestCut(rec JobRecord) (*tensorio.Checkpoint, job.CutMeta, str
 	var srcs []cutSource
 	var skipped []string
 	if a.store != nil {
-		steps, err := a.store.Steps(rec.ID, "")
+		steps, err := a.store.Steps(rec.ID)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("own store: %v", err))
 		}
@@ -583,7 +583,7 @@ func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, job.
 	var ck *tensorio.Checkpoint
 	if s.http == "" {
 		var err error
-		if ck, err = a.store.Load(id, "", s.step); err != nil {
+		if ck, err = a.store.Load(id, s.step); err != nil {
 			return nil, job.CutMeta{}, err
 		}
 	} else {
@@ -597,8 +597,8 @@ func (a *Agent) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, job.
 			return nil, job.CutMeta{}, err
 		}
 	}
-	if ck.JobID != id || ck.Step != s.step || ck.Part != "" {
-		return nil, job.CutMeta{}, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
+	if ck.JobID != id || ck.Step != s.step {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: holds job %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Step)
 	}
 	meta, err := job.ParseCutMeta(ck.Meta)
 	if err != nil {

@@ -317,21 +317,21 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	}
 	check("intact", 20, "this node's store")
 
-	corrupt(t, a.Store().Path(id, "", 20))
-	if ck, err := a.Store().Latest(id, ""); err != nil || ck.Step != 10 {
+	corrupt(t, a.Store().Path(id, 20))
+	if ck, err := a.Store().Latest(id); err != nil || ck.Step != 10 {
 		t.Errorf("store with a damaged newest file: %v, %v; want step 10", ck, err)
 	}
 	check("own newest damaged", 20, "the replica on b")
-	if ck, err := a.Store().Load(id, "", 20); err != nil || ck.Step != 20 {
+	if ck, err := a.Store().Load(id, 20); err != nil || ck.Step != 20 {
 		t.Errorf("the fetched replica was not kept in place of the damaged copy: %v", err)
 	}
 
-	corrupt(t, a.Store().Path(id, "", 20))
-	corrupt(t, b.Store().Path(id, "", 20))
+	corrupt(t, a.Store().Path(id, 20))
+	corrupt(t, b.Store().Path(id, 20))
 	check("newest damaged everywhere", 10, "this node's store (skipped step 20 on a, step 20 on b)")
 
 	for _, ag := range as {
-		corrupt(t, ag.Store().Path(id, "", 10))
+		corrupt(t, ag.Store().Path(id, 10))
 	}
 	check("all damaged", 0, "no usable cut")
 

@@ -173,7 +173,7 @@ func (a *Agent) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	steps, err := a.store.Steps(job, "")
+	steps, err := a.store.Steps(job)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -198,7 +198,7 @@ func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	f, err := os.Open(a.store.Path(job, "", step))
+	f, err := os.Open(a.store.Path(job, step))
 	if err != nil {
 		writeError(w, http.StatusNotFound, fmt.Errorf("nodes: no checkpoint of job %q at step %d here", job, step))
 		return

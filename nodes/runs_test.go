@@ -42,7 +42,7 @@ func putRecordTo(t *testing.T, to *Agent, rec JobRecord) (int, string) {
 
 func storeSteps(t *testing.T, a *Agent, id string) []int64 {
 	t.Helper()
-	steps, err := a.Store().Steps(id, "")
+	steps, err := a.Store().Steps(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stale[name], err = st.Steps(first.ID, ""); err != nil || len(stale[name]) == 0 || slices.Min(stale[name]) < 100 {
+		if stale[name], err = st.Steps(first.ID); err != nil || len(stale[name]) == 0 || slices.Min(stale[name]) < 100 {
 			t.Fatalf("the earlier run left steps %v on %s (%v); want cuts above step 100", stale[name], name, err)
 		}
 	}
@@ -243,7 +243,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 		t.Errorf("b's cuts %v of run %q; want %v of run %s", steps, b.cutsRun(spec.ID), want, rec.Run)
 	}
 	for _, s := range steps {
-		ck, err := b.Store().Load(spec.ID, "", s)
+		ck, err := b.Store().Load(spec.ID, s)
 		if err != nil {
 			t.Errorf("b's cut at step %d: %v", s, err)
 		} else if r := runOf(t, ck); r != "" && r != rec.Run {

@@ -662,6 +662,3 @@ func labelTensor(y []int32, t *nn.Tensor) *nn.Tensor {
 	}
 	return t
 }
-
-// msSince is the milliseconds from t0 to t1.
-func msSince(t0, t1 time.Time) float64 { return float64(t1.Sub(t0).Microseconds()) / 1e3 }

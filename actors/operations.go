@@ -413,7 +413,7 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 			return nil
 		}()
 		c.meter.persist(c.clk.Now().Sub(t0))
-		c.log.Debug("cut persisted", "step", a.Step, "ms", msSince(t0, c.clk.Now()), "err", err)
+		c.log.Debug("cut persisted", "step", a.Step, "ms", job.Millis(c.clk.Now().Sub(t0)), "err", err)
 		c.post(core.CutPersisted{Step: a.Step, Err: err})
 	})
 	return ev

@@ -438,7 +438,7 @@ func (a *Agent) takeOver(rec JobRecord) {
 		a.sendRecord(&coordinated{rec: rec}, next, recordTimeout)
 		return
 	}
-	tk.PrepareMS = float64(time.Since(t0).Microseconds()) / 1e3
+	tk.PrepareMS = job.Millis(time.Since(t0))
 	next.Takeovers[len(next.Takeovers)-1] = tk
 	next.Holders = chooseHolders(slices.DeleteFunc(slices.Clone(rec.Holders), func(h string) bool { return h == a.cfg.Name }),
 		peerNames(a.peers()), rec.replicas()-1)

@@ -62,10 +62,8 @@ func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error
 		return LinkProbeReply{}, err
 	}
 	a.log.Debug("nodes: link probed", "to", to, "mbit_s", r.BytesPerSec*8/1e6, "rtt", r.RTT, "took", r.Took)
-	return LinkProbeReply{From: a.cfg.Name, To: to, BytesPerSec: r.BytesPerSec, RTTMS: ms(r.RTT), TookMS: ms(r.Took)}, nil
+	return LinkProbeReply{From: a.cfg.Name, To: to, BytesPerSec: r.BytesPerSec, RTTMS: job.Millis(r.RTT), TookMS: job.Millis(r.Took)}, nil
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // MeasureLink measures the link from one member to another, here or by
 // asking from, unless a measurement at most maxAge old is kept

@@ -24,18 +24,16 @@ type Replicator interface {
 
 // InmemReplicas is the in-memory twin of a node's Replicator, for tests:
 // it keeps every cut it is given, encoded as a checkpoint file is (so a
-// cut that could not be written fails here too), and fails with the error
-// given to Fail. The zero value is ready to use; it is safe for
-// concurrent use.
+// cut that could not be written fails here too). The zero value is ready
+// to use; it is safe for concurrent use.
 type InmemReplicas struct {
-	mu   sync.Mutex // guards cuts and err
+	mu   sync.Mutex // guards cuts
 	cuts map[string][][]byte
-	err  error
 }
 
 var _ Replicator = (*InmemReplicas)(nil)
 
-// Replicate keeps a copy of ck, or returns the error given to Fail.
+// Replicate keeps a copy of ck.
 func (r *InmemReplicas) Replicate(ck *tensorio.Checkpoint) error {
 	var b bytes.Buffer
 	if err := tensorio.WriteCheckpoint(&b, ck); err != nil {
@@ -43,21 +41,11 @@ func (r *InmemReplicas) Replicate(ck *tensorio.Checkpoint) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
 	if r.cuts == nil {
 		r.cuts = map[string][][]byte{}
 	}
 	r.cuts[ck.JobID] = append(r.cuts[ck.JobID], b.Bytes())
 	return nil
-}
-
-// Fail makes Replicate fail with err from now on (nil: succeed again).
-func (r *InmemReplicas) Fail(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.err = err
 }
 
 // Latest returns a copy of the last cut of job id kept, nil if none.

@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,10 +101,13 @@ func ParseCutMeta(meta map[string]string) (CutMeta, error) {
 			return CutMeta{}, bad(metaTrainLoss, "a number")
 		}
 	}
-	for key, dst := range map[string]*int64{metaTrainCorrect: &m.TrainCorrect, metaTrainSeen: &m.TrainSeen} {
-		if v, ok := meta[key]; ok {
-			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil || *dst < 0 {
-				return CutMeta{}, bad(key, "a count")
+	for _, c := range []struct {
+		key string
+		dst *int64
+	}{{metaTrainCorrect, &m.TrainCorrect}, {metaTrainSeen, &m.TrainSeen}} {
+		if v, ok := meta[c.key]; ok {
+			if *c.dst, err = strconv.ParseInt(v, 10, 64); err != nil || *c.dst < 0 {
+				return CutMeta{}, bad(c.key, "a count")
 			}
 		}
 	}
@@ -113,12 +117,12 @@ func ParseCutMeta(meta map[string]string) (CutMeta, error) {
 		}
 		m.Run = v
 	}
-	for key, v := range meta {
+	for _, key := range slices.Sorted(maps.Keys(meta)) { // the first bad key named
 		name, ok := strings.CutPrefix(key, metaLayout)
 		if !ok {
 			continue
 		}
-		l, err := parseLayout(v)
+		l, err := parseLayout(meta[key])
 		if name == "" || err != nil {
 			return CutMeta{}, bad(key, "a parameter's layout, a permutation such as 0,3,1,2")
 		}

@@ -25,8 +25,8 @@ type JobRecord struct {
 	// Run tells this run of the job (one submission, with its takeovers)
 	// from earlier runs under the same id: a nonce drawn at submission
 	// and kept by takeovers. The cuts of the run carry it (the replicas
-	// in their metadata, job.CutMeta.Run), and a successor only resumes from cuts
-	// of its record's run (see cuts.go).
+	// in their metadata, job.CutMeta.Run), and a successor only resumes
+	// from cuts of its record's run (see cuts.go).
 	Run string `json:"run"`
 	// Spec is the job's checked spec (its ID is ID), checked where the
 	// record is decoded.

@@ -34,10 +34,14 @@
 // # Partition descriptions
 //
 // A partition is written as stages separated by ';'. A stage is one or
-// more ranges joined by '+', then optionally '@node':
+// more ranges joined by '+', then optionally '@' and its node, or nodes
+// separated by ',' (replicas, see below), each optionally with its share
+// of the micro-batches after ':':
 //
 //	fc1-fc8@a; fc9-fc20@b; fc21-fc32@c
 //	flatten + tower1.slice-tower1.fc3@a; tower2.slice-tower2.fc3@b; tower3.slice-tower3.fc3@c; concat-out@d
+//	fc1-fc16@a,b; fc17-fc32@c
+//	fc1-fc16@a:3,b:1; fc17-fc32@c
 //
 // A range "first-last" covers the layers from first to last in the model's
 // topological order (graph.Nodes). A layer is attached to the layer before
@@ -51,9 +55,43 @@
 // a DAG model (which stage feeds which) follows from the layers: ranges of
 // different branches in different stages make stages that run at the same
 // time. Validation names the layer, node or stage at fault when a layer is
-// in no stage or in two, a name is unknown, a node holds two stages, a
-// stage is empty, the stages depend on each other in a cycle, or a tensor's
-// gradients could not be summed in single-process order (see StageOutput).
+// in no stage or in two, a name is unknown, a node holds two stages (as
+// node or replica), a stage is empty, the stages depend on each other in a
+// cycle, or a tensor's gradients could not be summed in single-process
+// order (see StageOutput). Shares are all given or none (the equal split,
+// earlier nodes taking the remainder); FormatSpec writes them only when
+// the partition gives them, and Build refuses shares that do not add up
+// to the plan's micro-batch count.
+//
+// # Replicated stages
+//
+// A stage with replicas runs on several nodes, each an executor of its
+// own in the plan (StagePlan: Group is the stage, Replica the index),
+// with the same layers and the same program as a stage of its own, over
+// its block of micro-batches only: replica r runs the r-th block of
+// consecutive micro-batches, its share. Activations and gradients go to
+// the executor that runs the micro-batch in the next or previous stage.
+// Before the optimizer step the replicas sum their parameter gradients in
+// a chain, so that they keep identical weights: replica r > 0 receives the
+// sum of replicas 0..r-1 (OpRecvSum), replica r < R-1 sends its running
+// sum to r+1 (OpSendSum), and the last replica sends the total to every
+// other.
+//
+// The blocks are contiguous and the sum a chain because one process adds
+// every micro-batch's parameter gradient, in ascending order, inside the
+// GEMM's chain of additions (dW += dyᵀ·x with beta = 1): the sum over
+// micro-batches 0..m is not a sum of per-replica totals, only a replica
+// that continues from the sum of all micro-batches before its block
+// computes the same bits. With Plan.ChainedSums (deterministic jobs)
+// replica r therefore receives that prefix before its first backward pass
+// and its backward passes add onto it: the replicas' backward passes run
+// one replica after the other, while their forward passes, and the
+// stages around them, still overlap. Without it a replica receives the
+// prefix after its last backward pass and adds its own sum to it,
+// ((g0 + g1) + g2) ..., which every replica then holds: the same weights
+// on every replica, rounded differently from one process. Buffers that
+// a forward pass updates (BatchNorm's running statistics) are not summed:
+// each replica sees only its micro-batches.
 //
 // # Partitioners
 //
@@ -99,18 +137,22 @@
 // receives do. GPipe runs every forward, then every backward; 1F1B (stages
 // forming a chain) warms up with S-k-1 forwards, then alternates; the graph
 // schedule is 1F1B on a DAG of stages, warming up with d-1 forwards where
-// d is the stage's longest path to the end. In every schedule each stage
-// runs its backward passes in ascending micro-batch order, which with the
-// gradient order of StageOutput makes pipelined training bit-identical to
-// single-process training.
+// d is the stage's longest path to the end; a replica warms up with as
+// many, at most its block. In every schedule each stage runs its backward
+// passes in ascending micro-batch order, which with the gradient order of
+// StageOutput (and, for replicas, the chained sums) makes pipelined
+// training bit-identical to single-process training.
 //
 // # Simulator
 //
 // Simulate replays a plan's programs in time order: compute takes the
 // profiled time scaled by the node's speed, each link direction carries
-// one transfer at a time in the order sent. It reports step time, bubble
-// and busy fractions, peak memory per stage and link use, and its events
-// draw the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
+// one transfer at a time in the order sent; a gradient sum carries the
+// stage's trainable parameters as gradients. It reports step time, bubble
+// and busy fractions, peak memory per executor (a replica holds all of its
+// stage's parameters, gradients and optimizer state, the sum it receives,
+// and its own micro-batches in flight) and link use, and its events draw
+// the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
 // Search runs a partitioner for each schedule and micro-batch count (the
 // programmes in parallel, and GPipe's and 1F1B's once when memory binds on
 // no node: they are then the same problem), simulates the candidates and

@@ -45,6 +45,9 @@ type Options struct {
 	// once; 0 or 1 solves them one after the other on the caller's
 	// goroutine (a job's pure core). The result is the same either way.
 	Workers int
+	// ChainedSums makes the replicas of a stage sum their gradients in the
+	// deterministic order (Plan.ChainedSums).
+	ChainedSums bool
 }
 
 // Result is the best plan a search found.
@@ -193,7 +196,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 					continue
 				}
 			}
-			plan, err := sg.plan(sched, M, b)
+			plan, err := sg.plan(sched, M, b, o.ChainedSums)
 			if err != nil {
 				return nil, err
 			}

@@ -128,6 +128,38 @@
 //     the plans with the least estimated step time (M-1)·T + CP; the
 //     simulator picks among them. On a model with no fork-join region it is
 //     the balanced partitioner. O(U² N²) plus the assignments.
+//   - replicas (Options.Replicas, with balanced or graph): a chain stage
+//     may also run on a run of k consecutive nodes of the canonical order
+//     (k <= M) as its replicas, each taking a share of the micro-batches:
+//     one each, then each next one to the replica that would finish it
+//     soonest, which minimises the slowest replica's time max_r
+//     n_r/speed_r (tested against every split). A stage [i, e) on such a
+//     run costs per step that slowest share of its work plus the gradient
+//     sum (the chain and the total's return, over the run's links); with
+//     chained sums the backward passes count once per replica, as they run
+//     one after the other. The input link term charges each replica its
+//     share of the cut's transfers; memory is checked on every node of the
+//     run, with the sum it receives. Both passes of the programme take a
+//     run size besides the stage's end, O(U² N²) in the worst case for the
+//     first pass; in the second, the stage's best end is a window minimum
+//     of one array per (nodes left, run size), O(U N²) per bound where
+//     memory does not bind (else the ends that fit are scanned). The
+//     node counts are tried in order of a lower bound of their estimate,
+//     the least critical path without a bound. The plans with and
+//     without replicas are simulated side by side, so a search with
+//     replicas never returns a slower plan than one without. (The link and
+//     sum terms take each coefficient's largest value over the run's
+//     nodes, an upper bound that keeps a run's price O(1).)
+//
+// Replicas are runs of consecutive nodes in speed order, not arbitrary sets
+// of nodes: that keeps the programme polynomial (the number of ways to
+// split N nodes into sets grows faster than exponentially), and replicas of
+// similar speed lose the least to integer shares, since a fast replica next
+// to a slow one waits for the slow one's whole micro-batches. DTFM searches
+// arbitrary groups of nodes by an evolutionary search, without a bound on
+// how far it lands from the optimum; PipeDream's programme is exact over
+// replication counts but assumes identical workers; this one is exact (tested
+// against brute force) for unequal nodes within the consecutive-run rule.
 //
 // # Schedules and programs
 //
@@ -156,5 +188,6 @@
 // Search runs a partitioner for each schedule and micro-batch count (the
 // programmes in parallel, and GPipe's and 1F1B's once when memory binds on
 // no node: they are then the same problem), simulates the candidates and
-// keeps the fastest plan that fits memory.
+// keeps the fastest plan that fits memory. With replicas it plans 64 nodes
+// of mixed speeds and links in well under a second (BenchmarkSearchReplicas).
 package balance

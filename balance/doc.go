@@ -67,31 +67,36 @@
 //
 // A stage with replicas runs on several nodes, each an executor of its
 // own in the plan (StagePlan: Group is the stage, Replica the index),
-// with the same layers and the same program as a stage of its own, over
-// its block of micro-batches only: replica r runs the r-th block of
-// consecutive micro-batches, its share. Activations and gradients go to
-// the executor that runs the micro-batch in the next or previous stage.
+// with the same layers, on its share of the micro-batches. Its program is
+// the stage's program restricted to those micro-batches, so any run of
+// the plan without replicas orders the replicas' instructions too: they
+// cannot deadlock where it does not. Activations and gradients go to the
+// executor that runs the micro-batch in the next or previous stage.
 // Before the optimizer step the replicas sum their parameter gradients in
 // a chain, so that they keep identical weights: replica r > 0 receives the
 // sum of replicas 0..r-1 (OpRecvSum), replica r < R-1 sends its running
 // sum to r+1 (OpSendSum), and the last replica sends the total to every
 // other.
 //
-// The blocks are contiguous and the sum a chain because one process adds
-// every micro-batch's parameter gradient, in ascending order, inside the
-// GEMM's chain of additions (dW += dyᵀ·x with beta = 1): the sum over
-// micro-batches 0..m is not a sum of per-replica totals, only a replica
-// that continues from the sum of all micro-batches before its block
-// computes the same bits. With Plan.ChainedSums (deterministic jobs)
-// replica r therefore receives that prefix before its first backward pass
-// and its backward passes add onto it: the replicas' backward passes run
-// one replica after the other, while their forward passes, and the
-// stages around them, still overlap. Without it a replica receives the
-// prefix after its last backward pass and adds its own sum to it,
-// ((g0 + g1) + g2) ..., which every replica then holds: the same weights
-// on every replica, rounded differently from one process. Buffers that
-// a forward pass updates (BatchNorm's running statistics) are not summed:
-// each replica sees only its micro-batches.
+// One process adds every micro-batch's parameter gradient, in ascending
+// order, inside the GEMM's chain of additions (dW += dyᵀ·x with beta = 1):
+// the sum over micro-batches 0..m is not a sum of per-replica totals, and
+// only a replica that continues from the sum of all micro-batches before
+// its own computes the same bits. With Plan.ChainedSums (deterministic
+// jobs) replica r therefore runs the r-th block of consecutive
+// micro-batches, receives the sum of the blocks before (the prefix)
+// before its first backward pass, and its backward passes add onto it:
+// the replicas' backward passes run one replica after the other, while
+// their forward passes, and the stages around them, still overlap.
+// Without it the micro-batches are interleaved by share (each next one to
+// the replica furthest behind its share), so that replicas fed by one
+// executor, micro-batch after micro-batch, work at the same time (with
+// blocks, the second replica would wait for the first's share to pass
+// by); a replica receives the prefix after its last backward pass and
+// adds its own sum to it, ((g0 + g1) + g2) ..., which every replica then
+// holds: the same weights on every replica, rounded differently from one
+// process. Buffers that a forward pass updates (BatchNorm's running
+// statistics) are not summed: each replica sees only its micro-batches.
 //
 // # Partitioners
 //
@@ -169,8 +174,10 @@
 // receives do. GPipe runs every forward, then every backward; 1F1B (stages
 // forming a chain) warms up with S-k-1 forwards, then alternates; the graph
 // schedule is 1F1B on a DAG of stages, warming up with d-1 forwards where
-// d is the stage's longest path to the end; a replica warms up with as
-// many, at most its block. In every schedule each stage runs its backward
+// d is the stage's longest path to the end. With replicas d counts nodes,
+// the stage's own included, not stages: a stage runs ahead by as many
+// micro-batches as the replicas after it run at once, and a replica runs
+// the stage's program restricted to its micro-batches. In every schedule each stage runs its backward
 // passes in ascending micro-batch order, which with the gradient order of
 // StageOutput (and, for replicas, the chained sums) makes pipelined
 // training bit-identical to single-process training.

@@ -17,8 +17,8 @@ type Partition struct {
 
 // PartStage is one stage: the node that runs it and its layers, in the
 // model's topological order. Replicas are further nodes that run the same
-// layers, each on its own block of consecutive micro-batches, summing
-// their parameter gradients before the optimizer step (see Plan). Shares
+// layers, each on its own share of the micro-batches, summing their
+// parameter gradients before the optimizer step (see Plan). Shares
 // are the micro-batches of Node and of each replica, in that order; empty
 // is the equal split, in which earlier nodes take the remainder.
 type PartStage struct {

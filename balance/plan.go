@@ -72,11 +72,11 @@ const (
 	// OpRecvSum waits for the sum of the stage's parameter gradients (all
 	// its trainable parameters, in the nn.Stage's order) from Peer, another
 	// replica of the stage. From the replica before this one it is the sum
-	// over the micro-batches before this replica's block: received before
-	// the replica's first backward pass (Plan.ChainedSums) it becomes the
-	// gradients the backward passes add to, as in one process; received
-	// after the last it is added in front, prefix + own. From the last
-	// replica it is the total, which replaces the replica's gradients.
+	// of the replicas before (the prefix): received before the replica's
+	// first backward pass (Plan.ChainedSums) it becomes the gradients the
+	// backward passes add to, as in one process; received after the last
+	// it is added in front, prefix + own. From the last replica it is the
+	// total, which replaces the replica's gradients.
 	OpRecvSum // recv_sum
 	// OpSendSum sends the replica's parameter gradients, the sum so far
 	// (see OpRecvSum), to Peer, another replica of the stage.
@@ -170,10 +170,11 @@ func (in Instr) String() string {
 // stage's program. It is JSON; Hash identifies it.
 //
 // A stage of the partition with replicas becomes one entry of Stages (an
-// executor) per node, with adjacent IDs: replica r runs the r-th block of
-// consecutive micro-batches, through the same program as a stage of its
-// own over those micro-batches only, and the replicas sum their parameter
-// gradients in a chain before the optimizer step (OpRecvSum, OpSendSum).
+// executor) per node, with adjacent IDs: each replica runs its share of
+// the micro-batches (StagePlan.Micros: the r-th block of consecutive ones
+// with ChainedSums, else interleaved), through the stage's program
+// restricted to them, and the replicas sum their parameter gradients in a
+// chain before the optimizer step (OpRecvSum, OpSendSum).
 // StageInput.From and StageOutput.To name stages of the partition
 // (StagePlan.Group); an instruction's Peer names the executor.
 type Plan struct {
@@ -284,19 +285,17 @@ func (s *StagePlan) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Block returns the micro-batches the executor runs, [first, first+n):
-// all M of them for a stage without replicas.
-func (s *StagePlan) Block() (first, n int) {
-	first = -1
+// Micros returns the micro-batches the executor runs (those of its
+// forward passes), ascending: all M for a stage without replicas.
+func (s *StagePlan) Micros() []int {
+	var out []int
 	for _, in := range s.Program {
 		if in.Op == OpForward {
-			if first < 0 || in.Micro < first {
-				first = in.Micro
-			}
-			n++
+			out = append(out, in.Micro)
 		}
 	}
-	return max(first, 0), n
+	slices.Sort(out)
+	return out
 }
 
 // Replicated reports whether a stage of the plan has replicas.
@@ -310,8 +309,8 @@ func (p *Plan) Replicated() bool {
 }
 
 // Partition returns the plan's partition: one stage per group of
-// executors, with the shares of their blocks unless those are the equal
-// split.
+// executors, with the numbers of their micro-batches as shares unless
+// those are the equal split.
 func (p *Plan) Partition() *Partition {
 	q := &Partition{}
 	var execs [][]int
@@ -331,7 +330,7 @@ func (p *Plan) Partition() *Partition {
 		}
 		shares := make([]int, len(ex))
 		for r, k := range ex {
-			_, shares[r] = p.Stages[k].Block()
+			shares[r] = len(p.Stages[k].Micros())
 		}
 		if !slices.Equal(shares, equalSplit(p.MicroBatches, len(ex))) {
 			q.Stages[gi].Shares = shares
@@ -379,31 +378,45 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 	}
 	S := len(sg.layers)
 	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated()}
-	// Executors: each stage's nodes in turn, replica r on the r-th block.
+	// Executors: each stage's nodes in turn, IDs in order.
 	execs := make([][]int, S)  // stage -> executor IDs
 	execOf := make([][]int, S) // stage -> micro-batch -> executor ID
-	var first []int            // executor -> its block's first micro-batch
-	var count []int            // executor -> its block's size
+	var micros [][]int         // executor -> its micro-batches
 	for s := 0; s < S; s++ {
 		split, err := sg.part.Stages[s].split(s, M)
 		if err != nil {
 			return nil, err
 		}
+		for range split {
+			execs[s] = append(execs[s], len(micros))
+			micros = append(micros, nil)
+		}
 		execOf[s] = make([]int, M)
-		m := 0
-		for _, n := range split {
-			id := len(first)
-			execs[s] = append(execs[s], id)
-			first, count = append(first, m), append(count, n)
-			for ; n > 0; n-- {
-				execOf[s][m] = id
-				m++
-			}
+		for m, r := range assignMicros(split, p.ChainedSums) {
+			id := execs[s][r]
+			execOf[s][m] = id
+			micros[id] = append(micros[id], m)
 		}
 	}
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
 		pos[n.Name] = i
+	}
+	// The warm-up counts the nodes on the longest path to the end, the
+	// stage's own included: a stage runs ahead by as many micro-batches as
+	// the replicas after it run at once, and an interleaved replica keeps
+	// one of its own ahead (without replicas, the depth in stages).
+	depth := make([]int, S)
+	var nodeDepth func(s int) int
+	nodeDepth = func(s int) int {
+		if depth[s] == 0 {
+			d := 0
+			for _, t := range sg.succ[s] {
+				d = max(d, nodeDepth(t))
+			}
+			depth[s] = d + 1 + len(sg.part.Stages[s].Replicas)
+		}
+		return depth[s]
 	}
 	for s := 0; s < S; s++ {
 		ps := sg.part.Stages[s]
@@ -423,7 +436,7 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 				}
 				st.Outputs = append(st.Outputs, StageOutput{Name: t, To: to, Grad: g.Node(t).RequiresGrad && len(to) > 0})
 			}
-			st.Program = program(&st, progShape{sched: sched, first: first[id], n: count[id], depth: sg.depth[s],
+			st.Program = program(&st, progShape{sched: sched, micros: micros[id], depth: nodeDepth(s),
 				execOf: execOf, replicas: execs[s], chained: p.ChainedSums}, pos)
 			p.Stages = append(p.Stages, st)
 		}
@@ -431,14 +444,50 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 	return p, nil
 }
 
+// assignMicros gives each of M micro-batches (M the sum of split) to a
+// replica, split[r] to replica r. With chained sums replica r takes the
+// r-th block of consecutive micro-batches: it continues the sum of all
+// micro-batches before its block, as one process does. Otherwise each
+// next micro-batch goes to the replica furthest behind its share (ties
+// to the earlier), which interleaves them: replicas fed by one executor,
+// micro-batch after micro-batch, then work at the same time.
+func assignMicros(split []int, chained bool) []int {
+	var out []int
+	if chained {
+		for r, n := range split {
+			for ; n > 0; n-- {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	got := make([]int, len(split))
+	M := 0
+	for _, n := range split {
+		M += n
+	}
+	for m := 0; m < M; m++ {
+		best := -1
+		for r, n := range split {
+			// (got+1)/n < (got_best+1)/n_best, in integers.
+			if got[r] < n && (best < 0 || (got[r]+1)*split[best] < (got[best]+1)*n) {
+				best = r
+			}
+		}
+		got[best]++
+		out = append(out, best)
+	}
+	return out
+}
+
 // progShape is what an executor's program depends on besides its stage:
-// the schedule, its block of micro-batches [first, first+n), its stage's
-// depth (the longest path to a sink, in stages), which executor runs each
+// the schedule, its micro-batches (ascending), its stage's depth (the
+// longest path to a sink, in nodes), which executor runs each
 // micro-batch of each stage, the executors of its own stage, and the
 // order of the gradient sums.
 type progShape struct {
 	sched    Schedule
-	first, n int
+	micros   []int
 	depth    int
 	execOf   [][]int
 	replicas []int
@@ -515,7 +564,7 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 		for _, q := range gradIn {
 			prog = append(prog, Instr{Op: OpRecvGrad, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, true)})
 		}
-		if sh.chained && r > 0 && m == sh.first {
+		if sh.chained && r > 0 && m == sh.micros[0] {
 			// The gradients start from the sum of the replicas before.
 			prog = append(prog, Instr{Op: OpRecvSum, Peer: sh.replicas[r-1]})
 		}
@@ -524,26 +573,38 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 			prog = append(prog, Instr{Op: OpSendGrad, Micro: m, Peer: exec(q, m), Tensors: inputsFrom(q, true)})
 		}
 	}
-	M0, n := sh.first, sh.n
+	// The stage's program over all M micro-batches, restricted to this
+	// executor's: any run of the stages without replicas then orders the
+	// replicas' instructions too, so they cannot deadlock where it does not.
+	M := len(sh.execOf[st.Group])
+	own := make([]bool, M)
+	for _, m := range sh.micros {
+		own[m] = true
+	}
+	pass := func(m int, f func(int)) {
+		if own[m] {
+			f(m)
+		}
+	}
 	switch sh.sched {
 	case GPipe:
-		for m := M0; m < M0+n; m++ {
-			fwd(m)
+		for m := 0; m < M; m++ {
+			pass(m, fwd)
 		}
-		for m := M0; m < M0+n; m++ {
-			bwd(m)
+		for m := 0; m < M; m++ {
+			pass(m, bwd)
 		}
 	default:
-		w := min(sh.depth-1, n)
-		for j := 0; j < w; j++ {
-			fwd(M0 + j)
+		w := min(sh.depth-1, M)
+		for m := 0; m < w; m++ {
+			pass(m, fwd)
 		}
-		for j := 0; j+w < n; j++ {
-			fwd(M0 + j + w)
-			bwd(M0 + j)
+		for m := 0; m+w < M; m++ {
+			pass(m+w, fwd)
+			pass(m, bwd)
 		}
-		for j := n - w; j < n; j++ {
-			bwd(M0 + j)
+		for m := M - w; m < M; m++ {
+			pass(m, bwd)
 		}
 	}
 	if R > 1 {
@@ -567,9 +628,9 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 // forward and backward pass once, backward passes in ascending order, the
 // optimizer step last, with every send matched by a receive, and that the
 // programs do not deadlock. Of a stage with replicas, it checks that the
-// replicas are adjacent and in order, run the same layers on blocks of
-// consecutive micro-batches that cover each micro-batch once, exchange
-// each micro-batch with the executor that runs it in the next or previous
+// replicas are adjacent and in order, run the same layers on the
+// micro-batches Build gives them (each micro-batch once), exchange each
+// micro-batch with the executor that runs it in the next or previous
 // stage, and sum their gradients in the chain that Build writes. A plan
 // read from the network or disk must pass it before it runs.
 func (p *Plan) Validate(g *nn.Graph) error {
@@ -601,6 +662,16 @@ func (p *Plan) Validate(g *nn.Graph) error {
 	if want.ChainedSums != p.ChainedSums {
 		return fmt.Errorf("%w: the plan orders gradient sums but has no replicas", ErrPlan)
 	}
+	runner := map[[2]int]int{} // {stage, micro-batch} -> executor
+	for e, st := range want.Stages {
+		for _, m := range st.Micros() {
+			runner[[2]int{st.Group, m}] = e
+		}
+	}
+	runs := func(e, m int) bool {
+		r, ok := runner[[2]int{want.Stages[e].Group, m}]
+		return ok && r == e
+	}
 	for i := range p.Stages {
 		a, b := p.Stages[i], want.Stages[i]
 		if !slices.Equal(a.Layers, b.Layers) {
@@ -611,7 +682,7 @@ func (p *Plan) Validate(g *nn.Graph) error {
 		}) {
 			return fmt.Errorf("%w: stage %d's inputs, outputs or loss flag differ from its layers' boundary", ErrPlan, i)
 		}
-		if err := checkProgram(p, &want.Stages[i], want); err != nil {
+		if err := checkProgram(p, &want.Stages[i], runs); err != nil {
 			return err
 		}
 	}
@@ -623,13 +694,18 @@ func (p *Plan) Validate(g *nn.Graph) error {
 }
 
 // checkProgram checks one executor's program for the invariants the
-// runtime relies on; want is the executor as Build writes it, in want.
-func checkProgram(p *Plan, want *StagePlan, wantPlan *Plan) error {
+// runtime relies on; want is the executor as Build writes it, and
+// runs(e, m) reports whether executor e runs micro-batch m.
+func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 	st := &p.Stages[want.ID]
 	M := p.MicroBatches
-	first, n := want.Block()
+	micros := want.Micros()
+	mine := make([]bool, M)
+	for _, m := range micros {
+		mine[m] = true
+	}
 	fwd := make([]int, M)
-	nextB := first
+	nextB := 0 // index into micros
 	firstB, lastB := -1, -1
 	for k, in := range st.Program {
 		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
@@ -639,7 +715,7 @@ func checkProgram(p *Plan, want *StagePlan, wantPlan *Plan) error {
 			if in.Peer < 0 || in.Peer >= len(p.Stages) {
 				return fmt.Errorf("%w: stage %d instruction %d (%v): no stage %d", ErrPlan, st.ID, k, in, in.Peer)
 			}
-			if f, c := wantPlan.Stages[in.Peer].Block(); in.Micro < f || in.Micro >= f+c {
+			if !runs(in.Peer, in.Micro) {
 				return fmt.Errorf("%w: stage %d instruction %d (%v): stage %d does not run micro-batch %d", ErrPlan, st.ID, k, in, in.Peer, in.Micro)
 			}
 		}
@@ -648,13 +724,13 @@ func checkProgram(p *Plan, want *StagePlan, wantPlan *Plan) error {
 		}
 		switch in.Op {
 		case OpForward:
-			if in.Micro < first || in.Micro >= first+n {
-				return fmt.Errorf("%w: stage %d runs forward %d outside its micro-batches %d-%d", ErrPlan, st.ID, in.Micro, first, first+n-1)
+			if !mine[in.Micro] {
+				return fmt.Errorf("%w: stage %d runs forward %d outside its micro-batches", ErrPlan, st.ID, in.Micro)
 			}
 			fwd[in.Micro]++
 		case OpBackward:
-			if in.Micro != nextB {
-				return fmt.Errorf("%w: stage %d runs backward %d where backward %d is due (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro, nextB)
+			if nextB >= len(micros) || in.Micro != micros[nextB] {
+				return fmt.Errorf("%w: stage %d runs backward %d out of turn (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro)
 			}
 			if fwd[in.Micro] != 1 {
 				return fmt.Errorf("%w: stage %d runs backward %d before its forward", ErrPlan, st.ID, in.Micro)
@@ -674,12 +750,12 @@ func checkProgram(p *Plan, want *StagePlan, wantPlan *Plan) error {
 			}
 		}
 	}
-	for m := first; m < first+n; m++ {
+	for _, m := range micros {
 		if fwd[m] != 1 {
 			return fmt.Errorf("%w: stage %d runs forward %d %d times", ErrPlan, st.ID, m, fwd[m])
 		}
 	}
-	if nextB != first+n || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
+	if nextB != len(micros) || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
 		return fmt.Errorf("%w: stage %d does not run every backward pass and then the optimizer step", ErrPlan, st.ID)
 	}
 	if got, exp := sumChain(st.Program, firstB, lastB), sumChain(want.Program, -1, -1); !slices.Equal(got, exp) {

@@ -13,9 +13,10 @@ import (
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
-// The executors of a replicated mlp32: IDs, blocks, the executor each
-// micro-batch is exchanged with, and the gradient-sum chain in both
-// orders; the plan survives JSON.
+// The executors of a replicated mlp32: IDs, micro-batches (blocks with
+// chained sums, interleaved otherwise), the executor each micro-batch is
+// exchanged with, and the gradient-sum chain in both orders; the plan
+// survives JSON.
 func TestReplicatedPlanStructure(t *testing.T) {
 	g := build(t, "mlp32", zoo.Options{Width: 8, Input: []int{4, 4, 1}})
 	nodes := []string{"a", "b", "c", "d", "e"}
@@ -31,12 +32,17 @@ func TestReplicatedPlanStructure(t *testing.T) {
 		type ex struct {
 			group, replica int
 			node           string
-			first, n       int
+			micros         string
 		}
-		want := []ex{{0, 0, "a", 0, 3}, {0, 1, "b", 3, 2}, {1, 0, "c", 0, 1}, {1, 1, "d", 1, 2}, {1, 2, "e", 3, 2}}
+		// Blocks with chained sums, else interleaved by shares.
+		want := []ex{{0, 0, "a", "[0 1 2]"}, {0, 1, "b", "[3 4]"}, {1, 0, "c", "[0]"}, {1, 1, "d", "[1 2]"}, {1, 2, "e", "[3 4]"}}
+		exec0, exec1 := []int{0, 0, 0, 1, 1}, []int{2, 3, 3, 4, 4}
+		if !chained {
+			want = []ex{{0, 0, "a", "[0 2 3]"}, {0, 1, "b", "[1 4]"}, {1, 0, "c", "[2]"}, {1, 1, "d", "[0 3]"}, {1, 2, "e", "[1 4]"}}
+			exec0, exec1 = []int{0, 1, 0, 0, 1}, []int{3, 4, 2, 3, 4}
+		}
 		for i, st := range p.Stages {
-			first, n := st.Block()
-			if got := (ex{st.Group, st.Replica, st.Node, first, n}); st.ID != i || got != want[i] {
+			if got := (ex{st.Group, st.Replica, st.Node, fmt.Sprint(st.Micros())}); st.ID != i || got != want[i] {
 				t.Fatalf("chained=%v: executor %d is %+v, want %+v", chained, i, got, want[i])
 			}
 			if !slices.Equal(st.Layers, p.Stages[i-st.Replica].Layers) {
@@ -45,7 +51,6 @@ func TestReplicatedPlanStructure(t *testing.T) {
 		}
 		// Micro-batch m goes from the executor of stage 0 that runs it to
 		// the executor of stage 1 that runs it, and its gradient back.
-		exec0, exec1 := []int{0, 0, 0, 1, 1}, []int{2, 3, 3, 4, 4}
 		for i, st := range p.Stages {
 			for _, in := range st.Program {
 				var peer int
@@ -217,7 +222,7 @@ func TestReplicatedPlanValidateRejects(t *testing.T) {
 			b := find(p, 1, OpBackward, 2)
 			prog[k], prog[b] = prog[b], prog[k]
 		}, "sums its gradients"},
-		{"order flipped", func(p *Plan) { p.ChainedSums = false }, "sums its gradients"},
+		{"order flipped", func(p *Plan) { p.ChainedSums = false }, "outside its micro-batches"},
 		{"sum names tensors", func(p *Plan) { p.Stages[0].Program[find(p, 0, OpSendSum, 0)].Tensors = []string{"fc1"} }, "names tensors"},
 		{"sum to another stage", func(p *Plan) {
 			p.Stages[0].Program[find(p, 0, OpSendSum, 0)].Peer = 2
@@ -314,5 +319,40 @@ func TestRandomReplicatedPlansValidate(t *testing.T) {
 	t.Logf("%d valid plans, %d with replicas", ok, replicated)
 	if replicated < 200 {
 		t.Fatalf("only %d random replicated plans were valid", replicated)
+	}
+}
+
+// A partition with replicated stages drives the search: with explicit
+// shares only the micro-batch count they add up to is tried, with equal
+// shares only counts that give every node one; counts that fit none are
+// refused naming the stage.
+func TestSearchWithReplicatedPartition(t *testing.T) {
+	g := build(t, "mlp32", zoo.Options{Width: 16})
+	prof := Analytic(g, AnalyticOptions{})
+	c := equalNodes(4)
+	for _, tc := range []struct {
+		spec  string
+		micro int
+		M     int    // want, or 0 for an error
+		msg   string // of the error
+	}{
+		{"fc1-fc16@a:3,b:1; fc17-fc32@c", 0, 4, ""},
+		{"fc1-fc16@a,b,c; fc17-fc32@d", 2, 0, "stage 0 has 3 nodes for 2 micro-batches"},
+		{"fc1-fc16@a:3,b:1; fc17-fc32@c", 8, 0, "stage 0 shares [3 1] micro-batches among its nodes; the plan has 8"},
+		{"fc1-fc16@a:30,b:1; fc17-fc32@c", 0, 0, "fit none of the micro-batch counts"},
+	} {
+		res, err := Search(g, prof, c, Options{Partitioner: tc.spec, Batch: 32, MicroBatches: tc.micro})
+		if tc.M == 0 {
+			if !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%q M=%d: %v, want ErrPlan mentioning %q", tc.spec, tc.micro, err, tc.msg)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.spec, err)
+		}
+		if res.Plan.MicroBatches != tc.M || res.Spec != tc.spec || res.Plan.Partitioner != "spec" {
+			t.Errorf("%q: plan M=%d %q, want M=%d and the same description", tc.spec, res.Plan.MicroBatches, res.Spec, tc.M)
+		}
 	}
 }

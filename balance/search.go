@@ -111,6 +111,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		if fixedSG, err = newStageGraph(g, fixed, net.index); err != nil {
 			return nil, err
 		}
+		if Ms, err = fixed.microBatchCounts(Ms); err != nil {
+			return nil, err
+		}
 	}
 	graph := o.Partitioner == GraphPP && len(findRegions(l, l.costsFor(1, slots))) > 0
 
@@ -260,6 +263,34 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
 	}
 	return &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}, nil
+}
+
+// microBatchCounts keeps of Ms the micro-batch counts that p's replicated
+// stages can share: their shares add up to M, or M gives each of their
+// nodes one at least.
+func (p *Partition) microBatchCounts(Ms []int) ([]int, error) {
+	var out []int
+	var first error
+	for _, M := range Ms {
+		var err error
+		for s := range p.Stages {
+			if _, err = p.Stages[s].split(s, M); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			out = append(out, M)
+		} else if first == nil {
+			first = err
+		}
+	}
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case len(Ms) == 1:
+		return nil, first
+	}
+	return nil, fmt.Errorf("%w: the partition's replicated stages fit none of the micro-batch counts %v (shares add up to M; each node needs one)", ErrPlan, Ms)
 }
 
 // memoryFree reports whether the whole model with M micro-batches in flight

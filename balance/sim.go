@@ -89,7 +89,7 @@ type simCosts interface {
 	// its latency and its bytes on the wire.
 	transfer(from, to int, in Instr) (busy, latency, bytes float64)
 	// input is when micro-batch m's inputs reach stage s: the feeder sends
-	// every stage's, micro-batch after micro-batch of its block, from the
+	// every stage's, micro-batch after micro-batch of its own, from the
 	// step's start.
 	input(s, m int, tensors []string) float64
 }
@@ -113,7 +113,7 @@ func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
 type profileCosts struct {
 	fwd, bwd, upd []float64 // per stage
 	node          []int     // per stage, network index
-	first         []int     // per stage, the first micro-batch of its block
+	micros        [][]int   // per stage, its micro-batches, ascending
 	sum           []float64 // per stage, the bytes of its gradient sum
 	net           *network
 	bytes         map[string]float64 // tensor -> bytes per micro-batch
@@ -159,7 +159,8 @@ func (c *profileCosts) input(s, m int, tensors []string) float64 {
 		b += c.bytes[t]
 	}
 	l := c.net.link(c.net.feeder, c.node[s])
-	return float64(m-c.first[s]+1)*l.occupies(b, flowInput) + l.Latency
+	k, _ := slices.BinarySearch(c.micros[s], m) // the feeder sends them in turn
+	return float64(k+1)*l.occupies(b, flowInput) + l.Latency
 }
 
 // SimOptions configure a simulation.
@@ -251,8 +252,7 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		} else {
 			pc.sum = append(pc.sum, 0)
 		}
-		first, _ := st.Block()
-		pc.first = append(pc.first, first)
+		pc.micros = append(pc.micros, st.Micros())
 		for _, in := range st.Inputs {
 			if j, ok := l.nodePos[in.Name]; ok {
 				perMicro[s] += l.tensorBytes(j, b)

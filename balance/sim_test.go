@@ -192,11 +192,13 @@ func TestFeeder(t *testing.T) {
 }
 
 // Two equal replicas of the one stage of a 4-layer model, M=8: each runs
-// 4 micro-batches, then the sum goes from replica 0 to 1 and the total
-// back (x = trainable bytes / bandwidth + latency each way), then both
-// step. The fast order takes half the compute time plus 2x; the chained
-// order also waits for the prefix before replica 1's first backward pass,
-// so the backward passes of the two replicas run one after the other.
+// 4 micro-batches (interleaved, or blocks with chained sums), then the
+// sum goes from replica 0 to 1 and the total back (x = trainable bytes /
+// bandwidth + latency each way), then both step. The fast order takes
+// half the compute time plus 2x; the chained order also waits for the
+// prefix before replica 1's first backward pass, so the backward passes
+// of the two replicas run one after the other. 1F1B warms up with one
+// forward pass (2 nodes to the end: its own).
 func TestSimulatorReplicas(t *testing.T) {
 	const f, b, u, L = 0.003, 0.007, 0.001, 4
 	g := chainModel(t, L)
@@ -224,11 +226,11 @@ func TestSimulatorReplicas(t *testing.T) {
 	}{
 		{GPipe, false, 4*(F+B) + 2*x + U},
 		{OneFOneB, false, 4*(F+B) + 2*x + U},
-		// Replica 1 runs its forwards, waits for replica 0's sum, then
-		// runs its backward passes (GPipe) or its 1F1B from the first
-		// backward on.
+		// Replica 1 runs its forwards (GPipe; 1F1B: two), waits for
+		// replica 0's sum, then runs its backward passes (and 1F1B's other
+		// two forwards).
 		{GPipe, true, 4*(F+B) + x + 4*B + x + U},
-		{OneFOneB, true, 4*(F+B) + x + B + 3*(F+B) + x + U},
+		{OneFOneB, true, 4*(F+B) + x + 4*B + 2*F + x + U},
 	} {
 		p, err := buildPlan(g, repl, []string{"a", "b"}, tc.sched, 8, 1, tc.chained)
 		if err != nil {
@@ -247,9 +249,12 @@ func TestSimulatorReplicas(t *testing.T) {
 		}
 		// Memory: all parameters, gradients and momentum, the received sum,
 		// and the replica's own micro-batches in flight.
-		inflight := 4
+		inflight := 4 // GPipe; 1F1B: one, or two of a block
 		if tc.sched == OneFOneB {
 			inflight = 1
+			if tc.chained {
+				inflight = 2
+			}
 		}
 		for _, st := range r.Stages {
 			want := float64(L)*(1000+2*1000+1000) + float64(inflight)*(L*100+float64(4*8))

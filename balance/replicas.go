@@ -27,7 +27,7 @@ import (
 // critical path a micro-batch crosses the stage on its slowest replica,
 // order[c-1], and the slowest links. The sum and link terms are upper
 // bounds (each term's largest coefficient over the replicas), so that a
-// run costs O(1) per stage.
+// run prices a stage in O(1) (memory in O(k) where a node has a limit).
 type run struct {
 	shares      []int
 	phi, phiSum float64

@@ -278,6 +278,9 @@ func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []strin
 		if _, err := balance.ParseSpec(c.job.Graph, partition, nodes); err != nil {
 			return fmt.Errorf("%w: %w", job.ErrSpec, err)
 		}
+		if err := job.CheckRunnable(partition); err != nil {
+			return err
+		}
 	}
 	c.post(core.ReplanRequested{Partition: partition, ViaCut: viaCut})
 	return nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/core"
@@ -479,5 +480,25 @@ func TestStageRefusesBadSources(t *testing.T) {
 	}
 	if err := checkSources(sp, []core.StateSource{{From: 3, Layers: []string{"fc1", "fc2"}}, {From: 0, Layers: []string{"fc32"}, Local: true}}); err != nil {
 		t.Errorf("good sources refused: %v", err)
+	}
+}
+
+// A stage refuses a program that sums gradients with other replicas: the
+// stages do not run replicated plans yet.
+func TestStageRefusesReplicas(t *testing.T) {
+	spec, err := job.Check(smallSpec("mlp32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newInmemCluster(t, 1, nil)
+	c, err := NewCoordinator(spec, tc.config(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := c.Plan().Stages[0]
+	sp.Program = append([]balance.Instr{{Op: balance.OpRecvSum, Peer: 1}}, sp.Program...)
+	_, err = newStageEngine(StageSpec{Job: spec, Data: job.SampleOf(c.job.Set), Graph: c.Plan().Graph, Plan: sp}, 1)
+	if err == nil || !strings.Contains(err.Error(), "replicated stages are planned and simulated, not yet run") {
+		t.Fatalf("a stage with a gradient sum: %v", err)
 	}
 }

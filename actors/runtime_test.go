@@ -230,6 +230,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		{func(s *job.Spec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
 		{func(s *job.Spec) { s.SyntheticSamples = -5 }, "synthetic samples"},
 		{func(s *job.Spec) { s.ID = "" }, "no job id"},
+		{func(s *job.Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@c" }, "replicated stages are planned and simulated, not yet run"},
 	}
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
@@ -238,6 +239,16 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
+	}
+	// A re-plan to replicated stages is refused likewise.
+	co, err := newCoordinator(smallSpec("mlp32"), tc.config(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := nodeNames(tc.nodes[:2])
+	err = co.RequestReplan("fc1-fc32@"+names[0]+","+names[1], false, names)
+	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not yet run") {
+		t.Errorf("a re-plan to replicated stages: %v, want ErrSpec", err)
 	}
 }
 

@@ -111,6 +111,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		return nil, fmt.Errorf("model %s here hashes to %s, the plan's to %s (different ppnode versions?)", js.Model, h, spec.Graph)
 	}
 	p := spec.Plan
+	if p.Replica > 0 || slices.ContainsFunc(p.Program, func(in balance.Instr) bool { return in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum }) {
+		return nil, fmt.Errorf("stage %d: replicated stages are planned and simulated, not yet run", p.ID)
+	}
 	st, err := g.Stage(p.Layers)
 	if err != nil {
 		return nil, err

@@ -34,10 +34,14 @@
 // # Partition descriptions
 //
 // A partition is written as stages separated by ';'. A stage is one or
-// more ranges joined by '+', then optionally '@node':
+// more ranges joined by '+', then optionally '@' and its node, or nodes
+// separated by ',' (replicas, see below), each optionally with its share
+// of the micro-batches after ':':
 //
 //	fc1-fc8@a; fc9-fc20@b; fc21-fc32@c
 //	flatten + tower1.slice-tower1.fc3@a; tower2.slice-tower2.fc3@b; tower3.slice-tower3.fc3@c; concat-out@d
+//	fc1-fc16@a,b; fc17-fc32@c
+//	fc1-fc16@a:3,b:1; fc17-fc32@c
 //
 // A range "first-last" covers the layers from first to last in the model's
 // topological order (graph.Nodes). A layer is attached to the layer before
@@ -51,9 +55,48 @@
 // a DAG model (which stage feeds which) follows from the layers: ranges of
 // different branches in different stages make stages that run at the same
 // time. Validation names the layer, node or stage at fault when a layer is
-// in no stage or in two, a name is unknown, a node holds two stages, a
-// stage is empty, the stages depend on each other in a cycle, or a tensor's
-// gradients could not be summed in single-process order (see StageOutput).
+// in no stage or in two, a name is unknown, a node holds two stages (as
+// node or replica), a stage is empty, the stages depend on each other in a
+// cycle, or a tensor's gradients could not be summed in single-process
+// order (see StageOutput). Shares are all given or none (the equal split,
+// earlier nodes taking the remainder); FormatSpec writes them only when
+// the partition gives them, and Build refuses shares that do not add up
+// to the plan's micro-batch count.
+//
+// # Replicated stages
+//
+// A stage with replicas runs on several nodes, each an executor of its
+// own in the plan (StagePlan: Group is the stage, Replica the index),
+// with the same layers, on its share of the micro-batches. Its program is
+// the stage's program restricted to those micro-batches, so any run of
+// the plan without replicas orders the replicas' instructions too: they
+// cannot deadlock where it does not. Activations and gradients go to the
+// executor that runs the micro-batch in the next or previous stage.
+// Before the optimizer step the replicas sum their parameter gradients in
+// a chain, so that they keep identical weights: replica r > 0 receives the
+// sum of replicas 0..r-1 (OpRecvSum), replica r < R-1 sends its running
+// sum to r+1 (OpSendSum), and the last replica sends the total to every
+// other.
+//
+// One process adds every micro-batch's parameter gradient, in ascending
+// order, inside the GEMM's chain of additions (dW += dyᵀ·x with beta = 1):
+// the sum over micro-batches 0..m is not a sum of per-replica totals, and
+// only a replica that continues from the sum of all micro-batches before
+// its own computes the same bits. With Plan.ChainedSums (deterministic
+// jobs) replica r therefore runs the r-th block of consecutive
+// micro-batches, receives the sum of the blocks before (the prefix)
+// before its first backward pass, and its backward passes add onto it:
+// the replicas' backward passes run one replica after the other, while
+// their forward passes, and the stages around them, still overlap.
+// Without it the micro-batches are interleaved by share (each next one to
+// the replica furthest behind its share), so that replicas fed by one
+// executor, micro-batch after micro-batch, work at the same time (with
+// blocks, the second replica would wait for the first's share to pass
+// by); a replica receives the prefix after its last backward pass and
+// adds its own sum to it, ((g0 + g1) + g2) ..., which every replica then
+// holds: the same weights on every replica, rounded differently from one
+// process. Buffers that a forward pass updates (BatchNorm's running
+// statistics) are not summed: each replica sees only its micro-batches.
 //
 // # Partitioners
 //
@@ -90,6 +133,38 @@
 //     the plans with the least estimated step time (M-1)·T + CP; the
 //     simulator picks among them. On a model with no fork-join region it is
 //     the balanced partitioner. O(U² N²) plus the assignments.
+//   - replicas (Options.Replicas, with balanced or graph): a chain stage
+//     may also run on a run of k consecutive nodes of the canonical order
+//     (k <= M) as its replicas, each taking a share of the micro-batches:
+//     one each, then each next one to the replica that would finish it
+//     soonest, which minimises the slowest replica's time max_r
+//     n_r/speed_r (tested against every split). A stage [i, e) on such a
+//     run costs per step that slowest share of its work plus the gradient
+//     sum (the chain and the total's return, over the run's links); with
+//     chained sums the backward passes count once per replica, as they run
+//     one after the other. The input link term charges each replica its
+//     share of the cut's transfers; memory is checked on every node of the
+//     run, with the sum it receives. Both passes of the programme take a
+//     run size besides the stage's end, O(U² N²) in the worst case for the
+//     first pass; in the second, the stage's best end is a window minimum
+//     of one array per (nodes left, run size), O(U N²) per bound where
+//     memory does not bind (else the ends that fit are scanned). The
+//     node counts are tried in order of a lower bound of their estimate,
+//     the least critical path without a bound. The plans with and
+//     without replicas are simulated side by side, so a search with
+//     replicas never returns a slower plan than one without. (The link and
+//     sum terms take each coefficient's largest value over the run's
+//     nodes, an upper bound that keeps a run's price O(1).)
+//
+// Replicas are runs of consecutive nodes in speed order, not arbitrary sets
+// of nodes: that keeps the programme polynomial (the number of ways to
+// split N nodes into sets grows faster than exponentially), and replicas of
+// similar speed lose the least to integer shares, since a fast replica next
+// to a slow one waits for the slow one's whole micro-batches. DTFM searches
+// arbitrary groups of nodes by an evolutionary search, without a bound on
+// how far it lands from the optimum; PipeDream's programme is exact over
+// replication counts but assumes identical workers; this one is exact (tested
+// against brute force) for unequal nodes within the consecutive-run rule.
 //
 // # Schedules and programs
 //
@@ -99,20 +174,27 @@
 // receives do. GPipe runs every forward, then every backward; 1F1B (stages
 // forming a chain) warms up with S-k-1 forwards, then alternates; the graph
 // schedule is 1F1B on a DAG of stages, warming up with d-1 forwards where
-// d is the stage's longest path to the end. In every schedule each stage
-// runs its backward passes in ascending micro-batch order, which with the
-// gradient order of StageOutput makes pipelined training bit-identical to
-// single-process training.
+// d is the stage's longest path to the end. With replicas d counts nodes,
+// the stage's own included, not stages: a stage runs ahead by as many
+// micro-batches as the replicas after it run at once, and a replica runs
+// the stage's program restricted to its micro-batches. In every schedule each stage runs its backward
+// passes in ascending micro-batch order, which with the gradient order of
+// StageOutput (and, for replicas, the chained sums) makes pipelined
+// training bit-identical to single-process training.
 //
 // # Simulator
 //
 // Simulate replays a plan's programs in time order: compute takes the
 // profiled time scaled by the node's speed, each link direction carries
-// one transfer at a time in the order sent. It reports step time, bubble
-// and busy fractions, peak memory per stage and link use, and its events
-// draw the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
+// one transfer at a time in the order sent; a gradient sum carries the
+// stage's trainable parameters as gradients. It reports step time, bubble
+// and busy fractions, peak memory per executor (a replica holds all of its
+// stage's parameters, gradients and optimizer state, the sum it receives,
+// and its own micro-batches in flight) and link use, and its events draw
+// the Gantt chart (WriteSVG) and the Chrome trace (WriteTrace).
 // Search runs a partitioner for each schedule and micro-batch count (the
 // programmes in parallel, and GPipe's and 1F1B's once when memory binds on
 // no node: they are then the same problem), simulates the candidates and
-// keeps the fastest plan that fits memory.
+// keeps the fastest plan that fits memory. With replicas it plans 64 nodes
+// of mixed speeds and links in well under a second (BenchmarkSearchReplicas).
 package balance

@@ -34,6 +34,18 @@ type problem struct {
 	fly      []float64 // inflight(c) for c = 0..N
 	// Graph mode: parallel regions by start unit (nil: sequential only).
 	regionAt map[int]*region
+	// Replicas (see allowReplicas): a chain stage may run on up to maxRep
+	// consecutive nodes (1: one node) sharing M micro-batches, summing
+	// their gradients in the chained order if chained; runs[c][k] prices
+	// the k nodes ending at order[c-1].
+	M, maxRep int
+	chained   bool
+	runs      [][]*run
+	// inLink[c] and outLink[c] are the links from order[c] to order[c-1]
+	// and back (c < N).
+	inLink, outLink []LinkProfile
+	// Scratch of the second pass's replicated stages.
+	scratch endsScratch
 }
 
 // region is a fork-join part of a model between two cuts that only one
@@ -50,13 +62,17 @@ type region struct {
 }
 
 func newProblem(l *layout, c *costs, net *network, inflight func(int) float64, graph bool) *problem {
-	p := &problem{c: c, net: net, order: net.sortedNodes(), inflight: inflight}
+	p := &problem{c: c, net: net, order: net.sortedNodes(), inflight: inflight, maxRep: 1}
 	for _, n := range p.order {
 		p.speed = append(p.speed, net.nodes[n].Speed)
 		p.mem = append(p.mem, net.memLimit(n))
 	}
 	for c := 0; c <= len(p.order); c++ {
 		p.fly = append(p.fly, inflight(max(c, 1)))
+	}
+	p.inLink, p.outLink = make([]LinkProfile, len(p.order)), make([]LinkProfile, len(p.order))
+	for c := 1; c < len(p.order); c++ {
+		p.inLink[c], p.outLink[c] = net.link(p.order[c], p.order[c-1]), net.link(p.order[c-1], p.order[c])
 	}
 	if graph {
 		p.regionAt = map[int]*region{}
@@ -163,6 +179,19 @@ func (p *problem) xin(i, c, node int) (x, sum float64) {
 	if c >= len(p.order) {
 		return math.Inf(1), math.Inf(1)
 	}
+	if node == p.order[c-1] {
+		// The links of order[c-1], looked up once (as network.transfer
+		// prices them: the nodes differ).
+		in, out := &p.inLink[c], &p.outLink[c]
+		f, b := 0.0, 0.0
+		if a := p.c.act[i]; a > 0 {
+			f = in.occupies(a, flowAct) + in.Latency
+		}
+		if g := p.c.grad[i]; g > 0 {
+			b = out.occupies(g, flowGrad) + out.Latency
+		}
+		return max(f, b), f + b
+	}
 	prev := p.order[c]
 	f := p.net.transfer(prev, node, p.c.act[i], flowAct)
 	b := p.net.transfer(node, prev, p.c.grad[i], flowGrad)
@@ -173,13 +202,14 @@ func (p *problem) memOK(i, e, c int) bool {
 	return p.c.static[e]-p.c.static[i]+p.fly[c]*(p.c.slot[e]-p.c.slot[i]+p.c.act[i]) <= p.mem[c-1]
 }
 
-// segment is one step of a solution: a chain stage [i, e) on order[c-1],
-// or a region's branches on order[c-1] ... order[c-G] (assign[b] is the
-// offset of branch b's node: order[c-1-assign[b]]).
+// segment is one step of a solution: a chain stage [i, e) on order[c-1]
+// (and, with k > 1 replicas, on order[c-k..c-2] too), or a region's
+// branches on order[c-1] ... order[c-G] (assign[b] is the offset of branch
+// b's node: order[c-1-assign[b]]).
 type segment struct {
-	i, e, c int
-	r       *region
-	assign  []int
+	i, e, c, k int
+	r          *region
+	assign     []int
 }
 
 // parallel is a region's best branch-to-node assignment for c nodes from
@@ -342,6 +372,9 @@ func (s *solver) minmax() {
 			x, _ := p.xin(i, c, node)
 			best := inf
 			last := U - (c - 1)
+			if p.maxRep > 1 && c > 1 {
+				last = U - 1 // the other nodes may all be replicas of one stage
+			}
 			first := i + 1
 			if c == 1 {
 				first = U
@@ -360,36 +393,79 @@ func (s *solver) minmax() {
 					best = v
 				}
 			}
+			for k := 2; k <= min(c, p.maxRep); k++ {
+				rn := p.rep(c, k)
+				if rn == nil {
+					break
+				}
+				x, _ := p.rxin(i, c, rn)
+				first, last := i+1, U-1
+				if c == k {
+					first, last = U, U
+				}
+				for e := first; e <= last; e++ {
+					comp := p.rcomp(i, e, rn)
+					if comp >= best || !p.rmemOK(i, e, c, rn) {
+						break
+					}
+					if v := max(comp, x, s.g[c-k][e]); v < best {
+						best = v
+					}
+				}
+			}
 			s.g[c][i] = best
 		}
 	}
 }
 
+// sumTable is the second pass's result: cp[c][i] is the least critical
+// path of units [i, U) on order[c-1..0] within the bound, reached by a
+// chain stage [i, choice[c][i]) on reps[c][i] nodes, or (choice -G) a
+// region's branches on G nodes, par[{c, i}].
+type sumTable struct {
+	cp           [][]float64
+	choice, reps [][]int
+	par          map[[2]int]parallel
+}
+
 // minSum runs the second pass for bottleneck bound tau and node counts up
 // to cmax: the least critical-path time of a solution whose every stage
 // is within tau, and the solution.
-func (s *solver) minSum(tau float64, cmax int) (h [][]float64, choice [][]int, pchoice map[[2]int]parallel) {
+func (s *solver) minSum(tau float64, cmax int) *sumTable {
 	p, U := s.p, s.U
 	inf := math.Inf(1)
-	h = make([][]float64, cmax+1)
-	choice = make([][]int, cmax+1)
-	pchoice = map[[2]int]parallel{}
+	t := &sumTable{cp: make([][]float64, cmax+1), choice: make([][]int, cmax+1), reps: make([][]int, cmax+1), par: map[[2]int]parallel{}}
+	h := t.cp
 	for c := range h {
 		h[c] = make([]float64, U+1)
-		choice[c] = make([]int, U+1)
+		t.choice[c] = make([]int, U+1)
+		t.reps[c] = make([]int, U+1)
 		for i := range h[c] {
 			h[c][i] = inf
 		}
 	}
 	h[0][U] = 0
+	// No chain stage can end before lowE[c']: the rest, on c' nodes, would
+	// not fit tau.
+	lowE := make([]int, cmax+1)
+	for c := range lowE {
+		lowE[c] = U
+		for e := 0; e <= U; e++ {
+			if s.g[c][e] <= tau {
+				lowE[c] = e
+				break
+			}
+		}
+	}
 	for c := 1; c <= cmax; c++ {
 		node := p.order[c-1]
-		// No chain stage can end before lowE: the rest would not fit tau.
-		lowE := U
-		for e := 0; e <= U; e++ {
-			if s.g[c-1][e] <= tau {
-				lowE = e
-				break
+		// ends[k][i]: the best end of a stage from unit i on k replicas.
+		ends := p.scratch.rows(min(c, p.maxRep)+1, U)
+		for k := 2; k < len(ends); k++ {
+			if rn := p.rep(c, k); rn != nil {
+				p.replicaEnds(c, k, rn, tau, h[c-k], lowE[c-k], ends[k])
+			} else {
+				ends[k] = nil
 			}
 		}
 		for i := U - 1; i >= 0; i-- {
@@ -400,10 +476,13 @@ func (s *solver) minSum(tau float64, cmax int) (h [][]float64, choice [][]int, p
 				continue // no solution within tau
 			}
 			x, xs := p.xin(i, c, node)
-			best, arg := inf, -1
+			best, arg, reps := inf, -1, 1
 			if x <= tau {
 				last := U - (c - 1)
-				first := max(i+1, lowE)
+				if p.maxRep > 1 && c > 1 {
+					last = U - 1
+				}
+				first := max(i+1, lowE[c-1])
 				if c == 1 {
 					first = U
 				}
@@ -427,30 +506,47 @@ func (s *solver) minSum(tau float64, cmax int) (h [][]float64, choice [][]int, p
 					continue
 				}
 				if v := o.CP + rest; v < best {
-					best, arg = v, -o.G
-					pchoice[[2]int{c, i}] = o
+					best, arg, reps = v, -o.G, 1
+					t.par[[2]int{c, i}] = o
 				}
 			}
-			h[c][i], choice[c][i] = best, arg
+			for k := 2; k < len(ends); k++ {
+				e := -1
+				if ends[k] != nil {
+					e = ends[k][i]
+				}
+				if e < 0 {
+					continue
+				}
+				x, xs := p.rxin(i, c, p.rep(c, k))
+				if x > tau {
+					continue
+				}
+				if v := p.comp(i, e, c) + xs + h[c-k][e]; v < best {
+					best, arg, reps = v, e, k
+				}
+			}
+			h[c][i], t.choice[c][i], t.reps[c][i] = best, arg, reps
 		}
 	}
-	return h, choice, pchoice
+	return t
 }
 
 // walk reconstructs the solution for S nodes from the second pass.
-func (s *solver) walk(S int, choice [][]int, pchoice map[[2]int]parallel) []segment {
+func (s *solver) walk(S int, t *sumTable) []segment {
 	var segs []segment
 	i, c := 0, S
 	for i < s.U {
-		a := choice[c][i]
+		a := t.choice[c][i]
 		if a > 0 {
-			segs = append(segs, segment{i: i, e: a, c: c})
-			i, c = a, c-1
+			k := t.reps[c][i]
+			segs = append(segs, segment{i: i, e: a, c: c, k: k})
+			i, c = a, c-k
 			continue
 		}
-		o := pchoice[[2]int{c, i}]
+		o := t.par[[2]int{c, i}]
 		r := s.p.regionAt[i]
-		segs = append(segs, segment{i: i, e: r.join, c: c, r: r, assign: o.assign})
+		segs = append(segs, segment{i: i, e: r.join, c: c, k: 1, r: r, assign: o.assign})
 		i, c = r.join, o.nextC
 	}
 	return segs
@@ -461,10 +557,9 @@ func (s *solver) evaluate(segs []segment) (T, CP float64) {
 	p := s.p
 	for _, sg := range segs {
 		if sg.r == nil {
-			x, xs := p.xin(sg.i, sg.c, p.order[sg.c-1])
-			comp := p.comp(sg.i, sg.e, sg.c)
-			T = max(T, comp, x)
-			CP += comp + xs
+			t, cp, _ := p.stage(sg.i, sg.e, sg.c, max(sg.k, 1))
+			T = max(T, t)
+			CP += cp
 			continue
 		}
 		G := 0

@@ -36,11 +36,13 @@ func _() {
 	_ = x[OpBackward-5]
 	_ = x[OpSendGrad-6]
 	_ = x[OpStep-7]
+	_ = x[OpRecvSum-8]
+	_ = x[OpSendSum-9]
 }
 
-const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradstep"
+const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sum"
 
-var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57}
+var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73}
 
 func (i Op) String() string {
 	idx := int(i) - 0

@@ -58,16 +58,25 @@ func clone(t *nn.Tensor) *nn.Tensor {
 // runPlan executes a plan's programs in one process, as the runtime would
 // across nodes: every stage runs its instructions in order, a receive
 // waits for its message, gradients of a tensor from several stages are
-// summed in the order of the output's To list. It returns the weights'
-// hash after steps training steps.
-func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) string {
+// summed in the order of the output's To list, and replicas sum their
+// parameter gradients as OpRecvSum says. A replica runs on its own copy of
+// the model (copyOf, initialised as g). It returns the weights' hash after
+// steps training steps, and fails the test if the replicas of a stage end
+// with different weights.
+func runPlan(t *testing.T, g *nn.Graph, copyOf func() *nn.Graph, p *Plan, data *fixedData, steps int) string {
 	t.Helper()
 	be, _ := nn.NewBackend("ppnode-det", 1, true)
 	S := len(p.Stages)
 	stages := make([]*nn.Stage, S)
 	opts := make([]nn.Optimizer, S)
+	last := map[int]int{} // stage of the partition -> its last replica
 	for s, sp := range p.Stages {
-		st, err := g.Stage(sp.Layers)
+		last[sp.Group] = s
+		gs := g
+		if sp.Replica > 0 {
+			gs = copyOf()
+		}
+		st, err := gs.Stage(sp.Layers)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,6 +111,8 @@ func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) str
 				grads[s][m] = map[string][]*nn.Tensor{}
 			}
 		}
+		sums := map[[2]int][]*nn.Tensor{}
+		backwards := make([]int, S)
 		pc := make([]int, S)
 		for progress := true; progress; {
 			progress = false
@@ -126,7 +137,7 @@ func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) str
 								ins[s][m][name] = msg[name]
 							} else {
 								k := slices.IndexFunc(sp.Outputs, func(o StageOutput) bool { return o.Name == name })
-								pos := slices.Index(sp.Outputs[k].To, in.Peer)
+								pos := slices.Index(sp.Outputs[k].To, p.Stages[in.Peer].Group)
 								for len(grads[s][m][name]) <= pos {
 									grads[s][m][name] = append(grads[s][m][name], nil)
 								}
@@ -186,8 +197,39 @@ func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) str
 						for _, d := range stages[s].Backward(ctx, m, dout) {
 							ginOf[s][m] = append(ginOf[s][m], clone(d))
 						}
+					case OpSendSum:
+						var msg []*nn.Tensor
+						for _, pr := range stages[s].Params() {
+							if pr.Trainable() {
+								msg = append(msg, clone(pr.Grad))
+							}
+						}
+						sums[[2]int{s, in.Peer}] = msg
+					case OpRecvSum:
+						msg, ok := sums[[2]int{in.Peer, s}]
+						if !ok {
+							goto blocked
+						}
+						k := 0
+						for _, pr := range stages[s].Params() {
+							if !pr.Trainable() {
+								continue
+							}
+							own, sum := nn.F32(pr.Grad), nn.F32(msg[k])
+							k++
+							if backwards[s] == 0 || in.Peer == last[sp.Group] {
+								copy(own, sum) // the prefix to start from, or the total
+								continue
+							}
+							for i := range own {
+								own[i] = sum[i] + own[i]
+							}
+						}
 					case OpStep:
 						opts[s].Step(stages[s].Params())
+					}
+					if in.Op == OpBackward {
+						backwards[s]++
 					}
 					pc[s]++
 					progress = true
@@ -199,6 +241,11 @@ func runPlan(t *testing.T, g *nn.Graph, p *Plan, data *fixedData, steps int) str
 			if pc[s] != len(p.Stages[s].Program) {
 				t.Fatalf("step %d: stage %d stuck at %v", step, s, p.Stages[s].Program[pc[s]])
 			}
+		}
+	}
+	for s, sp := range p.Stages {
+		if sp.Replica > 0 && nn.WeightsSHA256(stages[s].Params()) != nn.WeightsSHA256(stages[s-sp.Replica].Params()) {
+			t.Fatalf("replica %d of stage %d ends with other weights than replica 0", sp.Replica, sp.Group)
 		}
 	}
 	return nn.WeightsSHA256(g.Params())
@@ -244,10 +291,72 @@ func TestPlansTrainBitIdentical(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := runPlan(t, g, p, data, 2); got != want {
+				if got := runPlan(t, g, nil, p, data, 2); got != want {
 					t.Fatalf("plan's weights %s, single process %s", got[:16], want[:16])
 				}
 			})
+		}
+	}
+}
+
+// Replicated stages whose gradients are summed in the chained order
+// train, as their programs say, the weights of one process bit for bit;
+// in the fast order, which adds in another order and so ends elsewhere,
+// every replica of a stage ends with the same weights (runPlan checks).
+// Chains and a DAG, equal and explicit shares, every schedule.
+func TestReplicatedPlansTrainBitIdentical(t *testing.T) {
+	mlp := func() *nn.Graph { return build(t, "mlp32", zoo.Options{Width: 8, Input: []int{4, 4, 1}}) }
+	uno := func() *nn.Graph { return build(t, "uno", zoo.Options{Width: 0.02, Input: []int{6, 6, 1}}) }
+	cases := []struct {
+		model func() *nn.Graph
+		input []int
+		spec  string
+	}{
+		{mlp, []int{4, 4, 1}, "fc1-fc16@a,b; fc17-fc32@c"},
+		{mlp, []int{4, 4, 1}, "fc1-fc10@a:1,b:3; fc11-fc20@c; fc21-fc32@d,e,f"},
+		{uno, []int{6, 6, 1}, "flatten + tower3.slice-tower3.fc3@a,b; tower2.slice-tower2.fc3@c; tower1.slice-tower1.fc3@d:2,e:1,f:1; concat-out@g,h"},
+	}
+	nodes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for k, c := range cases {
+		data := newFixedData(c.input, 16, 4, 2)
+		ref := c.model()
+		ref.Init(1)
+		be, _ := nn.NewBackend("ppnode-det", 1, true)
+		opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
+		tr := nn.NewTrainer(ref, opt, be, 1)
+		for s := 0; s < 2; s++ {
+			tr.Step(data, 0, 0, s)
+		}
+		want := nn.WeightsSHA256(ref.Params())
+		copyOf := func() *nn.Graph {
+			g := c.model()
+			g.Init(1)
+			return g
+		}
+		for _, sched := range []Schedule{GPipe, GraphSchedule} {
+			for _, chained := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%d/%s/chained=%v", k, sched, chained), func(t *testing.T) {
+					g := copyOf()
+					part, err := ParseSpec(g, c.spec, nodes)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p, err := buildPlan(g, part, nodes, sched, data.M, data.n, chained)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := p.Validate(g); err != nil {
+						t.Fatal(err)
+					}
+					got := runPlan(t, g, copyOf, p, data, 2)
+					if chained && got != want {
+						t.Fatalf("plan's weights %s, single process %s", got[:16], want[:16])
+					}
+					if !chained && got == want {
+						t.Fatalf("the fast order gives the weights of one process: the test cannot tell the orders apart")
+					}
+				})
+			}
 		}
 	}
 }

@@ -16,10 +16,62 @@ type Partition struct {
 }
 
 // PartStage is one stage: the node that runs it and its layers, in the
-// model's topological order.
+// model's topological order. Replicas are further nodes that run the same
+// layers, each on its own share of the micro-batches, summing their
+// parameter gradients before the optimizer step (see Plan). Shares
+// are the micro-batches of Node and of each replica, in that order; empty
+// is the equal split, in which earlier nodes take the remainder.
 type PartStage struct {
-	Node   string   `json:"node"`
-	Layers []string `json:"layers"`
+	Node     string   `json:"node"`
+	Layers   []string `json:"layers"`
+	Replicas []string `json:"replicas,omitempty"`
+	Shares   []int    `json:"shares,omitempty"`
+}
+
+// Nodes returns the stage's node and then its replicas.
+func (st *PartStage) Nodes() []string { return append([]string{st.Node}, st.Replicas...) }
+
+// Replicated reports whether a stage of p has replicas.
+func (p *Partition) Replicated() bool {
+	for _, st := range p.Stages {
+		if len(st.Replicas) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// split returns the micro-batches of each of the stage's nodes out of M:
+// its Shares, or the equal split. The error names stage s.
+func (st *PartStage) split(s, M int) ([]int, error) {
+	R := 1 + len(st.Replicas)
+	if len(st.Shares) == 0 {
+		if R > M {
+			return nil, fmt.Errorf("%w: stage %d has %d nodes for %d micro-batches (each needs one at least)", ErrPlan, s, R, M)
+		}
+		return equalSplit(M, R), nil
+	}
+	sum := 0
+	for _, n := range st.Shares {
+		sum += n
+	}
+	if sum != M {
+		return nil, fmt.Errorf("%w: stage %d shares %v micro-batches among its nodes; the plan has %d", ErrPlan, s, st.Shares, M)
+	}
+	return slices.Clone(st.Shares), nil
+}
+
+// equalSplit cuts M micro-batches into R shares that differ by one at
+// most, the larger first.
+func equalSplit(M, R int) []int {
+	out := make([]int, R)
+	for r := range out {
+		out[r] = M / R
+		if r < M%R {
+			out[r]++
+		}
+	}
+	return out
 }
 
 // stageGraph is a validated partition: every layer in one stage, the
@@ -29,7 +81,6 @@ type stageGraph struct {
 	g      *nn.Graph
 	part   *Partition
 	stage  []int   // node index -> stage
-	nodeAt []int   // stage -> node index in the network
 	layers [][]int // stage -> node indices, topological order
 	// Per stage, from nn.Stage: input and output tensor names.
 	inputs, outputs [][]string
@@ -51,7 +102,9 @@ const Coordinator = -1
 // Validate checks that p is a partition of g over the named nodes: every
 // layer in exactly one stage, no empty stage, known and distinct nodes, an
 // acyclic stage graph, and gradients that can be summed in single-process
-// order. The error names the layer, node or stage at fault.
+// order. A node runs one stage, as its node or as a replica; a stage's
+// shares, if given, number its nodes and are positive. The error names
+// the layer, node or stage at fault.
 func (p *Partition) Validate(g *nn.Graph, nodes []string) error {
 	idx := map[string]int{}
 	for i, n := range nodes {
@@ -66,7 +119,7 @@ func newStageGraph(g *nn.Graph, p *Partition, nodeIndex map[string]int) (*stageG
 	if S == 0 {
 		return nil, fmt.Errorf("%w: the partition has no stages", ErrEmptyStage)
 	}
-	sg := &stageGraph{g: g, part: p, stage: make([]int, len(g.Nodes)), nodeAt: make([]int, S), layers: make([][]int, S)}
+	sg := &stageGraph{g: g, part: p, stage: make([]int, len(g.Nodes)), layers: make([][]int, S)}
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
 		pos[n.Name] = i
@@ -77,15 +130,26 @@ func newStageGraph(g *nn.Graph, p *Partition, nodeIndex map[string]int) (*stageG
 		if len(st.Layers) == 0 {
 			return nil, fmt.Errorf("%w: stage %d (node %q) has no layers", ErrEmptyStage, s, st.Node)
 		}
-		ni, ok := nodeIndex[st.Node]
-		if !ok {
-			return nil, fmt.Errorf("%w: stage %d is placed on node %q (have %s)", ErrUnknownNode, s, st.Node, strings.Join(sortedKeys(nodeIndex), ", "))
+		for _, n := range st.Nodes() {
+			if _, ok := nodeIndex[n]; !ok {
+				return nil, fmt.Errorf("%w: stage %d is placed on node %q (have %s)", ErrUnknownNode, s, n, strings.Join(sortedKeys(nodeIndex), ", "))
+			}
+			if prev, dup := usedBy[n]; dup {
+				if prev == s {
+					return nil, fmt.Errorf("%w: node %q is named twice in stage %d", ErrNodeReused, n, s)
+				}
+				return nil, fmt.Errorf("%w: node %q holds stages %d and %d", ErrNodeReused, n, prev, s)
+			}
+			usedBy[n] = s
 		}
-		if prev, dup := usedBy[st.Node]; dup {
-			return nil, fmt.Errorf("%w: node %q holds stages %d and %d", ErrNodeReused, st.Node, prev, s)
+		if k := len(st.Shares); k > 0 && (k != 1+len(st.Replicas) || k == 1) {
+			return nil, fmt.Errorf("%w: stage %d has %d shares for %d nodes (shares are given for replicas only, one per node)", ErrPlan, s, k, 1+len(st.Replicas))
 		}
-		usedBy[st.Node] = s
-		sg.nodeAt[s] = ni
+		for _, n := range st.Shares {
+			if n < 1 {
+				return nil, fmt.Errorf("%w: stage %d has shares %v (each node needs one micro-batch at least)", ErrPlan, s, st.Shares)
+			}
+		}
 		for _, name := range st.Layers {
 			i, ok := pos[name]
 			if !ok {

@@ -69,11 +69,23 @@ const (
 	OpSendGrad // send_grad
 	// OpStep applies the optimizer to the stage's parameters (the flush).
 	OpStep // step
+	// OpRecvSum waits for the sum of the stage's parameter gradients (all
+	// its trainable parameters, in the nn.Stage's order) from Peer, another
+	// replica of the stage. From the replica before this one it is the sum
+	// of the replicas before (the prefix): received before the replica's
+	// first backward pass (Plan.ChainedSums) it becomes the gradients the
+	// backward passes add to, as in one process; received after the last
+	// it is added in front, prefix + own. From the last replica it is the
+	// total, which replaces the replica's gradients.
+	OpRecvSum // recv_sum
+	// OpSendSum sends the replica's parameter gradients, the sum so far
+	// (see OpRecvSum), to Peer, another replica of the stage.
+	OpSendSum // send_sum
 )
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for k := OpRecvAct; k <= OpStep; k++ {
+	for k := OpRecvAct; k <= OpSendSum; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -92,8 +104,12 @@ func (o Op) transfer() bool {
 	return o == OpRecvAct || o == OpSendAct || o == OpRecvGrad || o == OpSendGrad
 }
 
-// Instr is one instruction. Peer and Tensors are set for transfers only;
-// Micro for all but OpStep.
+// sum reports whether o moves a replica's parameter gradients.
+func (o Op) sum() bool { return o == OpRecvSum || o == OpSendSum }
+
+// Instr is one instruction. Peer is set for transfers and sums, Tensors
+// for transfers (a sum carries all the stage's trainable parameters);
+// Micro for all but OpStep and the sums.
 type Instr struct {
 	Op      Op
 	Micro   int
@@ -110,11 +126,13 @@ type instrJSON struct {
 
 func (in Instr) MarshalJSON() ([]byte, error) {
 	j := instrJSON{Op: in.Op}
-	if in.Op != OpStep {
+	if in.Op != OpStep && !in.Op.sum() {
 		j.Micro = &in.Micro
 	}
-	if in.Op.transfer() {
+	if in.Op.transfer() || in.Op.sum() {
 		j.Peer = &in.Peer
+	}
+	if in.Op.transfer() {
 		j.Tensors = in.Tensors
 	}
 	return json.Marshal(j)
@@ -139,6 +157,8 @@ func (in Instr) String() string {
 	switch {
 	case in.Op == OpStep:
 		return "step"
+	case in.Op.sum():
+		return fmt.Sprintf("%s peer=%d", in.Op, in.Peer)
 	case in.Op.transfer():
 		return fmt.Sprintf("%s %d peer=%d %v", in.Op, in.Micro, in.Peer, in.Tensors)
 	}
@@ -148,6 +168,15 @@ func (in Instr) String() string {
 // Plan is everything the runtime needs to train a model as a pipeline:
 // the stages, where each runs, what crosses between them, and each
 // stage's program. It is JSON; Hash identifies it.
+//
+// A stage of the partition with replicas becomes one entry of Stages (an
+// executor) per node, with adjacent IDs: each replica runs its share of
+// the micro-batches (StagePlan.Micros: the r-th block of consecutive ones
+// with ChainedSums, else interleaved), through the stage's program
+// restricted to them, and the replicas sum their parameter gradients in a
+// chain before the optimizer step (OpRecvSum, OpSendSum).
+// StageInput.From and StageOutput.To name stages of the partition
+// (StagePlan.Group); an instruction's Peer names the executor.
 type Plan struct {
 	// Format is the plan format's version (1).
 	Format int    `json:"format"`
@@ -157,15 +186,28 @@ type Plan struct {
 	Partitioner string   `json:"partitioner,omitempty"`
 	Schedule    Schedule `json:"schedule"`
 	// MicroBatches is M; MicroBatchSize the samples in each.
-	MicroBatches   int         `json:"micro_batches"`
-	MicroBatchSize int         `json:"micro_batch_size"`
-	Stages         []StagePlan `json:"stages"`
+	MicroBatches   int `json:"micro_batches"`
+	MicroBatchSize int `json:"micro_batch_size"`
+	// ChainedSums orders the replicas' gradient sums as one process adds
+	// the micro-batches' gradients, so that replicated training is
+	// bit-identical to it: replica r receives the sum of replicas 0..r-1
+	// before its first backward pass and adds its own to it, which makes
+	// the replicas' backward passes wait for each other. Without it a
+	// replica receives that sum after its last backward pass, and every
+	// replica still ends with the same total, ((g0 + g1) + g2) ...
+	ChainedSums bool        `json:"chained_sums,omitempty"`
+	Stages      []StagePlan `json:"stages"`
 }
 
-// StagePlan is one stage.
+// StagePlan is one stage, or one replica of a stage.
 type StagePlan struct {
-	ID   int    `json:"id"`
-	Node string `json:"node"`
+	ID int `json:"id"`
+	// Group is the stage of the partition the executor runs (ID without
+	// replicas; in JSON only where it differs from ID), Replica its index
+	// among the stage's replicas.
+	Group   int    `json:"-"`
+	Replica int    `json:"replica,omitempty"`
+	Node    string `json:"node"`
 	// Layers are the stage's layers in the model's topological order; the
 	// runtime runs them as g.Stage(Layers).
 	Layers []string `json:"layers"`
@@ -212,18 +254,106 @@ func (p *Plan) Hash() string {
 	return hex.EncodeToString(h[:])
 }
 
-// Partition returns the plan's partition.
+type stagePlanFields StagePlan // StagePlan without its JSON methods
+
+func (s StagePlan) MarshalJSON() ([]byte, error) {
+	j := struct {
+		ID      int  `json:"id"`
+		Group   *int `json:"group,omitempty"`
+		Replica int  `json:"replica,omitempty"`
+		stagePlanFields
+	}{ID: s.ID, Replica: s.Replica, stagePlanFields: stagePlanFields(s)}
+	if s.Group != s.ID {
+		j.Group = &s.Group
+	}
+	return json.Marshal(j)
+}
+
+func (s *StagePlan) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Group *int `json:"group"`
+		stagePlanFields
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = StagePlan(j.stagePlanFields)
+	s.Group = s.ID
+	if j.Group != nil {
+		s.Group = *j.Group
+	}
+	return nil
+}
+
+// Micros returns the micro-batches the executor runs (those of its
+// forward passes), ascending: all M for a stage without replicas.
+func (s *StagePlan) Micros() []int {
+	var out []int
+	for _, in := range s.Program {
+		if in.Op == OpForward {
+			out = append(out, in.Micro)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Replicated reports whether a stage of the plan has replicas.
+func (p *Plan) Replicated() bool {
+	for _, s := range p.Stages {
+		if s.Replica > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Partition returns the plan's partition: one stage per group of
+// executors, with the numbers of their micro-batches as shares unless
+// those are the equal split.
 func (p *Plan) Partition() *Partition {
 	q := &Partition{}
-	for _, s := range p.Stages {
+	var execs [][]int
+	for k, s := range p.Stages {
+		if s.Replica > 0 && len(q.Stages) > 0 {
+			st := &q.Stages[len(q.Stages)-1]
+			st.Replicas = append(st.Replicas, s.Node)
+			execs[len(execs)-1] = append(execs[len(execs)-1], k)
+			continue
+		}
 		q.Stages = append(q.Stages, PartStage{Node: s.Node, Layers: slices.Clone(s.Layers)})
+		execs = append(execs, []int{k})
+	}
+	for gi, ex := range execs {
+		if len(ex) == 1 {
+			continue
+		}
+		shares := make([]int, len(ex))
+		for r, k := range ex {
+			shares[r] = len(p.Stages[k].Micros())
+		}
+		if !slices.Equal(shares, equalSplit(p.MicroBatches, len(ex))) {
+			q.Stages[gi].Shares = shares
+		}
 	}
 	return q
 }
 
 // Build makes the plan that runs partition part of g with schedule sched
-// and M micro-batches of b samples. nodes are the cluster's node names.
+// and M micro-batches of b samples. nodes are the cluster's node names. A
+// stage with replicas gets an executor per node, which sum their
+// gradients in the fast order; BuildChained makes the plan that sums
+// them in the deterministic order (Plan.ChainedSums).
 func Build(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int) (*Plan, error) {
+	return buildPlan(g, part, nodes, sched, M, b, false)
+}
+
+// BuildChained is Build with Plan.ChainedSums set.
+func BuildChained(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int) (*Plan, error) {
+	return buildPlan(g, part, nodes, sched, M, b, true)
+}
+
+func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool) (*Plan, error) {
 	idx := map[string]int{}
 	for i, n := range nodes {
 		idx[n] = i
@@ -232,10 +362,10 @@ func Build(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b in
 	if err != nil {
 		return nil, err
 	}
-	return sg.plan(sched, M, b)
+	return sg.plan(sched, M, b, chained)
 }
 
-func (sg *stageGraph) plan(sched Schedule, M, b int) (*Plan, error) {
+func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error) {
 	g := sg.g
 	if M < 1 || b < 1 {
 		return nil, fmt.Errorf("%w: %d micro-batches of %d samples", ErrPlan, M, b)
@@ -246,38 +376,127 @@ func (sg *stageGraph) plan(sched Schedule, M, b int) (*Plan, error) {
 	if sched < GPipe || sched > GraphSchedule {
 		return nil, fmt.Errorf("%w: unknown schedule %d", ErrPlan, sched)
 	}
-	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b}
 	S := len(sg.layers)
+	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated()}
+	// Executors: each stage's nodes in turn, IDs in order.
+	execs := make([][]int, S)  // stage -> executor IDs
+	execOf := make([][]int, S) // stage -> micro-batch -> executor ID
+	var micros [][]int         // executor -> its micro-batches
+	for s := 0; s < S; s++ {
+		split, err := sg.part.Stages[s].split(s, M)
+		if err != nil {
+			return nil, err
+		}
+		for range split {
+			execs[s] = append(execs[s], len(micros))
+			micros = append(micros, nil)
+		}
+		execOf[s] = make([]int, M)
+		for m, r := range assignMicros(split, p.ChainedSums) {
+			id := execs[s][r]
+			execOf[s][m] = id
+			micros[id] = append(micros[id], m)
+		}
+	}
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
 		pos[n.Name] = i
 	}
-	for s := 0; s < S; s++ {
-		st := StagePlan{ID: s, Node: sg.part.Stages[s].Node, Loss: s == sg.loss}
-		for _, i := range sg.layers[s] {
-			st.Layers = append(st.Layers, g.Nodes[i].Name)
-		}
-		for k, t := range sg.inputs[s] {
-			st.Inputs = append(st.Inputs, StageInput{Name: t, From: sg.from[s][k], Grad: !g.IsInput(t) && g.Node(t).RequiresGrad})
-		}
-		for k, t := range sg.outputs[s] {
-			to := slices.Clone(sg.to[s][k])
-			if to == nil {
-				to = []int{}
+	// The warm-up counts the nodes on the longest path to the end, the
+	// stage's own included: a stage runs ahead by as many micro-batches as
+	// the replicas after it run at once, and an interleaved replica keeps
+	// one of its own ahead (without replicas, the depth in stages).
+	depth := make([]int, S)
+	var nodeDepth func(s int) int
+	nodeDepth = func(s int) int {
+		if depth[s] == 0 {
+			d := 0
+			for _, t := range sg.succ[s] {
+				d = max(d, nodeDepth(t))
 			}
-			st.Outputs = append(st.Outputs, StageOutput{Name: t, To: to, Grad: g.Node(t).RequiresGrad && len(to) > 0})
+			depth[s] = d + 1 + len(sg.part.Stages[s].Replicas)
 		}
-		p.Stages = append(p.Stages, st)
+		return depth[s]
 	}
-	for s := range p.Stages {
-		p.Stages[s].Program = program(&p.Stages[s], sched, M, sg.depth[s], pos)
+	for s := 0; s < S; s++ {
+		ps := sg.part.Stages[s]
+		for r, node := range ps.Nodes() {
+			id := execs[s][r]
+			st := StagePlan{ID: id, Group: s, Replica: r, Node: node, Loss: s == sg.loss}
+			for _, i := range sg.layers[s] {
+				st.Layers = append(st.Layers, g.Nodes[i].Name)
+			}
+			for k, t := range sg.inputs[s] {
+				st.Inputs = append(st.Inputs, StageInput{Name: t, From: sg.from[s][k], Grad: !g.IsInput(t) && g.Node(t).RequiresGrad})
+			}
+			for k, t := range sg.outputs[s] {
+				to := slices.Clone(sg.to[s][k])
+				if to == nil {
+					to = []int{}
+				}
+				st.Outputs = append(st.Outputs, StageOutput{Name: t, To: to, Grad: g.Node(t).RequiresGrad && len(to) > 0})
+			}
+			st.Program = program(&st, progShape{sched: sched, micros: micros[id], depth: nodeDepth(s),
+				execOf: execOf, replicas: execs[s], chained: p.ChainedSums}, pos)
+			p.Stages = append(p.Stages, st)
+		}
 	}
 	return p, nil
 }
 
-// program writes stage st's instruction list. The tensors of one message
-// are listed in the model's node order (pos), on both ends.
-func program(st *StagePlan, sched Schedule, M, depth int, pos map[string]int) []Instr {
+// assignMicros gives each of M micro-batches (M the sum of split) to a
+// replica, split[r] to replica r. With chained sums replica r takes the
+// r-th block of consecutive micro-batches: it continues the sum of all
+// micro-batches before its block, as one process does. Otherwise each
+// next micro-batch goes to the replica furthest behind its share (ties
+// to the earlier), which interleaves them: replicas fed by one executor,
+// micro-batch after micro-batch, then work at the same time.
+func assignMicros(split []int, chained bool) []int {
+	var out []int
+	if chained {
+		for r, n := range split {
+			for ; n > 0; n-- {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	got := make([]int, len(split))
+	M := 0
+	for _, n := range split {
+		M += n
+	}
+	for m := 0; m < M; m++ {
+		best := -1
+		for r, n := range split {
+			// (got+1)/n < (got_best+1)/n_best, in integers.
+			if got[r] < n && (best < 0 || (got[r]+1)*split[best] < (got[best]+1)*n) {
+				best = r
+			}
+		}
+		got[best]++
+		out = append(out, best)
+	}
+	return out
+}
+
+// progShape is what an executor's program depends on besides its stage:
+// the schedule, its micro-batches (ascending), its stage's depth (the
+// longest path to a sink, in nodes), which executor runs each
+// micro-batch of each stage, the executors of its own stage, and the
+// order of the gradient sums.
+type progShape struct {
+	sched    Schedule
+	micros   []int
+	depth    int
+	execOf   [][]int
+	replicas []int
+	chained  bool
+}
+
+// program writes executor st's instruction list. The tensors of one
+// message are listed in the model's node order (pos), on both ends.
+func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 	// Peers in a fixed order: coordinator first, then ascending stage.
 	var inPeers, outPeers, gradIn, gradOut []int
 	for _, in := range st.Inputs {
@@ -320,47 +539,84 @@ func program(st *StagePlan, sched Schedule, M, depth int, pos map[string]int) []
 		}
 		return n
 	}
+	// exec is the executor of stage q that runs micro-batch m.
+	exec := func(q, m int) int {
+		if q == Coordinator {
+			return Coordinator
+		}
+		return sh.execOf[q][m]
+	}
+	R, r := len(sh.replicas), st.Replica
 	var prog []Instr
 	fwd := func(m int) {
 		for _, q := range inPeers {
-			prog = append(prog, Instr{Op: OpRecvAct, Micro: m, Peer: q, Tensors: inputsFrom(q, false)})
+			prog = append(prog, Instr{Op: OpRecvAct, Micro: m, Peer: exec(q, m), Tensors: inputsFrom(q, false)})
 		}
 		prog = append(prog, Instr{Op: OpForward, Micro: m})
 		if st.Loss {
 			prog = append(prog, Instr{Op: OpLoss, Micro: m})
 		}
 		for _, q := range outPeers {
-			prog = append(prog, Instr{Op: OpSendAct, Micro: m, Peer: q, Tensors: outputsTo(q, false)})
+			prog = append(prog, Instr{Op: OpSendAct, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, false)})
 		}
 	}
 	bwd := func(m int) {
 		for _, q := range gradIn {
-			prog = append(prog, Instr{Op: OpRecvGrad, Micro: m, Peer: q, Tensors: outputsTo(q, true)})
+			prog = append(prog, Instr{Op: OpRecvGrad, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, true)})
+		}
+		if sh.chained && r > 0 && m == sh.micros[0] {
+			// The gradients start from the sum of the replicas before.
+			prog = append(prog, Instr{Op: OpRecvSum, Peer: sh.replicas[r-1]})
 		}
 		prog = append(prog, Instr{Op: OpBackward, Micro: m})
 		for _, q := range gradOut {
-			prog = append(prog, Instr{Op: OpSendGrad, Micro: m, Peer: q, Tensors: inputsFrom(q, true)})
+			prog = append(prog, Instr{Op: OpSendGrad, Micro: m, Peer: exec(q, m), Tensors: inputsFrom(q, true)})
 		}
 	}
-	switch sched {
+	// The stage's program over all M micro-batches, restricted to this
+	// executor's: any run of the stages without replicas then orders the
+	// replicas' instructions too, so they cannot deadlock where it does not.
+	M := len(sh.execOf[st.Group])
+	own := make([]bool, M)
+	for _, m := range sh.micros {
+		own[m] = true
+	}
+	pass := func(m int, f func(int)) {
+		if own[m] {
+			f(m)
+		}
+	}
+	switch sh.sched {
 	case GPipe:
 		for m := 0; m < M; m++ {
-			fwd(m)
+			pass(m, fwd)
 		}
 		for m := 0; m < M; m++ {
-			bwd(m)
+			pass(m, bwd)
 		}
 	default:
-		w := min(depth-1, M)
+		w := min(sh.depth-1, M)
 		for m := 0; m < w; m++ {
-			fwd(m)
+			pass(m, fwd)
 		}
 		for m := 0; m+w < M; m++ {
-			fwd(m + w)
-			bwd(m)
+			pass(m+w, fwd)
+			pass(m, bwd)
 		}
 		for m := M - w; m < M; m++ {
-			bwd(m)
+			pass(m, bwd)
+		}
+	}
+	if R > 1 {
+		if !sh.chained && r > 0 {
+			prog = append(prog, Instr{Op: OpRecvSum, Peer: sh.replicas[r-1]})
+		}
+		if r < R-1 {
+			prog = append(prog, Instr{Op: OpSendSum, Peer: sh.replicas[r+1]}, Instr{Op: OpRecvSum, Peer: sh.replicas[R-1]})
+		} else {
+			for _, q := range sh.replicas[:R-1] {
+				prog = append(prog, Instr{Op: OpSendSum, Peer: q})
+			}
 		}
 	}
 	return append(prog, Instr{Op: OpStep})
@@ -371,8 +627,12 @@ func program(st *StagePlan, sched Schedule, M, depth int, pos map[string]int) []
 // what Build derives, and that every program runs each micro-batch's
 // forward and backward pass once, backward passes in ascending order, the
 // optimizer step last, with every send matched by a receive, and that the
-// programs do not deadlock. A plan read from the network or disk must pass
-// it before it runs.
+// programs do not deadlock. Of a stage with replicas, it checks that the
+// replicas are adjacent and in order, run the same layers on the
+// micro-batches Build gives them (each micro-batch once), exchange each
+// micro-batch with the executor that runs it in the next or previous
+// stage, and sum their gradients in the chain that Build writes. A plan
+// read from the network or disk must pass it before it runs.
 func (p *Plan) Validate(g *nn.Graph) error {
 	if p.Format != 1 {
 		return fmt.Errorf("%w: format %d (want 1)", ErrPlan, p.Format)
@@ -385,23 +645,44 @@ func (p *Plan) Validate(g *nn.Graph) error {
 		if s.ID != i {
 			return fmt.Errorf("%w: stage %d has id %d", ErrPlan, i, s.ID)
 		}
+		prev := StagePlan{Group: -1}
+		if i > 0 {
+			prev = p.Stages[i-1]
+		}
+		if s.Replica == 0 && s.Group != prev.Group+1 || s.Replica != 0 && (s.Replica != prev.Replica+1 || s.Group != prev.Group) {
+			return fmt.Errorf("%w: stage %d is replica %d of stage %d after replica %d of stage %d (replicas of a stage are adjacent, in order)",
+				ErrPlan, i, s.Replica, s.Group, prev.Replica, prev.Group)
+		}
 		nodes = append(nodes, s.Node)
 	}
-	want, err := Build(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize)
+	want, err := buildPlan(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize, p.ChainedSums)
 	if err != nil {
 		return err
+	}
+	if want.ChainedSums != p.ChainedSums {
+		return fmt.Errorf("%w: the plan orders gradient sums but has no replicas", ErrPlan)
+	}
+	runner := map[[2]int]int{} // {stage, micro-batch} -> executor
+	for e, st := range want.Stages {
+		for _, m := range st.Micros() {
+			runner[[2]int{st.Group, m}] = e
+		}
+	}
+	runs := func(e, m int) bool {
+		r, ok := runner[[2]int{want.Stages[e].Group, m}]
+		return ok && r == e
 	}
 	for i := range p.Stages {
 		a, b := p.Stages[i], want.Stages[i]
 		if !slices.Equal(a.Layers, b.Layers) {
-			return fmt.Errorf("%w: stage %d lists its layers out of topological order", ErrPlan, i)
+			return fmt.Errorf("%w: stage %d lists its layers out of topological order or differs from replica 0", ErrPlan, i)
 		}
 		if a.Loss != b.Loss || !slices.Equal(a.Inputs, b.Inputs) || !slices.EqualFunc(a.Outputs, b.Outputs, func(x, y StageOutput) bool {
 			return x.Name == y.Name && x.Grad == y.Grad && slices.Equal(x.To, y.To)
 		}) {
 			return fmt.Errorf("%w: stage %d's inputs, outputs or loss flag differ from its layers' boundary", ErrPlan, i)
 		}
-		if err := checkProgram(&a, p.MicroBatches); err != nil {
+		if err := checkProgram(p, &want.Stages[i], runs); err != nil {
 			return err
 		}
 	}
@@ -412,26 +693,53 @@ func (p *Plan) Validate(g *nn.Graph) error {
 	return nil
 }
 
-// checkProgram checks one stage's program for the invariants the runtime
-// relies on.
-func checkProgram(st *StagePlan, M int) error {
+// checkProgram checks one executor's program for the invariants the
+// runtime relies on; want is the executor as Build writes it, and
+// runs(e, m) reports whether executor e runs micro-batch m.
+func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
+	st := &p.Stages[want.ID]
+	M := p.MicroBatches
+	micros := want.Micros()
+	mine := make([]bool, M)
+	for _, m := range micros {
+		mine[m] = true
+	}
 	fwd := make([]int, M)
-	nextB := 0
+	nextB := 0 // index into micros
+	firstB, lastB := -1, -1
 	for k, in := range st.Program {
-		if in.Op != OpStep && (in.Micro < 0 || in.Micro >= M) {
+		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
 			return fmt.Errorf("%w: stage %d instruction %d (%v): micro-batch out of range", ErrPlan, st.ID, k, in)
+		}
+		if in.Op.transfer() && in.Peer != Coordinator {
+			if in.Peer < 0 || in.Peer >= len(p.Stages) {
+				return fmt.Errorf("%w: stage %d instruction %d (%v): no stage %d", ErrPlan, st.ID, k, in, in.Peer)
+			}
+			if !runs(in.Peer, in.Micro) {
+				return fmt.Errorf("%w: stage %d instruction %d (%v): stage %d does not run micro-batch %d", ErrPlan, st.ID, k, in, in.Peer, in.Micro)
+			}
+		}
+		if in.Op.sum() && len(in.Tensors) > 0 {
+			return fmt.Errorf("%w: stage %d instruction %d (%v) names tensors (a sum carries all the stage's parameters)", ErrPlan, st.ID, k, in)
 		}
 		switch in.Op {
 		case OpForward:
+			if !mine[in.Micro] {
+				return fmt.Errorf("%w: stage %d runs forward %d outside its micro-batches", ErrPlan, st.ID, in.Micro)
+			}
 			fwd[in.Micro]++
 		case OpBackward:
-			if in.Micro != nextB {
-				return fmt.Errorf("%w: stage %d runs backward %d where backward %d is due (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro, nextB)
+			if nextB >= len(micros) || in.Micro != micros[nextB] {
+				return fmt.Errorf("%w: stage %d runs backward %d out of turn (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro)
 			}
 			if fwd[in.Micro] != 1 {
 				return fmt.Errorf("%w: stage %d runs backward %d before its forward", ErrPlan, st.ID, in.Micro)
 			}
 			nextB++
+			if firstB < 0 {
+				firstB = k
+			}
+			lastB = k
 		case OpStep:
 			if k != len(st.Program)-1 {
 				return fmt.Errorf("%w: stage %d steps the optimizer before its last instruction", ErrPlan, st.ID)
@@ -442,22 +750,57 @@ func checkProgram(st *StagePlan, M int) error {
 			}
 		}
 	}
-	for m, n := range fwd {
-		if n != 1 {
-			return fmt.Errorf("%w: stage %d runs forward %d %d times", ErrPlan, st.ID, m, n)
+	for _, m := range micros {
+		if fwd[m] != 1 {
+			return fmt.Errorf("%w: stage %d runs forward %d %d times", ErrPlan, st.ID, m, fwd[m])
 		}
 	}
-	if nextB != M || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
+	if nextB != len(micros) || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
 		return fmt.Errorf("%w: stage %d does not run every backward pass and then the optimizer step", ErrPlan, st.ID)
 	}
+	if got, exp := sumChain(st.Program, firstB, lastB), sumChain(want.Program, -1, -1); !slices.Equal(got, exp) {
+		return fmt.Errorf("%w: stage %d sums its gradients as %v, want %v", ErrPlan, st.ID, got, exp)
+	}
 	return nil
+}
+
+// sumChain lists a program's gradient sums as "op peer", each marked
+// "before" or "after" when it comes before the first backward pass
+// (instruction firstB) or after the last (lastB), and "among" otherwise;
+// firstB < 0 finds them.
+func sumChain(prog []Instr, firstB, lastB int) []string {
+	if firstB < 0 {
+		for k, in := range prog {
+			if in.Op == OpBackward {
+				lastB = k
+				if firstB < 0 {
+					firstB = k
+				}
+			}
+		}
+	}
+	var out []string
+	for k, in := range prog {
+		if !in.Op.sum() {
+			continue
+		}
+		where := "among"
+		if k < firstB {
+			where = "before"
+		} else if k > lastB {
+			where = "after"
+		}
+		out = append(out, fmt.Sprintf("%s %d %s the backward passes", in.Op, in.Peer, where))
+	}
+	return out
 }
 
 // Sequential reports whether the plan's stages form a chain, each stage
 // feeding the next (a tensor may also skip ahead): a sequential pipeline,
 // as opposed to a DAG of stages of which some run side by side.
 func (p *Plan) Sequential() bool {
-	for k, st := range p.Stages {
+	for _, st := range p.Stages {
+		k := st.Group
 		fed := k == 0
 		for _, in := range st.Inputs {
 			if in.From >= k {

@@ -10,9 +10,10 @@ import (
 )
 
 // WriteSVG draws the simulated step of p as a Gantt chart: one row per
-// stage, a box per forward (blue) and backward (green) pass labelled with
-// its micro-batch, the optimizer step in grey, and one thin row per link
-// with its transfers, on a time axis in milliseconds.
+// stage (per replica, "s1.0", of a stage with replicas), a box per forward
+// (blue) and backward (green) pass labelled with its micro-batch, the
+// optimizer step in grey, and one thin row per link with its transfers
+// (gradient sums in purple), on a time axis in milliseconds.
 func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	const (
 		width  = 1400.0
@@ -44,8 +45,12 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="white"/>`+"\n", width, height)
-	title := fmt.Sprintf("%s %s, %d stages, M=%d micro-batches of %d: step %.2f ms, bubble %.1f%%, %.0f samples/s",
-		p.Model, p.Schedule, S, p.MicroBatches, p.MicroBatchSize, r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput)
+	stages := fmt.Sprintf("%d stages", S)
+	if p.Replicated() {
+		stages = fmt.Sprintf("%d stages on %d nodes", p.Stages[S-1].Group+1, S)
+	}
+	title := fmt.Sprintf("%s %s, %s, M=%d micro-batches of %d: step %.2f ms, bubble %.1f%%, %.0f samples/s",
+		p.Model, p.Schedule, stages, p.MicroBatches, p.MicroBatchSize, r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput)
 	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(strings.TrimSpace(title)))
 	// Time axis.
 	step := niceStep(span * 1e3 / 10)
@@ -57,7 +62,7 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	}
 	for s, st := range p.Stages {
 		y := top + float64(s)*rowH
-		label := fmt.Sprintf("s%d @%s", s, st.Node)
+		label := execName(p, s) + " @" + st.Node
 		if r.Stages != nil && s < len(r.Stages) {
 			label += fmt.Sprintf("  busy %.0f%%", 100*r.Stages[s].BusyFraction)
 		}
@@ -86,23 +91,29 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	ly := top + float64(S)*rowH + 16
 	for k, lk := range linkRows {
 		y := ly + float64(k)*linkH
-		fmt.Fprintf(&b, `<text x="8" y="%.1f" font-size="9" fill="#555">link s%d→s%d</text>`+"\n", y+9, lk[0], lk[1])
+		fmt.Fprintf(&b, `<text x="8" y="%.1f" font-size="9" fill="#555">link %s→%s</text>`+"\n", y+9, execName(p, lk[0]), execName(p, lk[1]))
 	}
 	for _, e := range r.Events {
 		if !e.Link() {
 			continue
 		}
 		y := ly + float64(links[[2]int{e.Stage, e.Peer}])*linkH
-		fill := "#f28e2b"
-		if e.Op == OpSendGrad {
+		fill, what := "#f28e2b", fmt.Sprintf("%s %d", e.Op, e.Micro)
+		switch e.Op {
+		case OpSendGrad:
 			fill = "#e15759"
+		case OpSendSum:
+			fill, what = "#b07aa1", "gradient sum"
 		}
 		x0, x1 := x(e.Start), x(e.End)
-		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" opacity="0.8"><title>%s %d s%d→s%d %.0f bytes</title></rect>`+"\n",
-			x0, y+2, math.Max(x1-x0, 0.5), linkH-3, fill, e.Op, e.Micro, e.Stage, e.Peer, e.Bytes)
+		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" opacity="0.8"><title>%s %s→%s %.0f bytes</title></rect>`+"\n",
+			x0, y+2, math.Max(x1-x0, 0.5), linkH-3, fill, what, execName(p, e.Stage), execName(p, e.Peer), e.Bytes)
 	}
 	lgY := height - legend + 10
 	items := []struct{ fill, name string }{{"#4e79a7", "forward m"}, {"#59a14f", "backward m"}, {"#9e9e9e", "optimizer step"}, {"#f28e2b", "activation transfer"}, {"#e15759", "gradient transfer"}}
+	if p.Replicated() {
+		items = append(items, struct{ fill, name string }{"#b07aa1", "gradient sum"})
+	}
 	for k, it := range items {
 		xx := left + float64(k)*170
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="14" height="14" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n", xx, lgY, it.fill, xx+20, lgY+11, it.name)
@@ -110,6 +121,18 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// execName names executor e of p: "s3", or "s1.0" for replica 0 of stage
+// 1 in a plan with replicas.
+func execName(p *Plan, e int) string {
+	if e < 0 || e >= len(p.Stages) {
+		return fmt.Sprintf("s%d", e)
+	}
+	if p.Replicated() {
+		return fmt.Sprintf("s%d.%d", p.Stages[e].Group, p.Stages[e].Replica)
+	}
+	return fmt.Sprintf("s%d", e)
 }
 
 func shade(a, b string, m int) string {
@@ -157,7 +180,7 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 	evs = append(evs, ev{Name: "process_name", Ph: "M", Pid: 1, Args: map[string]any{"name": "stages"}},
 		ev{Name: "process_name", Ph: "M", Pid: 2, Args: map[string]any{"name": "links"}})
 	for s, st := range p.Stages {
-		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 1, Tid: s, Args: map[string]any{"name": fmt.Sprintf("s%d @%s", s, st.Node)}})
+		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 1, Tid: s, Args: map[string]any{"name": execName(p, s) + " @" + st.Node}})
 	}
 	links := map[[2]int]int{}
 	for _, e := range r.Events {
@@ -165,13 +188,17 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 			k := [2]int{e.Stage, e.Peer}
 			if _, ok := links[k]; !ok {
 				links[k] = len(links)
-				evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 2, Tid: links[k], Args: map[string]any{"name": fmt.Sprintf("s%d->s%d", e.Stage, e.Peer)}})
+				evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 2, Tid: links[k], Args: map[string]any{"name": execName(p, e.Stage) + "->" + execName(p, e.Peer)}})
 			}
 		}
 	}
 	for _, e := range r.Events {
 		if e.Link() {
-			evs = append(evs, ev{Name: fmt.Sprintf("%s %d", e.Op, e.Micro), Cat: "transfer", Ph: "X", Ts: e.Start * 1e6, Dur: (e.End - e.Start) * 1e6,
+			name := fmt.Sprintf("%s %d", e.Op, e.Micro)
+			if e.Op == OpSendSum {
+				name = "gradient sum"
+			}
+			evs = append(evs, ev{Name: name, Cat: "transfer", Ph: "X", Ts: e.Start * 1e6, Dur: (e.End - e.Start) * 1e6,
 				Pid: 2, Tid: links[[2]int{e.Stage, e.Peer}], Args: map[string]any{"bytes": e.Bytes, "micro": e.Micro}})
 			continue
 		}

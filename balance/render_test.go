@@ -64,3 +64,26 @@ func TestGanttAndTrace(t *testing.T) {
 		t.Fatalf("trace has %d events, report %d", x, len(res.Report.Events))
 	}
 }
+
+// A replicated plan's chart has a row per executor, named by stage and
+// replica, and draws the gradient sums.
+func TestGanttReplicas(t *testing.T) {
+	g := build(t, "mlp32", zoo.Options{Width: 64})
+	c := equalNodes(3)
+	res, err := Search(g, Analytic(g, AnalyticOptions{}), c, Options{Partitioner: "fc1-fc16@a,b; fc17-fc32@c", Batch: 32, MicroBatches: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, res.Plan, res.Report); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2 stages on 3 nodes", "s0.0 @a", "s0.1 @b", "s1.0 @c", "gradient sum s0.0→s0.1", "gradient sum s0.1→s0.0"} {
+		if !strings.Contains(svg.String(), want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	if err := xml.Unmarshal(svg.Bytes(), new(struct{})); err != nil {
+		t.Fatalf("SVG is not XML: %v", err)
+	}
+}

@@ -1,8 +1,10 @@
 package balance
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -45,6 +47,13 @@ type Options struct {
 	// once; 0 or 1 solves them one after the other on the caller's
 	// goroutine (a job's pure core). The result is the same either way.
 	Workers int
+	// Replicas lets the balanced and graph partitioners run a stage on
+	// several nodes (replicas, see PartStage) as well; the plans without
+	// replicas are candidates still.
+	Replicas bool
+	// ChainedSums makes the replicas of a stage sum their gradients in the
+	// deterministic order (Plan.ChainedSums).
+	ChainedSums bool
 }
 
 // Result is the best plan a search found.
@@ -102,6 +111,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		if fixedSG, err = newStageGraph(g, fixed, net.index); err != nil {
 			return nil, err
 		}
+		if Ms, err = fixed.microBatchCounts(Ms); err != nil {
+			return nil, err
+		}
 	}
 	graph := o.Partitioner == GraphPP && len(findRegions(l, l.costsFor(1, slots))) > 0
 
@@ -139,8 +151,22 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 			inflight = func(c int) float64 { return float64(min(M, c)) }
 		}
 		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflight, graph)
-		for _, segs := range solve(p, M, o.Keep, graph) {
-			sg, err := newStageGraph(g, segmentsPartition(l, p, segs, nodes), net.index)
+		sols := solve(p, M, o.Keep, graph)
+		var parts []*Partition
+		for _, segs := range sols {
+			parts = append(parts, segmentsPartition(l, p, segs, nodes))
+		}
+		if o.Replicas && M > 1 && len(nodes) > 1 {
+			p.allowReplicas(M, min(len(nodes), M), o.ChainedSums)
+			for _, segs := range solve(p, M, o.Keep, graph) {
+				part := segmentsPartition(l, p, segs, nodes)
+				if !slices.ContainsFunc(parts, func(q *Partition) bool { return reflect.DeepEqual(q, part) }) {
+					parts = append(parts, part)
+				}
+			}
+		}
+		for _, part := range parts {
+			sg, err := newStageGraph(g, part, net.index)
 			if err != nil {
 				continue // a branch grouping whose gradients cannot be summed exactly
 			}
@@ -193,7 +219,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 					continue
 				}
 			}
-			plan, err := sg.plan(sched, M, b)
+			plan, err := sg.plan(sched, M, b, o.ChainedSums)
 			if err != nil {
 				return nil, err
 			}
@@ -237,6 +263,34 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
 	}
 	return &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}, nil
+}
+
+// microBatchCounts keeps of Ms the micro-batch counts that p's replicated
+// stages can share: their shares add up to M, or M gives each of their
+// nodes one at least.
+func (p *Partition) microBatchCounts(Ms []int) ([]int, error) {
+	var out []int
+	var first error
+	for _, M := range Ms {
+		var err error
+		for s := range p.Stages {
+			if _, err = p.Stages[s].split(s, M); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			out = append(out, M)
+		} else if first == nil {
+			first = err
+		}
+	}
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case len(Ms) == 1:
+		return nil, first
+	}
+	return nil, fmt.Errorf("%w: the partition's replicated stages fit none of the micro-batch counts %v (shares add up to M; each node needs one)", ErrPlan, Ms)
 }
 
 // memoryFree reports whether the whole model with M micro-batches in flight
@@ -370,7 +424,9 @@ func solve(p *problem, M, keep int, graph bool) [][]segment {
 	// Node counts whose bottleneck improves on every smaller count, most
 	// nodes first; a count whose estimate cannot beat the keep-th best so
 	// far is skipped (CP >= all work on the fastest node), which does not
-	// change the result.
+	// change the result. With replicas the bottleneck improves at almost
+	// every count: the least critical path of any solution on S nodes,
+	// from one pass without a bound, skips more.
 	var counts []int
 	bestT := math.Inf(1)
 	for S := 1; S <= s.N; S++ {
@@ -380,28 +436,42 @@ func solve(p *problem, M, keep int, graph bool) [][]segment {
 		}
 	}
 	cpLow := p.c.work[p.c.U] / slices.Max(p.speed)
+	var cpAny [][]float64
+	if p.maxRep > 1 && len(counts) > keep {
+		cpAny = s.minSum(math.Inf(1), s.N).cp
+	}
+	low := func(S int) float64 {
+		if cpAny != nil {
+			return float64(M-1)*s.g[S][0] + max(cpLow, cpAny[S][0])
+		}
+		return float64(M-1)*s.g[S][0] + cpLow
+	}
+	if cpAny != nil {
+		// Most promising first, so that the bound skips more.
+		slices.SortStableFunc(counts, func(a, b int) int { return cmp.Compare(low(b), low(a)) })
+	}
 	var top []float64
 	for k := len(counts) - 1; k >= 0; k-- {
 		S := counts[k]
 		tau := s.g[S][0]
-		if len(top) >= keep && float64(M-1)*tau+cpLow >= top[keep-1] {
+		if len(top) >= keep && low(S) >= top[keep-1] {
 			continue
 		}
-		h, ch, pc := s.minSum(tau, S)
-		if math.IsInf(h[S][0], 1) {
+		t := s.minSum(tau, S)
+		if math.IsInf(t.cp[S][0], 1) {
 			continue
 		}
-		top = append(top, add(s.walk(S, ch, pc)))
+		top = append(top, add(s.walk(S, t)))
 		slices.Sort(top)
 	}
 	if graph {
 		slices.Sort(taus)
 		taus = slices.Compact(taus)
 		for _, tau := range taus {
-			h, ch, pc := s.minSum(tau, s.N)
+			t := s.minSum(tau, s.N)
 			for S := 1; S <= s.N; S++ {
-				if !math.IsInf(h[S][0], 1) {
-					add(s.walk(S, ch, pc))
+				if !math.IsInf(t.cp[S][0], 1) {
+					add(s.walk(S, t))
 				}
 			}
 		}
@@ -420,7 +490,7 @@ func segmentsPartition(l *layout, p *problem, segs []segment, nodes []string) *P
 	part := &Partition{}
 	for _, sg := range segs {
 		if sg.r == nil {
-			part.Stages = append(part.Stages, PartStage{Node: nodes[p.order[sg.c-1]], Layers: l.unitNames(sg.i, sg.e)})
+			part.Stages = append(part.Stages, replicaPartStage(l, p, nodes, sg.i, sg.e, sg.c, sg.k))
 			continue
 		}
 		G := 0

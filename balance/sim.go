@@ -26,10 +26,15 @@ type Report struct {
 	Events []Event `json:"-"`
 }
 
-// StageReport is one stage's share of the step.
+// StageReport is one stage's share of the step (one executor's, of a
+// stage with replicas).
 type StageReport struct {
-	ID   int    `json:"id"`
-	Node string `json:"node"`
+	ID int `json:"id"`
+	// Group and Replica are the stage of the partition and the replica
+	// (see StagePlan).
+	Group   int    `json:"group"`
+	Replica int    `json:"replica,omitempty"`
+	Node    string `json:"node"`
 	// Forward and Backward are the stage's pass times per micro-batch.
 	Forward  float64 `json:"forward_s"`
 	Backward float64 `json:"backward_s"`
@@ -39,8 +44,8 @@ type StageReport struct {
 	BubbleFraction float64 `json:"bubble_fraction"`
 	// PeakInFlight is the most micro-batches between forward and backward
 	// at once; PeakMemory the stage's memory then: parameters, gradients,
-	// optimizer state, and per micro-batch in flight its layers' buffers
-	// and its received inputs.
+	// optimizer state, the gradient sum a replica receives, and per
+	// micro-batch in flight its layers' buffers and its received inputs.
 	PeakInFlight int     `json:"peak_in_flight"`
 	PeakMemory   float64 `json:"peak_memory_bytes"`
 	// MemoryLimit is the node's memory (0: no limit).
@@ -58,8 +63,8 @@ type LinkReport struct {
 }
 
 // Event is one interval of the simulated step: an instruction on a stage
-// (Peer = -2 for compute) or a transfer on a link (Op OpSendAct or
-// OpSendGrad, Stage the sender, Peer the receiver).
+// (Peer = -2 for compute) or a transfer on a link (Op OpSendAct,
+// OpSendGrad or OpSendSum, Stage the sender, Peer the receiver).
 type Event struct {
 	Stage int     `json:"stage"`
 	Op    Op      `json:"op"`
@@ -79,11 +84,13 @@ const noPeer = -2
 type simCosts interface {
 	// compute is the duration of a compute instruction of stage s.
 	compute(s int, op Op) float64
-	// transfer is how long a message (of gradients if grad) occupies the
-	// link, its latency and its bytes on the wire.
-	transfer(from, to int, tensors []string, grad bool) (busy, latency, bytes float64)
+	// transfer is how long the message that instruction in of stage from
+	// sends (activations, gradients or a gradient sum) occupies the link,
+	// its latency and its bytes on the wire.
+	transfer(from, to int, in Instr) (busy, latency, bytes float64)
 	// input is when micro-batch m's inputs reach stage s: the feeder sends
-	// every stage's, micro-batch after micro-batch, from the step's start.
+	// every stage's, micro-batch after micro-batch of its own, from the
+	// step's start.
 	input(s, m int, tensors []string) float64
 }
 
@@ -97,7 +104,7 @@ func (unitCosts) compute(s int, op Op) float64 {
 	}
 	return 0
 }
-func (unitCosts) transfer(from, to int, tensors []string, grad bool) (float64, float64, float64) {
+func (unitCosts) transfer(from, to int, in Instr) (float64, float64, float64) {
 	return 0, 0, 0
 }
 func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
@@ -106,6 +113,8 @@ func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
 type profileCosts struct {
 	fwd, bwd, upd []float64 // per stage
 	node          []int     // per stage, network index
+	micros        [][]int   // per stage, its micro-batches, ascending
+	sum           []float64 // per stage, the bytes of its gradient sum
 	net           *network
 	bytes         map[string]float64 // tensor -> bytes per micro-batch
 }
@@ -122,17 +131,20 @@ func (c *profileCosts) compute(s int, op Op) float64 {
 	return 0
 }
 
-func (c *profileCosts) transfer(from, to int, tensors []string, grad bool) (float64, float64, float64) {
+func (c *profileCosts) transfer(from, to int, in Instr) (float64, float64, float64) {
 	if from == Coordinator || to == Coordinator {
 		return 0, 0, 0
 	}
 	var b float64
-	for _, t := range tensors {
+	for _, t := range in.Tensors {
 		b += c.bytes[t]
 	}
 	f := flowAct
-	if grad {
+	switch in.Op {
+	case OpSendGrad:
 		f = flowGrad
+	case OpSendSum:
+		f, b = flowGrad, c.sum[from]
 	}
 	l := c.net.link(c.node[from], c.node[to])
 	return l.occupies(b, f), l.Latency, l.wire(b, f)
@@ -147,7 +159,8 @@ func (c *profileCosts) input(s, m int, tensors []string) float64 {
 		b += c.bytes[t]
 	}
 	l := c.net.link(c.net.feeder, c.node[s])
-	return float64(m+1)*l.occupies(b, flowInput) + l.Latency
+	k, _ := slices.BinarySearch(c.micros[s], m) // the feeder sends them in turn
+	return float64(k+1)*l.occupies(b, flowInput) + l.Latency
 }
 
 // SimOptions configure a simulation.
@@ -206,13 +219,19 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	pc := &profileCosts{net: net, bytes: map[string]float64{}}
 	static := make([]float64, len(p.Stages))
 	perMicro := make([]float64, len(p.Stages))
+	replicated := map[int]bool{} // stages with replicas
+	for _, st := range p.Stages {
+		if st.Replica > 0 {
+			replicated[st.Group] = true
+		}
+	}
 	for s, st := range p.Stages {
 		ni, ok := net.index[st.Node]
 		if !ok {
 			return nil, fmt.Errorf("%w: stage %d runs on node %q, which is not in the cluster", ErrUnknownNode, s, st.Node)
 		}
 		sp := net.nodes[ni].Speed
-		var f, bw, u float64
+		var f, bw, u, train float64
 		for _, name := range st.Layers {
 			j, ok := l.nodePos[name]
 			if !ok {
@@ -224,7 +243,16 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			u += lp.Update
 			static[s] += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+slots)
 			perMicro[s] += lp.SlotBytes * float64(b)
+			train += float64(lp.TrainableBytes)
 		}
+		if replicated[st.Group] {
+			// A replica also holds the gradient sum it receives.
+			static[s] += train
+			pc.sum = append(pc.sum, train)
+		} else {
+			pc.sum = append(pc.sum, 0)
+		}
+		pc.micros = append(pc.micros, st.Micros())
 		for _, in := range st.Inputs {
 			if j, ok := l.nodePos[in.Name]; ok {
 				perMicro[s] += l.tensorBytes(j, b)
@@ -249,7 +277,7 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	}
 	for s := range r.Stages {
 		st := &r.Stages[s]
-		st.Node = p.Stages[s].Node
+		st.Node, st.Group, st.Replica = p.Stages[s].Node, p.Stages[s].Group, p.Stages[s].Replica
 		st.Forward, st.Backward = pc.fwd[s], pc.bwd[s]
 		st.PeakMemory = static[s] + float64(st.PeakInFlight)*perMicro[s]
 		st.MemoryLimit = net.nodes[pc.node[s]].Memory
@@ -281,10 +309,23 @@ func (h *simHeap) Pop() any {
 	return x
 }
 
+// msgKey is a message: its sender and receiver, the instruction that
+// sends it, and its micro-batch (0 for a sum).
 type msgKey struct {
 	from, to int
-	grad     bool
+	op       Op
 	m        int
+}
+
+// sender is the instruction that sends what a receive waits for.
+func sender(op Op) Op {
+	switch op {
+	case OpRecvAct:
+		return OpSendAct
+	case OpRecvGrad:
+		return OpSendGrad
+	}
+	return OpSendSum
 }
 
 // replay runs the plan's programs against costs in time order.
@@ -317,9 +358,9 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		in := prog[pcs[s]]
 		next := t
 		switch in.Op {
-		case OpRecvAct, OpRecvGrad:
+		case OpRecvAct, OpRecvGrad, OpRecvSum:
 			if in.Peer == Coordinator {
-				if in.Op == OpRecvGrad {
+				if in.Op != OpRecvAct {
 					return nil, fmt.Errorf("%w: stage %d waits for gradients from the coordinator", ErrPlan, s)
 				}
 				next = max(t, c.input(s, in.Micro, in.Tensors))
@@ -328,7 +369,10 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
 				return nil, fmt.Errorf("%w: stage %d receives from stage %d", ErrPlan, s, in.Peer)
 			}
-			k := msgKey{in.Peer, s, in.Op == OpRecvGrad, in.Micro}
+			k := msgKey{in.Peer, s, sender(in.Op), in.Micro}
+			if in.Op == OpRecvSum {
+				k.m = 0
+			}
 			at, ok := arrived[k]
 			if !ok {
 				waiting[k] = s
@@ -340,15 +384,18 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			}
 			delete(arrived, k)
 			next = max(t, at)
-		case OpSendAct, OpSendGrad:
+		case OpSendAct, OpSendGrad, OpSendSum:
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
 				return nil, fmt.Errorf("%w: stage %d sends to stage %d", ErrPlan, s, in.Peer)
 			}
-			k := msgKey{s, in.Peer, in.Op == OpSendGrad, in.Micro}
+			k := msgKey{s, in.Peer, in.Op, in.Micro}
+			if in.Op == OpSendSum {
+				k.m = 0
+			}
 			if _, dup := sent[k]; dup {
 				return nil, fmt.Errorf("%w: stage %d sends micro-batch %d to stage %d twice", ErrPlan, s, in.Micro, in.Peer)
 			}
-			bt, lat, bytes := c.transfer(s, in.Peer, in.Tensors, in.Op == OpSendGrad)
+			bt, lat, bytes := c.transfer(s, in.Peer, in)
 			lk := [2]int{s, in.Peer}
 			start := max(t, linkFree[lk])
 			linkFree[lk] = start + bt

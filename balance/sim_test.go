@@ -190,3 +190,77 @@ func TestFeeder(t *testing.T) {
 		t.Errorf("step %.4f s fed from b, %.4f s fed from a: the inputs (%.4f s on the link) cost too little", far.StepTime, near.StepTime, in)
 	}
 }
+
+// Two equal replicas of the one stage of a 4-layer model, M=8: each runs
+// 4 micro-batches (interleaved, or blocks with chained sums), then the
+// sum goes from replica 0 to 1 and the total back (x = trainable bytes /
+// bandwidth + latency each way), then both step. The fast order takes
+// half the compute time plus 2x; the chained order also waits for the
+// prefix before replica 1's first backward pass, so the backward passes
+// of the two replicas run one after the other. 1F1B warms up with one
+// forward pass (2 nodes to the end: its own).
+func TestSimulatorReplicas(t *testing.T) {
+	const f, b, u, L = 0.003, 0.007, 0.001, 4
+	g := chainModel(t, L)
+	prof := Analytic(g, AnalyticOptions{})
+	var all []string
+	for k := range prof.Layers {
+		lp := &prof.Layers[k]
+		lp.Forward, lp.Backward, lp.Update = Timing{PerSample: f}, Timing{PerSample: b}, u
+		lp.ParamBytes, lp.TrainableBytes, lp.SlotBytes = 1000, 1000, 100
+		all = append(all, g.Nodes[k].Name)
+	}
+	c := &Cluster{Nodes: []NodeProfile{{Name: "a", Speed: 1}, {Name: "b", Speed: 1}}, DefaultLink: LinkProfile{Bandwidth: 1e6, Latency: 0.01}}
+	x := float64(L*1000)/1e6 + 0.01
+	F, B, U := L*f, L*b, L*u // one micro-batch through the stage, one step
+	single := &Partition{Stages: []PartStage{{Node: "a", Layers: all}}}
+	repl := &Partition{Stages: []PartStage{{Node: "a", Replicas: []string{"b"}, Layers: all}}}
+	one := mustSim(t, g, prof, c, single, []string{"a", "b"}, GPipe, 8)
+	if want := 8*(F+B) + U; math.Abs(one.StepTime-want) > 1e-12 {
+		t.Fatalf("one node: step %.6f, want %.6f", one.StepTime, want)
+	}
+	for _, tc := range []struct {
+		sched   Schedule
+		chained bool
+		want    float64
+	}{
+		{GPipe, false, 4*(F+B) + 2*x + U},
+		{OneFOneB, false, 4*(F+B) + 2*x + U},
+		// Replica 1 runs its forwards (GPipe; 1F1B: two), waits for
+		// replica 0's sum, then runs its backward passes (and 1F1B's other
+		// two forwards).
+		{GPipe, true, 4*(F+B) + x + 4*B + x + U},
+		{OneFOneB, true, 4*(F+B) + x + 4*B + 2*F + x + U},
+	} {
+		p, err := buildPlan(g, repl, []string{"a", "b"}, tc.sched, 8, 1, tc.chained)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Simulate(p, g, prof, c, SimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(r.StepTime-tc.want) > 1e-12 {
+			t.Errorf("%s chained=%v: step %.6f, want %.6f", tc.sched, tc.chained, r.StepTime, tc.want)
+		}
+		// The sums are on the links, both ways, 4000 bytes each.
+		if len(r.Links) != 2 || r.Links[0].Bytes != L*1000 || r.Links[1].Bytes != L*1000 {
+			t.Errorf("links %+v, want one sum of %d bytes each way", r.Links, L*1000)
+		}
+		// Memory: all parameters, gradients and momentum, the received sum,
+		// and the replica's own micro-batches in flight.
+		inflight := 4 // GPipe; 1F1B: one, or two of a block
+		if tc.sched == OneFOneB {
+			inflight = 1
+			if tc.chained {
+				inflight = 2
+			}
+		}
+		for _, st := range r.Stages {
+			want := float64(L)*(1000+2*1000+1000) + float64(inflight)*(L*100+float64(4*8))
+			if st.PeakInFlight != inflight || math.Abs(st.PeakMemory-want) > 1e-9 || st.Group != 0 {
+				t.Errorf("%s: executor %d (replica %d) peaks at %d in flight, %.0f bytes; want %d, %.0f", tc.sched, st.ID, st.Replica, st.PeakInFlight, st.PeakMemory, inflight, want)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ppnode/ppnode/nn"
@@ -14,11 +15,15 @@ import (
 //	fc1-fc8@a; fc9-fc20@b; fc21-fc32@c
 //	flatten@a; tower1.slice-tower1.fc3@b; tower2.slice-tower2.fc3@c; concat-out@d
 //	conv1-layer2.3.relu3 + fc@a; layer3.0.conv1-avgpool@b
+//	fc1-fc16@a,b; fc17-fc32@c
+//	fc1-fc16@a:3,b:1; fc17-fc32@c
 //
 // Stages are separated by ';', a stage is one or more ranges joined by
-// '+', optionally followed by '@node'. Stages without a node take the
-// nodes no stage names, in the order of nodes. The result is validated
-// (Partition.Validate).
+// '+', optionally followed by '@' and its nodes: one, or several
+// separated by ',' (replicas, see PartStage), each optionally with its
+// share of the micro-batches after ':' (all or none). Stages without a
+// node take the nodes no stage names, in the order of nodes. The result
+// is validated (Partition.Validate).
 func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
@@ -28,7 +33,8 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	type stageText struct {
 		text   string
 		ranges []rng
-		node   string
+		nodes  []string
+		shares []int
 	}
 	var stages []stageText
 	named := map[int]bool{} // nodes named as a range's first or last layer
@@ -40,9 +46,10 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 		st := stageText{text: seg}
 		body := seg
 		if at := strings.LastIndex(seg, "@"); at >= 0 {
-			body, st.node = strings.TrimSpace(seg[:at]), strings.TrimSpace(seg[at+1:])
-			if st.node == "" {
-				return nil, fmt.Errorf("%w: stage %d %q: '@' without a node", ErrSyntax, len(stages), seg)
+			body = strings.TrimSpace(seg[:at])
+			var err error
+			if st.nodes, st.shares, err = parseNodeList(strings.TrimSpace(seg[at+1:])); err != nil {
+				return nil, fmt.Errorf("%w: stage %d %q: %v", ErrSyntax, len(stages), seg, err)
 			}
 		}
 		if body == "" {
@@ -71,8 +78,8 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	cons := g.Consumers()
 	taken := map[string]bool{}
 	for _, st := range stages {
-		if st.node != "" {
-			taken[st.node] = true
+		for _, n := range st.nodes {
+			taken[n] = true
 		}
 	}
 	var free []string
@@ -83,8 +90,13 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	}
 	p := &Partition{}
 	for s, st := range stages {
-		ps := PartStage{Node: st.node}
-		if ps.Node == "" {
+		ps := PartStage{Shares: st.shares}
+		if len(st.nodes) > 0 {
+			ps.Node = st.nodes[0]
+			if len(st.nodes) > 1 {
+				ps.Replicas = st.nodes[1:]
+			}
+		} else {
 			if len(free) == 0 {
 				return nil, fmt.Errorf("%w: stage %d %q names no node and no node is left (have %s)", ErrUnknownNode, s, st.text, strings.Join(nodes, ", "))
 			}
@@ -109,6 +121,51 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// DescribesReplicas reports whether partition description desc gives a
+// stage several nodes or shares, without reading it against a model (a
+// node name holds neither ',' nor ':', see NameSpecials).
+func DescribesReplicas(desc string) bool {
+	for _, seg := range strings.Split(desc, ";") {
+		if at := strings.LastIndex(seg, "@"); at >= 0 && strings.ContainsAny(seg[at+1:], ",:") {
+			return true
+		}
+	}
+	return false
+}
+
+// parseNodeList reads "a", "a,b" or "a:3,b:1": the nodes of a stage and
+// their shares (nil when none is given).
+func parseNodeList(list string) ([]string, []int, error) {
+	if list == "" {
+		return nil, nil, fmt.Errorf("'@' without a node")
+	}
+	var nodes []string
+	var shares []int
+	given := strings.Contains(list, ":")
+	for _, f := range strings.Split(list, ",") {
+		name, share, has := strings.Cut(f, ":")
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, nil, fmt.Errorf("empty node name in %q", list)
+		}
+		if has != given {
+			return nil, nil, fmt.Errorf("node %q: give every node a share or none", name)
+		}
+		if has {
+			n, err := strconv.Atoi(strings.TrimSpace(share))
+			if err != nil || n < 1 {
+				return nil, nil, fmt.Errorf("node %q: share %q is not a positive number of micro-batches", name, strings.TrimSpace(share))
+			}
+			shares = append(shares, n)
+		}
+		nodes = append(nodes, name)
+	}
+	if len(nodes) == 1 && shares != nil {
+		return nil, nil, fmt.Errorf("node %q has a share but the stage has no replicas", nodes[0])
+	}
+	return nodes, shares, nil
 }
 
 // parseRange resolves "first-last" or "layer" to node indices. Layer
@@ -149,7 +206,8 @@ func parseRange(r string, pos map[string]int) (int, int, error) {
 // FormatSpec writes p as a partition description that ParseSpec reads
 // back to the same partition: each stage's layers as runs of consecutive
 // layers, each run as "first-last" without the attached layers that the
-// range takes implicitly.
+// range takes implicitly, then its nodes, with their shares if the stage
+// gives them.
 func FormatSpec(g *nn.Graph, p *Partition) string {
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
@@ -180,7 +238,14 @@ func FormatSpec(g *nn.Graph, p *Partition) string {
 			}
 			k = e + 1
 		}
-		parts = append(parts, strings.Join(runs, " + ")+"@"+st.Node)
+		var at []string
+		for r, n := range st.Nodes() {
+			if len(st.Shares) > 0 {
+				n += ":" + strconv.Itoa(st.Shares[r])
+			}
+			at = append(at, n)
+		}
+		parts = append(parts, strings.Join(runs, " + ")+"@"+strings.Join(at, ","))
 	}
 	return strings.Join(parts, "; ")
 }

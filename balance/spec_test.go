@@ -2,6 +2,7 @@ package balance
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -55,6 +56,14 @@ func TestSpecValidation(t *testing.T) {
 		{"empty range", mlp, "fc1-fc8 + @a; fc9-fc32@b", ErrSyntax, "empty range"},
 		{"cycle", uno, "flatten + concat-out@a; tower1.slice-tower3.relu3@b", ErrCycle, `layer "concat" of stage 0 reads "tower1.relu3" of stage 1`},
 		{"gradient order", fan, "fc0@a; fc1 + fc3@b; fc2@c; concat-out@d", ErrGradientOrder, `"fc0"`},
+		{"empty replica name", mlp, "fc1-fc16@a,; fc17-fc32@c", ErrSyntax, `stage 0 "fc1-fc16@a,": empty node name`},
+		{"some shares", mlp, "fc1-fc16@a:3,b; fc17-fc32@c", ErrSyntax, `node "b": give every node a share or none`},
+		{"zero share", mlp, "fc1-fc16@a:0,b:4; fc17-fc32@c", ErrSyntax, `node "a": share "0"`},
+		{"share not a number", mlp, "fc1-fc16@a:1,b:x; fc17-fc32@c", ErrSyntax, `node "b": share "x"`},
+		{"share without replicas", mlp, "fc1-fc16@a:4; fc17-fc32@c", ErrSyntax, `node "a" has a share but the stage has no replicas`},
+		{"replica named twice", mlp, "fc1-fc16@a,b,a; fc17-fc32@c", ErrNodeReused, `node "a" is named twice in stage 0`},
+		{"replica holds a stage", mlp, "fc1-fc16@a,b; fc17-fc32@b", ErrNodeReused, `node "b" holds stages 0 and 1`},
+		{"unknown replica", mlp, "fc1-fc16@a,z; fc17-fc32@b", ErrUnknownNode, `stage 0 is placed on node "z"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseSpec(c.g, c.spec, nodes)
@@ -122,6 +131,44 @@ func TestSpecRoundTrip(t *testing.T) {
 			if _, err := Search(g, prof, c, Options{Partitioner: res.Spec, Batch: 16, MicroBatches: 4}); err != nil {
 				t.Fatalf("%s: searching with %q: %v", m.name, res.Spec, err)
 			}
+		}
+	}
+}
+
+// Replicated stages in descriptions: FormatSpec writes what ParseSpec
+// read (shares only when given), and ParseSpec reads FormatSpec's output
+// back to the same partition.
+func TestSpecReplicas(t *testing.T) {
+	mlp := build(t, "mlp32", zoo.Options{Width: 8, Input: []int{4, 4, 1}})
+	uno := build(t, "uno", zoo.Options{Width: 0.02, Input: []int{6, 6, 1}})
+	nodes := []string{"a", "b", "c", "d", "e"}
+	for _, c := range []struct {
+		g          *nn.Graph
+		spec, want string
+		replicas   []string // of stage 0
+		shares     []int    // of stage 0
+	}{
+		{mlp, "fc1-fc16@a,b; fc17-fc32@c", "fc1-fc16@a,b; fc17-fc32@c", []string{"b"}, nil},
+		{mlp, "fc1-fc16 @ a:3 , b:1 ; fc17-fc32@c", "fc1-fc16@a:3,b:1; fc17-fc32@c", []string{"b"}, []int{3, 1}},
+		{mlp, "fc1-fc16@c,a,e; fc17-fc32", "fc1-fc16@c,a,e; fc17-fc32@b", []string{"a", "e"}, nil},
+		{mlp, "fc1-fc8@a; fc9-fc32@b:2,c:2", "fc1-fc8@a; fc9-fc32@b:2,c:2", nil, nil},
+		{uno, "flatten + tower1.slice-tower1.fc3@a,b; tower2.slice-tower3.fc3@c; concat-out@d:1,e:2",
+			"flatten-tower1.fc3@a,b; tower2.slice-tower3.fc3@c; concat-out@d:1,e:2", []string{"b"}, nil},
+	} {
+		p, err := ParseSpec(c.g, c.spec, nodes)
+		if err != nil {
+			t.Fatalf("%q: %v", c.spec, err)
+		}
+		if st := p.Stages[0]; !slices.Equal(st.Replicas, c.replicas) || !slices.Equal(st.Shares, c.shares) {
+			t.Fatalf("%q: stage 0 has replicas %v shares %v, want %v %v", c.spec, st.Replicas, st.Shares, c.replicas, c.shares)
+		}
+		got := FormatSpec(c.g, p)
+		if got != c.want {
+			t.Fatalf("FormatSpec(ParseSpec(%q)) = %q, want %q", c.spec, got, c.want)
+		}
+		back, err := ParseSpec(c.g, got, nodes)
+		if err != nil || !reflect.DeepEqual(back, p) {
+			t.Fatalf("%q reads back as %+v (%v), want %+v", got, back, err, p)
 		}
 	}
 }

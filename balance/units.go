@@ -102,11 +102,14 @@ func (l *layout) tensorBytes(j, b int) float64 {
 type costs struct {
 	U int
 	// work[e] is the forward+backward time of units [0, e) on the
-	// reference node, in seconds.
-	work []float64
+	// reference node, in seconds; back[e] its backward part.
+	work, back []float64
 	// static[e] is the memory of units [0, e) that does not depend on the
 	// micro-batches in flight: parameters, gradients, optimizer state.
 	static []float64
+	// train[e] is the trainable-parameter bytes of units [0, e): what a
+	// replica's gradient sum carries.
+	train []float64
 	// slot[e] is the memory of units [0, e) per micro-batch in flight.
 	slot []float64
 	// act[e] and grad[e] are the bytes crossing cut e forward
@@ -118,18 +121,22 @@ type costs struct {
 // optimizer with optSlots state tensors per parameter.
 func (l *layout) costsFor(b, optSlots int) *costs {
 	U := len(l.units)
-	c := &costs{U: U, work: make([]float64, U+1), static: make([]float64, U+1), slot: make([]float64, U+1),
-		act: make([]float64, U+1), grad: make([]float64, U+1)}
+	c := &costs{U: U, work: make([]float64, U+1), back: make([]float64, U+1), static: make([]float64, U+1), train: make([]float64, U+1),
+		slot: make([]float64, U+1), act: make([]float64, U+1), grad: make([]float64, U+1)}
 	for u, r := range l.units {
-		var w, st, sl float64
+		var w, bw, st, tr, sl float64
 		for i := r[0]; i < r[1]; i++ {
 			lp := &l.prof.Layers[i]
 			w += lp.Forward.At(b) + lp.Backward.At(b)
+			bw += lp.Backward.At(b)
 			st += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+optSlots)
+			tr += float64(lp.TrainableBytes)
 			sl += lp.SlotBytes * float64(b)
 		}
 		c.work[u+1] = c.work[u] + w
+		c.back[u+1] = c.back[u] + bw
 		c.static[u+1] = c.static[u] + st
+		c.train[u+1] = c.train[u] + tr
 		c.slot[u+1] = c.slot[u] + sl
 	}
 	// A pipeline's first stage keeps the data of each micro-batch in

@@ -36,12 +36,17 @@ type planResult struct {
 	Profile        string          `json:"profile"`
 }
 
+// planStageJSON is one stage, or one replica of a stage (Group, Replica
+// and its micro-batches set only in a plan with replicas).
 type planStageJSON struct {
-	ID         int      `json:"id"`
-	Node       string   `json:"node"`
-	Layers     []string `json:"layers"`
-	Busy       float64  `json:"busy_fraction"`
-	PeakMemory float64  `json:"peak_memory_bytes"`
+	ID           int      `json:"id"`
+	Group        *int     `json:"group,omitempty"`
+	Replica      int      `json:"replica,omitempty"`
+	MicroBatches []int    `json:"micro_batches,omitempty"`
+	Node         string   `json:"node"`
+	Layers       []string `json:"layers"`
+	Busy         float64  `json:"busy_fraction"`
+	PeakMemory   float64  `json:"peak_memory_bytes"`
 }
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
@@ -70,6 +75,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	trace := fs.String("trace", "", "write the simulated step as a Chrome trace to this JSON file")
 	out := fs.String("out", "", "write the full plan (stages and programs) to this JSON file")
 	compare := fs.Bool("compare", false, "plan with every partitioner on the same profile and compare them")
+	replicas := fs.Bool("replicas", false, "let a stage run on several nodes (replicas), each on a share of the micro-batches: planned and simulated, not yet run by train (whose --replicas counts copies of each cut)")
+	deterministic := fs.Bool("deterministic", false, "replicas sum their gradients in the order of one process, as a --deterministic job must (their backward passes then run one after the other)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -79,7 +86,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err := balance.CheckSchedule(*sched); err != nil {
 		return usageError{err}
 	}
-	opts := balance.Options{Partitioner: *partition, Schedule: *sched, Batch: *batch, MaxMicroBatches: *maxMicro, Optimizer: *optimizer, Model: *model}
+	opts := balance.Options{Partitioner: *partition, Schedule: *sched, Batch: *batch, MaxMicroBatches: *maxMicro, Optimizer: *optimizer, Model: *model,
+		Replicas: *replicas, ChainedSums: *deterministic}
 	if *micro != "auto" {
 		m, err := strconv.Atoi(*micro)
 		if err != nil || m < 1 {
@@ -191,7 +199,11 @@ func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile
 		MicroBatches: p.MicroBatches, MicroBatchSize: p.MicroBatchSize, StepTime: r.StepTime, Bubble: r.BubbleFraction,
 		Throughput: r.Throughput, SearchTime: took.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
 	for i, s := range p.Stages {
-		pr.Stages = append(pr.Stages, planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory})
+		st := planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory}
+		if p.Replicated() {
+			st.Group, st.Replica, st.MicroBatches = &p.Stages[i].Group, s.Replica, s.Micros()
+		}
+		pr.Stages = append(pr.Stages, st)
 	}
 	return pr
 }
@@ -206,18 +218,57 @@ func printPlan(w io.Writer, res *balance.Result, took time.Duration, c *balance.
 		}
 	}
 	fmt.Fprintf(w, "plan: %s, %s partition, %s schedule, %d micro-batches of %d samples\n", p.Model, p.Partitioner, p.Schedule, p.MicroBatches, p.MicroBatchSize)
+	rep := p.Replicated()
+	if rep {
+		order := "fast order (replicas end equal, not bit-identical to one process)"
+		if p.ChainedSums {
+			order = "chained, as one process adds them"
+		}
+		fmt.Fprintf(w, "replicated stages: each replica runs the micro-batches shown; gradient sums %s\n", order)
+	}
 	specs := strings.Split(res.Spec, "; ")
-	fmt.Fprintf(w, "  %-5s %-8s %6s %9s %9s %6s %11s  %s\n", "stage", "node", "speed", "fwd ms", "bwd ms", "busy", "peak mem", "layers")
+	col := 5 // "s12", or "s1.0" with replicas
+	if rep {
+		col = 7
+	}
+	fmt.Fprintf(w, "  %-*s %-8s %6s %9s %9s %6s %11s  %s\n", col, "stage", "node", "speed", "fwd ms", "bwd ms", "busy", "peak mem", "layers")
 	for i, s := range p.Stages {
 		st := r.Stages[i]
-		layers := specs[i]
+		layers := specs[s.Group]
 		if at := strings.LastIndex(layers, "@"); at >= 0 {
 			layers = layers[:at]
 		}
-		fmt.Fprintf(w, "  s%-4d %-8s %6.3g %9.3f %9.3f %5.0f%% %11s  %s\n", s.ID, s.Node, speed[s.Node], st.Forward*1e3, st.Backward*1e3, 100*st.BusyFraction, mib(st.PeakMemory), layers)
+		name := fmt.Sprintf("s%d", s.ID)
+		if rep {
+			name = fmt.Sprintf("s%d.%d", s.Group, s.Replica)
+			layers = fmt.Sprintf("%s  (micro-batches %s)", layers, microList(s.Micros()))
+		}
+		fmt.Fprintf(w, "  %-*s %-8s %6.3g %9.3f %9.3f %5.0f%% %11s  %s\n", col, name, s.Node, speed[s.Node], st.Forward*1e3, st.Backward*1e3, 100*st.BusyFraction, mib(st.PeakMemory), layers)
 	}
 	fmt.Fprintf(w, "step %.3f ms  bubble %.1f%%  throughput %.1f samples/s  search %.1f ms (%d plans simulated)  plan %s\n",
 		r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput, took.Seconds()*1e3, res.Simulated, p.Hash()[:16])
+}
+
+// microList writes ascending micro-batches as runs, "0-3,8-11", the first
+// few of many as "0,2,4,6,... (16)".
+func microList(ms []int) string {
+	var runs []string
+	for k := 0; k < len(ms); {
+		e := k
+		for e+1 < len(ms) && ms[e+1] == ms[e]+1 {
+			e++
+		}
+		if e == k {
+			runs = append(runs, strconv.Itoa(ms[k]))
+		} else {
+			runs = append(runs, fmt.Sprintf("%d-%d", ms[k], ms[e]))
+		}
+		k = e + 1
+	}
+	if len(runs) > 6 {
+		return strings.Join(runs[:4], ",") + fmt.Sprintf(",... (%d)", len(ms))
+	}
+	return strings.Join(runs, ",")
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/nn/zoo"
+)
+
+// `ppnode plan --replicas` plans uno over 16 equal nodes with replicated
+// stages and prints one row per replica, the JSON summary with their
+// groups and micro-batches, a Gantt chart with the gradient sums, and a
+// plan that validates.
+func TestPlanReplicas(t *testing.T) {
+	dir := t.TempDir()
+	nodes := make([]string, 16)
+	for i := range nodes {
+		nodes[i] = string(rune('a'+i)) + "=1"
+	}
+	svg, out := filepath.Join(dir, "plan.svg"), filepath.Join(dir, "plan.json")
+	var stdout, stderr bytes.Buffer
+	args := []string{"plan", "--model", "uno", "--width", "1", "--nodes", strings.Join(nodes, ","), "--link", "10Gbit", "--profile", "analytic",
+		"--batch", "256", "--partition", "graph", "--replicas", "--json", "--svg", svg, "--out", out}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	text := stdout.String()
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	var pr planResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &pr); err != nil {
+		t.Fatal(err)
+	}
+	replicas := 0
+	for _, st := range pr.Stages {
+		if st.Group == nil || len(st.MicroBatches) == 0 {
+			t.Fatalf("stage %d has no group or micro-batches in %s", st.ID, lines[len(lines)-1])
+		}
+		if st.Replica > 0 {
+			replicas++
+		}
+	}
+	if replicas == 0 || !strings.Contains(text, "s0.1 ") || !strings.Contains(text, "replicated stages:") || !strings.Contains(pr.Spec, ",") {
+		t.Fatalf("no replicated stage in\n%s", text)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.Contains(b, []byte("gradient sum")) {
+		t.Fatalf("the chart has no gradient sums (%v)", err)
+	}
+	b, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p balance.Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	g, err := zoo.Build("uno", zoo.Options{Width: 1, Input: []int{28, 28, 1}, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(g); err != nil || !p.Replicated() || p.Hash() != pr.PlanHash {
+		t.Fatalf("the written plan: %v (replicated %v)", err, p.Replicated())
+	}
+}
+
+// A hand-written partition with replicas and shares is planned as given,
+// the micro-batches interleaved by share; --deterministic gives the
+// replicas blocks of consecutive micro-batches and the chained sums.
+func TestPlanReplicatedPartition(t *testing.T) {
+	for _, det := range []bool{false, true} {
+		args := []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=0.5", "--profile", "analytic",
+			"--partition", "fc1-fc16@a,b; fc17-fc32@c:5,d:3", "--micro-batches", "8"}
+		want := []string{"s1.1    d", "(micro-batches 1,4,7)", "fast order"} // interleaved by share
+		if det {
+			args = append(args, "--deterministic")
+			want = []string{"s1.1    d", "(micro-batches 5-7)", "chained, as one process adds them"}
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("deterministic=%v: output lacks %q:\n%s", det, w, stdout.String())
+			}
+		}
+	}
+}

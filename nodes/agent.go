@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -26,81 +25,8 @@ import (
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
-	"github.com/ppnode/ppnode/portrange"
 	"github.com/ppnode/ppnode/tensorio"
-	"github.com/ppnode/ppnode/trust"
 )
-
-// Defaults of [Config].
-const (
-	DefaultBind       = "127.0.0.1:7946"
-	DefaultHTTP       = "127.0.0.1:0"
-	DefaultProfileFor = 300 * time.Millisecond
-	// StopGrace is how long Close and Leave wait for the jobs this node
-	// coordinates to stop.
-	StopGrace = 10 * time.Second
-	// CheckpointsKept is how many checkpoints per job and part the store
-	// keeps.
-	CheckpointsKept = 3
-)
-
-// Config configures an [Agent].
-type Config struct {
-	// Name is the node's name in the cluster (required, unique).
-	Name string
-	// Bind is the gossip host:port (default DefaultBind; port 0: the
-	// kernel picks).
-	Bind string
-	// Seeds are gossip addresses of nodes already in the cluster; none
-	// starts a new cluster.
-	Seeds []string
-	// Advertise is the gossip host:port others reach this node at
-	// (default: the bound address).
-	Advertise string
-	// ActorBind is the actor system's host:port (default: Bind's host,
-	// port 0). The stage data plane listens on the same host.
-	ActorBind string
-	// HTTP is the API's host:port (default DefaultHTTP).
-	HTTP string
-	// DataPorts, if not zero, is the TCP ports the stage links and the
-	// link probe listen on (otherwise any: the system picks).
-	DataPorts portrange.Range
-	// DataDir holds the local checkpoint store (DataDir/checkpoints);
-	// empty: no store. One node process at a time may use it (Start
-	// takes a lock on DataDir/lock until the node stops).
-	DataDir string
-	// SecretFile is a gossip encryption key file (see
-	// cluster.ReadKeyFile; readable by its owner only); empty: the
-	// Identity's gossip key, or gossip in the clear without one.
-	SecretFile string
-	// Identity is the node's cluster identity (trust.Load): with it the
-	// HTTP API, the actor port and the data plane authenticate their
-	// peers with the cluster's CA and key (SECURITY.md).
-	Identity *trust.Identity
-	// Insecure allows a node without an Identity to listen beyond
-	// loopback (Start refuses otherwise); it logs a warning.
-	Insecure bool
-	// EncryptData sends tensors between stages over TLS (with an
-	// Identity); otherwise links only authenticate their ends.
-	EncryptData bool
-	// Pprof serves Go's profiler at /debug/pprof/ (to the cluster's
-	// certificates, or anyone without an Identity).
-	Pprof bool
-	// HTTPTimeout bounds reading a request and writing an answer, and
-	// any silence within a checkpoint's transfer (default
-	// DefaultHTTPTimeout).
-	HTTPTimeout time.Duration
-	// Threads is the compute threads of this node (0: all CPUs).
-	Threads int
-	// ProfileFor is how long the GEMM speed is measured at start (default
-	// DefaultProfileFor).
-	ProfileFor time.Duration
-	// Logger receives the agent's logs (default slog.Default());
-	// protoactor's and memberlist's go there too, protoactor's at
-	// ActorLogLevel and above.
-	Logger        *slog.Logger
-	ActorLogLevel slog.Level
-}
 
 // Version is the ppnode version gossiped in the node metadata.
 var Version = func() string {
@@ -188,73 +114,14 @@ type coordinated struct {
 // Start starts a node: it measures the node, starts the actor system, the
 // HTTP listener and the membership, and returns once all are up.
 func Start(cfg Config) (a *Agent, err error) {
-	if err := CheckName(cfg.Name); err != nil {
-		return nil, fmt.Errorf("nodes: %w", err) // the records naming it would be refused
-	}
-	if cfg.Bind == "" {
-		cfg.Bind = DefaultBind
-	}
-	if cfg.HTTP == "" {
-		cfg.HTTP = DefaultHTTP
-	}
-	if cfg.ProfileFor <= 0 {
-		cfg.ProfileFor = DefaultProfileFor
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = runtime.NumCPU()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.HTTPTimeout <= 0 {
-		cfg.HTTPTimeout = DefaultHTTPTimeout
-	}
-	if err := checkExposure(cfg, cfg.Bind, cfg.HTTP, cfg.ActorBind, cfg.Advertise); err != nil {
+	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	if cfg.Identity != nil && cfg.Identity.Name != cfg.Name {
-		return nil, fmt.Errorf("nodes: the certificate is for %q, not %q", cfg.Identity.Name, cfg.Name)
-	}
-	if cfg.Identity != nil && cfg.Identity.Role != trust.RoleNode {
-		return nil, fmt.Errorf("nodes: the certificate of %q is a %s's, not a node's", cfg.Identity.Name, cfg.Identity.Role)
-	}
-	bindHost, _, err := net.SplitHostPort(cfg.Bind)
+	key, err := cfg.gossipKey()
 	if err != nil {
-		return nil, fmt.Errorf("nodes: gossip address %q: %w", cfg.Bind, err)
+		return nil, err
 	}
-	if cfg.ActorBind == "" {
-		cfg.ActorBind = net.JoinHostPort(bindHost, "0")
-	}
-	actorHost, actorPort, err := net.SplitHostPort(cfg.ActorBind)
-	if err != nil {
-		return nil, fmt.Errorf("nodes: actor address %q: %w", cfg.ActorBind, err)
-	}
-	var actorAdvertise string
-	dataHost := actorHost
-	if cfg.Advertise != "" {
-		advHost, _, err := net.SplitHostPort(cfg.Advertise)
-		if err != nil {
-			return nil, fmt.Errorf("nodes: advertised address %q: %w", cfg.Advertise, err)
-		}
-		if actorPort != "0" {
-			actorAdvertise = net.JoinHostPort(advHost, actorPort)
-		}
-		if ip := net.ParseIP(actorHost); actorHost == "" || (ip != nil && ip.IsUnspecified()) {
-			dataHost = advHost
-		}
-	}
-	var key []byte
-	switch {
-	case cfg.SecretFile != "":
-		if err := trust.CheckKeyFile(cfg.SecretFile); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
-		}
-		if key, err = cluster.ReadKeyFile(cfg.SecretFile); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
-		}
-	case cfg.Identity != nil:
-		key = cfg.Identity.Gossip
-	}
+	addrs := cfg.addrs()
 
 	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
 		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{},
@@ -300,24 +167,20 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}
 
-	a.dp = &dataplane.TCP{Host: dataHost, Ports: cfg.DataPorts}
+	a.dp = &dataplane.TCP{Host: addrs.dataHost, Ports: cfg.DataPorts}
 	if id := cfg.Identity; id != nil {
 		a.dp.Key = id.DataPlaneKey()
 		if cfg.EncryptData {
 			a.dp.ServerTLS, a.dp.ClientTLS = id.ServerTLS(true), id.ClientTLS()
 		}
 	}
-	probeHost := dataHost
-	if probeHost == "" {
-		probeHost = "127.0.0.1" // as the data plane
-	}
-	if a.probe, err = linkprobe.Listen(probeHost, cfg.DataPorts); err != nil {
+	if a.probe, err = linkprobe.Listen(addrs.probeHost, cfg.DataPorts); err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
 	a.host = host
 	acfg := actors.Config{
-		Bind: cfg.ActorBind, Advertise: actorAdvertise,
+		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(host)},
 		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel,
 	}

@@ -152,7 +152,12 @@ func writeMetrics(e *exposition, st Status, jobs []jobMeter, traffic []dataplane
 			e.sample(f.fam, "", float64(f.v(t)), "peer", t.Peer)
 		}
 	}
+	writeJobMetrics(e, jobs)
+}
 
+// writeJobMetrics writes the metrics of the jobs this node coordinates,
+// family by family.
+func writeJobMetrics(e *exposition, jobs []jobMeter) {
 	perJob := func(f func(j jobMeter)) {
 		for _, j := range jobs {
 			f(j)

@@ -52,11 +52,11 @@ type jobs struct {
 	self string
 	log  *slog.Logger
 
-	mu     sync.Mutex // guards what follows and every coordinated's rec, superseded and movedTo
-	closed bool       // the node is stopping: no id is reserved any more
-	seq    int        // numbers the ids given to submissions without one
-	coord  map[string]*coordinated
-	order  []string // ids of coord in submission order
+	mu     sync.Mutex              // guards what follows and every coordinated's rec, superseded and movedTo
+	closed bool                    // the node is stopping: no id is reserved any more
+	seq    int                     // numbers the ids given to submissions without one
+	coord  map[string]*coordinated // the jobs coordinated here, by id
+	order  []string                // ids of coord in submission order
 	// held are the records of jobs coordinated elsewhere that this node
 	// holds.
 	held map[string]*JobRecord

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -39,11 +38,10 @@ type CoordinatorConfig struct {
 	// StepTimeout (default 10 min) until a few steps are measured, then ten
 	// times the median step (at least 3 s).
 	Timeout, StepTimeout time.Duration
-	// Store, if set, keeps the consistent cuts on disk; Replicate, if
-	// set, then sends each cut to another node (a copy that outlives this
-	// node).
-	Store     *tensorio.Store
-	Replicate func(*tensorio.Checkpoint) error
+	// Store, if set, keeps the consistent cuts on disk; Replicas, if set,
+	// then keeps a copy of each beyond this node (see Replicator).
+	Store    *tensorio.Store
+	Replicas Replicator
 	// Resume, if set, is a cut of this job to continue from; Generation,
 	// if set, is the first plan generation to use, above any a
 	// predecessor used; Takeover says this node takes the job over from a
@@ -82,12 +80,13 @@ type LinkProber interface {
 // back to the core as events. Run is its loop, on one goroutine; the
 // other methods are safe for concurrent use.
 type Coordinator struct {
-	cfg  CoordinatorConfig
-	core *core.Core
-	job  *job.Job
-	spec job.Spec
-	log  *slog.Logger
-	clk  clock.Clock
+	cfg     CoordinatorConfig
+	core    *core.Core
+	job     *job.Job
+	checked job.Checked // the spec the stages get
+	spec    job.Spec    // c.job.Spec
+	log     *slog.Logger
+	clk     clock.Clock
 
 	// The latest cut: the coordinator's model holds its weights, copt its
 	// optimizer state.
@@ -152,11 +151,11 @@ type outcome struct {
 	set *stageSet
 }
 
-// NewCoordinator prepares a job: it checks the spec, loads the data,
-// builds the model, profiles it and plans it over cfg.Nodes. Nothing
-// starts on any node until Run; an error here (a bad spec, a bad
+// NewCoordinator prepares a job: it loads the data, builds the model,
+// profiles it and plans it over cfg.Nodes. Nothing starts on any node
+// until Run; an error here (a job too large for this node, a bad
 // partition, more stages than nodes) leaves nothing behind.
-func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) {
+func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -164,14 +163,11 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 		cfg.Timeout = 2 * time.Minute
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	if err := spec.Normalize(); err != nil {
-		return nil, err
-	}
 	jb, err := spec.Prepare()
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, job: jb, spec: jb.Spec, log: cfg.Logger.With("job", spec.ID), clk: cfg.Clock,
+	c := &Coordinator{cfg: cfg, job: jb, checked: spec, spec: jb.Spec, log: cfg.Logger.With("job", spec.ID()), clk: cfg.Clock,
 		sets: map[uint64]*stageSet{}, notify: make(chan struct{}, 1), changed: make(chan struct{})}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
@@ -191,9 +187,9 @@ func NewCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) 
 	micro := (c.spec.Batch + M - 1) / M
 	prof, err := balance.Profile(jb.Graph, micro, be)
 	if err != nil {
-		return nil, fmt.Errorf("profiling %s: %w", spec.Model, err)
+		return nil, fmt.Errorf("profiling %s: %w", c.spec.Model, err)
 	}
-	prof.Model = spec.Model
+	prof.Model = c.spec.Model
 	// What the codecs make of the inputs, for the planner: a micro-batch of
 	// them, sampled.
 	var b nn.Batch
@@ -573,6 +569,10 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 	if ck.Step < 0 || ck.Step > int64(c.job.Total) {
 		return nil, fmt.Errorf("checkpoint at step %d of a %d-step job", ck.Step, c.job.Total)
 	}
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of step %d: %w", ck.Step, err)
+	}
 	params := map[string]*nn.Tensor{}
 	for _, p := range ck.Params {
 		params[p.Name] = p.T
@@ -603,26 +603,20 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 			}
 		}
 	}
-	cut := &core.Cut{Step: int(ck.Step)}
-	cut.Loss, _ = strconv.ParseFloat(ck.Meta["train_loss"], 64)
-	cut.Correct, _ = strconv.ParseInt(ck.Meta["train_correct"], 10, 64)
-	cut.Seen, _ = strconv.ParseInt(ck.Meta["train_seen"], 10, 64)
-	return cut, nil
+	return &core.Cut{Step: int(ck.Step), Progress: core.Progress{Loss: meta.TrainLoss, Correct: meta.TrainCorrect, Seen: meta.TrainSeen}}, nil
 }
 
 // checkpointFile describes the cut after step g, gathered from the stages
 // of s, as a whole-model tensorio checkpoint.
 func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *tensorio.Checkpoint {
+	meta := job.CutMeta{Model: c.spec.Model, Optimizer: c.spec.Optimizer, Generation: s.gen, MicroBatches: c.spec.MicroBatches,
+		TrainLoss: acc.Loss, TrainCorrect: acc.Correct, TrainSeen: acc.Seen, Layouts: map[string][]int{}}
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: s.plan.Hash(),
-		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)},
-		Meta: map[string]string{"model": c.spec.Model, "optimizer": c.spec.Optimizer, "generation": strconv.FormatUint(s.gen, 10),
-			"train_loss": strconv.FormatFloat(acc.Loss, 'g', -1, 64), "train_correct": strconv.FormatInt(acc.Correct, 10),
-			"train_seen": strconv.FormatInt(acc.Seen, 10)}}
-	ck.Meta["micro_batches"] = strconv.Itoa(c.spec.MicroBatches)
+		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)}}
 	for _, p := range nn.SortByName(c.job.Graph.Params()) {
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
 		if p.Layout != nil { // for ckpt export
-			ck.Meta[job.LayoutMetaPrefix+p.Name] = job.FormatLayout(p.Layout)
+			meta.Layouts[p.Name] = p.Layout
 		}
 		if p.Trainable() {
 			st := c.copt.State(p)
@@ -631,6 +625,7 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *ten
 			}
 		}
 	}
+	ck.Meta = meta.Encode()
 	return ck
 }
 
@@ -667,6 +662,3 @@ func labelTensor(y []int32, t *nn.Tensor) *nn.Tensor {
 	}
 	return t
 }
-
-// msSince is the milliseconds from t0 to t1.
-func msSince(t0, t1 time.Time) float64 { return float64(t1.Sub(t0).Microseconds()) / 1e3 }

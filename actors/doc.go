@@ -35,7 +35,10 @@
 // of its own, and gives the core their outcomes and the cluster's news
 // (Members, NodeFailed, RequestReplan) as events. It feeds the
 // micro-batches (inputs to the entry stages, labels to the loss stage),
-// holds the latest cut in its own copy of the model, and writes and
-// replicates cuts in the background. Stopping a generation's stages
-// cancels the operation running on them.
+// holds the latest cut in its own copy of the model, and writes cuts in
+// the background and hands them to a [Replicator] (a node's, which sends
+// them to the job's record holders, or [InmemReplicas] in tests): what it
+// asks of its node goes through small interfaces (Control, Replicator,
+// LinkProber). Stopping a generation's stages cancels the operation
+// running on them.
 package actors

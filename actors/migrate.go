@@ -290,7 +290,7 @@ func (a *stageActor) sendState(msg *SendState, quit <-chan struct{}) ([]*Transfe
 		stats[i] = st
 		wg.Go(func() {
 			if st.Local {
-				k := handoffKey{e.spec.Job.ID, msg.GetHeader().GetGeneration(), me, int(st.To)}
+				k := handoffKey{e.spec.Job.ID(), msg.GetHeader().GetGeneration(), me, int(st.To)}
 				if errs[i] = a.host.give(k, lists[i], quit, deadline); errs[i] == nil {
 					for _, t := range lists[i] {
 						st.Bytes += dataBytes(t)
@@ -313,7 +313,7 @@ func (a *stageActor) sendState(msg *SendState, quit <-chan struct{}) ([]*Transfe
 func (a *stageActor) sendRemote(tr *StateTransfer, gen uint64, ts []*nn.Tensor, st *TransferStats, quit <-chan struct{}, deadline time.Time) error {
 	spec := a.eng.spec
 	from, to := int(tr.GetFrom()), int(tr.GetTo())
-	h := dataplane.Hello{JobID: spec.Job.ID, Generation: gen, Link: migrateLinkID(from, to), From: stageWire(from), To: stageWire(to)}
+	h := dataplane.Hello{JobID: spec.Job.ID(), Generation: gen, Link: migrateLinkID(from, to), From: stageWire(from), To: stageWire(to)}
 	lk, err := a.host.DataPlane.Dial(tr.GetAddr(), h, a.moveOptions(spec))
 	if err != nil {
 		return err
@@ -378,7 +378,7 @@ func (a *stageActor) receiveState(msg *ReceiveState, accepts <-chan acceptResult
 		stats[i] = &TransferStats{From: int32(s.From), To: int32(me), Local: s.Local, Tensors: int64(len(lists[i]))}
 		if s.Local {
 			wg.Go(func() {
-				k := handoffKey{e.spec.Job.ID, e.spec.Generation, s.From, me}
+				k := handoffKey{e.spec.Job.ID(), e.spec.Generation, s.From, me}
 				stats[i].Bytes, errs[i] = a.host.take(k, lists[i], quit, deadline)
 			})
 		}

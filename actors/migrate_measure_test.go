@@ -61,7 +61,7 @@ func TestMeasurePlanChange(t *testing.T) {
 		// next.
 		runtime.GC()
 	}
-	c, err := NewCoordinator(spec, cfg)
+	c, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

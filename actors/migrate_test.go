@@ -12,6 +12,7 @@ import (
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/core"
+	"github.com/ppnode/ppnode/job/jobtest"
 	"github.com/ppnode/ppnode/nn"
 	"google.golang.org/protobuf/proto"
 )
@@ -183,7 +184,7 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	spec.ID, spec.Width, spec.Steps = "move-bytes", 48, 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "1f1b"
 	want := localSHA(t, spec)
-	j, err := spec.Prepare()
+	j, err := jobtest.Check(t, spec).Prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,11 +457,8 @@ func TestMoveThroughCut(t *testing.T) {
 // A stage refuses state sources that do not fit its plan.
 func TestStageRefusesBadSources(t *testing.T) {
 	spec := smallSpec("mlp32")
-	if err := spec.Normalize(); err != nil {
-		t.Fatal(err)
-	}
 	tc := newInmemCluster(t, 1, nil)
-	c, err := NewCoordinator(spec, tc.config(1))
+	c, err := newCoordinator(spec, tc.config(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		mu.Lock()
 		s.refs[k] = ref
 		mu.Unlock()
-		spec := StageSpec{Job: c.spec, Generation: gen, Data: job.SampleOf(c.job.Set),
+		spec := StageSpec{Job: c.checked, Generation: gen, Data: job.SampleOf(c.job.Set),
 			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
@@ -405,15 +405,15 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 			if _, err := c.cfg.Store.Save(ck); err != nil {
 				return fmt.Errorf("writing: %w", err)
 			}
-			if c.cfg.Replicate != nil {
-				if err := c.cfg.Replicate(ck); err != nil {
+			if c.cfg.Replicas != nil {
+				if err := c.cfg.Replicas.Replicate(ck); err != nil {
 					return fmt.Errorf("replicating: %w", err)
 				}
 			}
 			return nil
 		}()
 		c.meter.persist(c.clk.Now().Sub(t0))
-		c.log.Debug("cut persisted", "step", a.Step, "ms", msSince(t0, c.clk.Now()), "err", err)
+		c.log.Debug("cut persisted", "step", a.Step, "ms", job.Millis(c.clk.Now().Sub(t0)), "err", err)
 		c.post(core.CutPersisted{Step: a.Step, Err: err})
 	})
 	return ev

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/jobtest"
 )
 
 // BenchmarkPipelineStep trains mlp32 (width 1024, batch 128, M=8) across
@@ -18,7 +19,7 @@ func BenchmarkPipelineStep(b *testing.B) {
 	b.Run("local", func(b *testing.B) {
 		spec := spec
 		spec.Steps = b.N
-		j, err := spec.Prepare()
+		j, err := jobtest.Check(b, spec).Prepare()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func BenchmarkPipelineStep(b *testing.B) {
 		tc := newSystemCluster(b, 2, &dataplane.TCP{})
 		spec := spec
 		spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "balanced", "1f1b"
-		c, err := NewCoordinator(spec, tc.config(2))
+		c, err := newCoordinator(spec, tc.config(2))
 		if err != nil {
 			b.Fatal(err)
 		}

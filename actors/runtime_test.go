@@ -17,6 +17,7 @@ import (
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/job/jobtest"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
@@ -99,7 +100,7 @@ func (tc *testCluster) run(t testing.TB, spec job.Spec, nodes int) (*job.Result,
 // the coordinator before it runs (for cfg.OnStep to act on).
 func runJob(t testing.TB, spec job.Spec, cfg CoordinatorConfig, bind **Coordinator) (*job.Result, *Coordinator) {
 	t.Helper()
-	c, err := NewCoordinator(spec, cfg)
+	c, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +132,16 @@ func smallSpec(model string) job.Spec {
 }
 
 func localSHA(t *testing.T, spec job.Spec) string { return jobtest.LocalSHA(t, spec) }
+
+// newCoordinator checks spec and makes its coordinator, as a node does
+// with a job submitted to it.
+func newCoordinator(spec job.Spec, cfg CoordinatorConfig) (*Coordinator, error) {
+	c, err := job.Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	return NewCoordinator(c, cfg)
+}
 
 // waitStatus waits until the job's status satisfies cond, or fails the
 // test after timeout.
@@ -223,7 +234,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
 		c.mod(&spec)
-		_, err := NewCoordinator(spec, tc.config(2))
+		_, err := newCoordinator(spec, tc.config(2))
 		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
@@ -300,8 +311,8 @@ func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {
 }
 
 // A coordinator that takes a job over continues from its latest stored cut
-// and ends with the weights of the uninterrupted run; one without a cut
-// restarts it.
+// (as replicated beyond the first coordinator's node) and ends with the
+// weights of the uninterrupted run; one without a cut restarts it.
 func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
 	spec := smallSpec("mlp32")
@@ -315,25 +326,29 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := tc.config(3)
-	cfg.Store = store
+	replicas := &InmemReplicas{}
+	cfg.Store, cfg.Replicas = store, replicas
 	cfg.OnStep = func(step int) {
 		if step == 6 {
 			cancel() // the coordinator goes away after step 6; the cut is at step 4
 		}
 	}
-	first, err := NewCoordinator(spec, cfg)
+	first, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := first.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("first coordinator: %v, want it cancelled", err)
 	}
-	ck, err := store.Latest(spec.ID, "")
+	ck, err := store.Latest(spec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ck.Step != 4 {
 		t.Fatalf("latest stored cut at step %d, want 4", ck.Step)
+	}
+	if ck, err = replicas.Latest(spec.ID); err != nil || ck == nil || ck.Step != 4 {
+		t.Fatalf("latest replica: %v (%v), want the cut at step 4", ck, err)
 	}
 	cfg = tc.config(3)
 	cfg.Nodes, cfg.Resume, cfg.Generation, cfg.Takeover = tc.nodes[1:], ck, 100, true
@@ -349,7 +364,7 @@ func TestCoordinatorResumesFromAStoredCut(t *testing.T) {
 	}
 	// Below the generations they have seen, the nodes refuse.
 	cfg.Generation = 150
-	fourth, err := NewCoordinator(spec, cfg)
+	fourth, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +427,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	want := localSHA(t, spec)
 	// What the whole model needs on one node; each node gets 70% of it,
 	// so the job needs two.
-	one, err := NewCoordinator(spec, tc.config(1))
+	one, err := newCoordinator(spec, tc.config(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +437,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 	}
 	a, b, c := tc.nodes[0], tc.nodes[1], tc.nodes[2]
 	// A new job that no node set can hold is a bad spec for the cluster.
-	if _, err := NewCoordinator(spec, tc.config(1)); !errors.Is(err, job.ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
+	if _, err := newCoordinator(spec, tc.config(1)); !errors.Is(err, job.ErrSpec) || !errors.Is(err, balance.ErrNoFit) {
 		t.Errorf("a job submitted to one node too small for it: %v; want ErrSpec wrapping balance.ErrNoFit", err)
 	}
 	var co *Coordinator
@@ -436,7 +451,7 @@ func TestPausesUntilNodesHoldTheModel(t *testing.T) {
 			})
 		}
 	}
-	co, err = NewCoordinator(spec, cfg)
+	co, err = newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +536,7 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 	t.Helper()
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition = id, "uniform"
-	c, err := NewCoordinator(spec, tc.config(len(tc.nodes)))
+	c, err := newCoordinator(spec, tc.config(len(tc.nodes)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,4 +550,27 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 		t.Fatal(err)
 	}
 	return c, s, start
+}
+
+// The in-memory Replicator keeps what it is given as a checkpoint file
+// holds it, and refuses what could not be written.
+func TestInmemReplicas(t *testing.T) {
+	var r InmemReplicas
+	if ck, err := r.Latest("j"); ck != nil || err != nil {
+		t.Fatalf("latest of nothing: %v, %v", ck, err)
+	}
+	w := nn.New(2)
+	nn.F32(w)[1] = 3
+	ck := &tensorio.Checkpoint{JobID: "j", Step: 4, Params: []tensorio.Named{{Name: "w", T: w}}, Meta: job.CutMeta{Generation: 2}.Encode()}
+	if err := r.Replicate(ck); err != nil {
+		t.Fatal(err)
+	}
+	nn.F32(w)[1] = 5 // the coordinator's model goes on
+	got, err := r.Latest("j")
+	if err != nil || got.Step != 4 || nn.F32(got.Params[0].T)[1] != 3 || got.Meta["generation"] != "2" {
+		t.Fatalf("latest: %+v (%v)", got, err)
+	}
+	if err := r.Replicate(&tensorio.Checkpoint{JobID: "../x"}); err == nil {
+		t.Error("a cut that cannot be written was kept")
+	}
 }

@@ -23,7 +23,7 @@ import (
 // the job's recipe, what the data feeds the model (so that a node needs no
 // data set), and its StagePlan.
 type StageSpec struct {
-	Job        job.Spec          `json:"job"`
+	Job        job.Checked       `json:"job"` // checked as it is decoded
 	Generation uint64            `json:"generation"`
 	Data       job.Sample        `json:"data"`
 	Graph      string            `json:"graph"` // balance.GraphHash of the model
@@ -66,6 +66,7 @@ func linkID(from, to int) uint32 { return uint32(from+1)<<16 | uint32(to) }
 // and sender goroutines only touch the inbox and the send queues.
 type stageEngine struct {
 	spec   StageSpec
+	job    job.Spec // spec.Job's
 	g      *nn.Graph
 	st     *nn.Stage
 	be     nn.Backend
@@ -101,15 +102,13 @@ type stageEngine struct {
 }
 
 func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
-	if err := spec.Job.Normalize(); err != nil {
-		return nil, err
-	}
-	g, err := spec.Job.BuildModel(spec.Data)
+	js := spec.Job.Spec()
+	g, err := js.BuildModel(spec.Data)
 	if err != nil {
 		return nil, err
 	}
 	if h := balance.GraphHash(g); h != spec.Graph {
-		return nil, fmt.Errorf("model %s here hashes to %s, the plan's to %s (different ppnode versions?)", spec.Job.Model, h, spec.Graph)
+		return nil, fmt.Errorf("model %s here hashes to %s, the plan's to %s (different ppnode versions?)", js.Model, h, spec.Graph)
 	}
 	p := spec.Plan
 	st, err := g.Stage(p.Layers)
@@ -132,11 +131,11 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if err := checkSources(p, spec.Sources); err != nil {
 		return nil, err
 	}
-	e := &stageEngine{spec: spec, g: g, st: st, params: st.Params(), id: map[string]uint32{},
+	e := &stageEngine{spec: spec, job: js, g: g, st: st, params: st.Params(), id: map[string]uint32{},
 		inIdx: map[string]int{}, outIdx: map[string]int{}, zeros: map[string]*nn.Tensor{},
 		box: newInbox(), peers: map[int]*peer{}}
 	for _, prm := range e.params {
-		prm.Reset(spec.Job.Seed)
+		prm.Reset(js.Seed)
 	}
 	for k, n := range st.Inputs {
 		e.inIdx[n] = k
@@ -157,17 +156,17 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 			e.M = max(e.M, in.Micro+1)
 		}
 	}
-	if e.M != spec.Job.MicroBatches {
-		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, spec.Job.MicroBatches)
+	if e.M != js.MicroBatches {
+		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, js.MicroBatches)
 	}
 	e.slot, e.reused = assignSlots(p.Program, e.M)
-	if e.be, err = spec.Job.NewBackend(threads); err != nil {
+	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
-	if e.opt, err = spec.Job.NewOptimizer(e.be.Threads()); err != nil {
+	if e.opt, err = js.NewOptimizer(e.be.Threads()); err != nil {
 		return nil, err
 	}
-	e.scale = nn.LossScale(spec.Job.Batch, nn.Size(spec.Data.Labels))
+	e.scale = nn.LossScale(js.Batch, nn.Size(spec.Data.Labels))
 	M := e.M
 	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
@@ -266,7 +265,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}()
 	start := time.Now()
 	defer func() { res.wallNs = int64(time.Since(start)) }()
-	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.spec.Job.Seed, Step: global}
+	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.job.Seed, Step: global}
 	p := e.spec.Plan
 	for _, in := range p.Program {
 		m := in.Micro
@@ -667,7 +666,8 @@ func (p *peer) close() {
 	p.done.Wait()
 }
 
-// marshalStageSpec and unmarshalStageSpec carry a StageSpec in SetupStage.
+// marshalStageSpec and unmarshalStageSpec carry a StageSpec in SetupStage;
+// decoding checks the job's spec (job.Checked), once, on the stage's node.
 func marshalStageSpec(s StageSpec) ([]byte, error) { return json.Marshal(s) }
 
 func unmarshalStageSpec(b []byte) (StageSpec, error) {

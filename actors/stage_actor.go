@@ -304,9 +304,9 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 		return rep
 	}
 	spec, err := unmarshalStageSpec(msg.GetSpec())
-	if err == nil && (spec.Job.ID != msg.GetHeader().GetJobId() || spec.Generation != msg.GetHeader().GetGeneration()) {
+	if err == nil && (spec.Job.ID() != msg.GetHeader().GetJobId() || spec.Generation != msg.GetHeader().GetGeneration()) {
 		err = fmt.Errorf("spec of job %q generation %d in a message of job %q generation %d",
-			spec.Job.ID, spec.Generation, msg.GetHeader().GetJobId(), msg.GetHeader().GetGeneration())
+			spec.Job.ID(), spec.Generation, msg.GetHeader().GetJobId(), msg.GetHeader().GetGeneration())
 	}
 	var eng *stageEngine
 	if err == nil {
@@ -339,7 +339,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 		if src.Local {
 			continue
 		}
-		h := dataplane.Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
+		h := dataplane.Hello{JobID: spec.Job.ID(), Generation: spec.Generation, Link: migrateLinkID(src.From, me), From: stageWire(src.From), To: stageWire(me)}
 		ln, err := a.host.DataPlane.Listen(h, a.moveOptions(spec))
 		if err != nil {
 			a.closeListeners()
@@ -368,14 +368,15 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	}
 	a.quit = make(chan struct{})
 	a.eng = eng
-	a.gate = NewGate(spec.Job.ID, spec.Generation)
+	a.gate = NewGate(spec.Job.ID(), spec.Generation)
 	return rep
 }
 
 // linkOptions are the options of the stage's link with peer: its codecs
 // chosen for the link's rate, the job's lossy wire format if any.
 func (a *stageActor) linkOptions(spec StageSpec, peer int) dataplane.Options {
-	o := dataplane.Options{IOTimeout: spec.IOTimeout, Auto: spec.Job.AutoCodecs(), Rate: spec.Rates[peer], Lossy: spec.Job.WireCodec()}
+	js := spec.Job.Spec()
+	o := dataplane.Options{IOTimeout: spec.IOTimeout, Auto: js.AutoCodecs(), Rate: spec.Rates[peer], Lossy: js.WireCodec()}
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 10 * time.Minute
 	}
@@ -392,7 +393,7 @@ func (a *stageActor) moveOptions(spec StageSpec) dataplane.Options {
 
 // stageHello is the handshake of the link from stage from to stage to.
 func stageHello(spec StageSpec, from, to int) dataplane.Hello {
-	return dataplane.Hello{JobID: spec.Job.ID, Generation: spec.Generation, Link: linkID(from, to), From: stageWire(from), To: stageWire(to)}
+	return dataplane.Hello{JobID: spec.Job.ID(), Generation: spec.Generation, Link: linkID(from, to), From: stageWire(from), To: stageWire(to)}
 }
 
 // stageWire writes a stage index as the data plane's uint32

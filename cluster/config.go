@@ -36,7 +36,7 @@ const (
 const defaultWait = 5 * time.Second
 
 // Config describes one node. The zero value of every field but Name means
-// its default; [DefaultConfig] shows them all.
+// its default (the Default constants).
 type Config struct {
 	// Name identifies the node in the cluster; it must be unique and is
 	// required (memberlist would default to the host name, which every
@@ -117,12 +117,6 @@ type Config struct {
 	// observed, if set, is called for every change memberlist reports,
 	// from memberlist's goroutines: tests wait on it.
 	observed func(Event)
-}
-
-// DefaultConfig returns a Config with every default filled in and the
-// given name.
-func DefaultConfig(name string) Config {
-	return Config{Name: name}.withDefaults()
 }
 
 func (c Config) withDefaults() Config {

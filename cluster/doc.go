@@ -25,7 +25,7 @@
 //
 // # Failure detection
 //
-// The defaults ([DefaultConfig]) are tuned for a LAN: probe every 200 ms
+// The defaults ([DefaultProbeInterval] and the others) are tuned for a LAN: probe every 200 ms
 // with a 100 ms timeout, suspicion multiplier 2, gossip every 50 ms. A
 // crashed member is reported failed in about 0.75 s on loopback (3 nodes),
 // where memberlist's stock LAN settings take 5.8-6.8 s. Every value can be

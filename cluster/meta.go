@@ -103,14 +103,9 @@ func encodeMeta(m Meta, leaving bool) ([]byte, error) {
 	return append([]byte{metaFormat}, js...), nil
 }
 
-// DecodeMeta decodes metadata written by [EncodeMeta]. Metadata comes from
-// the network: anything malformed returns an error wrapping [ErrBadMeta].
-func DecodeMeta(b []byte) (Meta, error) {
-	m, _, err := decodeMeta(b)
-	return m, err
-}
-
-// decodeMeta decodes b and its leaving mark.
+// decodeMeta decodes metadata written by [EncodeMeta], and its leaving
+// mark. Metadata comes from the network: anything malformed returns an
+// error wrapping [ErrBadMeta].
 func decodeMeta(b []byte) (Meta, bool, error) {
 	switch {
 	case len(b) == 0:

@@ -17,6 +17,12 @@ import (
 	"time"
 )
 
+// decode is decodeMeta without the leaving mark.
+func decode(b []byte) (Meta, error) {
+	m, _, err := decodeMeta(b)
+	return m, err
+}
+
 func TestMetaRoundTrip(t *testing.T) {
 	for _, m := range []Meta{
 		{},
@@ -28,9 +34,9 @@ func TestMetaRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("EncodeMeta(%+v): %v", m, err)
 		}
-		got, err := DecodeMeta(b)
+		got, err := decode(b)
 		if err != nil {
-			t.Fatalf("DecodeMeta(%q): %v", b, err)
+			t.Fatalf("decodeMeta(%q): %v", b, err)
 		}
 		if !reflect.DeepEqual(got, m) {
 			t.Errorf("round trip of %+v gave %+v", m, got)
@@ -61,8 +67,8 @@ func TestMetaSizeLimit(t *testing.T) {
 	if m, leaving, err := decodeMeta(marked); err != nil || !leaving || !reflect.DeepEqual(m, fits) {
 		t.Errorf("decodeMeta of marked metadata: %v, %v", leaving, err)
 	}
-	if _, err := DecodeMeta(append(marked, ' ')); !errors.Is(err, ErrBadMeta) {
-		t.Errorf("DecodeMeta of %d bytes: %v, want ErrBadMeta", MaxMetaSize+1, err)
+	if _, err := decode(append(marked, ' ')); !errors.Is(err, ErrBadMeta) {
+		t.Errorf("decodeMeta of %d bytes: %v, want ErrBadMeta", MaxMetaSize+1, err)
 	}
 }
 
@@ -81,14 +87,14 @@ func TestDecodeMetaRejects(t *testing.T) {
 		{"huge gflops", "\x01{\"g\":1e999}"},
 		{"actor addr", "\x01{\"a\":\"nohost\"}"},
 	} {
-		if m, err := DecodeMeta([]byte(tc.in)); !errors.Is(err, ErrBadMeta) {
-			t.Errorf("%s: DecodeMeta(%q) = %+v, %v; want ErrBadMeta", tc.name, tc.in, m, err)
+		if m, err := decode([]byte(tc.in)); !errors.Is(err, ErrBadMeta) {
+			t.Errorf("%s: decodeMeta(%q) = %+v, %v; want ErrBadMeta", tc.name, tc.in, m, err)
 		}
 	}
 	// Unknown keys are ignored: a newer node may add some.
-	m, err := DecodeMeta([]byte("\x01{\"v\":\"9\",\"new\":[1,2]}"))
+	m, err := decode([]byte("\x01{\"v\":\"9\",\"new\":[1,2]}"))
 	if err != nil || m.Version != "9" {
-		t.Errorf("DecodeMeta with an unknown key: %+v, %v", m, err)
+		t.Errorf("decodeMeta with an unknown key: %+v, %v", m, err)
 	}
 }
 
@@ -100,7 +106,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte("\x01{\"x\":{}}"))
 	f.Add([]byte("\x01{\"g\":-0}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeMeta(b)
+		m, err := decode(b)
 		if err != nil {
 			if !errors.Is(err, ErrBadMeta) {
 				t.Fatalf("error %v does not wrap ErrBadMeta", err)
@@ -114,7 +120,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded %+v but cannot encode it: %v", m, err)
 		}
-		m2, err := DecodeMeta(enc)
+		m2, err := decode(enc)
 		if err != nil || !reflect.DeepEqual(m, m2) {
 			t.Fatalf("round trip: %+v -> %q -> %+v, %v", m, enc, m2, err)
 		}
@@ -283,10 +289,10 @@ func TestLogLevelsMapToSlog(t *testing.T) {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	c := DefaultConfig("n")
+	c := Config{Name: "n"}.withDefaults()
 	if c.ProbeInterval != 200*time.Millisecond || c.ProbeTimeout != 100*time.Millisecond ||
 		c.SuspicionMult != 2 || c.GossipInterval != 50*time.Millisecond || c.BindAddr != "127.0.0.1:0" {
-		t.Errorf("DefaultConfig = %+v", c)
+		t.Errorf("defaults %+v", c)
 	}
 	// Fields set by the caller are kept.
 	c = Config{Name: "n", ProbeInterval: time.Second, ProbeTimeout: 300 * time.Millisecond}.withDefaults()

@@ -153,31 +153,3 @@ func ReadIDXFile(path string) (*IDX, error) {
 	defer f.Close()
 	return ReadIDX(f, path)
 }
-
-// WriteIDX writes m as an uncompressed IDX file.
-func WriteIDX(w io.Writer, m *IDX) error {
-	if len(m.Dims) < 1 || len(m.Dims) > MaxIDXDims {
-		return fmt.Errorf("data: write %s: %d dimensions, want 1 to %d", m.Name, len(m.Dims), MaxIDXDims)
-	}
-	hdr := make([]byte, 4, 4+4*len(m.Dims))
-	binary.BigEndian.PutUint32(hdr, m.Magic())
-	size := 1
-	for _, d := range m.Dims {
-		if d <= 0 || uint64(d) > 1<<32-1 {
-			return fmt.Errorf("data: write %s: bad dimension %d", m.Name, d)
-		}
-		size *= d
-		if size > MaxIDXBytes {
-			return fmt.Errorf("data: write %s: dimensions %v exceed %d bytes", m.Name, m.Dims, MaxIDXBytes)
-		}
-		hdr = binary.BigEndian.AppendUint32(hdr, uint32(d))
-	}
-	if size != len(m.Data) {
-		return fmt.Errorf("data: write %s: dimensions %v need %d bytes, have %d", m.Name, m.Dims, size, len(m.Data))
-	}
-	if _, err := w.Write(hdr); err != nil {
-		return err
-	}
-	_, err := w.Write(m.Data)
-	return err
-}

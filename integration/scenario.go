@@ -642,10 +642,10 @@ func (s *scenario) report() {
 		r := m.recovery
 		held := ""
 		if !m.fault.ended.IsZero() {
-			held = fmt.Sprintf(" held_ms=%.0f", float64(m.fault.ended.Sub(m.fault.at).Microseconds())/1e3)
+			held = fmt.Sprintf(" held_ms=%.0f", job.Millis(m.fault.ended.Sub(m.fault.at)))
 		}
 		s.t.Logf("measure: scenario=%s fault=%d what=%q recovery_ms=%.1f detect_ms=%.1f restore_ms=%.1f replayed=%d%s cause=%q",
-			s.name, i+1, m.fault.what, float64(m.faultToStep.Microseconds())/1e3, r.DetectMS, r.RestoreMS, r.Replayed, held, r.Cause)
+			s.name, i+1, m.fault.what, job.Millis(m.faultToStep), r.DetectMS, r.RestoreMS, r.Replayed, held, r.Cause)
 	}
 }
 
@@ -790,7 +790,11 @@ func FaultFreeSHA(spec job.Spec) (string, error) {
 	if sha, ok := faultFree.shas[string(key)]; ok {
 		return sha, nil
 	}
-	local, err := spec.Prepare()
+	cs, err := job.Check(spec)
+	if err != nil {
+		return "", err
+	}
+	local, err := cs.Prepare()
 	if err != nil {
 		return "", err
 	}

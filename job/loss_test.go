@@ -41,7 +41,7 @@ func TestTrainLocalDiverges(t *testing.T) {
 	s.Model, s.Data, s.SyntheticSamples, s.Width = "mlp32", "synthetic:8x8x1:4", 96, 16
 	s.Batch, s.MicroBatches, s.Steps, s.Threads, s.Deterministic = 24, 4, 4, 1, true
 	s.LR = 1e308
-	j, err := s.Prepare()
+	j, err := prepare(s)
 	if err != nil {
 		t.Fatal(err)
 	}

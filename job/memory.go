@@ -56,12 +56,10 @@ const evalChunk = 256
 // Estimate computes the spec's footprint from shapes only: the data set's
 // from its name, the model's layer by layer as nn/zoo builds it (see
 // modelShapes), so that nothing in proportion to the model is allocated.
-// It fails for a spec that does not normalise, an unknown data set or a
-// model that does not take its input.
-func (s Spec) Estimate() (Footprint, error) {
-	if err := s.Normalize(); err != nil {
-		return Footprint{}, err
-	}
+// It fails for an unknown data set or a model that does not take its
+// input.
+func (c Checked) Estimate() (Footprint, error) {
+	s := c.s
 	d, train, test, err := dataShape(s)
 	if err != nil {
 		return Footprint{}, err
@@ -164,8 +162,8 @@ func onnxShapes(s Spec, d Sample) (*shapes, error) {
 // members it may use have together: all of them, or the MaxNodes with the
 // most. It checks nothing if a member's memory is unknown (0), or if the
 // spec cannot be estimated (Prepare then says why).
-func (s Spec) CheckMemory(members []NodeInfo) error {
-	f, err := s.Estimate()
+func (c Checked) CheckMemory(members []NodeInfo) error {
+	f, err := c.Estimate()
 	if err != nil {
 		return nil
 	}
@@ -177,7 +175,7 @@ func (s Spec) CheckMemory(members []NodeInfo) error {
 		mem = append(mem, n.Memory)
 	}
 	slices.SortFunc(mem, func(a, b int64) int { return cmp.Compare(b, a) })
-	if m := s.MaxNodes; m > 0 && len(mem) > m {
+	if m := c.s.MaxNodes; m > 0 && len(mem) > m {
 		mem = mem[:m]
 	}
 	var have float64

@@ -94,13 +94,13 @@ func allocated(f func()) uint64 {
 // 64 GiB before).
 func TestHugeJobIsRefused(t *testing.T) {
 	const tolerance = 4 << 20
-	s := hugeMLP()
+	c := mustCheck(t, hugeMLP())
 	members := []NodeInfo{{Name: "a", Memory: 8 << 30}, {Name: "b", Memory: 8 << 30}}
 	var errMembers, errLocal error
 	var j *Job
 	n := allocated(func() {
-		errMembers = s.CheckMemory(members)
-		j, errLocal = s.PrepareWithin(16 << 30)
+		errMembers = c.CheckMemory(members)
+		j, errLocal = c.PrepareWithin(16 << 30)
 	})
 	t.Logf("refused after allocating %d bytes:\n%v\n%v", n, errMembers, errLocal)
 	if n > tolerance {
@@ -125,12 +125,12 @@ func TestUsualJobsFit(t *testing.T) {
 	resnet.Model, resnet.Width, resnet.Data = "resnet50", 0.25, "synthetic:32x32x3:10"
 	members := []NodeInfo{{Name: "a", Memory: 8 << 30}, {Name: "b", Memory: 8 << 30}}
 	for _, s := range []Spec{DefaultSpec(), resnet} {
-		f, err := s.Estimate()
+		f, err := mustCheck(t, s).Estimate()
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s width %v: %+v; total %s, local %s", s.Model, s.Width, f, gib(f.Total()), gib(f.Local()))
-		if err := s.CheckMemory(members); err != nil {
+		if err := mustCheck(t, s).CheckMemory(members); err != nil {
 			t.Errorf("%s: %v", s.Model, err)
 		}
 		if err := checkLocal(f, 8<<30); err != nil {
@@ -145,16 +145,16 @@ func TestCheckMemoryMembers(t *testing.T) {
 	s := hugeMLP()
 	s.Optimizer = "sgd" // 90 GiB: parameters, gradients, momentum
 	big := []NodeInfo{{Name: "a", Memory: 64 << 30}, {Name: "b", Memory: 64 << 30}, {Name: "c", Memory: 1 << 30}}
-	if err := s.CheckMemory(big); err != nil {
+	if err := mustCheck(t, s).CheckMemory(big); err != nil {
 		t.Errorf("128 GiB over three members: %v", err)
 	}
 	s.MaxNodes = 1
-	if err := s.CheckMemory(big); err == nil || !strings.HasSuffix(err.Error(), "the members have 64.0 GiB") {
+	if err := mustCheck(t, s).CheckMemory(big); err == nil || !strings.HasSuffix(err.Error(), "the members have 64.0 GiB") {
 		t.Errorf("one member at most: %v; want the 64 GiB of the largest", err)
 	}
 	s.MaxNodes = 0
 	unknown := slices.Concat(big[2:], []NodeInfo{{Name: "d"}})
-	if err := s.CheckMemory(unknown); err != nil {
+	if err := mustCheck(t, s).CheckMemory(unknown); err != nil {
 		t.Errorf("a member of unknown memory: %v", err)
 	}
 }
@@ -177,11 +177,11 @@ func TestONNXModelEstimate(t *testing.T) {
 	}
 	s := DefaultSpec()
 	s.Model, s.Data, s.Batch, s.MicroBatches = "../onnx/testdata/gpt.onnx", data, 64, 4
-	f, err := s.Estimate()
+	f, err := mustCheck(t, s).Estimate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.Prepare()
+	j, err := mustCheck(t, s).Prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +193,10 @@ func TestONNXModelEstimate(t *testing.T) {
 		t.Errorf("estimate %+v; the graph has %d parameter values", f, params)
 	}
 	s.Batch, s.MicroBatches = MaxBatch, 1
-	g, _ := s.Estimate()
+	big := mustCheck(t, s)
+	g, _ := big.Estimate()
 	members := []NodeInfo{{Name: "a", Memory: g.Total() / 3}, {Name: "b", Memory: g.Total() / 3}}
-	if err := s.CheckMemory(members); err == nil || !strings.Contains(err.Error(), "job needs about") || !strings.Contains(err.Error(), "the members have") {
+	if err := big.CheckMemory(members); err == nil || !strings.Contains(err.Error(), "job needs about") || !strings.Contains(err.Error(), "the members have") {
 		t.Errorf("batch %d on members of a third of its need each: %v", s.Batch, err)
 	}
 }

@@ -1,12 +1,14 @@
 package job
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"runtime"
@@ -26,8 +28,8 @@ import (
 // Spec is what a user asks for: a model, a data set and the training
 // recipe, and for a pipelined job how to plan it. It is JSON, the body of
 // a job submission. `ppnode train --local` and a pipelined job read the
-// same spec through [Spec.Normalize] and [Spec.Prepare], so that
-// with the same seed, batch and micro-batches both compute the same thing.
+// same spec through [Check] and [Checked.Prepare], so that with the same
+// seed, batch and micro-batches both compute the same thing.
 type Spec struct {
 	ID string `json:"id,omitempty"`
 	// Model is a model of the zoo or the path of an ONNX file (on every
@@ -139,9 +141,59 @@ func specErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
 }
 
-// Normalize fills the defaults that do not depend on the data and checks
-// everything that can be checked without loading it.
-func (s *Spec) Normalize() error {
+// Checked is a spec that [Check] normalised and validated. The coordinator,
+// the record holders, the stages, the memory checks and Prepare take it
+// instead of a Spec, so that a spec is checked once where it enters a
+// process (a submission, or a record or stage spec decoded from the
+// network: see UnmarshalJSON) and never again downstream. Only Check and
+// UnmarshalJSON make one; the zero Checked is no job's.
+type Checked struct{ s Spec }
+
+// Check normalises s (fills the defaults that do not depend on the data)
+// and checks everything that can be checked without loading the data. A
+// bad spec is an error wrapping ErrSpec.
+func Check(s Spec) (Checked, error) {
+	s.Files = maps.Clone(s.Files)
+	if err := s.normalize(); err != nil {
+		return Checked{}, err
+	}
+	return Checked{s}, nil
+}
+
+// Spec returns a copy of the checked spec.
+func (c Checked) Spec() Spec {
+	s := c.s
+	s.Files = maps.Clone(s.Files)
+	return s
+}
+
+// ID is the job's id.
+func (c Checked) ID() string { return c.s.ID }
+
+// MarshalJSON writes the spec as a Spec.
+func (c Checked) MarshalJSON() ([]byte, error) { return json.Marshal(c.s) }
+
+// UnmarshalJSON reads a Spec, refusing unknown fields (a field of another
+// ppnode version would be dropped, and the job run otherwise), and checks
+// it as Check does. Errors wrap ErrSpec.
+func (c *Checked) UnmarshalJSON(b []byte) error {
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return specErr("%v", err)
+	}
+	cs, err := Check(s)
+	if err != nil {
+		return err
+	}
+	*c = cs
+	return nil
+}
+
+// normalize fills the defaults that do not depend on the data and checks
+// everything that can be checked without loading it: Check's work.
+func (s *Spec) normalize() error {
 	if !slices.Contains(zoo.Names(), s.Model) && !IsModelFile(s.Model) {
 		return specErr("unknown model %q (have %s, or a .onnx file)", s.Model, strings.Join(zoo.Names(), ", "))
 	}
@@ -238,20 +290,18 @@ type Job struct {
 	Mean, Std []float64
 }
 
-// Prepare normalises the spec, checks that what this process allocates
-// for it fits this machine's memory (see PrepareWithin), loads the data
-// and builds the model with its initial weights.
-func (s Spec) Prepare() (*Job, error) { return s.PrepareWithin(AvailableMemory()) }
+// Prepare checks that what this process allocates for the job fits this
+// machine's memory (see PrepareWithin), loads the data and builds the
+// model with its initial weights.
+func (c Checked) Prepare() (*Job, error) { return c.PrepareWithin(AvailableMemory()) }
 
 // PrepareWithin is Prepare in a process that may allocate memory bytes (0:
 // unknown): a job whose Footprint.Local is over it is refused (ErrSpec)
 // before anything is allocated for it. A spec that cannot be estimated
 // goes on: loading its data or building its model says what is wrong.
-func (s Spec) PrepareWithin(memory int64) (*Job, error) {
-	if err := s.Normalize(); err != nil {
-		return nil, err
-	}
-	if f, err := s.Estimate(); err == nil {
+func (c Checked) PrepareWithin(memory int64) (*Job, error) {
+	s := c.Spec()
+	if f, err := c.Estimate(); err == nil {
 		if err := checkLocal(f, memory); err != nil {
 			return nil, err
 		}

@@ -1,9 +1,30 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 )
+
+// mustCheck is Check for a spec the test knows is good.
+func mustCheck(t testing.TB, s Spec) Checked {
+	t.Helper()
+	c, err := Check(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// prepare is Check, then Prepare.
+func prepare(s Spec) (*Job, error) {
+	c, err := Check(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.Prepare()
+}
 
 func TestSpecBackendNames(t *testing.T) {
 	for _, tc := range []struct {
@@ -20,9 +41,44 @@ func TestSpecBackendNames(t *testing.T) {
 	} {
 		s := DefaultSpec()
 		s.Backend, s.Deterministic = tc.backend, tc.det
-		err := s.Normalize()
+		_, err := Check(s)
 		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrSpec) {
 			t.Errorf("backend %q deterministic %v: %v, want ok=%v", tc.backend, tc.det, err, tc.ok)
+		}
+	}
+}
+
+// A checked spec travels as a Spec and is checked again where it is
+// decoded: defaults filled, a bad spec or an unknown field refused.
+func TestCheckedJSON(t *testing.T) {
+	s := DefaultSpec()
+	s.ID, s.Files = "j", map[string]string{"/x": "00"}
+	c := mustCheck(t, s)
+	s.Files["/x"] = "11" // the caller's map is not the checked spec's
+	if c.Spec().LR != 3e-4 || c.Spec().Replicas != DefaultReplicas || c.ID() != "j" || c.Spec().Files["/x"] != "00" {
+		t.Fatalf("checked spec %+v", c.Spec())
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain Spec
+	if err := json.Unmarshal(b, &plain); err != nil || !reflect.DeepEqual(plain, c.Spec()) {
+		t.Fatalf("marshalled as %s: %+v (%v)", b, plain, err)
+	}
+	var back Checked
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Spec(), c.Spec()) {
+		t.Fatalf("decoded %+v (%v), want %+v", back.Spec(), err, c.Spec())
+	}
+	for name, in := range map[string]string{
+		"bad model":     `{"model":"nosuch","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine"}`,
+		"unknown field": `{"model":"mlp32","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine","colour":1}`,
+		"null":          `null`,
+		"not an object": `[1]`,
+	} {
+		var got Checked
+		if err := json.Unmarshal([]byte(in), &got); !errors.Is(err, ErrSpec) {
+			t.Errorf("%s: %v, want an error wrapping ErrSpec", name, err)
 		}
 	}
 }

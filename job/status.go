@@ -273,3 +273,7 @@ type StageStepTiming struct {
 	// WallMS is the stage's whole step.
 	WallMS float64 `json:"wall_ms"`
 }
+
+// Millis is d in milliseconds, to the microsecond: the unit of the *MS
+// figures of a Status and a Result.
+func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -2,9 +2,6 @@ package job
 
 import (
 	"encoding/binary"
-	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ppnode/ppnode/nn"
@@ -32,36 +29,4 @@ func WeightsEntries(ps []*nn.Param, steps, microBatches int) ([]tensorio.Entry, 
 		}
 	}
 	return es, nil
-}
-
-// LayoutMetaPrefix starts the checkpoint metadata key that records a
-// parameter's exported layout (nn.Param.Layout), so that a cut exports
-// without the model.
-const LayoutMetaPrefix = "layout."
-
-// FormatLayout writes a layout as checkpoint metadata: "0,3,1,2".
-func FormatLayout(l []int) string {
-	s := make([]string, len(l))
-	for i, a := range l {
-		s[i] = strconv.Itoa(a)
-	}
-	return strings.Join(s, ",")
-}
-
-// ParseLayout reads FormatLayout's text for a tensor of rank dimensions,
-// checking that it is a permutation.
-func ParseLayout(text string, rank int) ([]int, error) {
-	parts := strings.Split(text, ",")
-	l := make([]int, len(parts))
-	for i, p := range parts {
-		a, err := strconv.Atoi(p)
-		if err != nil || a < 0 || a >= rank {
-			return nil, fmt.Errorf("layout %q of a %d-dimensional tensor", text, rank)
-		}
-		l[i] = a
-	}
-	if len(l) != rank || len(slices.Compact(slices.Sorted(slices.Values(l)))) != rank {
-		return nil, fmt.Errorf("layout %q of a %d-dimensional tensor", text, rank)
-	}
-	return l, nil
 }

@@ -13,6 +13,15 @@ import (
 	"github.com/ppnode/ppnode/tensorio"
 )
 
+// prepare is job.Check, then Prepare.
+func prepare(s job.Spec) (*job.Job, error) {
+	c, err := job.Check(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.Prepare()
+}
+
 // --init starts a job from a weights file (names and layouts of the
 // PyTorch state_dict), whatever the seed; a file of another model, or of
 // another size, is refused naming what differs.
@@ -20,7 +29,7 @@ func TestInitFromWeightsFile(t *testing.T) {
 	spec := job.DefaultSpec()
 	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "vgg16", 0.125, "synthetic:8x8x3:4", 64
 	spec.Batch, spec.MicroBatches, spec.Steps, spec.Seed = 16, 2, 1, 1
-	a, err := spec.Prepare()
+	a, err := prepare(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +42,7 @@ func TestInitFromWeightsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Seed, spec.Init = 2, path
-	b, err := spec.Prepare()
+	b, err := prepare(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +59,7 @@ func TestInitFromWeightsFile(t *testing.T) {
 	} {
 		s := spec
 		s.Model, s.Width = c.model, c.width
-		_, err := s.Prepare()
+		_, err := prepare(s)
 		if !errors.Is(err, job.ErrSpec) {
 			t.Fatalf("%s width %v from vgg16 width 0.125's file: %v, want ErrSpec", c.model, c.width, err)
 		}

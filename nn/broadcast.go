@@ -645,17 +645,6 @@ type BroadcastOp struct {
 	plan *bplan
 }
 
-// NewBroadcastConst returns x Op c for the constant c of the given shape.
-func NewBroadcastConst(op string, shape []int, c []float32) *BroadcastOp {
-	return &BroadcastOp{Op: op, Shape: shape, Const: c}
-}
-
-// NewBroadcastParam returns x Op c for c taken from the trainable p through
-// m (nil: p's values in order).
-func NewBroadcastParam(op string, shape []int, p *Param, m []int32) *BroadcastOp {
-	return &BroadcastOp{Op: op, Shape: shape, P: p, Map: m}
-}
-
 func (l *BroadcastOp) Kind() string { return "broadcastop" }
 
 func (l *BroadcastOp) Params() []*Param {

@@ -17,6 +17,17 @@ import (
 // newP returns a trainable parameter of the given shape, made as an
 // importer makes BroadcastOp's and ParamBroadcast's.
 // Its initial values (Given) lie in [0.75, 1.25], away from 0 for div.
+// broadcastConst is x op c for the constant c of the given shape.
+func broadcastConst(op string, shape []int, c []float32) *nn.BroadcastOp {
+	return &nn.BroadcastOp{Op: op, Shape: shape, Const: c}
+}
+
+// broadcastParam is x op c for c taken from the trainable p through m
+// (nil: p's values in order).
+func broadcastParam(op string, shape []int, p *nn.Param, m []int32) *nn.BroadcastOp {
+	return &nn.BroadcastOp{Op: op, Shape: shape, P: p, Map: m}
+}
+
 func newP(shape ...int) *nn.Param {
 	p := &nn.Param{Name: "p", Value: nn.New(shape...), Grad: nn.New(shape...), Given: make([]float32, nn.Size(shape))}
 	for i := range p.Given {
@@ -107,20 +118,20 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 				konst[i] = 0.6 + 0.13*float32(i%7)
 			}
 			cases = append(cases, gradCase{fmt.Sprintf("broadcastop-%s-const%v%v", op, x, s),
-				func() nn.Layer { return nn.NewBroadcastConst(op, s, konst) }, [][]int{x}, opt})
+				func() nn.Layer { return broadcastConst(op, s, konst) }, [][]int{x}, opt})
 			if op == "pow" {
 				continue
 			}
 			pOpt := opt
 			pOpt.Probes = 40
 			cases = append(cases, gradCase{fmt.Sprintf("broadcastop-%s-param%v%v", op, x, s),
-				func() nn.Layer { return nn.NewBroadcastParam(op, s, newP(s...), nil) }, [][]int{x}, pOpt})
+				func() nn.Layer { return broadcastParam(op, s, newP(s...), nil) }, [][]int{x}, pOpt})
 			m := make([]int32, nn.Size(s))
 			for i := range m {
 				m[i] = int32(i*5) % 3 // repeats: P has 3 values
 			}
 			cases = append(cases, gradCase{fmt.Sprintf("broadcastop-%s-map%v%v", op, x, s),
-				func() nn.Layer { return nn.NewBroadcastParam(op, s, newP(3), m) }, [][]int{x}, pOpt})
+				func() nn.Layer { return broadcastParam(op, s, newP(3), m) }, [][]int{x}, pOpt})
 		}
 	}
 	runGradCases(t, cases)
@@ -195,11 +206,11 @@ func TestTransformerLayersBuildErrors(t *testing.T) {
 		{"broadcast-shapes", &nn.Broadcast{Op: "add"}, [][]int{{2, 3}, {3, 3}}},
 		{"broadcast-rank", &nn.Broadcast{Op: "add"}, [][]int{{2, 3}, {3}}},
 		{"broadcast-op", &nn.Broadcast{Op: "pow"}, [][]int{{3}, {3}}},
-		{"broadcastop-const", nn.NewBroadcastConst("add", []int{1, 3}, []float32{1, 2}), [][]int{{2, 3}}},
-		{"broadcastop-shape", nn.NewBroadcastConst("add", []int{2, 1}, []float32{1, 2}), [][]int{{3, 3}}},
-		{"broadcastop-map", nn.NewBroadcastParam("mul", []int{1, 2}, p, []int32{0, 3}), [][]int{{2, 2}}},
-		{"broadcastop-size", nn.NewBroadcastParam("mul", []int{1, 2}, p, nil), [][]int{{2, 2}}},
-		{"broadcastop-pow-param", nn.NewBroadcastParam("pow", []int{1, 3}, p, nil), [][]int{{2, 3}}},
+		{"broadcastop-const", broadcastConst("add", []int{1, 3}, []float32{1, 2}), [][]int{{2, 3}}},
+		{"broadcastop-shape", broadcastConst("add", []int{2, 1}, []float32{1, 2}), [][]int{{3, 3}}},
+		{"broadcastop-map", broadcastParam("mul", []int{1, 2}, p, []int32{0, 3}), [][]int{{2, 2}}},
+		{"broadcastop-size", broadcastParam("mul", []int{1, 2}, p, nil), [][]int{{2, 2}}},
+		{"broadcastop-pow-param", broadcastParam("pow", []int{1, 3}, p, nil), [][]int{{2, 3}}},
 		{"matmul-inner", &nn.MatMul{}, [][]int{{2, 3}, {4, 5}}},
 		{"matmul-lead", &nn.MatMul{}, [][]int{{2, 2, 3}, {3, 3, 5}}},
 		{"mask-size", &nn.Mask{Shape: []int{1, 3}, Mask: []bool{true}}, [][]int{{2, 3}}},
@@ -305,7 +316,7 @@ func TestTransformerLayersMatchTorch(t *testing.T) {
 			konst := nn.F32(normal(r, 1.5, 0.3, nn.Size(s)))
 			in := []*nn.Tensor{normal(r, 1.5, 0.3, append([]int{3}, x...)...)}
 			cases = append(cases, torchLayerCase{name: fmt.Sprintf("broadcastop-%s-const-%d", op, k), kind: "broadcastop",
-				attrs: map[string]any{"op": op, "shape": s, "const": konst}, layer: nn.NewBroadcastConst(op, s, konst), in: in})
+				attrs: map[string]any{"op": op, "shape": s, "const": konst}, layer: broadcastConst(op, s, konst), in: in})
 			if op == "pow" {
 				continue
 			}
@@ -314,7 +325,7 @@ func TestTransformerLayersMatchTorch(t *testing.T) {
 				m[i] = int32(i*7) % 4
 			}
 			cases = append(cases, torchLayerCase{name: fmt.Sprintf("broadcastop-%s-map-%d", op, k), kind: "broadcastop",
-				attrs: map[string]any{"op": op, "shape": s, "map": m}, layer: nn.NewBroadcastParam(op, s, newP(4), m), in: in})
+				attrs: map[string]any{"op": op, "shape": s, "map": m}, layer: broadcastParam(op, s, newP(4), m), in: in})
 		}
 	}
 	cases = append(cases, torchLayerCase{name: "parambroadcast", kind: "parambroadcast",
@@ -477,13 +488,13 @@ func transformerDetCases() []detCase {
 		{"broadcast", func() nn.Layer { return &nn.Broadcast{Op: "mul"} }, func() []*nn.Tensor {
 			return []*nn.Tensor{normal(r, 0, 1, 8, 32, 1, 96), normal(r, 0, 1, 8, 1, 32, 96)}
 		}},
-		{"broadcastop-bias", func() nn.Layer { return nn.NewBroadcastParam("add", []int{1, 96}, newP(96), nil) }, func() []*nn.Tensor {
+		{"broadcastop-bias", func() nn.Layer { return broadcastParam("add", []int{1, 96}, newP(96), nil) }, func() []*nn.Tensor {
 			return []*nn.Tensor{normal(r, 0, 1, 8, 32, 96)}
 		}},
-		{"broadcastop-scale", func() nn.Layer { return nn.NewBroadcastParam("mul", []int{1, 96}, newP(96), nil) }, func() []*nn.Tensor {
+		{"broadcastop-scale", func() nn.Layer { return broadcastParam("mul", []int{1, 96}, newP(96), nil) }, func() []*nn.Tensor {
 			return []*nn.Tensor{normal(r, 0, 1, 8, 32, 96)}
 		}},
-		{"broadcastop-rows", func() nn.Layer { return nn.NewBroadcastConst("div", []int{32, 1}, bias[:32]) }, func() []*nn.Tensor {
+		{"broadcastop-rows", func() nn.Layer { return broadcastConst("div", []int{32, 1}, bias[:32]) }, func() []*nn.Tensor {
 			return []*nn.Tensor{normal(r, 0, 1, 8, 32, 96)}
 		}},
 		{"mask", func() nn.Layer { return &nn.Mask{Shape: []int{1, 32, 32}, Mask: causal, Fill: float32(math.Inf(-1))} }, func() []*nn.Tensor {

@@ -163,12 +163,12 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 		t.Fatalf("result nodes %v, want 3", got)
 	}
 	// The coordinator's cuts are replicated to the first other node by name.
-	ck, err := as[0].Store().Latest(sub.ID, "")
+	ck, err := as[0].Store().Latest(sub.ID)
 	if err != nil || ck.Step != int64(st.Total) {
 		t.Fatalf("replica on node a: %v (err %v), want the cut at step %d", ck, err, st.Total)
 	}
-	if rec, err := as[1].Record(sub.ID); err != nil || rec.Run == "" || ck.Meta[MetaRun] != rec.Run {
-		t.Errorf("replica on node a of run %q; the job's record %+v (%v)", ck.Meta[MetaRun], rec, err)
+	if rec, err := as[1].Record(sub.ID); err != nil || rec.Run == "" || runOf(t, ck) != rec.Run {
+		t.Errorf("replica on node a of run %q; the job's record %+v (%v)", runOf(t, ck), rec, err)
 	}
 	if code := call(t, "PUT", "http://"+as[0].HTTPAddr()+"/v1/checkpoints/"+sub.ID, []byte("not a checkpoint"), nil); code != http.StatusBadRequest {
 		t.Errorf("PUT of a corrupt checkpoint: %d, want 400", code)

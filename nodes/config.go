@@ -20,8 +20,7 @@ const (
 	// StopGrace is how long Close and Leave wait for the jobs this node
 	// coordinates to stop.
 	StopGrace = 10 * time.Second
-	// CheckpointsKept is how many checkpoints per job and part the store
-	// keeps.
+	// CheckpointsKept is how many checkpoints per job the store keeps.
 	CheckpointsKept = 3
 )
 

@@ -3,17 +3,13 @@ package nodes
 import (
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
 
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
-
-// MetaRun is the checkpoint metadata key of a replicated cut's run (see
-// [JobRecord].Run).
-const MetaRun = "run"
 
 // The local store keeps the cuts of one run per job id. Job ids may be
 // chosen by the user and reused, and a data dir outlives the node's
@@ -27,9 +23,9 @@ const MetaRun = "run"
 // store's run of each job is kept in memory (cuts.runs); a successor resumes
 // from this node's copies only if they are of its record's run, and from
 // another holder's only if its CutList says so. The coordinator's own
-// copies are written by actors.Coordinator without MetaRun (the claim
-// vouches for them); the replicas carry it, and a stamped copy of another
-// run is refused wherever it is found.
+// copies are written by actors.Coordinator without a run (the claim
+// vouches for them); the replicas carry it (job.CutMeta.Run), and a
+// stamped copy of another run is refused wherever it is found.
 
 // cuts are the cuts in the local checkpoint store and the run each job's
 // cuts are of.
@@ -59,7 +55,7 @@ func (cs *cuts) claim(id, run string) error {
 	if cs.runs[id] == run {
 		return nil
 	}
-	steps, err := cs.store.Steps(id, "")
+	steps, err := cs.store.Steps(id)
 	if err != nil {
 		return fmt.Errorf("nodes: listing the cuts of job %q: %w", id, err)
 	}
@@ -97,13 +93,23 @@ func (cs *cuts) keep(ck *tensorio.Checkpoint, run string) error {
 	return err
 }
 
-// stamped returns a shallow copy of ck whose metadata carries run.
-func stamped(ck *tensorio.Checkpoint, run string) *tensorio.Checkpoint {
+// stamped returns a shallow copy of ck whose metadata is meta (ck's)
+// with run.
+func stamped(ck *tensorio.Checkpoint, meta job.CutMeta, run string) *tensorio.Checkpoint {
 	c := *ck
-	c.Meta = maps.Clone(ck.Meta)
-	if c.Meta == nil {
-		c.Meta = map[string]string{}
-	}
-	c.Meta[MetaRun] = run
+	meta.Run = run
+	c.Meta = meta.Encode()
 	return &c
+}
+
+// replicaRun is the run a replica's metadata names (required).
+func replicaRun(ck *tensorio.Checkpoint) (string, error) {
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return "", err
+	}
+	if err := checkRun(meta.Run); err != nil {
+		return "", fmt.Errorf("cut metadata: %w", err)
+	}
+	return meta.Run, nil
 }

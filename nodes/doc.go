@@ -107,7 +107,7 @@
 //	                      access of the status
 //	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
 //	                      checkpoint file with its run in the metadata,
-//	                      MetaRun; verified before it is kept): 204; 400
+//	                      job.CutMeta; verified before it is kept): 204; 400
 //	                      without a run; 409 if another run of the job is
 //	                      in progress here
 //	GET    /v1/checkpoints/{job}         [CutList]: the steps of the cuts
@@ -180,7 +180,7 @@
 // Job ids may be chosen by the user and reused, and the store outlives
 // the node's process, so each run of a job (a submission; its takeovers
 // continue it) has a nonce, [JobRecord].Run. The replicas carry it in
-// their metadata (MetaRun; the coordinator's own copies are written by
+// their metadata (job.CutMeta; the coordinator's own copies are written by
 // actors without it). Each node's store keeps the cuts of one run per job
 // id: before a cut of run R is written there — the coordinator's at a
 // fresh submission, a holder's when it keeps R's record or receives a cut

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -89,16 +89,12 @@ func (f *failover) takeOver(rec JobRecord) {
 		return
 	}
 	f.log.Warn("nodes: taking over a job whose coordinator is gone", "job", rec.ID, "coordinator", rec.Coordinator)
-	ck, source := f.latestCut(rec)
-	gen := rec.Generation
+	ck, meta, source := f.latestCut(rec)
 	var step int64
 	if ck != nil {
 		step = ck.Step
-		if g, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
-			gen = max(gen, g)
-		}
 	}
-	gen = nextTerm(gen)
+	gen := nextTerm(max(rec.Generation, meta.Generation))
 	tk := Takeover{From: rec.Coordinator, To: f.self, Step: step, Source: source, Generation: gen, At: t0}
 	next := rec.clone()
 	next.Coordinator, next.Generation, next.Revision = f.self, gen, 1
@@ -117,10 +113,10 @@ func (f *failover) takeOver(rec JobRecord) {
 		f.giveUp(rec, next, err)
 		return
 	}
-	tk.PrepareMS = float64(time.Since(t0).Microseconds()) / 1e3
+	tk.PrepareMS = job.Millis(time.Since(t0))
 	next.Takeovers[len(next.Takeovers)-1] = tk
 	isSelf := func(h string) bool { return h == f.self }
-	next.Holders = chooseHolders(slices.DeleteFunc(slices.Clone(rec.Holders), isSelf), peerNames(f.members.peers()), rec.Spec.Replicas-1)
+	next.Holders = chooseHolders(slices.DeleteFunc(slices.Clone(rec.Holders), isSelf), peerNames(f.members.peers()), rec.replicas()-1)
 	f.jobs.unhold(rec.ID)
 	// The record's former holders hear of the new coordinator through
 	// sendRecord: launch's job starts with the old holders as j.rec.
@@ -181,12 +177,13 @@ type cutSource struct {
 // newest (this node's copy first at equal steps), and so are the cuts of
 // other runs of the job id: this node's if its store is not claimed for
 // rec.Run, another holder's if its CutList names another run, and any
-// copy whose MetaRun is not rec.Run. With no usable copy it returns nil:
-// the job restarts from step 0.
-func (f *failover) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
+// copy whose run (job.CutMeta.Run) is not rec.Run. With it comes its
+// metadata. With no usable copy it returns nil: the job restarts from
+// step 0.
+func (f *failover) latestCut(rec JobRecord) (*tensorio.Checkpoint, job.CutMeta, string) {
 	srcs, skipped := f.cutSources(rec)
 	for _, s := range srcs {
-		ck, err := f.readCut(rec.ID, rec.Run, s)
+		ck, meta, err := f.readCut(rec.ID, rec.Run, s)
 		if errors.Is(err, errOtherRun) {
 			f.log.Warn("nodes: skipping a cut of another run of the job", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
 			skipped = append(skipped, fmt.Sprintf("step %d on %s (another run)", s.step, s.node))
@@ -207,12 +204,12 @@ func (f *failover) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 		if len(skipped) > 0 {
 			where += " (skipped " + strings.Join(skipped, ", ") + ")"
 		}
-		return ck, where
+		return ck, meta, where
 	}
 	if len(skipped) > 0 {
-		return nil, "no usable cut (skipped " + strings.Join(skipped, ", ") + "): restarted"
+		return nil, job.CutMeta{}, "no usable cut (skipped " + strings.Join(skipped, ", ") + "): restarted"
 	}
-	return nil, "no cut yet: restarted"
+	return nil, job.CutMeta{}, "no cut yet: restarted"
 }
 
 // cutSources lists the copies of the cuts of rec's run that this node
@@ -220,7 +217,7 @@ func (f *failover) latestCut(rec JobRecord) (*tensorio.Checkpoint, string) {
 // equal steps; skipped says which were left out, and why.
 func (f *failover) cutSources(rec JobRecord) (srcs []cutSource, skipped []string) {
 	if store := f.cuts.store; store != nil {
-		steps, err := store.Steps(rec.ID, "")
+		steps, err := store.Steps(rec.ID)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("own store: %v", err))
 		}
@@ -267,34 +264,38 @@ func (f *failover) cutSources(rec JobRecord) (srcs []cutSource, skipped []string
 // errOtherRun is readCut's error for a copy stamped with another run.
 var errOtherRun = errors.New("a cut of another run")
 
-// readCut reads and verifies one copy of a cut of run run of job id. A
-// copy without MetaRun is taken as the run's: its source vouched for it
-// (latestCut).
-func (f *failover) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, error) {
+// readCut reads and verifies one copy of a cut of run run of job id, and
+// its metadata. A copy without a run is taken as the run's: its source
+// vouched for it (latestCut).
+func (f *failover) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, job.CutMeta, error) {
 	var ck *tensorio.Checkpoint
 	if s.http == "" {
 		var err error
-		if ck, err = f.cuts.store.Load(id, "", s.step); err != nil {
-			return nil, err
+		if ck, err = f.cuts.store.Load(id, s.step); err != nil {
+			return nil, job.CutMeta{}, err
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(f.ctx, fetchTimeout)
 		defer cancel()
 		b, err := f.members.client(s.http).Cut(ctx, id, s.step, MaxCheckpointBytes)
 		if err != nil {
-			return nil, err
+			return nil, job.CutMeta{}, err
 		}
 		if ck, err = tensorio.ReadCheckpoint(b); err != nil {
-			return nil, err
+			return nil, job.CutMeta{}, err
 		}
 	}
-	if ck.JobID != id || ck.Step != s.step || ck.Part != "" {
-		return nil, fmt.Errorf("%w: holds job %q part %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Part, ck.Step)
+	if ck.JobID != id || ck.Step != s.step {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: holds job %q step %d", tensorio.ErrCorrupt, ck.JobID, ck.Step)
 	}
-	if r, ok := ck.Meta[MetaRun]; ok && r != run {
-		return nil, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, r, run)
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: %w", tensorio.ErrCorrupt, err)
 	}
-	return ck, nil
+	if meta.Run != "" && meta.Run != run {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, meta.Run, run)
+	}
+	return ck, meta, nil
 }
 
 // CutList is the answer to GET /v1/checkpoints/{job}: the steps of the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/jobtest"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
@@ -33,55 +34,88 @@ func poll(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-func goodRecord() JobRecord {
+func goodRecord(t *testing.T) JobRecord {
 	s := smallSpec()
 	s.ID = "job-1"
 	s.Replicas = 3
-	return JobRecord{ID: "job-1", Run: "run-1", Spec: s, Coordinator: "a", Holders: []string{"b", "c"}, Generation: 1, Revision: 1, State: RecordRunning}
+	return JobRecord{ID: "job-1", Run: "run-1", Spec: jobtest.Check(t, s), Coordinator: "a", Holders: []string{"b", "c"}, Generation: 1, Revision: 1, State: RecordRunning}
 }
 
-// A job record from the network is checked field by field; what is wrong
-// is named.
+// respec changes the spec of r.
+func respec(t *testing.T, r *JobRecord, mod func(*job.Spec)) {
+	t.Helper()
+	s := r.Spec.Spec()
+	mod(&s)
+	r.Spec = jobtest.Check(t, s)
+}
+
+// recordJSON is r as JSON, with spec s in it (which job.Check may refuse).
+func recordJSON(t *testing.T, r JobRecord, s job.Spec) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err == nil {
+		m["spec"], err = json.Marshal(s)
+	}
+	if err == nil {
+		b, err = json.Marshal(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A job record from the network is checked field by field as it is
+// decoded, its spec as job.Check checks it; what is wrong is named.
 func TestJobRecordValidation(t *testing.T) {
 	cases := []struct {
 		name string
-		mod  func(r *JobRecord)
+		mod  func(r *JobRecord, s *job.Spec)
 		want string // "" : valid
 	}{
-		{"valid", func(r *JobRecord) {}, ""},
-		{"done with a result", func(r *JobRecord) { r.State, r.Result = RecordDone, &job.Result{WeightsSHA256: "x"} }, ""},
-		{"no holders", func(r *JobRecord) { r.Holders = nil }, ""},
-		{"bad id", func(r *JobRecord) { r.ID, r.Spec.ID = "../x", "../x" }, "bad job id"},
-		{"empty id", func(r *JobRecord) { r.ID, r.Spec.ID = "", "" }, "bad job id"},
-		{"no run", func(r *JobRecord) { r.Run = "" }, `run ""`},
-		{"bad run", func(r *JobRecord) { r.Run = "r/../x" }, `run "r/../x"`},
-		{"long run", func(r *JobRecord) { r.Run = strings.Repeat("r", 65) }, "1 to 64"},
-		{"spec of another job", func(r *JobRecord) { r.Spec.ID = "job-2" }, `spec of job "job-2"`},
-		{"bad spec", func(r *JobRecord) { r.Spec.Model = "gpt5" }, "unknown model"},
-		{"too many replicas", func(r *JobRecord) { r.Spec.Replicas = 9 }, "replicas 9"},
-		{"no coordinator", func(r *JobRecord) { r.Coordinator = "" }, "coordinator"},
-		{"control character", func(r *JobRecord) { r.Holders[0] = "b\n" }, "holder"},
-		{"long name", func(r *JobRecord) { r.Holders[0] = strings.Repeat("b", 300) }, "holder"},
-		{"more holders than replicas", func(r *JobRecord) { r.Spec.Replicas = 2 }, "2 holders for 2 replicas"},
-		{"coordinator holds", func(r *JobRecord) { r.Holders[1] = "a" }, "also a holder"},
-		{"holder twice", func(r *JobRecord) { r.Holders[1] = "b" }, "twice"},
-		{"generation 0", func(r *JobRecord) { r.Generation = 0 }, "generation 0"},
-		{"unknown state", func(r *JobRecord) { r.State = "paused" }, `state "paused"`},
-		{"done without result", func(r *JobRecord) { r.State = RecordDone }, "without a result"},
-		{"running with result", func(r *JobRecord) { r.Result = &job.Result{} }, "with a result"},
-		{"long error", func(r *JobRecord) { r.State, r.Error = RecordFailed, strings.Repeat("e", 5000) }, "error message"},
-		{"bad takeover", func(r *JobRecord) { r.Takeovers = []Takeover{{From: "a", To: "", Step: 20}} }, "takeover to"},
-		{"negative takeover step", func(r *JobRecord) { r.Takeovers = []Takeover{{From: "a", To: "b", Step: -1}} }, "step -1"},
+		{"valid", func(r *JobRecord, s *job.Spec) {}, ""},
+		{"done with a result", func(r *JobRecord, s *job.Spec) { r.State, r.Result = RecordDone, &job.Result{WeightsSHA256: "x"} }, ""},
+		{"no holders", func(r *JobRecord, s *job.Spec) { r.Holders = nil }, ""},
+		{"bad id", func(r *JobRecord, s *job.Spec) { r.ID, s.ID = "../x", "../x" }, "bad job id"},
+		{"empty id", func(r *JobRecord, s *job.Spec) { r.ID, s.ID = "", "" }, "bad job id"},
+		{"no run", func(r *JobRecord, s *job.Spec) { r.Run = "" }, `run ""`},
+		{"bad run", func(r *JobRecord, s *job.Spec) { r.Run = "r/../x" }, `run "r/../x"`},
+		{"long run", func(r *JobRecord, s *job.Spec) { r.Run = strings.Repeat("r", 65) }, "1 to 64"},
+		{"spec of another job", func(r *JobRecord, s *job.Spec) { s.ID = "job-2" }, `spec of job "job-2"`},
+		{"bad spec", func(r *JobRecord, s *job.Spec) { s.Model = "gpt5" }, "unknown model"},
+		{"too many replicas", func(r *JobRecord, s *job.Spec) { s.Replicas = 9 }, "replicas 9"},
+		{"no coordinator", func(r *JobRecord, s *job.Spec) { r.Coordinator = "" }, "coordinator"},
+		{"control character", func(r *JobRecord, s *job.Spec) { r.Holders[0] = "b\n" }, "holder"},
+		{"long name", func(r *JobRecord, s *job.Spec) { r.Holders[0] = strings.Repeat("b", 300) }, "holder"},
+		{"more holders than replicas", func(r *JobRecord, s *job.Spec) { s.Replicas = 2 }, "2 holders for 2 replicas"},
+		{"coordinator holds", func(r *JobRecord, s *job.Spec) { r.Holders[1] = "a" }, "also a holder"},
+		{"holder twice", func(r *JobRecord, s *job.Spec) { r.Holders[1] = "b" }, "twice"},
+		{"generation 0", func(r *JobRecord, s *job.Spec) { r.Generation = 0 }, "generation 0"},
+		{"unknown state", func(r *JobRecord, s *job.Spec) { r.State = "paused" }, `state "paused"`},
+		{"done without result", func(r *JobRecord, s *job.Spec) { r.State = RecordDone }, "without a result"},
+		{"running with result", func(r *JobRecord, s *job.Spec) { r.Result = &job.Result{} }, "with a result"},
+		{"long error", func(r *JobRecord, s *job.Spec) { r.State, r.Error = RecordFailed, strings.Repeat("e", 5000) }, "error message"},
+		{"bad takeover", func(r *JobRecord, s *job.Spec) { r.Takeovers = []Takeover{{From: "a", To: "", Step: 20}} }, "takeover to"},
+		{"negative takeover step", func(r *JobRecord, s *job.Spec) { r.Takeovers = []Takeover{{From: "a", To: "b", Step: -1}} }, "step -1"},
 	}
 	for _, c := range cases {
-		r := goodRecord()
-		c.mod(&r)
-		err := r.Validate()
+		r := goodRecord(t)
+		s := r.Spec.Spec()
+		c.mod(&r, &s)
+		var got JobRecord
+		err := json.Unmarshal(recordJSON(t, r, s), &got)
+		if err == nil {
+			err = got.Validate()
+		}
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !errors.Is(err, ErrRecord) || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: %v; want an ErrRecord mentioning %q", c.name, err, c.want)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrRecord) && !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v; want an ErrRecord or ErrSpec mentioning %q", c.name, err, c.want)
 		}
 	}
 }
@@ -90,9 +124,9 @@ func TestJobRecordValidation(t *testing.T) {
 // while they can, and the rest are filled by name; a takeover's generation
 // is above any its predecessor can have used.
 func TestSuccessorAndHolders(t *testing.T) {
-	r := goodRecord()
+	r := goodRecord(t)
 	r.Holders = []string{"d", "b", "c"}
-	r.Spec.Replicas = 4
+	respec(t, &r, func(s *job.Spec) { s.Replicas = 4 })
 	for _, c := range []struct {
 		usable []string
 		want   string
@@ -148,7 +182,7 @@ func TestSuccessorAndHolders(t *testing.T) {
 func TestPutJobRecord(t *testing.T) {
 	as := startCluster(t, 2)
 	api := "http://" + as[1].HTTPAddr() + "/v1/jobrecords/"
-	rec := goodRecord()
+	rec := goodRecord(t)
 	rec.Coordinator, rec.Holders = "a", []string{"b"} // a is alive: no takeover
 	body := func(mod func(r *JobRecord)) []byte {
 		r := rec.clone()
@@ -168,6 +202,7 @@ func TestPutJobRecord(t *testing.T) {
 		{"two values", "job-1", append(body(func(*JobRecord) {}), []byte(` {}`)...), 400, "more than one"},
 		{"path and id differ", "job-2", body(func(*JobRecord) {}), 400, `record of job "job-1" sent as job "job-2"`},
 		{"invalid", "job-1", body(func(r *JobRecord) { r.State = "paused" }), 400, `state "paused"`},
+		{"bad spec", "job-1", recordJSON(t, rec, job.Spec{ID: "job-1", Model: "gpt5"}), 400, "unknown model"},
 		{"too large", "job-1", []byte(`{"error":"` + strings.Repeat("x", MaxBodyBytes) + `"}`), 413, "body over"},
 	} {
 		var e ErrorReply
@@ -183,7 +218,7 @@ func TestPutJobRecord(t *testing.T) {
 		t.Fatalf("PUT of a valid record: %d", code)
 	}
 	var got JobRecord
-	if code := call(t, "GET", api+"job-1", nil, &got); code != http.StatusOK || got.Coordinator != "a" || got.Revision != 5 || got.Spec.Replicas != 3 {
+	if code := call(t, "GET", api+"job-1", nil, &got); code != http.StatusOK || got.Coordinator != "a" || got.Revision != 5 || got.replicas() != 3 {
 		t.Fatalf("GET record: %d %+v", code, got)
 	}
 	var e ErrorReply
@@ -200,25 +235,31 @@ func TestPutJobRecord(t *testing.T) {
 	if code := call(t, "PUT", api+"job-1", body(func(r *JobRecord) { r.Revision = 7 }), nil); code != http.StatusNoContent {
 		t.Fatalf("PUT again: %d", code)
 	}
-	spec := rec.Spec
+	spec := rec.Spec.Spec()
 	if _, err := as[1].Submit(spec); !errors.Is(err, ErrJobID) {
 		t.Errorf("Submit of a job whose record this node holds: %v, want ErrJobID", err)
 	}
 }
 
 // testCut is a small whole-model checkpoint of job id at step, a replica
-// of run run ("": a coordinator's own copy, without MetaRun).
+// of run run ("": a coordinator's own copy, without a run).
 func testCut(id, run string, step int64) *tensorio.Checkpoint {
 	w := nn.New(4)
 	for i := range nn.F32(w) {
 		nn.F32(w)[i] = float32(step) + float32(i)
 	}
-	ck := &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
-		Meta: map[string]string{"generation": "3"}}
-	if run != "" {
-		ck.Meta[MetaRun] = run
+	return &tensorio.Checkpoint{JobID: id, Step: step, Params: []tensorio.Named{{Name: "w", T: w}},
+		Meta: job.CutMeta{Generation: 3, Run: run}.Encode()}
+}
+
+// runOf is the run in ck's metadata.
+func runOf(t *testing.T, ck *tensorio.Checkpoint) string {
+	t.Helper()
+	m, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ck
+	return m.Run
 }
 
 // corrupt flips bytes in the middle of a file.
@@ -243,8 +284,9 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	as := startCluster(t, 2)
 	a, b := as[0], as[1]
 	const id = "cuts"
-	rec := goodRecord()
-	rec.ID, rec.Spec.ID, rec.Coordinator, rec.Holders = id, id, "gone", []string{"a", "b"}
+	rec := goodRecord(t)
+	rec.ID, rec.Coordinator, rec.Holders = id, "gone", []string{"a", "b"}
+	respec(t, &rec, func(s *job.Spec) { s.ID = id })
 	for i, ag := range as {
 		if err := ag.cuts.claim(id, rec.Run); err != nil {
 			t.Fatal(err)
@@ -261,7 +303,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	}
 	check := func(what string, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, src := a.failover.latestCut(rec)
+		ck, _, src := a.failover.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)
@@ -275,25 +317,26 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	}
 	check("intact", 20, "this node's store")
 
-	corrupt(t, a.Store().Path(id, "", 20))
-	if ck, err := a.Store().Latest(id, ""); err != nil || ck.Step != 10 {
+	corrupt(t, a.Store().Path(id, 20))
+	if ck, err := a.Store().Latest(id); err != nil || ck.Step != 10 {
 		t.Errorf("store with a damaged newest file: %v, %v; want step 10", ck, err)
 	}
 	check("own newest damaged", 20, "the replica on b")
-	if ck, err := a.Store().Load(id, "", 20); err != nil || ck.Step != 20 {
+	if ck, err := a.Store().Load(id, 20); err != nil || ck.Step != 20 {
 		t.Errorf("the fetched replica was not kept in place of the damaged copy: %v", err)
 	}
 
-	corrupt(t, a.Store().Path(id, "", 20))
-	corrupt(t, b.Store().Path(id, "", 20))
+	corrupt(t, a.Store().Path(id, 20))
+	corrupt(t, b.Store().Path(id, 20))
 	check("newest damaged everywhere", 10, "this node's store (skipped step 20 on a, step 20 on b)")
 
 	for _, ag := range as {
-		corrupt(t, ag.Store().Path(id, "", 10))
+		corrupt(t, ag.Store().Path(id, 10))
 	}
 	check("all damaged", 0, "no usable cut")
 
-	rec.ID, rec.Spec.ID = "never-cut", "never-cut"
+	rec.ID = "never-cut"
+	respec(t, &rec, func(s *job.Spec) { s.ID = rec.ID })
 	check("no cut", 0, "no cut yet")
 }
 

@@ -153,7 +153,7 @@ func (h *api) handler() http.Handler {
 const MaxCheckpointBytes = 8 << 30
 
 // putCheckpoint keeps a replica of another node's consistent cut: the body
-// is a tensorio checkpoint file of job {job} with its run (MetaRun),
+// is a tensorio checkpoint file of job {job} with its run (job.CutMeta),
 // verified before it is stored; the cuts of other runs of the job are
 // removed from the store first (cuts.claim). 409 if another run of the job
 // is in progress here.
@@ -190,9 +190,9 @@ func (h *api) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		if ck.JobID != job {
 			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
 		}
-		run := ck.Meta[MetaRun]
-		if err := checkRun(run); err != nil {
-			return fmt.Errorf("nodes: checkpoint of job %q at step %d: metadata %q: %w", ck.JobID, ck.Step, MetaRun, err)
+		run, err := replicaRun(ck)
+		if err != nil {
+			return fmt.Errorf("nodes: checkpoint of job %q at step %d: %w", ck.JobID, ck.Step, err)
 		}
 		code = http.StatusConflict
 		if err := h.a.jobs.runInUse(ck.JobID, run); err != nil {
@@ -227,7 +227,7 @@ func (h *api) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	steps, err := store.Steps(job, "")
+	steps, err := store.Steps(job)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -253,7 +253,7 @@ func (h *api) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	f, err := os.Open(store.Path(job, "", step))
+	f, err := os.Open(store.Path(job, step))
 	if err != nil {
 		writeError(w, http.StatusNotFound, fmt.Errorf("nodes: no checkpoint of job %q at step %d here", job, step))
 		return

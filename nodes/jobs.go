@@ -208,7 +208,7 @@ type JobStatus struct {
 
 // statusLocked returns j's status; t.mu must be held.
 func (t *jobs) statusLocked(j *coordinated) JobStatus {
-	st := JobStatus{Status: j.c.Status(), Coordinator: t.self, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.Spec.Replicas,
+	st := JobStatus{Status: j.c.Status(), Coordinator: t.self, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.replicas(),
 		MovedTo: j.movedTo}
 	if j.takeover != nil {
 		tk := *j.takeover

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/ppnode/ppnode/job"
 )
 
 // A job id is either coordinated here or its record held here: a held id
@@ -13,15 +15,16 @@ import (
 // reserves nothing.
 func TestJobTableSharesIDs(t *testing.T) {
 	tab := newJobs("b", slog.New(slog.DiscardHandler))
-	rec := goodRecord() // coordinated by a, held by b and c
+	rec := goodRecord(t) // coordinated by a, held by b and c
 	if kept, err := tab.hold(rec); !kept || err != nil {
 		t.Fatalf("hold: %v, %v", kept, err)
 	}
 	if _, err := tab.reserve(rec.ID); !errors.Is(err, ErrJobID) {
 		t.Errorf("reserving a held id: %v, want ErrJobID", err)
 	}
-	other := goodRecord()
-	other.ID, other.Spec.ID = "job-2", "job-2"
+	other := goodRecord(t)
+	other.ID = "job-2"
+	respec(t, &other, func(s *job.Spec) { s.ID = other.ID })
 	if _, err := tab.reserve(other.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +57,7 @@ func TestJobTableSharesIDs(t *testing.T) {
 // A held job is taken over by its successor alone, once its coordinator
 // is gone, and only once.
 func TestJobTableDue(t *testing.T) {
-	rec := goodRecord()
+	rec := goodRecord(t)
 	b, c := newJobs("b", slog.New(slog.DiscardHandler)), newJobs("c", slog.New(slog.DiscardHandler))
 	for _, tab := range []*jobs{b, c} {
 		if _, err := tab.hold(rec); err != nil {
@@ -90,7 +93,7 @@ func TestJobTableDue(t *testing.T) {
 // stops the job here (fencing); an older one is refused.
 func TestJobTableFencing(t *testing.T) {
 	tab := newJobs("a", slog.New(slog.DiscardHandler))
-	rec := goodRecord()
+	rec := goodRecord(t)
 	if _, err := tab.reserve(rec.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -88,10 +88,8 @@ func (l *links) probe(ctx context.Context, to string) (LinkProbeReply, error) {
 		return LinkProbeReply{}, err
 	}
 	l.log.Debug("nodes: link probed", "to", to, "mbit_s", r.BytesPerSec*8/1e6, "rtt", r.RTT, "took", r.Took)
-	return LinkProbeReply{From: l.self, To: to, BytesPerSec: r.BytesPerSec, RTTMS: ms(r.RTT), TookMS: ms(r.Took)}, nil
+	return LinkProbeReply{From: l.self, To: to, BytesPerSec: r.BytesPerSec, RTTMS: job.Millis(r.RTT), TookMS: job.Millis(r.Took)}, nil
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // MeasureLink is [Agent.MeasureLink] (the coordinators' LinkProber).
 func (l *links) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error) {

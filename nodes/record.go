@@ -25,11 +25,12 @@ type JobRecord struct {
 	// Run tells this run of the job (one submission, with its takeovers)
 	// from earlier runs under the same id: a nonce drawn at submission
 	// and kept by takeovers. The cuts of the run carry it (the replicas
-	// in their metadata, MetaRun), and a successor only resumes from cuts
-	// of its record's run (see cuts.go).
+	// in their metadata, job.CutMeta.Run), and a successor only resumes
+	// from cuts of its record's run (see cuts.go).
 	Run string `json:"run"`
-	// Spec is the job's normalised spec (Spec.ID is ID).
-	Spec job.Spec `json:"spec"`
+	// Spec is the job's checked spec (its ID is ID), checked where the
+	// record is decoded.
+	Spec job.Checked `json:"spec"`
 	// Coordinator is the node that runs the job; Holders are the other
 	// nodes that keep this record and a copy of every cut (at most
 	// Spec.Replicas-1 of them).
@@ -144,8 +145,8 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// Validate checks a record that came from the network or from disk, and
-// normalises its spec.
+// Validate checks a record that came from the network or from disk (its
+// spec was checked as it was decoded).
 func (r *JobRecord) Validate() error {
 	if err := checkID(r.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecord, err)
@@ -153,17 +154,14 @@ func (r *JobRecord) Validate() error {
 	if err := checkRun(r.Run); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecord, err)
 	}
-	if r.Spec.ID != r.ID {
-		return recordErr("spec of job %q in the record of job %q", r.Spec.ID, r.ID)
-	}
-	if err := r.Spec.Normalize(); err != nil {
-		return fmt.Errorf("%w: %w", ErrRecord, err)
+	if r.Spec.ID() != r.ID {
+		return recordErr("spec of job %q in the record of job %q", r.Spec.ID(), r.ID)
 	}
 	if err := checkName("coordinator", r.Coordinator); err != nil {
 		return err
 	}
-	if len(r.Holders) > r.Spec.Replicas-1 {
-		return recordErr("%d holders for %d replicas (at most replicas-1 besides the coordinator)", len(r.Holders), r.Spec.Replicas)
+	if len(r.Holders) > r.replicas()-1 {
+		return recordErr("%d holders for %d replicas (at most replicas-1 besides the coordinator)", len(r.Holders), r.replicas())
 	}
 	for i, h := range r.Holders {
 		if err := checkName("holder", h); err != nil {
@@ -210,6 +208,9 @@ func (r *JobRecord) Validate() error {
 	}
 	return nil
 }
+
+// replicas is the number of copies of the job's cuts and record.
+func (r *JobRecord) replicas() int { return r.Spec.Spec().Replicas }
 
 // clone returns a deep copy of r (the parts that are changed in place).
 func (r JobRecord) clone() JobRecord {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -37,7 +36,7 @@ type runner struct {
 // are CoordinatorConfig's Resume, Generation and Takeover (a takeover's).
 func (r *runner) config(resume *tensorio.Checkpoint, gen uint64, takeover bool) actors.CoordinatorConfig {
 	c := r.base
-	c.Nodes, c.Replicate = r.members.usable(), r.replicate
+	c.Nodes, c.Replicas = r.members.usable(), r
 	c.Resume, c.Generation, c.Takeover = resume, gen, takeover
 	return c
 }
@@ -49,16 +48,17 @@ func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 		return nil, err
 	}
 	spec.ID = id
-	// The job against the members' memory first, from shapes alone: the
+	// The spec is checked here, once, where it enters the cluster; then
+	// the job against the members' memory, from shapes alone: the
 	// coordinator then checks its own share against this node's memory
 	// before it builds the model.
-	err = spec.CheckMemory(r.members.usable())
+	cs, err := job.Check(spec)
+	if err == nil {
+		err = cs.CheckMemory(r.members.usable())
+	}
 	var c *actors.Coordinator
 	if err == nil {
-		c, err = actors.NewCoordinator(spec, r.config(nil, 0, false))
-	}
-	if err == nil {
-		err = spec.Normalize() // as the coordinator did: the record carries the normalised spec
+		c, err = actors.NewCoordinator(cs, r.config(nil, 0, false))
 	}
 	run := newRun()
 	if err == nil {
@@ -70,8 +70,8 @@ func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 		r.jobs.release(spec.ID)
 		return nil, err
 	}
-	rec := JobRecord{ID: spec.ID, Run: run, Spec: spec, Coordinator: r.self, Generation: 1, Revision: 1, State: RecordRunning}
-	rec.Holders = chooseHolders(nil, peerNames(r.members.peers()), spec.Replicas-1)
+	rec := JobRecord{ID: spec.ID, Run: run, Spec: cs, Coordinator: r.self, Generation: 1, Revision: 1, State: RecordRunning}
+	rec.Holders = chooseHolders(nil, peerNames(r.members.peers()), rec.replicas()-1)
 	if err := r.launch(c, rec, rec, nil); err != nil {
 		return nil, err
 	}
@@ -121,27 +121,31 @@ func (r *runner) replan(id string, req ReplanRequest) error {
 	return j.c.RequestReplan(req.Partition, req.ViaCut, names)
 }
 
-// replicate is the coordinators' CoordinatorConfig.Replicate: it sends a
-// cut of a job this node coordinates, stamped with the job's run
-// (MetaRun), to Spec.Replicas-1 other nodes (the current holders while
-// they can take it, then the others by name), then
-// the job's record with the holders that acknowledged the cut and the
+// Replicate makes the runner the actors.Replicator of this node's
+// coordinators: it sends a cut of a job this node coordinates, stamped
+// with the job's run (job.CutMeta.Run), to Spec.Replicas-1 other nodes
+// (the current holders while they can take it, then the others by name),
+// then the job's record with the holders that acknowledged the cut and the
 // cut's plan generation. It fails unless as many holders acknowledged as
 // the cluster has nodes to hold copies (with fewer such nodes than asked,
 // every one of them).
-func (r *runner) replicate(ck *tensorio.Checkpoint) error {
+func (r *runner) Replicate(ck *tensorio.Checkpoint) error {
 	j, rec := r.jobs.recordOf(ck.JobID)
 	if j == nil {
 		return fmt.Errorf("nodes: replicating a cut of job %q, which this node does not coordinate", ck.JobID)
 	}
-	want := rec.Spec.Replicas - 1
+	want := rec.replicas() - 1
 	peers := r.members.peers()
 	byName := map[string]string{}
 	for _, p := range peers {
 		byName[p.name] = p.http
 	}
 	order := chooseHolders(rec.Holders, peerNames(peers), len(peers))
-	sck := stamped(ck, rec.Run)
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return fmt.Errorf("nodes: step %d of %s: %w", ck.Step, ck.JobID, err)
+	}
+	sck := stamped(ck, meta, rec.Run)
 	if err := sck.Validate(); err != nil {
 		return err
 	}
@@ -167,9 +171,7 @@ func (r *runner) replicate(ck *tensorio.Checkpoint) error {
 		// and no one would take the job over.
 		return fmt.Errorf("nodes: step %d of %s not replicated: the node is shutting down", ck.Step, ck.JobID)
 	}
-	if gen, err := strconv.ParseUint(ck.Meta["generation"], 10, 64); err == nil {
-		rec.Generation = max(rec.Generation, gen)
-	}
+	rec.Generation = max(rec.Generation, meta.Generation)
 	rec.Holders = holders
 	rec.Revision++
 	failed := r.sendRecord(j, rec, recordTimeout)
@@ -181,7 +183,7 @@ func (r *runner) replicate(ck *tensorio.Checkpoint) error {
 	}
 	if len(holders) < want && !j.warnedFew {
 		j.warnedFew = true
-		r.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.Spec.Replicas, "holders", holders)
+		r.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.replicas(), "holders", holders)
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func putRecordTo(t *testing.T, to *Agent, rec JobRecord) (int, string) {
 
 func storeSteps(t *testing.T, a *Agent, id string) []int64 {
 	t.Helper()
-	steps, err := a.Store().Steps(id, "")
+	steps, err := a.Store().Steps(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +66,16 @@ func TestCutsOfAnotherRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec := goodRecord()
-	rec.ID, rec.Spec.ID, rec.Coordinator, rec.Holders, rec.Spec.Replicas = id, id, "a", []string{"b"}, 2 // a is alive: no takeover
+	rec := goodRecord(t)
+	rec.ID, rec.Coordinator, rec.Holders = id, "a", []string{"b"} // a is alive: no takeover
+	respec(t, &rec, func(s *job.Spec) { s.ID, s.Replicas = id, 2 })
 	check := func(what string, from *Agent, rec JobRecord, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, src := from.failover.latestCut(rec)
+		ck, meta, src := from.failover.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)
-		case wantStep > 0 && (ck == nil || ck.Step != wantStep || ck.Meta[MetaRun] != rec.Run):
+		case wantStep > 0 && (ck == nil || ck.Step != wantStep || meta.Run != rec.Run):
 			t.Errorf("%s: %v from %q, want step %d of run %s", what, ck, src, wantStep, rec.Run)
 		case !strings.Contains(src, wantSource):
 			t.Errorf("%s: source %q, want it to mention %q", what, src, wantSource)
@@ -101,7 +102,7 @@ func TestCutsOfAnotherRun(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no run", "", http.StatusBadRequest, `metadata "run"`},
+		{"no run", "", http.StatusBadRequest, `cut metadata: run ""`},
 		{"bad run", "a b", http.StatusBadRequest, `run "a b"`},
 		{"another run in progress", "run-2", http.StatusConflict, "another run"},
 	} {
@@ -183,7 +184,7 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stale[name], err = st.Steps(first.ID, ""); err != nil || len(stale[name]) == 0 || slices.Min(stale[name]) < 100 {
+		if stale[name], err = st.Steps(first.ID); err != nil || len(stale[name]) == 0 || slices.Min(stale[name]) < 100 {
 			t.Fatalf("the earlier run left steps %v on %s (%v); want cuts above step 100", stale[name], name, err)
 		}
 	}
@@ -242,10 +243,10 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 		t.Errorf("b's cuts %v of run %q; want %v of run %s", steps, b.cuts.run(spec.ID), want, rec.Run)
 	}
 	for _, s := range steps {
-		ck, err := b.Store().Load(spec.ID, "", s)
+		ck, err := b.Store().Load(spec.ID, s)
 		if err != nil {
 			t.Errorf("b's cut at step %d: %v", s, err)
-		} else if r := ck.Meta[MetaRun]; r != "" && r != rec.Run {
+		} else if r := runOf(t, ck); r != "" && r != rec.Run {
 			t.Errorf("b's cut at step %d is of run %q, want %s", s, r, rec.Run)
 		}
 	}

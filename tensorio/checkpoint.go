@@ -34,21 +34,17 @@ const (
 	MaxCheckpointIndex = 64 << 20
 )
 
-// Checkpoint is the state of a training job, or of part of its model,
-// after a step: the parameters, the optimizer state and where training
-// resumes.
+// Checkpoint is the state of a training job after a step: the parameters,
+// the optimizer state and where training resumes.
 type Checkpoint struct {
 	JobID    string
 	Step     int64  // the step this state is the result of
 	PlanHash string // the plan that produced it
-	// Part names the part of the model a partial checkpoint holds (for
-	// example the stage); empty for a whole-model checkpoint.
-	Part   string
-	Data   DataPos
-	RNG    []byte            // generator state, opaque to tensorio
-	Meta   map[string]string // anything else
-	Params []Named
-	Optim  []OptimState
+	Data     DataPos
+	RNG      []byte            // generator state, opaque to tensorio
+	Meta     map[string]string // anything else
+	Params   []Named
+	Optim    []OptimState
 }
 
 // DataPos is the position in the deterministic data order where training
@@ -71,7 +67,6 @@ type ckptIndex struct {
 	Job     string            `json:"job"`
 	Step    int64             `json:"step"`
 	Plan    string            `json:"plan,omitempty"`
-	Part    string            `json:"part,omitempty"`
 	Data    DataPos           `json:"data"`
 	RNG     []byte            `json:"rng,omitempty"`
 	Meta    map[string]string `json:"meta,omitempty"`
@@ -93,8 +88,8 @@ func (t ckptTensor) what() string {
 	return fmt.Sprintf("optimizer slot %q of %q", t.Slot, t.Name)
 }
 
-// validID reports whether s may name a job or a part: 1 to 128 of
-// [A-Za-z0-9_-]. (Such names appear in file names.)
+// validID reports whether s may name a job: 1 to 128 of [A-Za-z0-9_-].
+// (Such names appear in file names.)
 func validID(s string) bool {
 	if len(s) == 0 || len(s) > 128 {
 		return false
@@ -107,8 +102,8 @@ func validID(s string) bool {
 	return true
 }
 
-// Validate checks that the checkpoint can be written: a valid job ID and
-// part, a non-negative step, unique non-empty parameter names, unique
+// Validate checks that the checkpoint can be written: a valid job ID, a
+// non-negative step, unique non-empty parameter names, unique
 // optimizer slots that belong to parameters of the checkpoint, and
 // contiguous tensors.
 func (c *Checkpoint) Validate() error { return c.validate(true) }
@@ -117,9 +112,6 @@ func (c *Checkpoint) Validate() error { return c.validate(true) }
 func (c *Checkpoint) validate(tensors bool) error {
 	if !validID(c.JobID) {
 		return fmt.Errorf("tensorio: checkpoint job ID %q is not 1 to 128 of [A-Za-z0-9_-]", c.JobID)
-	}
-	if c.Part != "" && !validID(c.Part) {
-		return fmt.Errorf("tensorio: checkpoint part %q is not 1 to 128 of [A-Za-z0-9_-]", c.Part)
 	}
 	if c.Step < 0 {
 		return fmt.Errorf("tensorio: checkpoint step %d is negative", c.Step)
@@ -180,7 +172,7 @@ func WriteCheckpoint(w io.Writer, c *Checkpoint) error {
 		return err
 	}
 	idx := ckptIndex{
-		Job: c.JobID, Step: c.Step, Plan: c.PlanHash, Part: c.Part,
+		Job: c.JobID, Step: c.Step, Plan: c.PlanHash,
 		Data: c.Data, RNG: c.RNG, Meta: c.Meta,
 		Tensors: make([]ckptTensor, 0, len(c.Params)+len(c.Optim)),
 	}
@@ -256,7 +248,7 @@ func readCheckpoint(f *ckptFile, keep bool) (*Checkpoint, error) {
 		return nil, err
 	}
 	c := &Checkpoint{
-		JobID: idx.Job, Step: idx.Step, PlanHash: idx.Plan, Part: idx.Part,
+		JobID: idx.Job, Step: idx.Step, PlanHash: idx.Plan,
 		Data: idx.Data, RNG: idx.RNG, Meta: idx.Meta,
 	}
 	// Frames must tile [header, index) in index order.

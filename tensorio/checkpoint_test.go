@@ -46,7 +46,7 @@ func testCheckpoint(job string, step int64, elems int) *Checkpoint {
 func sameCheckpoint(t testing.TB, got, want *Checkpoint) {
 	t.Helper()
 	if got.JobID != want.JobID || got.Step != want.Step || got.PlanHash != want.PlanHash ||
-		got.Part != want.Part || got.Data != want.Data || !bytes.Equal(got.RNG, want.RNG) ||
+		got.Data != want.Data || !bytes.Equal(got.RNG, want.RNG) ||
 		fmt.Sprint(got.Meta) != fmt.Sprint(want.Meta) {
 		t.Fatalf("checkpoint header\n%+v\nwant\n%+v", got, want)
 	}
@@ -159,10 +159,10 @@ func TestStoreSaveFrom(t *testing.T) {
 			t.Fatalf("SaveFrom step %d: %+v %v", step, got, err)
 		}
 	}
-	if steps, _ := s.Steps("job", ""); fmt.Sprint(steps) != "[2 3]" {
+	if steps, _ := s.Steps("job"); fmt.Sprint(steps) != "[2 3]" {
 		t.Fatalf("kept steps %v, want [2 3]", steps)
 	}
-	c, err := s.Latest("job", "")
+	c, err := s.Latest("job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestStoreSaveFrom(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
-	if steps, _ := s.Steps("job", ""); fmt.Sprint(steps) != "[2 3]" {
+	if steps, _ := s.Steps("job"); fmt.Sprint(steps) != "[2 3]" {
 		t.Errorf("kept steps %v after refused files, want [2 3]", steps)
 	}
 	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
@@ -224,7 +224,6 @@ func TestCheckpointValidate(t *testing.T) {
 	bad := map[string]func(c *Checkpoint){
 		"empty job":      func(c *Checkpoint) { c.JobID = "" },
 		"job with slash": func(c *Checkpoint) { c.JobID = "a/b" },
-		"part with dot":  func(c *Checkpoint) { c.Part = "x.y" },
 		"negative step":  func(c *Checkpoint) { c.Step = -1 },
 		"dup param":      func(c *Checkpoint) { c.Params = append(c.Params, c.Params[0]) },
 		"orphan slot":    func(c *Checkpoint) { c.Optim[0].Param = "nope" },
@@ -246,47 +245,46 @@ func TestStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Latest("job", ""); !errors.Is(err, ErrNoCheckpoint) {
+	if _, err := s.Latest("job"); !errors.Is(err, ErrNoCheckpoint) {
 		t.Fatalf("empty store: %v", err)
 	}
 	for step := int64(1); step <= 5; step++ {
 		if _, err := s.Save(testCheckpoint("job", step, 16)); err != nil {
 			t.Fatal(err)
 		}
-		part := testCheckpoint("job", step, 8)
-		part.Part = "stage-1"
-		if _, err := s.Save(part); err != nil {
+	}
+	// Files the store did not write, such as the partial checkpoints of
+	// earlier versions, are not its checkpoints.
+	for _, name := range []string{"0000000000000000007.stage-1.ckpt", "7.ckpt", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, "job", name), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	steps, _ := s.Steps("job", "")
+	steps, _ := s.Steps("job")
 	if fmt.Sprint(steps) != "[3 4 5]" {
 		t.Fatalf("kept steps %v, want [3 4 5]", steps)
 	}
-	c, err := s.Latest("job", "")
+	c, err := s.Latest("job")
 	if err != nil || c.Step != 5 {
 		t.Fatalf("latest: %v %v", c, err)
 	}
 	sameCheckpoint(t, c, testCheckpoint("job", 5, 16))
-	if c, err := s.Latest("job", "stage-1"); err != nil || c.Step != 5 || c.Part != "stage-1" {
-		t.Fatalf("latest part: %v", err)
-	}
 	// Damage the newest: Latest falls back to the one before.
-	path := s.Path("job", "", 5)
+	path := s.Path("job", 5)
 	b, _ := os.ReadFile(path)
 	b[len(b)/2] ^= 1
 	os.WriteFile(path, b, 0o600)
-	if c, err := s.Latest("job", ""); err != nil || c.Step != 4 {
+	if c, err := s.Latest("job"); err != nil || c.Step != 4 {
 		t.Fatalf("latest with step 5 damaged: %v", err)
 	}
 	// A file renamed to another step is caught.
-	os.Rename(s.Path("job", "", 3), s.Path("job", "", 9))
-	if c, err := s.Latest("job", ""); err != nil || c.Step != 4 {
+	os.Rename(s.Path("job", 3), s.Path("job", 9))
+	if c, err := s.Latest("job"); err != nil || c.Step != 4 {
 		t.Fatalf("latest with a misnamed file: %v %v", c, err)
 	}
 	// Nothing valid left: the error lists every file.
-	os.Remove(s.Path("job", "", 4))
-	_, err = s.Latest("job", "")
+	os.Remove(s.Path("job", 4))
+	_, err = s.Latest("job")
 	if !errors.Is(err, ErrNoCheckpoint) || !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("all damaged: %v", err)
 	}
@@ -312,7 +310,7 @@ func crashChild(dir string) {
 		os.Exit(2)
 	}
 	step := int64(0)
-	if c, err := s.Latest("job", ""); err == nil {
+	if c, err := s.Latest("job"); err == nil {
 		step = c.Step
 	}
 	fmt.Println("ready")
@@ -381,7 +379,7 @@ func TestStoreCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := s.Latest("job", "")
+		c, err := s.Latest("job")
 		if lastSaved == 0 && errors.Is(err, ErrNoCheckpoint) {
 			continue
 		}
@@ -395,4 +393,30 @@ func TestStoreCrash(t *testing.T) {
 		lastSaved = c.Step
 	}
 	t.Logf("%d crashes (%d in the middle of a write) in %v, reached step %d", runs, midWrite, time.Since(start).Round(time.Millisecond), lastSaved)
+}
+
+// A checkpoint file of an earlier ppnode (testdata/v1.ckpt, written by the
+// version that still had partial checkpoints) loads, and what it holds is
+// written back as the same bytes: the format did not change.
+func TestReadsEarlierCheckpointFile(t *testing.T) {
+	b, err := os.ReadFile("testdata/v1.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobID != "golden-1" || c.Step != 12 || c.PlanHash != "plan-1" || c.Data != (DataPos{Epoch: 1, Step: 2}) ||
+		c.Meta["run"] != "r1" || len(c.Params) != 2 || len(c.Optim) != 1 ||
+		fmt.Sprint(c.Params[1].T.Float32s()) != "[-2.5 -1.5 -0.5 0.5 1.5 2.5]" || c.Optim[0].T.Float32s()[4] != 1e-3 {
+		t.Fatalf("read %+v", c)
+	}
+	var out bytes.Buffer
+	if err := WriteCheckpoint(&out, c); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), b) {
+		t.Error("written back as other bytes")
+	}
 }

@@ -49,15 +49,10 @@ func Best(est []Estimate, linkBytesPerSec float64) Codec {
 const sampleLimit = 1 << 16
 
 // Choose returns the lossless codec that minimises encode + transfer +
-// decode time for tensors like sample over a link of the given speed,
-// using speeds measured once on this machine (see DefaultSpeeds). bf16 is
-// never chosen: lossy compression is the job's decision.
-func Choose(sample []float32, linkBytesPerSec float64) Codec {
-	return DefaultSpeeds().Choose(sample, linkBytesPerSec)
-}
-
-// Choose returns the lossless codec of the table with the smallest
-// estimated time (see Estimates); raw when the table is empty.
+// decode time for tensors like sample over a link of the given speed, by
+// the table's speeds (see Estimates; DefaultSpeeds are this machine's);
+// raw when the table is empty. A lossy codec is never chosen: lossy
+// compression is the job's decision.
 func (st SpeedTable) Choose(sample []float32, linkBytesPerSec float64) Codec {
 	return Best(st.Estimates(sample, linkBytesPerSec), linkBytesPerSec)
 }

@@ -80,7 +80,7 @@ func TestChoose(t *testing.T) {
 	if c := (SpeedTable{}).Choose(relu, link100Mbit); c != CodecRaw {
 		t.Errorf("empty table: %v, want raw", c)
 	}
-	if c := Choose(nil, link100Mbit); c == CodecBF16 {
+	if c := DefaultSpeeds().Choose(nil, link100Mbit); c == CodecBF16 {
 		t.Errorf("empty sample: %v", c)
 	}
 }

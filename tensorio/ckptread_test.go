@@ -129,12 +129,12 @@ func TestSaveFromMemory(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, "store", ".*")); len(left) != 0 {
 		t.Errorf("temporaries left: %v", left)
 	}
-	if steps, _ := s.Steps("big", ""); len(steps) != 1 || steps[0] != 1 {
+	if steps, _ := s.Steps("big"); len(steps) != 1 || steps[0] != 1 {
 		t.Fatalf("stored steps %v, want [1]", steps)
 	}
 
 	var c *Checkpoint
-	n := allocated(func() { c, err = LoadCheckpoint(s.Path("big", "", 1)) })
+	n := allocated(func() { c, err = LoadCheckpoint(s.Path("big", 1)) })
 	t.Logf("LoadCheckpoint of the 64 MiB file allocated %.2f MiB", float64(n)/(1<<20))
 	if err != nil {
 		t.Fatal(err)

@@ -67,13 +67,13 @@
 //
 // # Codec choice
 //
-// [Choose] picks, for a sample of the data and a link speed, the lossless
-// codec that minimises encode + transfer + decode time, from the sample's
-// compression ratio (measured by encoding it) and each codec's speed
-// (measured once per process by [MeasureSpeeds], or given as a
-// [SpeedTable]). Incompressible data gets raw; on the recorded activations
-// sparse wins up to 10 Gbit/s at least (its cost per byte is below the
-// transfer time it saves), stronger codecs on slow links.
+// [SpeedTable.Choose] picks, for a sample of the data and a link speed,
+// the lossless codec that minimises encode + transfer + decode time, from
+// the sample's compression ratio (measured by encoding it) and each
+// codec's speed (measured once per process by [MeasureSpeeds], or given
+// as a [SpeedTable]). Incompressible data gets raw; on the recorded
+// activations sparse wins up to 10 Gbit/s at least (its cost per byte is
+// below the transfer time it saves), stronger codecs on slow links.
 //
 // # Checkpoints
 //

@@ -276,29 +276,3 @@ func checkFrame(b []byte) ([]int, int, error) {
 	}
 	return h.shape(), hl + h.encLen, nil
 }
-
-// FrameInfo describes a frame without decoding its payload.
-type FrameInfo struct {
-	DType      DType
-	Codec      Codec
-	Shape      []int
-	RawLen     int // bytes of decoded data
-	EncodedLen int // bytes of payload
-	HeaderLen  int
-}
-
-// ParseFrameInfo validates the header of the frame at the start of b (not
-// its payload) and describes it.
-func ParseFrameInfo(b []byte) (FrameInfo, error) {
-	h, hl, err := parseFrameHeader(b, MaxElements)
-	if err == io.ErrUnexpectedEOF {
-		return FrameInfo{}, corruptWrap(err, "truncated frame header (%d bytes)", len(b))
-	}
-	if err != nil {
-		return FrameInfo{}, err
-	}
-	return FrameInfo{
-		DType: h.dtype, Codec: h.codec, Shape: append([]int{}, h.dims[:h.rank]...),
-		RawLen: 4 * h.n, EncodedLen: h.encLen, HeaderLen: hl,
-	}, nil
-}

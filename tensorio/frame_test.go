@@ -321,9 +321,9 @@ func TestFrameLayout(t *testing.T) {
 	if le.Uint32(f[32:]) != crc(payload) || le.Uint32(f[36:]) != crc(f[:36]) {
 		t.Fatal("bad checksums")
 	}
-	info, err := ParseFrameInfo(f)
-	if err != nil || info.Codec != CodecSparse || !nn.SameShape(info.Shape, []int{2, 3}) || info.EncodedLen != 13 || info.HeaderLen != 40 {
-		t.Fatalf("ParseFrameInfo = %+v, %v", info, err)
+	h, hl, err := parseFrameHeader(f, MaxElements)
+	if err != nil || h.codec != CodecSparse || !nn.SameShape(h.shape(), []int{2, 3}) || h.encLen != 13 || hl != 40 {
+		t.Fatalf("parseFrameHeader = %+v, %d, %v", h, hl, err)
 	}
 }
 

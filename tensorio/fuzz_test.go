@@ -86,16 +86,16 @@ func FuzzDecodeFrame(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkFrameBytes(t, data)
-		info, err := ParseFrameInfo(data)
+		h, _, err := parseFrameHeader(data, MaxElements)
 		if err != nil && len(data) >= framePrefix && int(data[7]) <= MaxRank && len(data) >= FrameHeaderLen(int(data[7])) {
 			// Repair the header checksum and look again.
 			fixed := bytes.Clone(data)
 			hl := FrameHeaderLen(int(data[7]))
 			binary.LittleEndian.PutUint32(fixed[hl-4:], crc(fixed[:hl-4]))
-			info, err = ParseFrameInfo(fixed)
+			h, _, err = parseFrameHeader(fixed, MaxElements)
 			data = fixed
 		}
-		if err != nil || info.RawLen > 4<<20 {
+		if err != nil || 4*h.n > 4<<20 {
 			return
 		}
 		fixed := bytes.Clone(data)

@@ -13,13 +13,13 @@ import (
 	"sync"
 )
 
-// Store is a directory of checkpoints that keeps the last few per job and
-// part. Its layout is
+// Store is a directory of checkpoints that keeps the last few per job. Its
+// layout is
 //
-//	<dir>/<job>/<step, 19 digits>.ckpt          whole-model checkpoints
-//	<dir>/<job>/<step, 19 digits>.<part>.ckpt   partial checkpoints
+//	<dir>/<job>/<step, 19 digits>.ckpt
 //
-// and files starting with "." are temporaries of unfinished writes. A
+// and files starting with "." are temporaries of unfinished writes; other
+// files are ignored. A
 // Store's methods are safe for concurrent use; a directory must be used by
 // one process at a time.
 type Store struct {
@@ -31,7 +31,7 @@ type Store struct {
 const ckptExt = ".ckpt"
 
 // OpenStore opens (creating it if needed) a store in dir that keeps the
-// last keep checkpoints (at least 1) of each job and part, and removes
+// last keep checkpoints (at least 1) of each job, and removes
 // temporaries left by writes that a crash interrupted.
 func OpenStore(dir string, keep int) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -70,17 +70,13 @@ func OpenStore(dir string, keep int) (*Store, error) {
 func (s *Store) Dir() string { return s.dir }
 
 // Path returns the file of a checkpoint of the store.
-func (s *Store) Path(job, part string, step int64) string {
-	name := fmt.Sprintf("%019d", step)
-	if part != "" {
-		name += "." + part
-	}
-	return filepath.Join(s.dir, job, name+ckptExt)
+func (s *Store) Path(job string, step int64) string {
+	return filepath.Join(s.dir, job, fmt.Sprintf("%019d", step)+ckptExt)
 }
 
 // Save writes c atomically (see SaveCheckpoint) and then removes the
-// checkpoints of its job and part beyond the newest keep. It returns the
-// file's path.
+// checkpoints of its job beyond the newest keep. It returns the file's
+// path.
 func (s *Store) Save(c *Checkpoint) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", err
@@ -90,16 +86,16 @@ func (s *Store) Save(c *Checkpoint) (string, error) {
 	if err := os.MkdirAll(filepath.Join(s.dir, c.JobID), 0o755); err != nil {
 		return "", err
 	}
-	path := s.Path(c.JobID, c.Part, c.Step)
+	path := s.Path(c.JobID, c.Step)
 	if err := SaveCheckpoint(path, c); err != nil {
 		return "", err
 	}
-	return path, s.prune(c.JobID, c.Part)
+	return path, s.prune(c.JobID)
 }
 
-// prune removes the checkpoints of job and part beyond the newest keep.
-func (s *Store) prune(job, part string) error {
-	steps, err := s.Steps(job, part)
+// prune removes the checkpoints of job beyond the newest keep.
+func (s *Store) prune(job string) error {
+	steps, err := s.Steps(job)
 	if err != nil {
 		return err
 	}
@@ -107,7 +103,7 @@ func (s *Store) prune(job, part string) error {
 		return nil
 	}
 	for _, st := range steps[:len(steps)-s.keep] {
-		if err := os.Remove(s.Path(job, part, st)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(s.Path(job, st)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
@@ -151,10 +147,10 @@ func (s *Store) SaveFrom(r io.Reader, check func(*Checkpoint) error) (c *Checkpo
 	if err = os.MkdirAll(filepath.Join(s.dir, c.JobID), 0o755); err != nil {
 		return nil, err
 	}
-	if err = t.commit(s.Path(c.JobID, c.Part, c.Step)); err != nil {
+	if err = t.commit(s.Path(c.JobID, c.Step)); err != nil {
 		return nil, err
 	}
-	return c, s.prune(c.JobID, c.Part)
+	return c, s.prune(c.JobID)
 }
 
 // headerReader passes r's bytes through, and fails with an error wrapping
@@ -178,10 +174,10 @@ func (h *headerReader) Read(p []byte) (int, error) {
 }
 
 // Steps lists, in ascending order, the steps for which the store holds a
-// checkpoint file of the job and part (not verified).
-func (s *Store) Steps(job, part string) ([]int64, error) {
-	if !validID(job) || (part != "" && !validID(part)) {
-		return nil, fmt.Errorf("tensorio: invalid job %q or part %q", job, part)
+// checkpoint file of the job (not verified).
+func (s *Store) Steps(job string) ([]int64, error) {
+	if !validID(job) {
+		return nil, fmt.Errorf("tensorio: invalid job %q", job)
 	}
 	files, err := os.ReadDir(filepath.Join(s.dir, job))
 	if errors.Is(err, os.ErrNotExist) {
@@ -192,12 +188,8 @@ func (s *Store) Steps(job, part string) ([]int64, error) {
 	}
 	var steps []int64
 	for _, f := range files {
-		name, ok := strings.CutSuffix(f.Name(), ckptExt)
-		if !ok || strings.HasPrefix(name, ".") {
-			continue
-		}
-		num, p, _ := strings.Cut(name, ".")
-		if p != part || len(num) != 19 {
+		num, ok := strings.CutSuffix(f.Name(), ckptExt)
+		if !ok || len(num) != 19 {
 			continue
 		}
 		st, err := strconv.ParseInt(num, 10, 64)
@@ -212,36 +204,36 @@ func (s *Store) Steps(job, part string) ([]int64, error) {
 
 // Load reads and verifies one checkpoint of the store, checking that the
 // file holds what its name says.
-func (s *Store) Load(job, part string, step int64) (*Checkpoint, error) {
-	path := s.Path(job, part, step)
+func (s *Store) Load(job string, step int64) (*Checkpoint, error) {
+	path := s.Path(job, step)
 	c, err := LoadCheckpoint(path)
 	if err != nil {
 		return nil, err
 	}
-	if c.JobID != job || c.Part != part || c.Step != step {
-		return nil, fmt.Errorf("%s: %w: file holds job %q part %q step %d", path, ErrCorrupt, c.JobID, c.Part, c.Step)
+	if c.JobID != job || c.Step != step {
+		return nil, fmt.Errorf("%s: %w: file holds job %q step %d", path, ErrCorrupt, c.JobID, c.Step)
 	}
 	return c, nil
 }
 
-// Latest returns the newest complete, verified checkpoint of the job and
-// part, skipping damaged files. With none it returns an error wrapping
+// Latest returns the newest complete, verified checkpoint of the job,
+// skipping damaged files. With none it returns an error wrapping
 // ErrNoCheckpoint that lists what was wrong with each file.
-func (s *Store) Latest(job, part string) (*Checkpoint, error) {
-	steps, err := s.Steps(job, part)
+func (s *Store) Latest(job string) (*Checkpoint, error) {
+	steps, err := s.Steps(job)
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
 	for i := len(steps) - 1; i >= 0; i-- {
-		c, err := s.Load(job, part, steps[i])
+		c, err := s.Load(job, steps[i])
 		if err == nil {
 			return c, nil
 		}
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		return nil, fmt.Errorf("%w for job %q part %q in %s", ErrNoCheckpoint, job, part, s.dir)
+		return nil, fmt.Errorf("%w for job %q in %s", ErrNoCheckpoint, job, s.dir)
 	}
-	return nil, fmt.Errorf("%w for job %q part %q in %s: %w", ErrNoCheckpoint, job, part, s.dir, errors.Join(errs...))
+	return nil, fmt.Errorf("%w for job %q in %s: %w", ErrNoCheckpoint, job, s.dir, errors.Join(errs...))
 }

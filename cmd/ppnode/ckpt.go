@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -68,7 +67,6 @@ type ckptInfo struct {
 	// Step is the checkpoint's step, or a safetensors file's "ppnode.step"
 	// metadata; nil when unknown.
 	Step     *int64            `json:"step,omitempty"`
-	Part     string            `json:"part,omitempty"`
 	Plan     string            `json:"plan,omitempty"`
 	Data     *tensorio.DataPos `json:"data,omitempty"`
 	RNGBytes int               `json:"rng_bytes,omitempty"`
@@ -132,7 +130,7 @@ func inspectFile(path string) (*ckptInfo, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		info.Format = "checkpoint"
-		info.Job, info.Part, info.Plan, info.Meta = c.JobID, c.Part, c.PlanHash, c.Meta
+		info.Job, info.Plan, info.Meta = c.JobID, c.PlanHash, c.Meta
 		info.Step, info.Data, info.RNGBytes = &c.Step, &c.Data, len(c.RNG)
 		info.WeightsSHA256 = tensorio.WeightsSHA256(c.Params)
 		for _, p := range c.Params {
@@ -162,7 +160,6 @@ func inspectFile(path string) (*ckptInfo, error) {
 	info.Format = "safetensors"
 	info.Meta = meta
 	info.Job = meta["ppnode.job"]
-	info.Part = meta["ppnode.part"]
 	info.Plan = meta["ppnode.plan"]
 	if s, ok := meta["ppnode.step"]; ok {
 		var step int64
@@ -219,9 +216,6 @@ func printInfo(w io.Writer, info *ckptInfo) error {
 	}
 	if info.Step != nil {
 		fmt.Fprintf(tw, "step\t%d\n", *info.Step)
-	}
-	if info.Part != "" {
-		fmt.Fprintf(tw, "part\t%s\n", info.Part)
 	}
 	if info.Plan != "" {
 		fmt.Fprintf(tw, "plan\t%s\n", info.Plan)
@@ -301,25 +295,27 @@ func ckptExport(args []string, stdout, stderr io.Writer) error {
 // layouts of the PyTorch state_dict, as `train --out` writes them) and
 // returns their fingerprint.
 func exportWeights(path string, c *tensorio.Checkpoint) (string, error) {
+	cm, err := job.ParseCutMeta(c.Meta)
+	if err != nil {
+		return "", err
+	}
 	ps := make([]*nn.Param, len(c.Params))
 	meta := map[string]string{"format": "pt"}
 	for k, v := range c.Meta {
-		if !strings.HasPrefix(k, job.LayoutMetaPrefix) {
+		if !job.IsLayoutKey(k) {
 			meta[k] = v
 		}
 	}
 	for i, n := range c.Params {
 		ps[i] = &nn.Param{Name: n.Name, Value: n.T}
-		if text, ok := c.Meta[job.LayoutMetaPrefix+n.Name]; ok {
-			l, err := job.ParseLayout(text, len(n.T.Shape()))
-			if err != nil {
-				return "", fmt.Errorf("%s: %w", n.Name, err)
+		if l, ok := cm.Layouts[n.Name]; ok {
+			if rank := len(n.T.Shape()); len(l) != rank {
+				return "", fmt.Errorf("%s: layout %v of a %d-dimensional tensor", n.Name, l, rank)
 			}
 			ps[i].Layout = l
 		}
 	}
-	micro, _ := strconv.Atoi(c.Meta["micro_batches"])
-	es, err := job.WeightsEntries(ps, int(c.Step), micro)
+	es, err := job.WeightsEntries(ps, int(c.Step), cm.MicroBatches)
 	if err != nil {
 		return "", err
 	}
@@ -327,9 +323,6 @@ func exportWeights(path string, c *tensorio.Checkpoint) (string, error) {
 	meta["ppnode.job"], meta["ppnode.step"], meta["weights_sha256"] = c.JobID, fmt.Sprint(c.Step), sha
 	if c.PlanHash != "" {
 		meta["ppnode.plan"] = c.PlanHash
-	}
-	if c.Part != "" {
-		meta["ppnode.part"] = c.Part
 	}
 	return sha, tensorio.SaveSafetensorsEntries(path, es, meta)
 }

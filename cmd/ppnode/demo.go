@@ -66,7 +66,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		spec.Epochs = 0 // as many as the steps need
 	}
 	spec.Batch, spec.MicroBatches = *batch, *micro
-	if err := spec.Normalize(); err != nil {
+	if _, err := job.Check(spec); err != nil { // before any node starts
 		return usageError{err}
 	}
 	exe, err := os.Executable()

@@ -141,6 +141,12 @@ func TestTrainViaMatchesLocal(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), "fc9") {
 		t.Errorf("bad partition: exit %d, stderr %q", code, errb.String())
 	}
+	// The node checks the whole spec: the command sends it as given.
+	errb.Reset()
+	code = run([]string{"train", "--via", as[0].HTTPAddr(), "--data", "synthetic:8x8x1:4", "--batch", "4", "--micro-batches", "8"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "need 1 <= micro-batches (8) <= batch (4)") || !strings.Contains(errb.String(), "HTTP 400") {
+		t.Errorf("bad micro-batches: exit %d, stderr %q", code, errb.String())
+	}
 }
 
 // join prints its ready line, serves until SIGINT, then leaves and returns.

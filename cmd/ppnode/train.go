@@ -105,18 +105,21 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	spec := f.spec(setFlags(fs))
-	if err := spec.Normalize(); err != nil {
-		return usageError{err}
-	}
 	if !f.local {
+		// The node checks the spec: a bad one is its 400, which names
+		// what is wrong.
 		return trainVia(spec, &f, &c, stdout, stderr)
+	}
+	cs, err := job.Check(spec)
+	if err != nil {
+		return usageError{err}
 	}
 	threads := f.threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
 	runtime.GOMAXPROCS(threads)
-	jb, err := spec.Prepare()
+	jb, err := cs.Prepare()
 	if err != nil {
 		if errors.Is(err, job.ErrSpec) {
 			return usageError{err}

@@ -65,7 +65,11 @@ var cases = []trainCase{
 func weightsSHA(c trainCase, threads int) (string, error) {
 	s := c.spec()
 	s.Deterministic, s.Threads = true, threads
-	j, err := s.Prepare()
+	cs, err := job.Check(s)
+	if err != nil {
+		return "", err
+	}
+	j, err := cs.Prepare()
 	if err != nil {
 		return "", err
 	}

@@ -146,7 +146,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		c.attempt(now)
 	case opProbe:
 		e := ev.(Probed)
-		c.status.ProbeMS += ms(now.Sub(c.ops.start))
+		c.status.ProbeMS += job.Millis(now.Sub(c.ops.start))
 		c.links.probed(now, e.Links, c.log)
 		if len(e.Live) == 0 {
 			c.changeFailed(now, errors.New("no live node"))
@@ -238,7 +238,7 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	}
 	st, cu, rb := &c.steps, &c.cuts, &c.rebal
 	c.log.Info("plan changed", "trigger", ch.trigger, "plan", c.plan.text, "generation", c.plan.gen,
-		"start_ms", ms(ch.t1.Sub(ch.t0)), "load_ms", ms(now.Sub(ch.t1)))
+		"start_ms", job.Millis(ch.t1.Sub(ch.t0)), "load_ms", job.Millis(now.Sub(ch.t1)))
 	switch ch.trigger {
 	case job.TriggerStart, job.TriggerTakeover:
 	case job.TriggerFailure:
@@ -246,7 +246,7 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 		st.next, st.acc = cu.latest.Step, cu.latest.Progress
 		cu.win.open, rb.check.active = false, false
 		c.status.Recoveries = append(c.status.Recoveries, job.Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - cu.latest.Step,
-			Plan: c.plan.text, At: ch.detected, DetectMS: ms(ch.detected.Sub(ch.stepStart)), RestoreMS: ms(now.Sub(ch.detected))})
+			Plan: c.plan.text, At: ch.detected, DetectMS: job.Millis(ch.detected.Sub(ch.stepStart)), RestoreMS: job.Millis(now.Sub(ch.detected))})
 	default:
 		r := ch.replan
 		switch ch.source {
@@ -255,13 +255,13 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 			if moved != nil {
 				r.MovedBytes, r.WireBytes, r.Links = moved.Bytes, moved.WireBytes, moved.Links
 			}
-			r.PhasesMS = map[string]float64{"start": ms(ch.t1.Sub(ch.t0)), "transfer": ms(now.Sub(ch.t1))}
+			r.PhasesMS = map[string]float64{"start": job.Millis(ch.t1.Sub(ch.t0)), "transfer": job.Millis(now.Sub(ch.t1))}
 		case sourceFreshCut:
 			r.Method, r.MovedBytes, r.LocalBytes = "cut", 2*cu.size, 0
-			r.PhasesMS = map[string]float64{"cut": ms(cu.pause), "start": ms(ch.t1.Sub(ch.t0) - cu.pause), "restore": ms(now.Sub(ch.t1))}
+			r.PhasesMS = map[string]float64{"cut": job.Millis(cu.pause), "start": job.Millis(ch.t1.Sub(ch.t0) - cu.pause), "restore": job.Millis(now.Sub(ch.t1))}
 		}
 		rb.planStep = st.next
-		r.MovedMS = ms(now.Sub(ch.t0))
+		r.MovedMS = job.Millis(now.Sub(ch.t0))
 		c.log.Info("re-planned", "step", st.next, "method", r.Method, "moved_bytes", r.MovedBytes, "state_bytes", r.StateBytes, "ms", r.MovedMS, "phases_ms", r.PhasesMS)
 		r.MeasuredBeforeMS = 1e3 * balance.Median(st.times[max(0, len(st.times)-replanWindow):])
 		c.status.Replans = append(c.status.Replans, *r)
@@ -330,7 +330,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		r.Speeds[n.Name] = n.Speed
 	}
 	cost := c.cuts.moveCost(mv, viaCut)
-	r.CostMS = ms(cost)
+	r.CostMS = job.Millis(cost)
 	cur, err := balance.Simulate(c.plan.Plan, c.job.Graph, c.cfg.Profile, cl, balance.SimOptions{Optimizer: spec.Optimizer})
 	if err == nil {
 		r.BeforeMS = cur.StepTime * 1e3

@@ -212,7 +212,7 @@ func (c *Core) Status() job.Status {
 	if cu.every != math.MaxInt {
 		s.CheckpointEvery = cu.every
 	}
-	s.CheckpointMS, s.PersistMS, s.CutCostMS = ms(cu.pause), ms(cu.persist), ms(cu.measured)
+	s.CheckpointMS, s.PersistMS, s.CutCostMS = job.Millis(cu.pause), job.Millis(cu.persist), job.Millis(cu.measured)
 	s.Stages = slices.Clone(s.Stages)
 	s.Accuracy = slices.Clone(s.Accuracy)
 	s.Recoveries = slices.Clone(s.Recoveries)
@@ -308,7 +308,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 		c.cutTaken(now, c.ops.kind, e)
 	case Probed:
 		c.links.probeSpent += now.Sub(c.ops.start)
-		c.status.ProbeTrainMS += ms(now.Sub(c.ops.start))
+		c.status.ProbeTrainMS += job.Millis(now.Sub(c.ops.start))
 		c.links.probed(now, e.Links, c.log)
 		c.boundary(now)
 	}
@@ -580,7 +580,7 @@ func (c *Core) recordStep(loss float64, timings []StageTiming) {
 		}
 		st := &c.status.Stages[k]
 		sm := func(old float64, d time.Duration) float64 {
-			v := ms(d)
+			v := job.Millis(d)
 			if g == 1 {
 				return v
 			}
@@ -716,9 +716,6 @@ func layerRange(ls []string) string {
 	}
 	return ls[0] + "-" + ls[len(ls)-1]
 }
-
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // specErr is a problem with the job's spec, wrapping job.ErrSpec.
 func specErr(format string, a ...any) error {

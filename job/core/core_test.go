@@ -170,7 +170,7 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 			d.Fatalf(t, "job: unknown argument %q", a.Key)
 		}
 	}
-	j, err := spec.Prepare()
+	j, err := prepare(spec)
 	if err != nil {
 		d.Fatalf(t, "%v", err)
 	}
@@ -857,3 +857,12 @@ func (h evalLog) Handle(_ context.Context, r slog.Record) error {
 
 func (h evalLog) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h evalLog) WithGroup(string) slog.Handler      { return h }
+
+// prepare checks spec and prepares its job.
+func prepare(spec job.Spec) (*job.Job, error) {
+	c, err := job.Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	return c.Prepare()
+}

@@ -209,13 +209,11 @@ func (t *linkTable) probed(now time.Time, ms []LinkMeasure, log *slog.Logger) {
 		l := t.get(m.From, m.To)
 		l.rate, l.rtt, l.source, l.probedAt = m.BytesPerSec, m.RTT.Seconds(), "probe", now
 		l.reprobe, l.slow, l.accBytes, l.accWrite, l.accSteps = false, 0, 0, 0, 0
-		log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", ms64(m.RTT))
+		log.Info("link measured", "from", m.From, "to", m.To, "mbit_s", m.BytesPerSec*8/1e6, "rtt_ms", job.Millis(m.RTT))
 	}
 }
 
 func changedRate(old, v float64) bool { return v < linkSlower*old || v > linkFaster*old }
-
-func ms64(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // observeLinks accounts a step's traffic to its links and checks their
 // passive bounds.
@@ -467,7 +465,7 @@ func (t *linkTable) status() []job.LinkStatus {
 				ratio = float64(ks.raw) / float64(ks.wire)
 			}
 			ls.Kinds = append(ls.Kinds, job.LinkKind{Kind: kind, Codec: ks.codec, Ratio: ratio, Frames: ks.frames,
-				RawBytes: ks.raw, WireBytes: ks.wire, EncodeMS: ms(ks.encode), SampleMS: ms(ks.sample)})
+				RawBytes: ks.raw, WireBytes: ks.wire, EncodeMS: job.Millis(ks.encode), SampleMS: job.Millis(ks.sample)})
 			ls.WireBytes += ks.wire
 		}
 		out = append(out, ls)

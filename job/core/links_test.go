@@ -18,7 +18,7 @@ func linkCore(t *testing.T) *Core {
 	spec.ID, spec.Data, spec.Threads, spec.Epochs = "links", "synthetic:8x8x1:4", 1, 100
 	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
 	spec.Partition = "fc1-fc16@a; fc17-fc32@b"
-	j, err := spec.Prepare()
+	j, err := prepare(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

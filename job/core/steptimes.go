@@ -11,15 +11,15 @@ import (
 // recordTimes keeps the step that ran from start to now with its stage
 // timings among the last LastSteps.
 func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
-	st := job.StepTiming{Step: c.steps.next, AtMS: ms(start.Sub(c.status.Started)), WallMS: ms(now.Sub(start)),
+	st := job.StepTiming{Step: c.steps.next, AtMS: job.Millis(start.Sub(c.status.Started)), WallMS: job.Millis(now.Sub(start)),
 		Stages: make([]job.StageStepTiming, len(timings))}
 	for k, t := range timings {
 		var send time.Duration
 		for _, l := range t.Links {
 			send += l.Encode + l.Write
 		}
-		st.Stages[k] = job.StageStepTiming{ForwardMS: ms(t.Forward), BackwardMS: ms(t.Backward), UpdateMS: ms(t.Update),
-			WaitMS: ms(t.Wait), SendMS: ms(send), WallMS: ms(t.Wall)}
+		st.Stages[k] = job.StageStepTiming{ForwardMS: job.Millis(t.Forward), BackwardMS: job.Millis(t.Backward), UpdateMS: job.Millis(t.Update),
+			WaitMS: job.Millis(t.Wait), SendMS: job.Millis(send), WallMS: job.Millis(t.Wall)}
 	}
 	// A new slice each time: statuses handed out share the old one.
 	last := c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):]

@@ -22,7 +22,7 @@ func SmallSpec() job.Spec {
 // thread (`ppnode train --local`).
 func LocalSHA(t testing.TB, spec job.Spec) string {
 	t.Helper()
-	j, err := spec.Prepare()
+	j, err := Check(t, spec).Prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,4 +31,14 @@ func LocalSHA(t testing.TB, spec job.Spec) string {
 		t.Fatal(err)
 	}
 	return res.WeightsSHA256
+}
+
+// Check is job.Check of a spec the test knows is good.
+func Check(t testing.TB, spec job.Spec) job.Checked {
+	t.Helper()
+	c, err := job.Check(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -48,8 +48,8 @@
 //     record over to a takeover are each one step. It counts the
 //     reservations and runs that Close waits for, and does no I/O.
 //   - runner (runner.go): the coordinator's side. It plans and launches
-//     a job, replicates its cuts and record to the holders, and tells
-//     them how it ended.
+//     a job, replicates its cuts and record to the holders (it is the
+//     coordinators' actors.Replicator), and tells them how it ended.
 //   - failover (failover.go): the holder's side. It keeps the records
 //     sent to this node and takes a job over when its coordinator dies.
 //     Neither runner nor failover has state of its own: theirs is in

@@ -18,8 +18,9 @@ import (
 
 // runner runs the jobs this node coordinates, the coordinator's side of
 // failover: it plans a submitted job, launches it, replicates its cuts
-// and its record to the holders, and tells them how the job ended. Its
-// state is the jobs table's; it has no lock of its own.
+// and its record to the holders (it is the coordinators'
+// actors.Replicator), and tells them how the job ended. Its state is the
+// jobs table's; it has no lock of its own.
 type runner struct {
 	self    string
 	log     *slog.Logger

@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,82 +19,11 @@ import (
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/job/core"
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
-	"github.com/ppnode/ppnode/portrange"
 	"github.com/ppnode/ppnode/tensorio"
-	"github.com/ppnode/ppnode/trust"
 )
-
-// Defaults of [Config].
-const (
-	DefaultBind       = "127.0.0.1:7946"
-	DefaultHTTP       = "127.0.0.1:0"
-	DefaultProfileFor = 300 * time.Millisecond
-	// StopGrace is how long Close and Leave wait for the jobs this node
-	// coordinates to stop.
-	StopGrace = 10 * time.Second
-	// CheckpointsKept is how many checkpoints per job the store keeps.
-	CheckpointsKept = 3
-)
-
-// Config configures an [Agent].
-type Config struct {
-	// Name is the node's name in the cluster (required, unique).
-	Name string
-	// Bind is the gossip host:port (default DefaultBind; port 0: the
-	// kernel picks).
-	Bind string
-	// Seeds are gossip addresses of nodes already in the cluster; none
-	// starts a new cluster.
-	Seeds []string
-	// Advertise is the gossip host:port others reach this node at
-	// (default: the bound address).
-	Advertise string
-	// ActorBind is the actor system's host:port (default: Bind's host,
-	// port 0). The stage data plane listens on the same host.
-	ActorBind string
-	// HTTP is the API's host:port (default DefaultHTTP).
-	HTTP string
-	// DataPorts, if not zero, is the TCP ports the stage links and the
-	// link probe listen on (otherwise any: the system picks).
-	DataPorts portrange.Range
-	// DataDir holds the local checkpoint store (DataDir/checkpoints);
-	// empty: no store. One node process at a time may use it (Start
-	// takes a lock on DataDir/lock until the node stops).
-	DataDir string
-	// SecretFile is a gossip encryption key file (see
-	// cluster.ReadKeyFile; readable by its owner only); empty: the
-	// Identity's gossip key, or gossip in the clear without one.
-	SecretFile string
-	// Identity is the node's cluster identity (trust.Load): with it the
-	// HTTP API, the actor port and the data plane authenticate their
-	// peers with the cluster's CA and key (SECURITY.md).
-	Identity *trust.Identity
-	// Insecure allows a node without an Identity to listen beyond
-	// loopback (Start refuses otherwise); it logs a warning.
-	Insecure bool
-	// EncryptData sends tensors between stages over TLS (with an
-	// Identity); otherwise links only authenticate their ends.
-	EncryptData bool
-	// Pprof serves Go's profiler at /debug/pprof/ (to the cluster's
-	// certificates, or anyone without an Identity).
-	Pprof bool
-	// HTTPTimeout bounds reading a request and writing an answer, and
-	// any silence within a checkpoint's transfer (default
-	// DefaultHTTPTimeout).
-	HTTPTimeout time.Duration
-	// Threads is the compute threads of this node (0: all CPUs).
-	Threads int
-	// ProfileFor is how long the GEMM speed is measured at start (default
-	// DefaultProfileFor).
-	ProfileFor time.Duration
-	// Logger receives the agent's logs (default slog.Default());
-	// protoactor's and memberlist's go there too, protoactor's at
-	// ActorLogLevel and above.
-	Logger        *slog.Logger
-	ActorLogLevel slog.Level
-}
 
 // Version is the ppnode version gossiped in the node metadata.
 var Version = func() string {
@@ -110,262 +34,183 @@ var Version = func() string {
 }()
 
 // An Agent is one running node. Its methods are safe for concurrent use.
+//
+// The agent wires parts that each keep their own state under their own
+// lock, and starts and stops them; no part's lock is held while another
+// part's is taken.
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	profile cluster.Profile
-	// burstGFLOPS is the GEMM speed between the throttles of a CPU quota
-	// (profile.GEMMGFLOPS is over whole quota periods): the reference of
-	// the profiles this node's coordinators measure.
-	burstGFLOPS float64
-	limitMu     sync.Mutex // guards limit and limitAt (see capacity)
-	limit       float64
-	limitAt     time.Time
-	sys         *actors.System
-	dp          *dataplane.TCP
-	probe       *linkprobe.Server
-	probeMu     sync.Mutex // one link probe from this node at a time
-	host        *actors.StageHost
-	node        *cluster.Node
-	store       *tensorio.Store
-	dirLock     *os.File // holds the lock on the data dir; nil without one
-	httpLn      net.Listener
-	srv         *http.Server
-	hc          *http.Client  // calls to other nodes
-	uploads     chan struct{} // a slot per checkpoint upload in progress
 
-	ctx    context.Context // cancelled by Close and Leave: ends the jobs
-	cancel context.CancelFunc
-	loops  sync.WaitGroup // event loop and HTTP server
-	runs   sync.WaitGroup // jobs' Run goroutines and submissions in progress
+	members  *members  // the membership view
+	jobs     *jobs     // the jobs coordinated here and the records held
+	runner   *runner   // runs the jobs coordinated here
+	failover *failover // keeps records, takes jobs over
+	cuts     *cuts     // the local checkpoint store
+	links    *links    // link probes and measurements
+	capacity *capacity // the CPU limit's speed
+	api      *api      // the HTTP API
 
-	mu      sync.Mutex // guards jobs, order, seq, closed, changed, records, httpOf, links and the jobs' rec
-	jobs    map[string]*coordinated
-	order   []string // job ids in submission order
-	seq     int
-	closed  bool
-	changed chan struct{} // closed and replaced at every membership event
-	// records are the records of jobs coordinated elsewhere that this
-	// node holds (see failover.go).
-	records map[string]*JobRecord
-	// httpOf is every member's last known HTTP address, by name (a
-	// failed member's too).
-	httpOf map[string]string
-	// links are the link measurements this node made or asked for.
-	links map[[2]string]keptLink
+	sys     *actors.System
+	dp      *dataplane.TCP
+	host    *actors.StageHost
+	dirLock *os.File // holds the lock on the data dir; nil without one
 
-	// cutMu guards cutRuns: the run of each job's cuts in the local store
-	// (see cuts.go).
-	cutMu   sync.Mutex
-	cutRuns map[string]string
-
+	ctx      context.Context // cancelled by Close and Leave: ends the jobs
+	cancel   context.CancelFunc
+	loops    sync.WaitGroup // event loop and HTTP server
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// coordinated is a job this node coordinates.
-type coordinated struct {
-	c      *actors.Coordinator
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned
-
-	// rec is the job's record as last sent to its holders (guarded by
-	// Agent.mu); takeover is how this node got the job (nil: submitted
-	// here); superseded is set when a newer coordinator took it over
-	// (guarded by Agent.mu).
-	rec        JobRecord
-	takeover   *Takeover
-	superseded bool
-	movedTo    string // the coordinator that superseded this node
-	// dropped are former holders not yet told that they no longer hold
-	// the job; warnedFew is set once a lack of holders was logged (both
-	// used by the persisting goroutine and, after it, Run's).
-	dropped   []string
-	warnedFew bool
-}
-
 // Start starts a node: it measures the node, starts the actor system, the
 // HTTP listener and the membership, and returns once all are up.
-func Start(cfg Config) (a *Agent, err error) {
-	if err := CheckName(cfg.Name); err != nil {
-		return nil, fmt.Errorf("nodes: %w", err) // the records naming it would be refused
-	}
-	if cfg.Bind == "" {
-		cfg.Bind = DefaultBind
-	}
-	if cfg.HTTP == "" {
-		cfg.HTTP = DefaultHTTP
-	}
-	if cfg.ProfileFor <= 0 {
-		cfg.ProfileFor = DefaultProfileFor
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = runtime.NumCPU()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.HTTPTimeout <= 0 {
-		cfg.HTTPTimeout = DefaultHTTPTimeout
-	}
-	if err := checkExposure(cfg, cfg.Bind, cfg.HTTP, cfg.ActorBind, cfg.Advertise); err != nil {
+func Start(cfg Config) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
-	if cfg.Identity != nil && cfg.Identity.Name != cfg.Name {
-		return nil, fmt.Errorf("nodes: the certificate is for %q, not %q", cfg.Identity.Name, cfg.Name)
-	}
-	if cfg.Identity != nil && cfg.Identity.Role != trust.RoleNode {
-		return nil, fmt.Errorf("nodes: the certificate of %q is a %s's, not a node's", cfg.Identity.Name, cfg.Identity.Role)
-	}
-	bindHost, _, err := net.SplitHostPort(cfg.Bind)
+	key, err := cfg.gossipKey()
 	if err != nil {
-		return nil, fmt.Errorf("nodes: gossip address %q: %w", cfg.Bind, err)
+		return nil, err
 	}
-	if cfg.ActorBind == "" {
-		cfg.ActorBind = net.JoinHostPort(bindHost, "0")
-	}
-	actorHost, actorPort, err := net.SplitHostPort(cfg.ActorBind)
-	if err != nil {
-		return nil, fmt.Errorf("nodes: actor address %q: %w", cfg.ActorBind, err)
-	}
-	var actorAdvertise string
-	dataHost := actorHost
-	if cfg.Advertise != "" {
-		advHost, _, err := net.SplitHostPort(cfg.Advertise)
-		if err != nil {
-			return nil, fmt.Errorf("nodes: advertised address %q: %w", cfg.Advertise, err)
-		}
-		if actorPort != "0" {
-			actorAdvertise = net.JoinHostPort(advHost, actorPort)
-		}
-		if ip := net.ParseIP(actorHost); actorHost == "" || (ip != nil && ip.IsUnspecified()) {
-			dataHost = advHost
-		}
-	}
-	var key []byte
-	switch {
-	case cfg.SecretFile != "":
-		if err := trust.CheckKeyFile(cfg.SecretFile); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
-		}
-		if key, err = cluster.ReadKeyFile(cfg.SecretFile); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
-		}
-	case cfg.Identity != nil:
-		key = cfg.Identity.Gossip
-	}
-
-	a = &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), jobs: map[string]*coordinated{}, changed: make(chan struct{}),
-		records: map[string]*JobRecord{}, httpOf: map[string]string{}, links: map[[2]string]keptLink{}, cutRuns: map[string]string{},
-		hc: HTTPClient(cfg.Identity), uploads: make(chan struct{}, MaxUploads)}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
 	if cfg.Identity == nil {
 		a.log.Warn("nodes: running without cluster credentials: anyone who reaches this node's ports can submit, cancel and poison jobs (SECURITY.md)", "insecure", cfg.Insecure)
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	self := a // a is nil once an error is returned
-	defer func() {
-		if err != nil {
-			self.cancel()
-			if self.httpLn != nil {
-				self.httpLn.Close()
-			}
-			if self.sys != nil {
-				self.sys.Stop()
-			}
-			if self.probe != nil {
-				self.probe.Close()
-			}
-			if self.dirLock != nil {
-				self.dirLock.Close()
-			}
-		}
-	}()
-
-	be, err := nn.NewBackend("", cfg.Threads, false)
+	a.members = newMembers(cfg.Name, HTTPClient(cfg.Identity))
+	a.jobs = newJobs(cfg.Name, a.log)
+	a.api = newAPI(a)
+	err = a.measure()
+	if err == nil {
+		err = a.openStore()
+	}
+	if err == nil {
+		err = a.startActors()
+	}
+	if err == nil {
+		err = a.api.listen(cfg.HTTP)
+	}
+	if err == nil {
+		err = a.join(key)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("nodes: %w", err)
+		a.release()
+		return nil, err
 	}
-	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, cfg.ProfileFor)
-	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: cfg.Threads}
-	a.burstGFLOPS = burst
-	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", cfg.Threads, "backend", nn.Describe(be))
+	base := actors.CoordinatorConfig{Control: a.sys, DataPlane: a.dp, Store: a.cuts.store, GFLOPS: a.capacity.burst,
+		Threads: cfg.Threads, Logger: a.log, Self: cfg.Name, Links: a.links}
+	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, base: base}
+	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
+	a.loops.Go(a.watch)
+	a.loops.Go(a.api.serve)
+	a.log.Info("nodes: ready", "gossip", a.GossipAddr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir)
+	return a, nil
+}
 
-	if cfg.DataDir != "" {
-		if a.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
-			return nil, err
+// measure measures the node's GEMM speed, over whole CPU-quota periods
+// (the gossiped profile) and between throttles (capacity's reference).
+func (a *Agent) measure() error {
+	be, err := nn.NewBackend("", a.cfg.Threads, false)
+	if err != nil {
+		return fmt.Errorf("nodes: %w", err)
+	}
+	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, a.cfg.ProfileFor)
+	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: a.cfg.Threads}
+	a.capacity = &capacity{burst: burst, threads: a.cfg.Threads}
+	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", a.cfg.Threads, "backend", nn.Describe(be))
+	return nil
+}
+
+// openStore locks the data dir, if any, and opens the checkpoint store in
+// it.
+func (a *Agent) openStore() error {
+	var store *tensorio.Store
+	if dir := a.cfg.DataDir; dir != "" {
+		var err error
+		if a.dirLock, err = lockDataDir(dir); err != nil {
+			return err
 		}
-		if a.store, err = tensorio.OpenStore(filepath.Join(cfg.DataDir, "checkpoints"), CheckpointsKept); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
+		if store, err = tensorio.OpenStore(filepath.Join(dir, "checkpoints"), CheckpointsKept); err != nil {
+			return fmt.Errorf("nodes: %w", err)
 		}
 	}
+	a.cuts = newCuts(store, a.log)
+	return nil
+}
 
-	a.dp = &dataplane.TCP{Host: dataHost, Ports: cfg.DataPorts}
+// startActors starts what stages run on: the data plane, the link probe
+// server, the stage host and the actor system.
+func (a *Agent) startActors() error {
+	cfg, addrs := a.cfg, a.cfg.addrs()
+	a.dp = &dataplane.TCP{Host: addrs.dataHost, Ports: cfg.DataPorts}
 	if id := cfg.Identity; id != nil {
 		a.dp.Key = id.DataPlaneKey()
 		if cfg.EncryptData {
 			a.dp.ServerTLS, a.dp.ClientTLS = id.ServerTLS(true), id.ClientTLS()
 		}
 	}
-	probeHost := dataHost
-	if probeHost == "" {
-		probeHost = "127.0.0.1" // as the data plane
+	probe, err := linkprobe.Listen(addrs.probeHost, cfg.DataPorts)
+	if err != nil {
+		return fmt.Errorf("nodes: %w", err)
 	}
-	if a.probe, err = linkprobe.Listen(probeHost, cfg.DataPorts); err != nil {
-		return nil, fmt.Errorf("nodes: %w", err)
-	}
-	host := &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity}
-	a.host = host
+	a.links = newLinks(cfg.Name, a.log, a.members, probe)
+	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now}
 	acfg := actors.Config{
-		Bind: cfg.ActorBind, Advertise: actorAdvertise,
-		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(host)},
+		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
+		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(a.host)},
 		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel,
 	}
 	if id := cfg.Identity; id != nil {
 		acfg.ServerTLS, acfg.ClientTLS = id.ServerTLS(true), id.ClientTLS()
 	}
-	a.sys, err = actors.Start(acfg)
-	if err != nil {
-		return nil, fmt.Errorf("nodes: %w", err)
+	if a.sys, err = actors.Start(acfg); err != nil {
+		return fmt.Errorf("nodes: %w", err)
 	}
+	return nil
+}
 
-	if a.httpLn, err = net.Listen("tcp", cfg.HTTP); err != nil {
-		return nil, fmt.Errorf("nodes: HTTP: %w", err)
-	}
-	tags := map[string]string{tagHTTP: a.httpLn.Addr().String(), tagProbe: a.probe.Addr()}
-	if a.store != nil {
+// join joins the cluster with the node's metadata: its actor address,
+// profile, and the tags of its HTTP API, probe server, store and CPU
+// limit.
+func (a *Agent) join(key []byte) error {
+	tags := map[string]string{tagHTTP: a.api.addr(), tagProbe: a.links.server.Addr()}
+	if a.cuts.store != nil {
 		tags[tagStore] = "1"
 	}
 	if cpus, ok := cpuLimit(); ok {
 		tags[tagCPUs] = formatCPUs(cpus)
 	}
-	a.node, err = cluster.Start(cluster.Config{
-		Name: cfg.Name, BindAddr: cfg.Bind, AdvertiseAddr: cfg.Advertise, Seeds: cfg.Seeds,
-		Meta: cluster.Meta{
-			ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile, Tags: tags,
-		},
-		SecretKey: key, Logger: cfg.Logger,
+	node, err := cluster.Start(cluster.Config{
+		Name: a.cfg.Name, BindAddr: a.cfg.Bind, AdvertiseAddr: a.cfg.Advertise, Seeds: a.cfg.Seeds,
+		Meta:      cluster.Meta{ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile, Tags: tags},
+		SecretKey: key, Logger: a.cfg.Logger,
 		Confirm: a.answers,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nodes: %w", err)
+		return fmt.Errorf("nodes: %w", err)
 	}
+	a.members.node = node
+	return nil
+}
 
-	a.srv = a.newServer()
-	a.srv.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
-	a.loops.Add(2)
-	go a.watch()
-	go func() {
-		defer a.loops.Done()
-		serve := a.srv.Serve
-		if a.srv.TLSConfig != nil {
-			serve = func(l net.Listener) error { return a.srv.ServeTLS(l, "", "") }
-		}
-		if err := serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("nodes: HTTP server", "err", err)
-		}
-	}()
-	a.log.Info("nodes: ready", "gossip", a.node.Addr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir)
-	return a, nil
+// release undoes what a Start that failed had started.
+func (a *Agent) release() {
+	a.cancel()
+	if a.api.ln != nil {
+		a.api.ln.Close()
+	}
+	if a.sys != nil {
+		a.sys.Stop()
+	}
+	if a.links != nil {
+		a.links.server.Close()
+	}
+	if a.dirLock != nil {
+		a.dirLock.Close()
+	}
 }
 
 // confirmTimeout bounds the direct check of a member memberlist declared
@@ -385,36 +230,23 @@ func (a *Agent) answers(ctx context.Context, m cluster.Member) error {
 	return a.sys.Ping(ctx, m.Meta.ActorAddr, confirmTimeout)
 }
 
-// Tags of the gossiped node metadata.
-const (
-	tagHTTP  = "http"  // the HTTP API's host:port
-	tagStore = "store" // "1": the node keeps checkpoints (it can hold cuts)
-	tagProbe = "probe" // the link probe server's host:port (linkprobe)
-	tagCPUs  = "cpus"  // the CPU limit at the node's start, in CPUs (none: no limit)
-)
-
 // watch follows the membership: members that fail or leave have their
 // actor endpoints terminated, and the jobs whose coordinator they were
 // are taken over (see failover.go).
 func (a *Agent) watch() {
-	defer a.loops.Done()
 	actorAddr := map[string]string{} // member name -> its last known actor address
-	for ev := range a.node.Events() {
+	for ev := range a.members.node.Events() {
 		m := ev.Member
 		switch ev.Kind {
 		case cluster.EventJoin, cluster.EventUpdate:
 			if m.MetaErr != nil {
 				a.log.Warn("nodes: member with bad metadata", "member", m.Name, "err", m.MetaErr)
-			} else {
-				if m.Meta.ActorAddr != "" {
-					actorAddr[m.Name] = m.Meta.ActorAddr
-				}
-				if h := m.Meta.Tags[tagHTTP]; h != "" {
-					a.mu.Lock()
-					a.httpOf[m.Name] = h
-					a.mu.Unlock()
-				}
+				break
 			}
+			if m.Meta.ActorAddr != "" {
+				actorAddr[m.Name] = m.Meta.ActorAddr
+			}
+			a.members.seen(m)
 		case cluster.EventLeave, cluster.EventFailed:
 			addr := m.Meta.ActorAddr
 			if addr == "" {
@@ -424,82 +256,46 @@ func (a *Agent) watch() {
 			if ev.Kind == cluster.EventFailed {
 				// A leaving node keeps its stages until they are moved
 				// away; a failed one is gone: its jobs recover now.
-				for _, j := range a.runningJobs() {
+				for _, j := range a.jobs.running() {
 					j.c.NodeFailed(m.Name)
 				}
 				if m.Name != a.cfg.Name && addr != "" && addr != a.sys.Address() {
 					a.sys.Forget(addr)
 				}
 			}
-			a.considerTakeovers()
+			a.failover.considerTakeovers()
 		}
 		// Every job hears of the members it may use now: a node of its plan
 		// that is not among them is leaving (or gone).
-		nodes := a.nodeInfos()
-		for _, j := range a.runningJobs() {
+		nodes := a.members.usable()
+		for _, j := range a.jobs.running() {
 			j.c.Members(nodes)
 		}
 		a.log.Info("nodes: member "+strings.ToLower(strings.TrimPrefix(ev.Kind.String(), "Event")), "member", m.Name, "gossip", m.Addr)
-		a.mu.Lock()
-		close(a.changed)
-		a.changed = make(chan struct{})
-		a.mu.Unlock()
+		a.members.notify()
 	}
-}
-
-// membersChanged returns a channel closed at the next membership event.
-func (a *Agent) membersChanged() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.changed
 }
 
 // Name is the node's name.
 func (a *Agent) Name() string { return a.cfg.Name }
 
 // GossipAddr is the node's gossip host:port (seeds of others use it).
-func (a *Agent) GossipAddr() string { return a.node.Addr() }
+func (a *Agent) GossipAddr() string { return a.members.node.Addr() }
 
 // ActorAddr is the actor system's host:port.
 func (a *Agent) ActorAddr() string { return a.sys.Address() }
 
 // HTTPAddr is the API's host:port.
-func (a *Agent) HTTPAddr() string { return a.httpLn.Addr().String() }
+func (a *Agent) HTTPAddr() string { return a.api.addr() }
 
 // Profile is what the node measured about itself at start.
 func (a *Agent) Profile() cluster.Profile { return a.profile }
 
 // Store is the local checkpoint store; nil without a DataDir.
-func (a *Agent) Store() *tensorio.Store { return a.store }
+func (a *Agent) Store() *tensorio.Store { return a.cuts.store }
 
 // Members are the members this node believes alive, itself included.
-func (a *Agent) Members() []cluster.Member { return a.node.Members() }
-
-// nodeInfos are the members a new job may use: alive, not leaving, with
-// valid metadata and an actor address.
-func (a *Agent) nodeInfos() []job.NodeInfo {
-	var out []job.NodeInfo
-	for _, m := range a.node.Members() {
-		if m.State != cluster.StateAlive || m.Leaving || m.MetaErr != nil || m.Meta.ActorAddr == "" {
-			continue
-		}
-		out = append(out, job.NodeInfo{
-			Name: m.Name, ActorAddr: m.Meta.ActorAddr, GFLOPS: m.Meta.Profile.GEMMGFLOPS,
-			Memory: int64(min(m.Meta.Profile.MemoryBytes, 1<<62)), Threads: m.Meta.Profile.Threads,
-			ProbeAddr: m.Meta.Tags[tagProbe],
-		})
-	}
-	return out
-}
-
-// Errors of [Agent.Submit].
-var (
-	ErrClosed  = errors.New("nodes: node is shutting down")
-	ErrJobID   = errors.New("nodes: job id in use")
-	ErrBadID   = errors.New("nodes: bad job id")
-	ErrNoJob   = errors.New("nodes: no such job")
-	maxIDBytes = 64
-)
+func (a *Agent) Members() []cluster.Member { return a.members.list() }
 
 // Submit plans spec over the live members and starts it in the
 // background; this node coordinates it. An empty spec.ID gets a unique
@@ -509,207 +305,22 @@ var (
 // again with the next cut). The submission is a new run of the id, with a
 // new [JobRecord].Run: cuts of the id left in the local store by an
 // earlier run are removed first.
-func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) {
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if spec.ID == "" {
-		a.seq++
-		spec.ID = fmt.Sprintf("%s-%d-%s", a.cfg.Name, a.seq, strconv.FormatInt(time.Now().UnixMilli()%(1<<30), 36))
-	} else if err := checkID(spec.ID); err != nil {
-		a.mu.Unlock()
-		return nil, err
-	}
-	_, coordinated := a.jobs[spec.ID]
-	if _, held := a.records[spec.ID]; coordinated || held {
-		a.mu.Unlock()
-		return nil, fmt.Errorf("%w: %q", ErrJobID, spec.ID)
-	}
-	a.jobs[spec.ID] = nil // reserved while planning
-	a.runs.Add(1)
-	a.mu.Unlock()
-
-	// The spec is checked here, once, where it enters the cluster; then
-	// the job against the members' memory, from shapes alone: the
-	// coordinator then checks its own share against this node's memory
-	// before it builds the model.
-	cs, err := job.Check(spec)
-	if err == nil {
-		err = cs.CheckMemory(a.nodeInfos())
-	}
-	var c *actors.Coordinator
-	if err == nil {
-		c, err = actors.NewCoordinator(cs, a.coordinatorConfig(nil, 0, false))
-	}
-	run := newRun()
-	if err == nil {
-		// A new run: cuts of this id left in the store by an earlier run
-		// must neither be taken for this run's nor outrank them.
-		err = a.claimCuts(spec.ID, run)
-	}
-	if err != nil {
-		a.mu.Lock()
-		delete(a.jobs, spec.ID)
-		a.mu.Unlock()
-		a.runs.Done()
-		return nil, err
-	}
-	rec := JobRecord{ID: spec.ID, Run: run, Spec: cs, Coordinator: a.cfg.Name, Generation: 1, Revision: 1, State: RecordRunning}
-	rec.Holders = chooseHolders(nil, peerNames(a.peers()), rec.replicas()-1)
-	if err := a.launch(c, rec, rec, nil); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// capacity is the GEMM speed this node's CPU limit allows now (see
-// cpuLimit), 0 without a limit: its speed between throttles times the
-// share of its threads the limit leaves. Stages ask every step; the limit
-// is read at most once a second.
-func (a *Agent) capacity() float64 {
-	a.limitMu.Lock()
-	defer a.limitMu.Unlock()
-	if now := time.Now(); now.Sub(a.limitAt) >= time.Second {
-		a.limitAt = now
-		a.limit = 0
-		if cpus, ok := cpuLimit(); ok {
-			a.limit = a.burstGFLOPS * min(1, cpus/float64(a.cfg.Threads))
-		}
-	}
-	return a.limit
-}
-
-// coordinatorConfig configures a coordinator of this node; resume, gen
-// and takeover are CoordinatorConfig's Resume, Generation and Takeover (a
-// takeover's).
-func (a *Agent) coordinatorConfig(resume *tensorio.Checkpoint, gen uint64, takeover bool) actors.CoordinatorConfig {
-	return actors.CoordinatorConfig{
-		Control: a.sys, DataPlane: a.dp, Nodes: a.nodeInfos(), Store: a.store, Replicas: replicas{a},
-		GFLOPS: a.burstGFLOPS, Threads: a.cfg.Threads, Logger: a.log, Resume: resume, Generation: gen, Takeover: takeover,
-		Self: a.cfg.Name, Links: a,
-	}
-}
-
-// launch starts a planned job whose id is reserved in a.jobs (with a.runs
-// counting it): it sends the record rec to the holders (and to those of
-// prev, the record they knew before, if they are no longer holders) and
-// runs the job in the background. It releases the reservation if the node
-// is closing.
-func (a *Agent) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Takeover) error {
-	id := rec.ID
-	a.mu.Lock()
-	if a.closed {
-		delete(a.jobs, id)
-		a.mu.Unlock()
-		a.runs.Done()
-		return ErrClosed
-	}
-	ctx, cancel := context.WithCancel(a.ctx)
-	j := &coordinated{c: c, cancel: cancel, done: make(chan struct{}), rec: prev.clone(), takeover: takeover}
-	a.jobs[id] = j
-	a.order = append(a.order, id)
-	a.mu.Unlock()
-	c.Members(a.nodeInfos()) // the members may have changed while it was planned
-	a.log.Info("nodes: job planned", "job", id, "plan", c.Describe(), "holders", rec.Holders)
-	a.sendRecord(j, rec, recordTimeout)
-	go func() {
-		defer a.runs.Done()
-		defer close(j.done)
-		defer cancel()
-		res, err := c.Run(ctx)
-		if err != nil {
-			a.log.Warn("nodes: job failed", "job", id, "err", err)
-		} else {
-			a.log.Info("nodes: job done", "job", id, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
-		}
-		a.finish(j, res, err)
-	}()
-	return nil
-}
-
-func checkID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty", ErrBadID)
-	}
-	if len(id) > maxIDBytes {
-		return fmt.Errorf("%w: longer than %d bytes", ErrBadID, maxIDBytes)
-	}
-	for _, r := range id {
-		// The checkpoint store's rule: the id names a directory.
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return fmt.Errorf("%w: %q (use letters, digits, '-' and '_')", ErrBadID, id)
-		}
-	}
-	return nil
-}
-
-// runningJobs are the jobs this node coordinates whose coordinator exists.
-func (a *Agent) runningJobs() []*coordinated {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []*coordinated
-	for _, j := range a.jobs {
-		if j != nil {
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-// JobStatus is a job as the node that coordinates it reports it: the
-// coordinator's progress, and where the job's copies are.
-type JobStatus struct {
-	job.Status
-	// Coordinator is this node; Holders are the nodes that keep the job's
-	// record and a copy of its cuts.
-	Coordinator string   `json:"coordinator"`
-	Holders     []string `json:"holders"`
-	Replicas    int      `json:"replicas"`
-	// Takeover, if set, is how this node took the job over from a dead
-	// coordinator.
-	Takeover *Takeover `json:"takeover,omitempty"`
-	// MovedTo, if set, is the node that took the job over from this one
-	// (this node had been declared dead): follow the job there.
-	MovedTo string `json:"moved_to,omitempty"`
-}
-
-// status returns j's status; a.mu must be held.
-func (a *Agent) status(j *coordinated) JobStatus {
-	st := JobStatus{Status: j.c.Status(), Coordinator: a.cfg.Name, Holders: slices.Clone(j.rec.Holders), Replicas: j.rec.replicas(),
-		MovedTo: j.movedTo}
-	if j.takeover != nil {
-		t := *j.takeover
-		st.Takeover = &t
-	}
-	return st
-}
+func (a *Agent) Submit(spec job.Spec) (*actors.Coordinator, error) { return a.runner.submit(spec) }
 
 // Job returns the status of a job this node coordinates.
-func (a *Agent) Job(id string) (JobStatus, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	j := a.jobs[id]
-	if j == nil {
-		return JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	return a.status(j), nil
-}
+func (a *Agent) Job(id string) (JobStatus, error) { return a.jobs.status(id) }
+
+// Jobs returns the status of the jobs this node coordinates, oldest
+// first.
+func (a *Agent) Jobs() []JobStatus { return a.jobs.statuses() }
+
+// Wait waits until a job this node coordinates has ended or ctx is done.
+func (a *Agent) Wait(ctx context.Context, id string) (JobStatus, error) { return a.jobs.wait(ctx, id) }
 
 // Cancel asks a job this node coordinates to stop; it stops at its next
 // step, and its record tells the holders that it failed (they do not take
 // it over).
-func (a *Agent) Cancel(id string) error {
-	a.mu.Lock()
-	j := a.jobs[id]
-	a.mu.Unlock()
-	if j == nil {
-		return fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	j.cancel()
-	return nil
-}
+func (a *Agent) Cancel(id string) error { return a.jobs.cancel(id) }
 
 // ReplanRequest asks to move a job to another partition (POST
 // /v1/jobs/{id}/replan).
@@ -726,51 +337,27 @@ type ReplanRequest struct {
 // Replan asks a job this node coordinates to move to another partition at
 // its next step boundary. A partition that does not fit the model or the
 // members is an error wrapping job.ErrSpec.
-func (a *Agent) Replan(id string, r ReplanRequest) error {
-	a.mu.Lock()
-	j := a.jobs[id]
-	a.mu.Unlock()
-	if j == nil {
-		return fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	var names []string
-	for _, n := range a.nodeInfos() {
-		names = append(names, n.Name)
-	}
-	return j.c.RequestReplan(r.Partition, r.ViaCut, names)
+func (a *Agent) Replan(id string, r ReplanRequest) error { return a.runner.replan(id, r) }
+
+// Records returns the records this node holds for jobs coordinated
+// elsewhere, by job id.
+func (a *Agent) Records() []JobRecord { return a.jobs.records() }
+
+// Record returns the record of a job: the one this node holds, or, for a
+// job it coordinates, the one it last sent (of a job that ended here and
+// was submitted again elsewhere: the later run's, if held).
+func (a *Agent) Record(id string) (JobRecord, error) { return a.jobs.record(id) }
+
+// ProbeLink measures this node's link to the member called to.
+func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error) {
+	return a.links.probe(ctx, to)
 }
 
-// Wait waits until a job this node coordinates has ended or ctx is done.
-func (a *Agent) Wait(ctx context.Context, id string) (JobStatus, error) {
-	a.mu.Lock()
-	j := a.jobs[id]
-	a.mu.Unlock()
-	if j == nil {
-		return JobStatus{}, fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	var err error
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.status(j), err
-}
-
-// Jobs returns the status of the jobs this node coordinates, oldest
-// first.
-func (a *Agent) Jobs() []JobStatus {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]JobStatus, 0, len(a.order))
-	for _, id := range a.order {
-		if j := a.jobs[id]; j != nil {
-			out = append(out, a.status(j))
-		}
-	}
-	return out
+// MeasureLink measures the link from one member to another, here or by
+// asking from, unless a measurement at most maxAge old is kept
+// (actors.LinkProber).
+func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error) {
+	return a.links.MeasureLink(ctx, from, to, maxAge)
 }
 
 // Status is a node's view of itself and the cluster (GET /v1/status).
@@ -789,83 +376,24 @@ type Status struct {
 	Records []JobRecord `json:"records,omitempty"`
 }
 
-// Profile is a node's measured speed and size.
-type Profile struct {
-	GFLOPS  float64 `json:"gflops"`
-	Memory  uint64  `json:"memory_bytes"`
-	Threads int     `json:"threads"`
-	// CPULimit is the node's CPU limit in CPUs (its cgroup's quota; 0:
-	// none): this node's now, a member's as it was at its start.
-	CPULimit float64 `json:"cpu_limit,omitempty"`
-}
-
-// MemberState is what a node sees of a member.
-type MemberState string
-
-// The states of a member.
-const (
-	MemberAlive   MemberState = "alive"
-	MemberLeaving MemberState = "leaving" // alive, announced it leaves
-	MemberLeft    MemberState = "left"
-	MemberFailed  MemberState = "failed"
-)
-
-// Usable reports whether a member in state s still runs (alive, or alive
-// and leaving).
-func (s MemberState) Usable() bool { return s == MemberAlive || s == MemberLeaving }
-
-// MemberStatus is one member as this node sees it.
-type MemberStatus struct {
-	Name    string      `json:"name"`
-	State   MemberState `json:"state"`
-	Gossip  string      `json:"gossip"`
-	Actors  string      `json:"actors,omitempty"`
-	HTTP    string      `json:"http,omitempty"`
-	Version string      `json:"version,omitempty"`
-	Profile Profile     `json:"profile"`
-	Error   string      `json:"error,omitempty"`
-}
-
 // Status returns the node's status.
 func (a *Agent) Status() Status {
 	s := Status{
-		Name: a.cfg.Name, Version: Version, Gossip: a.node.Addr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
+		Name: a.cfg.Name, Version: Version, Gossip: a.GossipAddr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
 		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(), Records: a.Records(),
 	}
 	if cpus, ok := cpuLimit(); ok {
 		s.Profile.CPULimit = cpus
 	}
-	for _, m := range a.node.Members() {
-		ms := MemberStatus{Name: m.Name, Gossip: m.Addr, Actors: m.Meta.ActorAddr, HTTP: m.Meta.Tags[tagHTTP],
-			Version: m.Meta.Version, Profile: toProfile(m.Meta.Profile)}
-		ms.Profile.CPULimit = parseCPUs(m.Meta.Tags[tagCPUs])
-		switch {
-		case m.State == cluster.StateAlive && m.Leaving:
-			ms.State = MemberLeaving
-		case m.State == cluster.StateAlive:
-			ms.State = MemberAlive
-		case m.State == cluster.StateLeft:
-			ms.State = MemberLeft
-		default:
-			ms.State = MemberFailed
-		}
-		if m.MetaErr != nil {
-			ms.Error = m.MetaErr.Error()
-		}
-		s.Members = append(s.Members, ms)
-	}
+	s.Members = a.members.statuses()
 	return s
-}
-
-func toProfile(p cluster.Profile) Profile {
-	return Profile{GFLOPS: p.GEMMGFLOPS, Memory: p.MemoryBytes, Threads: p.Threads}
 }
 
 // Leave announces to the cluster that this node leaves, then stops it as
 // Close does. ctx bounds the announcement.
 func (a *Agent) Leave(ctx context.Context) error {
-	announce := func() error { return a.node.Announce(ctx) }
-	return a.stop(announce, func() error { return a.node.Leave(ctx) })
+	announce := func() error { return a.members.node.Announce(ctx) }
+	return a.stop(announce, func() error { return a.members.node.Leave(ctx) })
 }
 
 // Close stops the node without announcing it (others see a failure):
@@ -876,7 +404,7 @@ func (a *Agent) Leave(ctx context.Context) error {
 // goroutines abandoned.
 // Calling it again does nothing.
 func (a *Agent) Close() error {
-	return a.stop(nil, a.node.Close)
+	return a.stop(nil, a.members.node.Close)
 }
 
 // stop stops the agent; announce, if not nil, first tells the cluster
@@ -889,53 +417,19 @@ func (a *Agent) stop(announce, leave func() error) error {
 		if leaving {
 			errs = append(errs, announce())
 		}
-		a.mu.Lock()
-		a.closed = true
-		a.mu.Unlock()
+		a.jobs.close()
 		a.host.Refuse() // a job that has not heard yet places no stage here
 		a.cancel()
-
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := a.srv.Shutdown(ctx)
-		cancel()
-		if err != nil {
-			err = a.srv.Close()
-		}
-		errs = append(errs, err, leave())
+		errs = append(errs, a.api.shutdown(), leave())
 		// Jobs end at their next step, submissions after planning. A job
 		// stuck in a step (a stage that never answers) would hold the
 		// node up to its step timeout: after StopGrace it is abandoned.
-		ended := make(chan struct{})
-		go func() {
-			a.runs.Wait()
-			close(ended)
-		}()
-		grace := time.NewTimer(StopGrace)
-		select {
-		case <-ended:
-		case <-grace.C:
+		if !a.jobs.awaitRuns(StopGrace) {
 			a.log.Warn("nodes: jobs still running after the grace period; stopping under them", "grace", StopGrace)
 		}
-		grace.Stop()
-		if leaving {
-			// The coordinators elsewhere move this node's stages away at
-			// their next step; stopping before would fail their jobs.
-			ctx, cancel := context.WithTimeout(context.Background(), StopGrace)
-			if err := a.host.WaitIdle(ctx); err != nil {
-				a.log.Warn("nodes: stages still here after the grace period; stopping under them", "grace", StopGrace)
-			}
-			cancel()
-		}
-		// Stages left (not leaving, or past the grace) stop with their
-		// links before the actor system does, which would leave them
-		// running, reachable by their peers and by no one's control.
-		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
-		if err := a.host.Close(ctx); err != nil {
-			a.log.Warn("nodes: stages did not stop", "err", err)
-		}
-		cancel()
+		a.stopStages(leaving)
 		a.sys.Stop()
-		a.probe.Close()
+		a.links.server.Close()
 		a.loops.Wait()
 		if a.dirLock != nil {
 			a.dirLock.Close() // releases the data dir
@@ -944,6 +438,28 @@ func (a *Agent) stop(announce, leave func() error) error {
 		a.log.Info("nodes: stopped", "err", a.stopErr)
 	})
 	return a.stopErr
+}
+
+// stopStages stops the stages this node hosts, once the coordinators
+// elsewhere moved them away if it is leaving.
+func (a *Agent) stopStages(leaving bool) {
+	if leaving {
+		// The coordinators elsewhere move this node's stages away at
+		// their next step; stopping before would fail their jobs.
+		ctx, cancel := context.WithTimeout(context.Background(), StopGrace)
+		if err := a.host.WaitIdle(ctx); err != nil {
+			a.log.Warn("nodes: stages still here after the grace period; stopping under them", "grace", StopGrace)
+		}
+		cancel()
+	}
+	// Stages left (not leaving, or past the grace) stop with their
+	// links before the actor system does, which would leave them
+	// running, reachable by their peers and by no one's control.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := a.host.Close(ctx); err != nil {
+		a.log.Warn("nodes: stages did not stop", "err", err)
+	}
+	cancel()
 }
 
 // lockDataDir creates dir if needed and takes an exclusive lock on

@@ -76,7 +76,7 @@ func awaitMembers(t *testing.T, a *Agent, d time.Duration, what string, ok func(
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
-		changed := a.membersChanged()
+		changed := a.members.changed()
 		ms := a.Members()
 		if ok(ms) {
 			return
@@ -261,7 +261,7 @@ func TestLeavingNodeDisappears(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("Close after Leave: %v", err)
 	}
-	if got := len(as[0].nodeInfos()); got != 2 {
+	if got := len(as[0].members.usable()); got != 2 {
 		t.Errorf("a offers %d nodes to jobs, want 2", got)
 	}
 }

@@ -2,8 +2,10 @@ package nodes
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
@@ -18,72 +20,77 @@ import (
 // written here (this node coordinates R, or holds copies of it), the store
 // is claimed for R: the cuts of J it holds for any other run (or for a run
 // this process does not know, from before it started) are removed. The
-// store's run of each job is kept in memory (cutRuns); a successor resumes
+// store's run of each job is kept in memory (cuts.runs); a successor resumes
 // from this node's copies only if they are of its record's run, and from
 // another holder's only if its CutList says so. The coordinator's own
 // copies are written by actors.Coordinator without a run (the claim
 // vouches for them); the replicas carry it (job.CutMeta.Run), and a
 // stamped copy of another run is refused wherever it is found.
 
-// claimCuts makes run the run of job id's cuts in the local store,
-// removing the cuts of any other run of id first. Without a store it does
-// nothing.
-func (a *Agent) claimCuts(id, run string) error {
-	if a.store == nil {
+// cuts are the cuts in the local checkpoint store and the run each job's
+// cuts are of.
+type cuts struct {
+	store *tensorio.Store // nil without a data dir
+	log   *slog.Logger
+
+	mu   sync.Mutex // guards runs
+	runs map[string]string
+}
+
+func newCuts(store *tensorio.Store, log *slog.Logger) *cuts {
+	return &cuts{store: store, log: log, runs: map[string]string{}}
+}
+
+// claim makes run the run of job id's cuts in the local store, removing
+// the cuts of any other run of id first. Without a store it does nothing.
+func (cs *cuts) claim(id, run string) error {
+	if cs.store == nil {
 		return nil
 	}
 	if err := checkID(id); err != nil {
 		return err
 	}
-	a.cutMu.Lock()
-	defer a.cutMu.Unlock()
-	if a.cutRuns[id] == run {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.runs[id] == run {
 		return nil
 	}
-	steps, err := a.store.Steps(id)
+	steps, err := cs.store.Steps(id)
 	if err != nil {
 		return fmt.Errorf("nodes: listing the cuts of job %q: %w", id, err)
 	}
-	if err := os.RemoveAll(filepath.Join(a.store.Dir(), id)); err != nil {
+	if err := os.RemoveAll(filepath.Join(cs.store.Dir(), id)); err != nil {
 		return fmt.Errorf("nodes: removing the cuts of an earlier run of job %q: %w", id, err)
 	}
 	if len(steps) > 0 {
-		old := a.cutRuns[id]
+		old := cs.runs[id]
 		if old == "" {
 			old = "unknown (written before this node started)"
 		}
-		a.log.Info("nodes: removed the cuts of an earlier run of the job", "job", id, "steps", steps, "run", old, "new_run", run)
+		cs.log.Info("nodes: removed the cuts of an earlier run of the job", "job", id, "steps", steps, "run", old, "new_run", run)
 	}
-	a.cutRuns[id] = run
+	cs.runs[id] = run
 	return nil
 }
 
-// cutsRun is the run of job id's cuts in the local store ("": unknown).
-func (a *Agent) cutsRun(id string) string {
-	a.cutMu.Lock()
-	defer a.cutMu.Unlock()
-	return a.cutRuns[id]
+// run is the run of job id's cuts in the local store ("": unknown).
+func (cs *cuts) run(id string) string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.runs[id]
 }
 
-// runInUse returns an ErrStaleRecord error if run of job id cannot be
-// kept here because another run of that id is in progress on this node:
-// one it coordinates, is planning or taking over, or holds the running
-// record of.
-func (a *Agent) runInUse(id, run string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if j, ok := a.jobs[id]; ok {
-		if j == nil {
-			return fmt.Errorf("%w: job %q is being planned or taken over here", ErrStaleRecord, id)
-		}
-		if j.rec.Run != run && !isClosed(j.done) {
-			return fmt.Errorf("%w: job %q: this node coordinates another run of it (%s), not run %s", ErrStaleRecord, id, j.rec.Run, run)
-		}
+// keep saves ck, a cut of run fetched from elsewhere, in the local store
+// (if there is one), claimed for run.
+func (cs *cuts) keep(ck *tensorio.Checkpoint, run string) error {
+	if cs.store == nil {
+		return nil
 	}
-	if r := a.records[id]; r != nil && r.Run != run && r.State == RecordRunning {
-		return fmt.Errorf("%w: job %q: this node holds another run of it (%s), still running, not run %s", ErrStaleRecord, id, r.Run, run)
+	if err := cs.claim(ck.JobID, run); err != nil {
+		return err
 	}
-	return nil
+	_, err := cs.store.Save(ck)
+	return err
 }
 
 // stamped returns a shallow copy of ck whose metadata is meta (ck's)

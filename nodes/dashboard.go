@@ -78,11 +78,11 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; i
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // dashboard registers the dashboard's routes on mux.
-func (a *Agent) dashboard(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
+func (h *api) dashboard(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", h.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		serveWeb(w, r, "index.html")
 	}))
-	mux.HandleFunc("GET /web/{file}", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /web/{file}", h.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
 		serveWeb(w, r, r.PathValue("file"))
 	}))
 }

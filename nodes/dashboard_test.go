@@ -14,7 +14,7 @@ import (
 // ETag that answers 304, and a policy that lets the page load nothing
 // from elsewhere; other paths under /web/ are 404.
 func TestDashboardFiles(t *testing.T) {
-	h := (&Agent{cfg: Config{Name: "a"}}).handler()
+	h := newAPI(&Agent{cfg: Config{Name: "a"}}).handler()
 	get := func(path, etag string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", path, nil)
 		r.RemoteAddr, r.Host = "127.0.0.1:1234", "127.0.0.1:8080"
@@ -90,7 +90,7 @@ func TestDashboardAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := (&Agent{cfg: Config{Name: "a", Identity: id}}).handler()
+	h := newAPI(&Agent{cfg: Config{Name: "a", Identity: id}}).handler()
 	for _, tc := range []struct {
 		remote, host string
 		code         int

@@ -30,6 +30,39 @@
 // membership, and the actor system; they return once every goroutine and
 // listener of the agent is gone.
 //
+// # Parts
+//
+// The Agent wires parts that each keep their own state under their own
+// lock; no part's lock is held while another's is taken. Start fills and
+// checks the Config (config.go: withDefaults, validate, addrs), then
+// starts the parts and what they run on (the actor system, the stage
+// host, the data plane); the Agent's exported methods delegate to them.
+//
+//   - members (members.go): the membership view, every member's last
+//     known HTTP address, a signal at each membership event, and the
+//     client of the other nodes' APIs.
+//   - jobs (jobs.go): the table of the jobs this node coordinates and of
+//     the records it holds of jobs coordinated elsewhere. The two share
+//     one lock because they share the job ids: reserving an id for a
+//     submission, fencing a job on a newer record and handing a held
+//     record over to a takeover are each one step. It counts the
+//     reservations and runs that Close waits for, and does no I/O.
+//   - runner (runner.go): the coordinator's side. It plans and launches
+//     a job, replicates its cuts and record to the holders (it is the
+//     coordinators' actors.Replicator), and tells them how it ended.
+//   - failover (failover.go): the holder's side. It keeps the records
+//     sent to this node and takes a job over when its coordinator dies.
+//     Neither runner nor failover has state of its own: theirs is in
+//     jobs.
+//   - cuts (cuts.go): the local checkpoint store and the run each job's
+//     cuts are of.
+//   - links (links.go): the probe server, the lock that lets this node
+//     probe one link at a time, and the measurements kept.
+//   - capacity (cpulimit.go): the speed the CPU limit allows now.
+//   - api (http.go and the files of its endpoints): the HTTP API, a thin
+//     layer over the Agent and the parts. It owns its listener, server
+//     and upload slots.
+//
 // # HTTP API
 //
 // All bodies are JSON. Errors are {"error": "..."} with a 4xx or 5xx code.

@@ -288,7 +288,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	rec.ID, rec.Coordinator, rec.Holders = id, "gone", []string{"a", "b"}
 	respec(t, &rec, func(s *job.Spec) { s.ID = id })
 	for i, ag := range as {
-		if err := ag.claimCuts(id, rec.Run); err != nil {
+		if err := ag.cuts.claim(id, rec.Run); err != nil {
 			t.Fatal(err)
 		}
 		for _, step := range []int64{10, 20} {
@@ -303,7 +303,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	}
 	check := func(what string, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, _, src := a.latestCut(rec)
+		ck, _, src := a.failover.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)
@@ -476,7 +476,7 @@ func TestCancelledJobIsNotTakenOver(t *testing.T) {
 // its record's holder, does not take the job over.
 func notTakenOver(t *testing.T, a, b *Agent, id, what string) {
 	t.Helper()
-	changed := b.membersChanged() // closed after b handled a's failure
+	changed := b.members.changed() // closed after b handled a's failure
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -485,9 +485,9 @@ func notTakenOver(t *testing.T, a, b *Agent, id, what string) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("b did not see a fail within 30 s")
 	}
-	b.mu.Lock()
-	_, taken := b.jobs[id]
-	b.mu.Unlock()
+	b.jobs.mu.Lock()
+	_, taken := b.jobs.coord[id]
+	b.jobs.mu.Unlock()
 	if taken {
 		t.Fatal("b took over " + what)
 	}

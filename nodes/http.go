@@ -1,11 +1,13 @@
 package nodes
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -31,18 +33,68 @@ type ErrorReply struct {
 	Error string `json:"error"`
 }
 
-func (a *Agent) handler() http.Handler {
+// api is the node's HTTP API (see the package documentation): a thin
+// layer that decodes a request, calls the agent or one of its parts, and
+// writes the answer. It owns its listener and server, and the slots of
+// the checkpoint uploads.
+type api struct {
+	a       *Agent
+	ln      net.Listener
+	srv     *http.Server
+	uploads chan struct{} // a slot per checkpoint upload in progress
+}
+
+func newAPI(a *Agent) *api { return &api{a: a, uploads: make(chan struct{}, MaxUploads)} }
+
+// listen opens the API's listener at addr (host:port).
+func (h *api) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("nodes: HTTP: %w", err)
+	}
+	h.ln = ln
+	h.srv = h.newServer()
+	return nil
+}
+
+// addr is the API's host:port.
+func (h *api) addr() string { return h.ln.Addr().String() }
+
+// serve answers requests until shutdown.
+func (h *api) serve() {
+	serve := h.srv.Serve
+	if h.srv.TLSConfig != nil {
+		serve = func(l net.Listener) error { return h.srv.ServeTLS(l, "", "") }
+	}
+	if err := serve(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		h.a.log.Error("nodes: HTTP server", "err", err)
+	}
+}
+
+// shutdown stops the server, letting the requests in progress finish
+// for up to 2 s.
+func (h *api) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		return h.srv.Close()
+	}
+	return nil
+}
+
+// handler routes the API's requests.
+func (h *api) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", a.guard(user, a.postJob))
-	mux.HandleFunc("GET /v1/jobs", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
-		js := a.Jobs()
+	mux.HandleFunc("POST /v1/jobs", h.guard(user, h.postJob))
+	mux.HandleFunc("GET /v1/jobs", h.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
+		js := h.a.Jobs()
 		for i := range js {
 			finite(&js[i].Status)
 		}
 		writeJSON(w, http.StatusOK, js)
 	}))
-	mux.HandleFunc("GET /v1/jobs/{id}", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
-		st, err := a.Job(r.PathValue("id"))
+	mux.HandleFunc("GET /v1/jobs/{id}", h.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
+		st, err := h.a.Job(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
@@ -50,37 +102,37 @@ func (a *Agent) handler() http.Handler {
 		finite(&st.Status)
 		writeJSON(w, http.StatusOK, st)
 	}))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", a.guard(user, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE /v1/jobs/{id}", h.guard(user, func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		if err := a.Cancel(id); err != nil {
+		if err := h.a.Cancel(id); err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
 		}
-		st, _ := a.Job(id)
+		st, _ := h.a.Job(id)
 		finite(&st.Status)
 		writeJSON(w, http.StatusAccepted, st)
 	}))
-	mux.HandleFunc("POST /v1/jobs/{id}/replan", a.guard(user, a.postReplan))
-	mux.HandleFunc("GET /v1/jobs/{id}/weights", a.guard(user, a.getWeights))
-	mux.HandleFunc("POST /v1/links/probe", a.guard(member, a.postLinkProbe))
-	mux.HandleFunc("GET /v1/status", a.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
-		st := a.Status()
+	mux.HandleFunc("POST /v1/jobs/{id}/replan", h.guard(user, h.postReplan))
+	mux.HandleFunc("GET /v1/jobs/{id}/weights", h.guard(user, h.getWeights))
+	mux.HandleFunc("POST /v1/links/probe", h.guard(member, h.postLinkProbe))
+	mux.HandleFunc("GET /v1/status", h.guard(readOnly, func(w http.ResponseWriter, r *http.Request) {
+		st := h.a.Status()
 		for i := range st.Jobs {
 			finite(&st.Jobs[i].Status)
 		}
 		writeJSON(w, http.StatusOK, st)
 	}))
-	a.dashboard(mux) // GET /: the dashboard (dashboard.go)
-	mux.HandleFunc("GET /metrics", a.guard(readOnly, a.getMetrics))
-	mux.HandleFunc("PUT /v1/checkpoints/{job}", a.guard(member, a.putCheckpoint))
-	mux.HandleFunc("GET /v1/checkpoints/{job}", a.guard(member, a.listCheckpoints))
-	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", a.guard(member, a.getCheckpoint))
-	mux.HandleFunc("PUT /v1/jobrecords/{id}", a.guard(member, a.putRecord))
-	mux.HandleFunc("GET /v1/jobrecords", a.guard(member, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, a.Records())
+	h.dashboard(mux) // GET /: the dashboard (dashboard.go)
+	mux.HandleFunc("GET /metrics", h.guard(readOnly, h.getMetrics))
+	mux.HandleFunc("PUT /v1/checkpoints/{job}", h.guard(member, h.putCheckpoint))
+	mux.HandleFunc("GET /v1/checkpoints/{job}", h.guard(member, h.listCheckpoints))
+	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", h.guard(member, h.getCheckpoint))
+	mux.HandleFunc("PUT /v1/jobrecords/{id}", h.guard(member, h.putRecord))
+	mux.HandleFunc("GET /v1/jobrecords", h.guard(member, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, h.a.Records())
 	}))
-	mux.HandleFunc("GET /v1/jobrecords/{id}", a.guard(member, func(w http.ResponseWriter, r *http.Request) {
-		rec, err := a.Record(r.PathValue("id"))
+	mux.HandleFunc("GET /v1/jobrecords/{id}", h.guard(member, func(w http.ResponseWriter, r *http.Request) {
+		rec, err := h.a.Record(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
@@ -89,10 +141,10 @@ func (a *Agent) handler() http.Handler {
 	}))
 	// Go's profiler, for an operator looking into a slow node (join
 	// --pprof).
-	if a.cfg.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", a.guard(user, pprof.Index))
-		mux.HandleFunc("GET /debug/pprof/profile", a.guard(user, pprof.Profile))
-		mux.HandleFunc("GET /debug/pprof/trace", a.guard(user, pprof.Trace))
+	if h.a.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", h.guard(user, pprof.Index))
+		mux.HandleFunc("GET /debug/pprof/profile", h.guard(user, pprof.Profile))
+		mux.HandleFunc("GET /debug/pprof/trace", h.guard(user, pprof.Trace))
 	}
 	return mux
 }
@@ -103,10 +155,11 @@ const MaxCheckpointBytes = 8 << 30
 // putCheckpoint keeps a replica of another node's consistent cut: the body
 // is a tensorio checkpoint file of job {job} with its run (job.CutMeta),
 // verified before it is stored; the cuts of other runs of the job are
-// removed from the store first (claimCuts). 409 if another run of the job
+// removed from the store first (cuts.claim). 409 if another run of the job
 // is in progress here.
-func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
-	if a.store == nil {
+func (h *api) putCheckpoint(w http.ResponseWriter, r *http.Request) {
+	store := h.a.cuts.store
+	if store == nil {
 		writeError(w, http.StatusServiceUnavailable, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
@@ -115,24 +168,24 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := a.fromCoordinator(job, peerName(r)); err != nil {
+	if err := h.fromCoordinator(job, peerName(r)); err != nil {
 		writeError(w, http.StatusForbidden, err)
 		return
 	}
 	select {
-	case a.uploads <- struct{}{}:
-		defer func() { <-a.uploads }()
+	case h.uploads <- struct{}{}:
+		defer func() { <-h.uploads }()
 	case <-r.Context().Done():
 		return
-	case <-time.After(a.cfg.HTTPTimeout):
+	case <-time.After(h.a.cfg.HTTPTimeout):
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("nodes: %d checkpoint uploads in progress here; try again", MaxUploads))
 		return
 	}
-	w, r = a.streaming(w, r)
+	w, r = h.streaming(w, r)
 	// The file streams to disk and is verified there: a cut is hundreds
 	// of MB, and this node is usually running a stage.
 	code := http.StatusInternalServerError
-	_, err := a.store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
+	_, err := store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
 		code = http.StatusBadRequest
 		if ck.JobID != job {
 			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
@@ -142,11 +195,11 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("nodes: checkpoint of job %q at step %d: %w", ck.JobID, ck.Step, err)
 		}
 		code = http.StatusConflict
-		if err := a.runInUse(ck.JobID, run); err != nil {
+		if err := h.a.jobs.runInUse(ck.JobID, run); err != nil {
 			return err
 		}
 		code = http.StatusInternalServerError
-		return a.claimCuts(ck.JobID, run)
+		return h.a.cuts.claim(ck.JobID, run)
 	})
 	var tooBig *http.MaxBytesError
 	switch {
@@ -163,27 +216,28 @@ func (a *Agent) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 // listCheckpoints answers which cuts of job {job} this node keeps.
-func (a *Agent) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+func (h *api) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 	job := r.PathValue("job")
 	if err := checkID(job); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if a.store == nil {
+	store := h.a.cuts.store
+	if store == nil {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	steps, err := a.store.Steps(job)
+	steps, err := store.Steps(job)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CutList{Job: job, Run: a.cutsRun(job), Steps: append([]int64{}, steps...)})
+	writeJSON(w, http.StatusOK, CutList{Job: job, Run: h.a.cuts.run(job), Steps: append([]int64{}, steps...)})
 }
 
 // getCheckpoint sends the checkpoint file of job {job} at step {step} as
 // it is on disk (the receiver verifies it).
-func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+func (h *api) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	job := r.PathValue("job")
 	if err := checkID(job); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -194,17 +248,18 @@ func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("nodes: step %q: want a non-negative integer", r.PathValue("step")))
 		return
 	}
-	if a.store == nil {
+	store := h.a.cuts.store
+	if store == nil {
 		writeError(w, http.StatusNotFound, errors.New("nodes: this node keeps no checkpoints (no --data-dir)"))
 		return
 	}
-	f, err := os.Open(a.store.Path(job, step))
+	f, err := os.Open(store.Path(job, step))
 	if err != nil {
 		writeError(w, http.StatusNotFound, fmt.Errorf("nodes: no checkpoint of job %q at step %d here", job, step))
 		return
 	}
 	defer f.Close()
-	w, _ = a.streaming(w, r)
+	w, _ = h.streaming(w, r)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if fi, err := f.Stat(); err == nil {
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
@@ -213,9 +268,9 @@ func (a *Agent) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 // putRecord keeps the record of a job coordinated elsewhere (see
-// acceptRecord): 204; 400 for a bad record, 409 for one older than the
+// failover.accept): 204; 400 for a bad record, 409 for one older than the
 // record held, 413 for a body over MaxBodyBytes.
-func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
+func (h *api) putRecord(w http.ResponseWriter, r *http.Request) {
 	var rec JobRecord
 	if !decodeJSON(w, r, &rec, ErrRecord) {
 		return
@@ -228,11 +283,11 @@ func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if p := peerName(r); a.cfg.Identity != nil && p != rec.Coordinator {
+	if p := peerName(r); h.a.cfg.Identity != nil && p != rec.Coordinator {
 		writeError(w, http.StatusForbidden, fmt.Errorf("nodes: a record of job %q naming coordinator %q sent by %q: only a job's coordinator sends its record", rec.ID, rec.Coordinator, p))
 		return
 	}
-	if err := a.acceptRecord(rec); err != nil {
+	if err := h.a.failover.accept(rec); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, ErrStaleRecord) {
 			code = http.StatusConflict
@@ -246,19 +301,19 @@ func (a *Agent) putRecord(w http.ResponseWriter, r *http.Request) {
 // postReplan asks a job to move to another partition: 202 with its status;
 // 400 for a partition that does not fit; 404 for a job this node does not
 // coordinate.
-func (a *Agent) postReplan(w http.ResponseWriter, r *http.Request) {
+func (h *api) postReplan(w http.ResponseWriter, r *http.Request) {
 	var req ReplanRequest
 	if !decodeJSON(w, r, &req, job.ErrSpec) {
 		return
 	}
 	id := r.PathValue("id")
-	switch err := a.Replan(id, req); {
+	switch err := h.a.Replan(id, req); {
 	case errors.Is(err, ErrNoJob):
 		writeError(w, http.StatusNotFound, err)
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err)
 	default:
-		st, _ := a.Job(id)
+		st, _ := h.a.Job(id)
 		finite(&st.Status)
 		writeJSON(w, http.StatusAccepted, st)
 	}
@@ -288,12 +343,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, kind error) bool 
 	return true
 }
 
-func (a *Agent) postJob(w http.ResponseWriter, r *http.Request) {
+func (h *api) postJob(w http.ResponseWriter, r *http.Request) {
 	spec := job.DefaultSpec()
 	if !decodeJSON(w, r, &spec, job.ErrSpec) {
 		return
 	}
-	c, err := a.Submit(spec)
+	c, err := h.a.Submit(spec)
 	switch {
 	case err == nil:
 		st := c.Status()

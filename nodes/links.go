@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ppnode/ppnode/job"
@@ -42,63 +44,17 @@ const (
 	linkAskTimeout   = linkProbeTimeout + 5*time.Second
 )
 
-// ProbeLink measures this node's link to the member called to.
-func (a *Agent) ProbeLink(ctx context.Context, to string) (LinkProbeReply, error) {
-	var addr string
-	for _, n := range a.nodeInfos() {
-		if n.Name == to {
-			addr = n.ProbeAddr
-		}
-	}
-	if addr == "" || to == a.cfg.Name {
-		return LinkProbeReply{}, fmt.Errorf("%w: %q is not another live member that answers probes", errNotProbeable, to)
-	}
-	a.probeMu.Lock()
-	defer a.probeMu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, linkProbeTimeout)
-	defer cancel()
-	r, err := linkprobe.Measure(ctx, addr, linkprobe.Options{})
-	if err != nil {
-		return LinkProbeReply{}, err
-	}
-	a.log.Debug("nodes: link probed", "to", to, "mbit_s", r.BytesPerSec*8/1e6, "rtt", r.RTT, "took", r.Took)
-	return LinkProbeReply{From: a.cfg.Name, To: to, BytesPerSec: r.BytesPerSec, RTTMS: job.Millis(r.RTT), TookMS: job.Millis(r.Took)}, nil
-}
+// links measures the links from this node and keeps what it measured.
+// Its probe server answers the probes of other nodes.
+type links struct {
+	self    string
+	log     *slog.Logger
+	members *members
+	server  *linkprobe.Server
+	probeMu sync.Mutex // one link probe from this node at a time
 
-// MeasureLink measures the link from one member to another, here or by
-// asking from, unless a measurement at most maxAge old is kept
-// (actors.LinkProber).
-func (a *Agent) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error) {
-	k := [2]string{from.Name, to.Name}
-	a.mu.Lock()
-	kept, ok := a.links[k]
-	a.mu.Unlock()
-	if ok && maxAge > 0 && time.Since(kept.at) <= maxAge {
-		return kept.m, nil
-	}
-	var r LinkProbeReply
-	var err error
-	if from.Name == a.cfg.Name {
-		r, err = a.ProbeLink(ctx, to.Name)
-	} else {
-		a.mu.Lock()
-		addr := a.httpOf[from.Name]
-		a.mu.Unlock()
-		if addr == "" {
-			return core.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
-		}
-		ctx, cancel := context.WithTimeout(ctx, linkAskTimeout)
-		r, err = a.client(addr).ProbeLink(ctx, to.Name)
-		cancel()
-	}
-	if err != nil {
-		return core.LinkMeasure{}, err
-	}
-	m := core.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}
-	a.mu.Lock()
-	a.links[k] = keptLink{m, time.Now()}
-	a.mu.Unlock()
-	return m, nil
+	mu   sync.Mutex // guards kept
+	kept map[[2]string]keptLink
 }
 
 // keptLink is a link measurement this node keeps for the jobs it
@@ -108,12 +64,71 @@ type keptLink struct {
 	at time.Time
 }
 
-func (a *Agent) postLinkProbe(w http.ResponseWriter, r *http.Request) {
+func newLinks(self string, log *slog.Logger, ms *members, server *linkprobe.Server) *links {
+	return &links{self: self, log: log, members: ms, server: server, kept: map[[2]string]keptLink{}}
+}
+
+// probe is [Agent.ProbeLink].
+func (l *links) probe(ctx context.Context, to string) (LinkProbeReply, error) {
+	var addr string
+	for _, n := range l.members.usable() {
+		if n.Name == to {
+			addr = n.ProbeAddr
+		}
+	}
+	if addr == "" || to == l.self {
+		return LinkProbeReply{}, fmt.Errorf("%w: %q is not another live member that answers probes", errNotProbeable, to)
+	}
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, linkProbeTimeout)
+	defer cancel()
+	r, err := linkprobe.Measure(ctx, addr, linkprobe.Options{})
+	if err != nil {
+		return LinkProbeReply{}, err
+	}
+	l.log.Debug("nodes: link probed", "to", to, "mbit_s", r.BytesPerSec*8/1e6, "rtt", r.RTT, "took", r.Took)
+	return LinkProbeReply{From: l.self, To: to, BytesPerSec: r.BytesPerSec, RTTMS: job.Millis(r.RTT), TookMS: job.Millis(r.Took)}, nil
+}
+
+// MeasureLink is [Agent.MeasureLink] (the coordinators' LinkProber).
+func (l *links) MeasureLink(ctx context.Context, from, to job.NodeInfo, maxAge time.Duration) (core.LinkMeasure, error) {
+	k := [2]string{from.Name, to.Name}
+	l.mu.Lock()
+	kept, ok := l.kept[k]
+	l.mu.Unlock()
+	if ok && maxAge > 0 && time.Since(kept.at) <= maxAge {
+		return kept.m, nil
+	}
+	var r LinkProbeReply
+	var err error
+	if from.Name == l.self {
+		r, err = l.probe(ctx, to.Name)
+	} else {
+		addr := l.members.lastHTTP(from.Name)
+		if addr == "" {
+			return core.LinkMeasure{}, fmt.Errorf("nodes: no HTTP address for %s", from.Name)
+		}
+		ctx, cancel := context.WithTimeout(ctx, linkAskTimeout)
+		r, err = l.members.client(addr).ProbeLink(ctx, to.Name)
+		cancel()
+	}
+	if err != nil {
+		return core.LinkMeasure{}, err
+	}
+	m := core.LinkMeasure{From: from.Name, To: to.Name, BytesPerSec: r.BytesPerSec, RTT: time.Duration(r.RTTMS * float64(time.Millisecond))}
+	l.mu.Lock()
+	l.kept[k] = keptLink{m, time.Now()}
+	l.mu.Unlock()
+	return m, nil
+}
+
+func (h *api) postLinkProbe(w http.ResponseWriter, r *http.Request) {
 	var req LinkProbeRequest
 	if !decodeJSON(w, r, &req, errNotProbeable) {
 		return
 	}
-	rep, err := a.ProbeLink(r.Context(), req.To)
+	rep, err := h.a.ProbeLink(r.Context(), req.To)
 	if err != nil {
 		code := http.StatusBadGateway
 		if errors.Is(err, errNotProbeable) {

@@ -112,22 +112,15 @@ type jobMeter struct {
 }
 
 // getMetrics answers GET /metrics.
-func (a *Agent) getMetrics(w http.ResponseWriter, r *http.Request) {
-	st := a.Status()
-	meters := map[string]actors.JobMeter{}
-	a.mu.Lock()
-	for id, j := range a.jobs {
-		if j != nil {
-			meters[id] = j.c.Meter()
-		}
-	}
-	a.mu.Unlock()
+func (h *api) getMetrics(w http.ResponseWriter, r *http.Request) {
+	st := h.a.Status()
+	meters := h.a.jobs.meters()
 	jobs := make([]jobMeter, 0, len(st.Jobs))
 	for _, js := range st.Jobs {
 		jobs = append(jobs, jobMeter{st: js, m: meters[js.ID]})
 	}
 	var e exposition
-	writeMetrics(&e, st, jobs, a.dp.Traffic())
+	writeMetrics(&e, st, jobs, h.a.dp.Traffic())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	w.Write(e.b.Bytes())
@@ -159,7 +152,12 @@ func writeMetrics(e *exposition, st Status, jobs []jobMeter, traffic []dataplane
 			e.sample(f.fam, "", float64(f.v(t)), "peer", t.Peer)
 		}
 	}
+	writeJobMetrics(e, jobs)
+}
 
+// writeJobMetrics writes the metrics of the jobs this node coordinates,
+// family by family.
+func writeJobMetrics(e *exposition, jobs []jobMeter) {
 	perJob := func(f func(j jobMeter)) {
 		for _, j := range jobs {
 			f(j)

@@ -34,7 +34,7 @@ func TestDataPortsAreUsed(t *testing.T) {
 	}
 	for _, a := range as {
 		awaitMembers(t, a, 5*time.Second, "all members", func(ms []cluster.Member) bool { return len(ms) == 3 })
-		if p := port(t, a.probe.Addr()); p < r.Lo || p > r.Hi {
+		if p := port(t, a.links.server.Addr()); p < r.Lo || p > r.Hi {
 			t.Errorf("%s: link probe on port %d, outside %v", a.Name(), p, r)
 		}
 	}

@@ -71,7 +71,7 @@ func TestCutsOfAnotherRun(t *testing.T) {
 	respec(t, &rec, func(s *job.Spec) { s.ID, s.Replicas = id, 2 })
 	check := func(what string, from *Agent, rec JobRecord, wantStep int64, wantSource string) {
 		t.Helper()
-		ck, meta, src := from.latestCut(rec)
+		ck, meta, src := from.failover.latestCut(rec)
 		switch {
 		case wantStep == 0 && ck != nil:
 			t.Errorf("%s: cut at step %d from %s, want none", what, ck.Step, src)
@@ -239,8 +239,8 @@ func TestTakeoverIgnoresAnEarlierRunsCuts(t *testing.T) {
 	// b, now the coordinator, keeps the new run's last cuts.
 	steps := storeSteps(t, b, spec.ID)
 	last := int64(spec.Steps)
-	if want := []int64{last - 20, last - 10, last}; !slices.Equal(steps, want) || b.cutsRun(spec.ID) != rec.Run {
-		t.Errorf("b's cuts %v of run %q; want %v of run %s", steps, b.cutsRun(spec.ID), want, rec.Run)
+	if want := []int64{last - 20, last - 10, last}; !slices.Equal(steps, want) || b.cuts.run(spec.ID) != rec.Run {
+		t.Errorf("b's cuts %v of run %q; want %v of run %s", steps, b.cuts.run(spec.ID), want, rec.Run)
 	}
 	for _, s := range steps {
 		ck, err := b.Store().Load(spec.ID, s)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,25 +27,25 @@ const (
 	member
 )
 
-// guard wraps h with the checks every request passes: a Host header that
-// names this node (not a DNS name a web page could rebind), no foreign
-// Origin, and the peer's certificate for the access level.
-func (a *Agent) guard(level access, h http.HandlerFunc) http.HandlerFunc {
+// guard wraps next with the checks every request passes: a Host header
+// that names this node (not a DNS name a web page could rebind), no
+// foreign Origin, and the peer's certificate for the access level.
+func (h *api) guard(level access, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := a.checkHost(r); err != nil {
+		if err := h.checkHost(r); err != nil {
 			writeError(w, http.StatusForbidden, err)
 			return
 		}
-		if a.cfg.Identity == nil {
-			h(w, r)
+		if h.a.cfg.Identity == nil {
+			next(w, r)
 			return
 		}
 		peer, ok := trust.PeerOf(r.TLS)
 		switch {
 		case ok && (level != member || peer.Role == trust.RoleNode):
-			h(w, r)
+			next(w, r)
 		case level == readOnly && loopback(r.RemoteAddr):
-			h(w, r)
+			next(w, r)
 		case ok:
 			writeError(w, http.StatusForbidden, fmt.Errorf("nodes: %s %s is for the cluster's nodes; %q is a %s", r.Method, r.URL.Path, peer.Name, peer.Role))
 		default:
@@ -69,13 +70,13 @@ func loopback(remote string) bool {
 // this node's name or a name in its certificate, and an Origin header of
 // another host: a web page cannot drive a node through DNS rebinding or a
 // cross-site request.
-func (a *Agent) checkHost(r *http.Request) error {
+func (h *api) checkHost(r *http.Request) error {
 	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	if name, _, err := net.SplitHostPort(host); err == nil {
+		host = name
 	}
 	host = strings.Trim(host, "[]")
-	if !a.hostAllowed(host) {
+	if !h.hostAllowed(host) {
 		return fmt.Errorf("nodes: Host %q is not this node's (an IP address, localhost or the node's name)", r.Host)
 	}
 	if o := r.Header.Get("Origin"); o != "" {
@@ -87,11 +88,11 @@ func (a *Agent) checkHost(r *http.Request) error {
 	return nil
 }
 
-func (a *Agent) hostAllowed(host string) bool {
-	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.EqualFold(host, a.cfg.Name) {
+func (h *api) hostAllowed(host string) bool {
+	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.EqualFold(host, h.a.cfg.Name) {
 		return true
 	}
-	if id := a.cfg.Identity; id != nil && id.Cert.Leaf != nil {
+	if id := h.a.cfg.Identity; id != nil && id.Cert.Leaf != nil {
 		for _, n := range id.Cert.Leaf.DNSNames {
 			if strings.EqualFold(n, host) {
 				return true
@@ -112,12 +113,12 @@ const (
 )
 
 // newServer is the node's HTTP server with its timeouts.
-func (a *Agent) newServer() *http.Server {
-	t := a.cfg.HTTPTimeout
-	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: min(10*time.Second, t), ReadTimeout: t, WriteTimeout: 2 * t,
-		IdleTimeout: 4 * t, MaxHeaderBytes: 64 << 10}
-	if a.cfg.Identity != nil {
-		srv.TLSConfig = a.cfg.Identity.ServerTLS(false)
+func (h *api) newServer() *http.Server {
+	t := h.a.cfg.HTTPTimeout
+	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: min(10*time.Second, t), ReadTimeout: t, WriteTimeout: 2 * t,
+		IdleTimeout: 4 * t, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(h.a.log.Handler(), slog.LevelWarn)}
+	if h.a.cfg.Identity != nil {
+		srv.TLSConfig = h.a.cfg.Identity.ServerTLS(false)
 	}
 	return srv
 }
@@ -125,9 +126,9 @@ func (a *Agent) newServer() *http.Server {
 // streaming lifts the request's whole-request deadlines for a long
 // transfer: instead, every read and write must make progress within the
 // HTTP timeout.
-func (a *Agent) streaming(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
+func (h *api) streaming(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
 	rc := http.NewResponseController(w)
-	t := a.cfg.HTTPTimeout
+	t := h.a.cfg.HTTPTimeout
 	rc.SetReadDeadline(time.Now().Add(t))
 	rc.SetWriteDeadline(time.Now().Add(2 * t))
 	r.Body = &progressReader{r: r.Body, rc: rc, t: t}
@@ -198,17 +199,12 @@ func HTTPClient(id *trust.Identity) *http.Client {
 
 // fromCoordinator refuses a cut of a job sent by a node other than the
 // coordinator its record here names (with cluster credentials).
-func (a *Agent) fromCoordinator(job, peer string) error {
-	if a.cfg.Identity == nil {
+func (h *api) fromCoordinator(job, peer string) error {
+	if h.a.cfg.Identity == nil {
 		return nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if rec := a.records[job]; rec != nil && rec.Coordinator != peer {
-		return fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, rec.Coordinator)
+	if coord, ok := h.a.jobs.heldCoordinator(job); ok && coord != peer {
+		return fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, coord)
 	}
 	return nil
 }
-
-// client is a client of another node's API.
-func (a *Agent) client(addr string) *Client { return NewClientWith(addr, a.hc) }

@@ -27,7 +27,7 @@ func TestExposureNeedsCredentials(t *testing.T) {
 
 // Host and Origin headers must be this node's.
 func TestCheckHost(t *testing.T) {
-	a := &Agent{cfg: Config{Name: "node-a"}}
+	a := newAPI(&Agent{cfg: Config{Name: "node-a"}})
 	for _, tc := range []struct {
 		host, origin string
 		ok           bool

@@ -19,24 +19,8 @@ import (
 // errNoWeights is a job whose weights this node cannot give.
 var errNoWeights = errors.New("nodes: no final weights")
 
-// weights returns the final weights and their metadata of job id,
-// coordinated and done here.
-func (a *Agent) weights(id string) ([]tensorio.Entry, map[string]string, error) {
-	a.mu.Lock()
-	j := a.jobs[id]
-	a.mu.Unlock()
-	if j == nil || j.c == nil {
-		return nil, nil, fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	es, meta, err := j.c.Weights()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errNoWeights, err)
-	}
-	return es, meta, nil
-}
-
-func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
-	es, meta, err := a.weights(r.PathValue("id"))
+func (h *api) getWeights(w http.ResponseWriter, r *http.Request) {
+	es, meta, err := h.a.jobs.weights(r.PathValue("id"))
 	switch {
 	case errors.Is(err, ErrNoJob):
 		writeError(w, http.StatusNotFound, err)
@@ -45,10 +29,10 @@ func (a *Agent) getWeights(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, err)
 		return
 	}
-	w, _ = a.streaming(w, r)
+	w, _ = h.streaming(w, r)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if err := tensorio.WriteSafetensorsEntries(w, es, meta); err != nil {
-		a.log.Warn("nodes: sending weights", "job", r.PathValue("id"), "err", err)
+		h.a.log.Warn("nodes: sending weights", "job", r.PathValue("id"), "err", err)
 	}
 }
 

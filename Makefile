@@ -32,7 +32,7 @@ DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-short bench deps check-go vet fmt clean cross release install
+.PHONY: all build demo test test-integration test-packages test-short bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -79,14 +79,34 @@ vet: check-go
 	$(GO) vet $(TAGS) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-# Integration tests mostly wait (failure detection, timeouts): four run at
-# once. The race detector covers the concurrent code in process (not
-# nn/zoo, onnx and data, which start no goroutine); the
-# integration tests run real node processes, built without it.
-test: vet cross
+# The race pass covers the packages that run concurrent code in process.
+# It leaves out those whose code starts no goroutine and shares no state
+# (job/core is pure; job, data, onnx, nn/zoo, the GEMM kernels, portrange,
+# the layering test; integration/crossarch runs nothing with -short) and
+# integration, whose nodes are binaries built without the race detector.
+RACE_SKIP := ^github.com/ppnode/ppnode(/(integration|integration/crossarch|job|job/core|data|onnx|nn/zoo|nn/internal/sgemm|nn/internal/openblas|portrange))?$$
+# Tests run with -vet=off: `make vet` checks every package and its tests
+# with go vet's full set. GORACE: no 1 s pause as each race binary exits.
+TEST_FLAGS := $(TAGS) -count=1 -vet=off -timeout 12m
+
+# `make test` on two cores: the integration tests mostly wait (failure
+# detection, timeouts; four run at once), so they start first, in a go
+# test of their own, once `go build` has compiled what every step shares;
+# vet, cross, the other packages' tests and the race pass run beside them,
+# one after the other, in the CPU they leave.
+test: check-go
 	@echo "$(BACKEND_MSG)"
-	$(GO) test $(TAGS) -count=1 -parallel 4 -timeout 12m ./...
-	$(GO) test $(TAGS) -count=1 -race -short -timeout 12m $$($(GO) list ./... | grep -Ev '/(integration|nn/zoo|onnx|data)$$')
+	$(GO) build $(TAGS) -o bin/test/ ./...
+	@$(MAKE) --no-print-directory -j2 -Oline TEST_BINARY=$(CURDIR)/bin/test/ppnode test-integration test-packages
+
+# The nodes run TEST_BINARY, if given (`make test` gives the one it built).
+test-integration: check-go
+	$(if $(TEST_BINARY),PPNODE_TEST_BINARY=$(TEST_BINARY) )$(GO) test $(TEST_FLAGS) -parallel 4 ./integration
+
+# cross first: integration/crossarch builds for arm64 what it compiled.
+test-packages: vet cross
+	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
+	GORACE=atexit_sleep_ms=0 $(GO) test $(TEST_FLAGS) -race -short -parallel 4 $$($(GO) list ./... | grep -Ev '$(RACE_SKIP)')
 
 test-short: check-go
 	$(GO) test $(TAGS) -short ./...

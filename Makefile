@@ -90,6 +90,11 @@ RACE_PKGS = $$($(GO) list ./... | grep -Ev '^github.com/ppnode/ppnode(/(integrat
 # debugger needs it, stack traces do not), which halves their link time.
 TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 
+# -trimpath: compiled packages do not depend on the checkout's path, so
+# that clones and worktrees of the same code share the build cache (the
+# nested go commands of integration/crossarch too, through GOFLAGS).
+test test-integration test-race test-integration-race test-packages vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
+
 # make test on two cores: the integration tests mostly wait (failure
 # detection, timeouts; four run at once). Once go build has compiled what
 # every step shares, two streams run side by side: the integration tests,

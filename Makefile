@@ -32,7 +32,7 @@ DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-short bench deps check-go vet fmt clean cross release install
+.PHONY: all build demo test test-integration test-race test-integration-race test-packages test-short bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -79,14 +79,50 @@ vet: check-go
 	$(GO) vet $(TAGS) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-# Integration tests mostly wait (failure detection, timeouts): four run at
-# once. The race detector covers the concurrent code in process (not
-# nn/zoo, onnx and data, which start no goroutine); the
-# integration tests run real node processes, built without it.
-test: vet cross
+# The race pass covers the packages that run concurrent code in process.
+# It leaves out those whose code starts no goroutine and shares no state
+# (job/core is pure; job, data, onnx, nn/zoo, the GEMM kernels, portrange,
+# the layering test; integration/crossarch runs nothing with -short) and
+# integration, whose nodes are binaries built without the race detector.
+RACE_PKGS = $$($(GO) list ./... | grep -Ev '^github.com/ppnode/ppnode(/(integration|integration/crossarch|job|job/core|data|onnx|nn/zoo|nn/internal/sgemm|nn/internal/openblas|portrange))?$$')
+# Tests run with -vet=off: `make vet` checks every package and its tests
+# with go vet's full set. Test binaries are linked without DWARF (-w: a
+# debugger needs it, stack traces do not), which halves their link time.
+TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
+
+# -trimpath: compiled packages do not depend on the checkout's path, so
+# that clones and worktrees of the same code share the build cache (the
+# nested go commands of integration/crossarch too, through GOFLAGS).
+test test-integration test-race test-integration-race test-packages vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
+
+# make test on two cores: the integration tests mostly wait (failure
+# detection, timeouts; four run at once). Once go build has compiled what
+# every step shares, two streams run side by side: the integration tests,
+# then the race pass; the race pass's compilation, vet, cross and the
+# other packages' tests.
+test: check-go
 	@echo "$(BACKEND_MSG)"
-	$(GO) test $(TAGS) -count=1 -parallel 4 -timeout 12m ./...
-	$(GO) test $(TAGS) -count=1 -race -short -timeout 12m $$($(GO) list ./... | grep -Ev '/(integration|nn/zoo|onnx|data)$$')
+	$(GO) build $(TAGS) -o bin/test/ ./...
+	@$(MAKE) --no-print-directory -j2 -Oline TEST_BINARY=$(CURDIR)/bin/test/ppnode test-integration-race test-packages
+
+# The nodes run TEST_BINARY, if given (make test gives the one it built).
+test-integration: check-go
+	$(if $(TEST_BINARY),PPNODE_TEST_BINARY=$(TEST_BINARY) )$(GO) test $(TEST_FLAGS) -parallel 4 ./integration
+
+# GORACE: no 1 s pause as each race binary exits.
+test-race: check-go
+	GORACE=atexit_sleep_ms=0 $(GO) test $(TEST_FLAGS) -race -short -parallel 4 $(RACE_PKGS)
+
+test-integration-race: test-integration
+	@$(MAKE) --no-print-directory test-race
+
+# go list -export compiles the race pass's packages (and links nothing)
+# before the race pass needs them; cross before the tests:
+# integration/crossarch builds for arm64 what cross compiled.
+test-packages: check-go
+	$(GO) list $(TAGS) -race -export ./... >/dev/null
+	@$(MAKE) --no-print-directory vet cross
+	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
 
 test-short: check-go
 	$(GO) test $(TAGS) -short ./...

@@ -6,7 +6,8 @@
 // # Harness
 //
 // [Binary] builds bin/ppnode once per test binary, with the tags the
-// Makefile uses (OpenBLAS when libopenblas is installed). [StartCluster]
+// Makefile uses (OpenBLAS when libopenblas is installed), unless
+// $PPNODE_TEST_BINARY names one (make test builds it first). [StartCluster]
 // starts nodes that bind port 0 and reads the addresses they chose from
 // their ready line:
 //

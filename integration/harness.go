@@ -42,13 +42,24 @@ var build struct {
 	err  error
 }
 
+// BinaryEnv names a ppnode binary already built from this checkout with
+// the tags below, which [Binary] then returns (make test sets it).
+const BinaryEnv = "PPNODE_TEST_BINARY"
+
 // Binary returns the path of a ppnode binary built from this checkout. It
 // is built once per test binary, with the Makefile's tags: openblas (and
 // CGO_LDFLAGS=-lopenblas) when libopenblas is installed, dnnl when
-// oneDNN's library and header are.
+// oneDNN's library and header are; or it is $PPNODE_TEST_BINARY.
 func Binary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
+		if p := os.Getenv(BinaryEnv); p != "" {
+			build.path, build.err = filepath.Abs(p)
+			if build.err == nil {
+				_, build.err = os.Stat(build.path)
+			}
+			return
+		}
 		build.dir, build.err = os.MkdirTemp("", "ppnode-integration-")
 		if build.err != nil {
 			return

@@ -170,37 +170,36 @@ func TestChainIsTheOldGonumBackend(t *testing.T) {
 }
 
 // Every kernel on this CPU, at 1 to 4 threads, gives the bits of the chain
-// and of the old gonum backend.
+// and of the old gonum backend. Each trial's references are computed once
+// for all the kernels (most of the time).
 func TestGemmBitsAreTheChain(t *testing.T) {
 	trials := 400
 	if testing.Short() {
 		trials = 80
 	}
-	for _, kern := range sgemm.Kernels() {
-		t.Run(kern.Name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(3, 4))
-			for trial := range trials {
-				g := randGemmCase(r, trial)
-				want := slices.Clone(g.c)
-				chainGemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, want, g.ldc)
-				var old []float32
-				if runtime.GOARCH == "amd64" {
-					old = slices.Clone(g.c)
-					newGonumOracle(2).Sgemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, old, g.ldc)
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := range trials {
+		g := randGemmCase(r, trial)
+		want := slices.Clone(g.c)
+		chainGemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, want, g.ldc)
+		var old []float32
+		if runtime.GOARCH == "amd64" {
+			old = slices.Clone(g.c)
+			newGonumOracle(2).Sgemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, old, g.ldc)
+		}
+		for _, kern := range sgemm.Kernels() {
+			for threads := 1; threads <= 4; threads++ {
+				be := &detGemm{threads: threads, kern: kern}
+				got := slices.Clone(g.c)
+				be.Sgemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, got, g.ldc)
+				if !slices.Equal(bits32(got), bits32(want)) {
+					t.Fatalf("%s: trial %d %v threads=%d: %s", kern.Name, trial, g, threads, firstDiff(got, want))
 				}
-				for threads := 1; threads <= 4; threads++ {
-					be := &detGemm{threads: threads, kern: kern}
-					got := slices.Clone(g.c)
-					be.Sgemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, got, g.ldc)
-					if !slices.Equal(bits32(got), bits32(want)) {
-						t.Fatalf("trial %d %v threads=%d: %s", trial, g, threads, firstDiff(got, want))
-					}
-					if old != nil && !slices.Equal(bits32(got), bits32(old)) {
-						t.Fatalf("trial %d %v threads=%d: old backend: %s", trial, g, threads, firstDiff(got, old))
-					}
+				if old != nil && !slices.Equal(bits32(got), bits32(old)) {
+					t.Fatalf("%s: trial %d %v threads=%d: old backend: %s", kern.Name, trial, g, threads, firstDiff(got, old))
 				}
 			}
-		})
+		}
 	}
 }
 

@@ -180,31 +180,62 @@ func TestTorchParity(t *testing.T) {
 		name string
 		be   nn.Backend
 	}{{"deterministic", det}, {"default", def}}
+	for i := range cases {
+		if cases[i].tol == 0 {
+			cases[i].tol = 1e-4
+		}
+		if cases[i].draw == 0 {
+			cases[i].draw = 4
+		}
+	}
+	// The references of every case from one interpreter (importing torch
+	// takes seconds); every backend starts from the same weights and batch.
+	root := t.TempDir()
+	if d := os.Getenv("PPNODE_PARITY_DIR"); d != "" {
+		root = filepath.Join(d, t.Name())
+	}
+	var args []string
 	for _, c := range cases {
+		g, err := c.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb := parityStart(g, c.shape, c.draw)
+		dir := filepath.Join(root, c.name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeParityInputs(t, dir, g, fb, c.opt)
+		args = append(args, filepath.Join(dir, "in.safetensors"), filepath.Join(dir, "spec.json"), filepath.Join(dir, "out.safetensors"))
+	}
+	cmd := exec.Command(torchPython, append([]string{"testdata/torch_step.py"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torch_step.py: %v\n%s", err, out)
+	}
+	for _, c := range cases {
+		ref, _, err := tensorio.LoadSafetensors(filepath.Join(root, c.name, "out.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]float32{}
+		for _, n := range ref {
+			want[n.Name] = nn.F32(n.T)
+		}
 		for _, b := range backends {
 			t.Run(c.name+"/"+b.name, func(t *testing.T) {
 				g, err := c.build()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.tol == 0 {
-					c.tol = 1e-4
-				}
-				if c.draw == 0 {
-					c.draw = 4
-				}
-				parity(t, g, c.shape, c.opt, c.tol, c.draw, b.be)
+				parity(t, g, parityStart(g, c.shape, c.draw), c.opt, c.tol, want, b.be)
 			})
 		}
 	}
 }
 
-func parity(t *testing.T, g *nn.Graph, shape []int, oc nn.OptimizerConfig, tol float64, draw uint64, be nn.Backend) {
-	dir := t.TempDir()
-	if d := os.Getenv("PPNODE_PARITY_DIR"); d != "" {
-		dir = filepath.Join(d, t.Name())
-		os.MkdirAll(dir, 0o755)
-	}
+// parityStart initialises g's weights (with noise drawn from draw) and
+// returns the mini-batch of a parity case: the same on every call.
+func parityStart(g *nn.Graph, shape []int, draw uint64) *fixedBatches {
 	r := rand.New(rand.NewPCG(3, draw))
 	g.Init(5)
 	for _, p := range g.Params() {
@@ -223,20 +254,29 @@ func parity(t *testing.T, g *nn.Graph, shape []int, oc nn.OptimizerConfig, tol f
 	for i := range fb.y {
 		fb.y[i] = int32(r.IntN(5))
 	}
+	return fb
+}
+
+// writeParityInputs writes what testdata/torch_step.py reads in dir: the
+// weights and the batch (in.safetensors), the graph, micro-batches and
+// optimizer (spec.json).
+func writeParityInputs(t *testing.T, dir string, g *nn.Graph, fb *fixedBatches, oc nn.OptimizerConfig) {
+	t.Helper()
 	var in []tensorio.Named
 	for _, p := range g.Params() {
 		in = append(in, tensorio.Named{Name: p.Name, T: nn.FromData(append([]float32(nil), nn.F32(p.Value)...), p.Value.Shape()...)})
 	}
+	B := len(fb.y)
 	ys := make([]float32, B)
 	for i, y := range fb.y {
 		ys[i] = float32(y)
 	}
-	in = append(in, tensorio.Named{Name: "__x", T: nn.FromData(fb.x, append([]int{B}, shape...)...)}, tensorio.Named{Name: "__y", T: nn.FromData(ys, B)})
+	in = append(in, tensorio.Named{Name: "__x", T: nn.FromData(fb.x, append([]int{B}, fb.shape...)...)}, tensorio.Named{Name: "__y", T: nn.FromData(ys, B)})
 	if err := tensorio.SaveSafetensors(filepath.Join(dir, "in.safetensors"), in, nil); err != nil {
 		t.Fatal(err)
 	}
 	spec := map[string]any{
-		"nodes": describe(g), "input": g.InputNames[0], "output": g.Output, "micro_sizes": sizes,
+		"nodes": describe(g), "input": g.InputNames[0], "output": g.Output, "micro_sizes": fb.sizes,
 		"optimizer": map[string]any{"name": oc.Name, "lr": oc.LR, "momentum": oc.Momentum, "weight_decay": oc.WeightDecay},
 		"float64":   os.Getenv("PPNODE_PARITY_FLOAT32") == "",
 	}
@@ -244,19 +284,11 @@ func parity(t *testing.T, g *nn.Graph, shape []int, oc nn.OptimizerConfig, tol f
 	if err := os.WriteFile(filepath.Join(dir, "spec.json"), js, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(torchPython, "testdata/torch_step.py", filepath.Join(dir, "in.safetensors"), filepath.Join(dir, "spec.json"), filepath.Join(dir, "out.safetensors"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("torch_step.py: %v\n%s", err, out)
-	}
-	ref, _, err := tensorio.LoadSafetensors(filepath.Join(dir, "out.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string][]float32{}
-	for _, n := range ref {
-		want[n.Name] = nn.F32(n.T)
-	}
+}
 
+// parity trains g, started by parityStart, on be and compares with
+// PyTorch's results want.
+func parity(t *testing.T, g *nn.Graph, fb *fixedBatches, oc nn.OptimizerConfig, tol float64, want map[string][]float32, be nn.Backend) {
 	opt, err := nn.NewOptimizer(oc)
 	if err != nil {
 		t.Fatal(err)

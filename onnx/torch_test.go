@@ -30,17 +30,26 @@ var torchMissing = sync.OnceValue(func() error {
 	return exec.Command(torchPython, "-c", "import torch, numpy").Run()
 })
 
-// exportTorch runs testdata/torch_onnx.py for model and returns the ONNX
-// file and the reference tensors by name.
-func exportTorch(t *testing.T, model string) (string, map[string]*nn.Tensor) {
+// exportTorch runs testdata/torch_onnx.py once for every model (importing
+// torch takes seconds) and returns the directory that holds, for each
+// model, MODEL/model.onnx and MODEL/ref.safetensors.
+func exportTorch(t *testing.T, models []string) string {
 	t.Helper()
 	if err := torchMissing(); err != nil {
 		t.Skipf("PyTorch is not available (%s -c 'import torch': %v); install Debian's python3-torch", torchPython, err)
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command(torchPython, "testdata/torch_onnx.py", model, dir).CombinedOutput(); err != nil {
-		t.Fatalf("torch_onnx.py %s: %v\n%s", model, err, out)
+	args := append([]string{"testdata/torch_onnx.py", "--each", dir, "0"}, models...)
+	if out, err := exec.Command(torchPython, args...).CombinedOutput(); err != nil {
+		t.Fatalf("torch_onnx.py --each: %v\n%s", err, out)
 	}
+	return dir
+}
+
+// loadExport returns a model's ONNX file in dir and its reference tensors
+// by name.
+func loadExport(t *testing.T, dir string) (string, map[string]*nn.Tensor) {
+	t.Helper()
 	ts, _, err := tensorio.LoadSafetensors(filepath.Join(dir, "ref.safetensors"))
 	if err != nil {
 		t.Fatal(err)
@@ -146,11 +155,13 @@ func TestTorchModels(t *testing.T) {
 	if nn.Describe(def) != nn.Describe(det) {
 		backends = append(backends, def)
 	}
-	for _, model := range []string{"mlp", "resnet", "towers", "convnet", "gpt", "dlrm", "twotower", "transformer", "vit",
-		"lstm", "gru", "mobilenet", "autoencoder", "misc"} {
+	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "dlrm", "twotower", "transformer", "vit",
+		"lstm", "gru", "mobilenet", "autoencoder", "misc"}
+	dir := exportTorch(t, models)
+	for _, model := range models {
 		t.Run(model, func(t *testing.T) {
 			t.Parallel()
-			path, ref := exportTorch(t, model)
+			path, ref := loadExport(t, filepath.Join(dir, model))
 			for _, be := range backends {
 				t.Run(nn.Describe(be), func(t *testing.T) { torchParity(t, model, path, ref, be) })
 			}

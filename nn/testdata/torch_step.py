@@ -1,6 +1,9 @@
 """Runs ppnode graphs in PyTorch as the reference for gradient parity.
 
-Usage: /usr/bin/python3 torch_step.py IN.safetensors SPEC.json OUT.safetensors
+Usage: /usr/bin/python3 torch_step.py IN.safetensors SPEC.json OUT.safetensors [IN SPEC OUT]...
+
+Each triple is one graph (one interpreter for all: importing torch takes
+seconds).
 
 SPEC.json describes the graph (nodes in topological order with their kind,
 inputs and attributes), the optimizer and the step: micro-batch sizes.
@@ -128,10 +131,18 @@ class Graph:
 
 
 def main():
-    inp, spec_path, out_path = sys.argv[1:4]
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        raise SystemExit(__doc__)
+    torch.set_num_threads(1)
+    for i in range(0, len(args), 3):
+        run(*args[i : i + 3])
+
+
+def run(inp, spec_path, out_path):
     spec = json.load(open(spec_path))
     tensors = read_safetensors(inp)
-    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)
     if spec.get("float64"):
         # The exact reference: ppnode's float32 result is compared with it.
         torch.set_default_dtype(torch.float64)

@@ -32,7 +32,7 @@ DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-integration test-race test-integration-race test-packages test-short bench deps check-go vet fmt clean cross release install
+.PHONY: all build demo test test-integration test-race test-short bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -93,36 +93,26 @@ TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 # -trimpath: compiled packages do not depend on the checkout's path, so
 # that clones and worktrees of the same code share the build cache (the
 # nested go commands of integration/crossarch too, through GOFLAGS).
-test test-integration test-race test-integration-race test-packages vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
+test test-integration test-race vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
-# make test on two cores: the integration tests mostly wait (failure
-# detection, timeouts; four run at once). Once go build has compiled what
-# every step shares, two streams run side by side: the integration tests,
-# then the race pass; the race pass's compilation, vet, cross and the
-# other packages' tests.
+# make test: the tests one package set after another. The integration
+# tests (four at once: they mostly wait on failure detection and timeouts)
+# time real failures, so nothing else heavy runs beside them; then the
+# race pass. The nodes run the ppnode binary built first.
 test: check-go
 	@echo "$(BACKEND_MSG)"
 	$(GO) build $(TAGS) -o bin/test/ ./...
-	@$(MAKE) --no-print-directory -j2 -Oline TEST_BINARY=$(CURDIR)/bin/test/ppnode test-integration-race test-packages
+	@$(MAKE) --no-print-directory vet cross
+	PPNODE_TEST_BINARY=$(CURDIR)/bin/test/ppnode $(GO) test $(TEST_FLAGS) -parallel 4 ./...
+	@$(MAKE) --no-print-directory test-race
 
-# The nodes run TEST_BINARY, if given (make test gives the one it built).
+# The nodes run TEST_BINARY, if given.
 test-integration: check-go
 	$(if $(TEST_BINARY),PPNODE_TEST_BINARY=$(TEST_BINARY) )$(GO) test $(TEST_FLAGS) -parallel 4 ./integration
 
 # GORACE: no 1 s pause as each race binary exits.
 test-race: check-go
 	GORACE=atexit_sleep_ms=0 $(GO) test $(TEST_FLAGS) -race -short -parallel 4 $(RACE_PKGS)
-
-test-integration-race: test-integration
-	@$(MAKE) --no-print-directory test-race
-
-# go list -export compiles the race pass's packages (and links nothing)
-# before the race pass needs them; cross before the tests:
-# integration/crossarch builds for arm64 what cross compiled.
-test-packages: check-go
-	$(GO) list $(TAGS) -race -export ./... >/dev/null
-	@$(MAKE) --no-print-directory vet cross
-	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
 
 test-short: check-go
 	$(GO) test $(TAGS) -short ./...

@@ -95,15 +95,15 @@ TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 # nested go commands of integration/crossarch too, through GOFLAGS).
 test test-integration test-race vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
-# make test: the tests one package set after another. The integration
-# tests (four at once: they mostly wait on failure detection and timeouts)
-# time real failures, so nothing else heavy runs beside them; then the
-# race pass. The nodes run the ppnode binary built first.
+# make test: one step after another. The integration tests (four at
+# once: they mostly wait) time real failures, so no other package's tests
+# run beside them; then the race pass. The nodes run the binary built first.
 test: check-go
 	@echo "$(BACKEND_MSG)"
 	$(GO) build $(TAGS) -o bin/test/ ./...
 	@$(MAKE) --no-print-directory vet cross
-	PPNODE_TEST_BINARY=$(CURDIR)/bin/test/ppnode $(GO) test $(TEST_FLAGS) -parallel 4 ./...
+	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
+	@$(MAKE) --no-print-directory TEST_BINARY=$(CURDIR)/bin/test/ppnode test-integration
 	@$(MAKE) --no-print-directory test-race
 
 # The nodes run TEST_BINARY, if given.

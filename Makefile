@@ -90,10 +90,6 @@ RACE_PKGS = $$($(GO) list ./... | grep -Ev '^github.com/ppnode/ppnode(/(integrat
 # debugger needs it, stack traces do not), which halves their link time.
 TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 
-# -trimpath: compiled packages do not depend on the checkout's path, so
-# that clones and worktrees of the same code share the build cache (the
-# nested go commands of integration/crossarch too, through GOFLAGS).
-test test-integration test-race vet cross: export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
 # make test: one step after another. The integration tests (four at
 # once: they mostly wait) time real failures, so no other package's tests

@@ -90,7 +90,6 @@ RACE_PKGS = $$($(GO) list ./... | grep -Ev '^github.com/ppnode/ppnode(/(integrat
 # debugger needs it, stack traces do not), which halves their link time.
 TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 
-
 # make test: one step after another. The integration tests (four at
 # once: they mostly wait) time real failures, so no other package's tests
 # run beside them; then the race pass. The nodes run the binary built first.

@@ -55,6 +55,20 @@ func clone(t *nn.Tensor) *nn.Tensor {
 	return nn.FromData(slices.Clone(nn.F32(t)), t.Shape()...)
 }
 
+// trainOneProcess trains g (initialised with seed 1) for steps steps of
+// SGD in one process, the reference of the plan tests, and returns its
+// weights' hash.
+func trainOneProcess(g *nn.Graph, data *fixedData, steps int) string {
+	g.Init(1)
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
+	opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
+	tr := nn.NewTrainer(g, opt, be, 1)
+	for s := 0; s < steps; s++ {
+		tr.Step(data, 0, 0, s)
+	}
+	return nn.WeightsSHA256(g.Params())
+}
+
 // runPlan executes a plan's programs in one process, as the runtime would
 // across nodes: every stage runs its instructions in order, a receive
 // waits for its message, gradients of a tensor from several stages are
@@ -270,15 +284,7 @@ func TestPlansTrainBitIdentical(t *testing.T) {
 	}
 	for k, c := range cases {
 		data := newFixedData(c.input, 12, 3, 2)
-		ref := c.model()
-		ref.Init(1)
-		be, _ := nn.NewBackend("ppnode-det", 1, true)
-		opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
-		tr := nn.NewTrainer(ref, opt, be, 1)
-		for s := 0; s < 2; s++ {
-			tr.Step(data, 0, 0, s)
-		}
-		want := nn.WeightsSHA256(ref.Params())
+		want := trainOneProcess(c.model(), data, 2)
 		for _, sched := range []Schedule{GPipe, GraphSchedule} {
 			t.Run(fmt.Sprintf("%d/%s", k, sched), func(t *testing.T) {
 				g := c.model()
@@ -319,15 +325,7 @@ func TestReplicatedPlansTrainBitIdentical(t *testing.T) {
 	nodes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for k, c := range cases {
 		data := newFixedData(c.input, 16, 4, 2)
-		ref := c.model()
-		ref.Init(1)
-		be, _ := nn.NewBackend("ppnode-det", 1, true)
-		opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9})
-		tr := nn.NewTrainer(ref, opt, be, 1)
-		for s := 0; s < 2; s++ {
-			tr.Step(data, 0, 0, s)
-		}
-		want := nn.WeightsSHA256(ref.Params())
+		want := trainOneProcess(c.model(), data, 2)
 		copyOf := func() *nn.Graph {
 			g := c.model()
 			g.Init(1)

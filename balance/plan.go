@@ -342,15 +342,10 @@ func (p *Plan) Partition() *Partition {
 // Build makes the plan that runs partition part of g with schedule sched
 // and M micro-batches of b samples. nodes are the cluster's node names. A
 // stage with replicas gets an executor per node, which sum their
-// gradients in the fast order; BuildChained makes the plan that sums
-// them in the deterministic order (Plan.ChainedSums).
+// gradients in the fast order (Search with Options.ChainedSums plans the
+// deterministic order).
 func Build(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int) (*Plan, error) {
 	return buildPlan(g, part, nodes, sched, M, b, false)
-}
-
-// BuildChained is Build with Plan.ChainedSums set.
-func BuildChained(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int) (*Plan, error) {
-	return buildPlan(g, part, nodes, sched, M, b, true)
 }
 
 func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool) (*Plan, error) {

@@ -57,15 +57,7 @@ func TestPlanValidateRejects(t *testing.T) {
 	if err := good.Validate(g); err != nil {
 		t.Fatal(err)
 	}
-	find := func(p *Plan, s int, op Op, m int) int {
-		for k, in := range p.Stages[s].Program {
-			if in.Op == op && in.Micro == m {
-				return k
-			}
-		}
-		t.Fatalf("no %s %d", op, m)
-		return -1
-	}
+	find := func(p *Plan, s int, op Op, m int) int { return findInstr(t, p, s, op, m) }
 	for _, c := range []struct {
 		name   string
 		change func(p *Plan)
@@ -139,4 +131,17 @@ func TestRandomStageDAGsDoNotDeadlock(t *testing.T) {
 	if ok < 100 {
 		t.Fatalf("only %d random plans were valid", ok)
 	}
+}
+
+// findInstr returns the index in stage s's program of the instruction op
+// for micro-batch m (a sum instruction: the stage's first, whatever m).
+func findInstr(t *testing.T, p *Plan, s int, op Op, m int) int {
+	t.Helper()
+	for k, in := range p.Stages[s].Program {
+		if in.Op == op && (in.Micro == m || op.sum()) {
+			return k
+		}
+	}
+	t.Fatalf("no %s %d on stage %d", op, m, s)
+	return -1
 }

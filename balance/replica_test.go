@@ -119,7 +119,7 @@ func TestUnreplicatedPlanJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := BuildChained(g, part, nodes, GraphSchedule, 4, 2)
+	p, err := buildPlan(g, part, nodes, GraphSchedule, 4, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,22 +186,14 @@ func TestReplicatedPlanValidateRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := BuildChained(g, part, nodes, OneFOneB, 4, 2)
+	good, err := buildPlan(g, part, nodes, OneFOneB, 4, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := good.Validate(g); err != nil {
 		t.Fatal(err)
 	}
-	find := func(p *Plan, s int, op Op, m int) int {
-		for k, in := range p.Stages[s].Program {
-			if in.Op == op && (in.Micro == m || op.sum()) {
-				return k
-			}
-		}
-		t.Fatalf("no %s %d", op, m)
-		return -1
-	}
+	find := func(p *Plan, s int, op Op, m int) int { return findInstr(t, p, s, op, m) }
 	for _, c := range []struct {
 		name   string
 		change func(p *Plan)

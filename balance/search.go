@@ -146,11 +146,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	}
 	solvePair := func(pr *pair) {
 		M := pr.M
-		inflight := func(c int) float64 { return float64(M) }
-		if pr.kind != GPipe {
-			inflight = func(c int) float64 { return float64(min(M, c)) }
-		}
-		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflight, graph)
+		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflightFor(pr.kind, M), graph)
 		sols := solve(p, M, o.Keep, graph)
 		var parts []*Partition
 		for _, segs := range sols {
@@ -602,4 +598,14 @@ func fmtBytes(b float64) string {
 		return fmt.Sprintf("%.1f KiB", b/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", b)
+}
+
+// inflightFor is how many of M micro-batches a stage holds at once under
+// sched when it is c nodes from the end, counting its own (the last: 1):
+// GPipe holds all of them, 1F1B and the graph schedule at most c.
+func inflightFor(sched Schedule, M int) func(c int) float64 {
+	if sched == GPipe {
+		return func(c int) float64 { return float64(M) }
+	}
+	return func(c int) float64 { return float64(min(M, c)) }
 }

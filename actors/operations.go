@@ -429,16 +429,11 @@ func (c *Coordinator) gather(s *stageSet) error {
 	}
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
 	var state [][]*nn.Tensor
-	twins := map[*nn.Tensor]*nn.Tensor{}
 	err := c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(st [][]*nn.Tensor) {
 		state = st
-		for _, ts := range st {
-			for _, t := range ts {
-				twins[t] = c.twin(t)
-			}
-		}
+		c.keepTwins(st)
 	}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
-		u := twins[t]
+		u := c.twins[t]
 		tag, got, err := lk.Recv(u)
 		if err != nil {
 			return err
@@ -453,24 +448,27 @@ func (c *Coordinator) gather(s *stageSet) error {
 	}
 	for _, ts := range state {
 		for _, t := range ts {
-			copy(nn.F32(t), nn.F32(twins[t]))
+			copy(nn.F32(t), nn.F32(c.twins[t]))
 		}
 	}
 	return nil
 }
 
-// twin returns the coordinator's receiving buffer for state tensor t,
-// made at the first gather and kept for the next ones.
-func (c *Coordinator) twin(t *nn.Tensor) *nn.Tensor {
-	u, ok := c.twins[t]
-	if !ok || !nn.SameShape(u.Shape(), t.Shape()) {
-		if c.twins == nil {
-			c.twins = map[*nn.Tensor]*nn.Tensor{}
+// keepTwins makes c.twins hold a receiving buffer for each state tensor
+// of st, and nothing else: buffers of tensors still held are kept from
+// the last gather, those of a former plan's tensors dropped.
+func (c *Coordinator) keepTwins(st [][]*nn.Tensor) {
+	next := map[*nn.Tensor]*nn.Tensor{}
+	for _, ts := range st {
+		for _, t := range ts {
+			u := c.twins[t]
+			if u == nil || !nn.SameShape(u.Shape(), t.Shape()) {
+				u = nn.New(t.Shape()...)
+			}
+			next[t] = u
 		}
-		u = nn.New(t.Shape()...)
-		c.twins[t] = u
 	}
-	return u
+	c.twins = next
 }
 
 // restore loads the latest cut, the state after step, into the stages of
@@ -486,8 +484,9 @@ func (c *Coordinator) restore(s *stageSet, step int) error {
 }
 
 // moveState moves every stage's state tensors over its coordinator link,
-// one call of move per tensor (after prepare, if any, has seen them all), while the stage serves the request msg; a
+// one call of move per tensor, while the stage serves the request msg; a
 // stage that fails or refuses closes the transfer (see abortOnFailure).
+// prepare, if set, sees all the tensors first, on the caller's goroutine.
 func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, prepare func([][]*nn.Tensor), move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
 	// Made here, on one goroutine: the optimizer's state map is not safe
 	// for concurrent use.

@@ -22,6 +22,7 @@ const module = "github.com/ppnode/ppnode"
 // import higher ones; docs/DESIGN.md draws the layout. "*" allows anything.
 var allowed = map[string][]string{
 	"clock":       {},
+	"admit":       {"clock"},
 	"nn":          {"nn/internal/sgemm", "nn/internal/dnnl", "nn/internal/openblas"},
 	"nn/nntest":   {"nn"},
 	"nn/zoo":      {"nn"},
@@ -34,12 +35,12 @@ var allowed = map[string][]string{
 	"job":         {"balance", "data", "nn", "nn/zoo", "onnx", "tensorio"},
 	"job/core":    {"balance", "job", "nn", "tensorio"},
 	"job/jobtest": {"job"},
-	"dataplane":   {"tensorio", "nn", "portrange"},
-	"linkprobe":   {"portrange"},
+	"dataplane":   {"admit", "tensorio", "nn", "portrange"},
+	"linkprobe":   {"admit", "portrange"},
 	"portrange":   {},
 	"trust":       {},
-	"actors":      {"job", "job/core", "clock", "balance", "dataplane", "tensorio", "nn"},
-	"nodes":       {"actors", "job", "job/core", "dataplane", "linkprobe", "portrange", "trust", "cluster", "balance", "tensorio", "nn"},
+	"actors":      {"admit", "job", "job/core", "clock", "balance", "dataplane", "tensorio", "nn"},
+	"nodes":       {"admit", "actors", "job", "job/core", "dataplane", "linkprobe", "portrange", "trust", "cluster", "balance", "tensorio", "nn"},
 	"cmd/ppnode":  {"*"},
 	"integration": {"*"},
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/ppnode/ppnode/admit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -90,6 +91,11 @@ type Config struct {
 	// cluster, the client's present this node's. Unset: plaintext, and
 	// anyone who reaches the port can spawn actors.
 	ServerTLS, ClientTLS *tls.Config
+	// Gate bounds the gRPC port's connections (default: a gate of its
+	// own with admit's default limits). A connection's handshake ends
+	// when its peer has sent gRPC's client preface over TLS (or
+	// plaintext).
+	Gate *admit.Gate
 }
 
 // Defaults of [Config].
@@ -142,14 +148,12 @@ func Start(cfg Config) (*System, error) {
 			return nil, fmt.Errorf("actors: advertised address %q must be host:port: %w", cfg.Advertise, err)
 		}
 	}
-	// remote.Start panics when it cannot listen; check first so that a
-	// busy port is an error. For port 0 the check is moot.
-	if port != 0 {
-		l, err := net.Listen("tcp", cfg.Bind)
-		if err != nil {
-			return nil, fmt.Errorf("actors: %w", err)
-		}
-		l.Close()
+	if cfg.Gate == nil {
+		cfg.Gate = admit.NewGate(admit.Limits{}, nil)
+	}
+	ln, err := net.Listen("tcp", cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("actors: %w", err)
 	}
 
 	logger := slog.New(levelHandler{cfg.Logger.Handler(), cfg.LogLevel})
@@ -161,21 +165,23 @@ func Start(cfg Config) (*System, error) {
 	var kinds []*remote.Kind
 	for name, props := range cfg.Kinds {
 		if props == nil {
+			ln.Close()
 			return nil, fmt.Errorf("actors: kind %q has nil props", name)
 		}
 		s.kinds[name] = props
 		kinds = append(kinds, remote.NewKind(name, props))
 	}
 
-	clientCreds := insecure.NewCredentials()
-	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes), grpc.MaxSendMsgSize(cfg.MaxGRPCBytes)}
+	clientCreds, serverCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if (cfg.ServerTLS == nil) != (cfg.ClientTLS == nil) {
+		ln.Close()
 		return nil, errors.New("actors: ServerTLS and ClientTLS go together")
 	}
 	if cfg.ServerTLS != nil {
-		clientCreds = credentials.NewTLS(cfg.ClientTLS)
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(cfg.ServerTLS)))
+		clientCreds, serverCreds = credentials.NewTLS(cfg.ClientTLS), credentials.NewTLS(cfg.ServerTLS)
 	}
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes), grpc.MaxSendMsgSize(cfg.MaxGRPCBytes),
+		grpc.Creds(prefaced{serverCreds}), grpc.ConnectionTimeout(cfg.Gate.Limits().Handshake)}
 	opts := []remote.ConfigOption{
 		remote.WithKinds(kinds...),
 		remote.WithEndpointWriterBatchSize(batch),
@@ -192,6 +198,7 @@ func Start(cfg Config) (*System, error) {
 			),
 		),
 		remote.WithServerOptions(serverOpts...),
+		remote.WithListener(cfg.Gate.Listen(ln)),
 	}
 	if cfg.Advertise != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))

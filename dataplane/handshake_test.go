@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/nn"
 )
 
@@ -105,7 +106,7 @@ func TestHandshakeTimeoutEach(t *testing.T) {
 // up, and once a handshake ends the listener admits again.
 func TestHandshakeBound(t *testing.T) {
 	checkNoLeak(t)
-	p := &TCP{}
+	p := &TCP{Gate: admit.NewGate(admit.Limits{PerIP: 2 * maxHandshakes}, nil)} // the listener's bound, not the gate's
 	o := Options{HandshakeTimeout: time.Minute}
 	ln, err := p.Listen(hello, o)
 	if err != nil {
@@ -146,6 +147,61 @@ func TestHandshakeBound(t *testing.T) {
 	ln.Close()
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Close took %v with %d handshakes in progress", d, maxHandshakes-1)
+	}
+}
+
+// TestFloodFromOneAddress: a flood of silent connections from one address
+// takes at most the gate's PerIP of the data plane's handshakes (the
+// others are closed at once), and a dialer from another address gets its
+// link at once, on every listener of the data plane.
+func TestFloodFromOneAddress(t *testing.T) {
+	checkNoLeak(t)
+	p := &TCP{Gate: admit.NewGate(admit.Limits{PerIP: 8}, nil)}
+	o := Options{HandshakeTimeout: time.Minute}
+	var lns []Listener
+	for range 2 {
+		ln, err := p.Listen(hello, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		lns = append(lns, ln)
+	}
+	flooder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var closed int
+	for i := range 2 * maxHandshakes {
+		c, err := flooder.Dial("tcp", lns[i%2].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, errDeadline) {
+			closed++ // refused: the gate closed it
+		}
+	}
+	if want := 2*maxHandshakes - 8; closed != want {
+		t.Errorf("%d of the flood's %d connections closed at once, want %d", closed, 2*maxHandshakes, want)
+	}
+	if s := p.Gate.Stats(); s.RefusedPerIP != uint64(closed) || s.InHandshake != 8 {
+		t.Errorf("gate %+v", s)
+	}
+	for _, ln := range lns {
+		accepted := acceptAsync(ln)
+		start := time.Now()
+		l, err := p.Dial(ln.Addr(), hello, o)
+		if err != nil {
+			t.Fatalf("Dial during the flood: %v", err)
+		}
+		l.Close()
+		if a := <-accepted; a == nil {
+			t.Fatal("no link accepted")
+		} else {
+			a.Close()
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the link took %v during the flood", d)
+		}
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/ppnode/ppnode/admit"
 )
 
 // maxHandshakes bounds the handshakes a listener runs at once, each within
@@ -119,7 +121,7 @@ func (l *listener) acceptLoop() {
 func (l *listener) handshake(c net.Conn) {
 	defer l.wg.Done()
 	defer func() { <-l.slots }()
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := tcpConn(c); ok {
 		tuneTCP(tc)
 	}
 	lk, err := serverHandshake(c, l.want, l.o, l.sec)
@@ -128,6 +130,7 @@ func (l *listener) handshake(c net.Conn) {
 		c.Close() // refused or broken: the listener goes on
 		return
 	}
+	admit.Established(c)
 	if l.m != nil {
 		lk.metered(l.m.peer(c.RemoteAddr().String()))
 	}
@@ -152,4 +155,18 @@ func (l *listener) untrack(c net.Conn) {
 	l.mu.Lock()
 	delete(l.conns, c)
 	l.mu.Unlock()
+}
+
+// tcpConn is the TCP connection under c, which may be a gate's wrapper.
+func tcpConn(c net.Conn) (*net.TCPConn, bool) {
+	for {
+		switch t := c.(type) {
+		case *net.TCPConn:
+			return t, true
+		case interface{ NetConn() net.Conn }:
+			c = t.NetConn()
+		default:
+			return nil, false
+		}
+	}
 }

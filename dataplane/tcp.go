@@ -3,8 +3,10 @@ package dataplane
 import (
 	"crypto/tls"
 	"net"
+	"sync"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/portrange"
 )
 
@@ -38,8 +40,13 @@ type TCP struct {
 	// for a numeric Host); certificates that share one name instead set
 	// ServerName to it.
 	ClientTLS *tls.Config
+	// Gate bounds the connections of all of Listen's listeners together
+	// (admit; default: a gate of its own with admit's default limits).
+	// A connection's handshake ends when the link is admitted.
+	Gate *admit.Gate
 
-	meter meter // the links' traffic by peer (Traffic)
+	gateOnce sync.Once // sets Gate if it is nil
+	meter    meter     // the links' traffic by peer (Traffic)
 }
 
 var _ DataPlane = (*TCP)(nil)
@@ -65,7 +72,12 @@ func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newListener(ln, ln.Addr().String(), want, o, sec, &p.meter), nil
+	p.gateOnce.Do(func() {
+		if p.Gate == nil {
+			p.Gate = admit.NewGate(admit.Limits{}, nil)
+		}
+	})
+	return newListener(p.Gate.Listen(ln), ln.Addr().String(), want, o, sec, &p.meter), nil
 }
 
 // Dial connects to addr (host:port) and authenticates with h.

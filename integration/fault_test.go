@@ -283,7 +283,7 @@ func probeServer(t *testing.T, nw *Network, name, ip string) string {
 	}
 	var srv *linkprobe.Server
 	var lerr error
-	if err := inNetns(path, func() { srv, lerr = linkprobe.Listen(ip, portrange.Range{}) }); err != nil || lerr != nil {
+	if err := inNetns(path, func() { srv, lerr = linkprobe.Listen(ip, portrange.Range{}, nil) }); err != nil || lerr != nil {
 		t.Fatalf("probe server in %s: %v %v", name, err, lerr)
 	}
 	t.Cleanup(func() { srv.Close() })

@@ -11,8 +11,12 @@
 //	           server answers u64 nanoseconds from the end of its first
 //	           read to its last, and u64 bytes its first read held
 //
-// A server accepts at most maxConns probes at a time, each for at most
-// connTimeout, and allocates nothing a client claims.
+// A server takes connections through an admit gate: a connection must send
+// its header within the gate's handshake deadline, and the gate bounds
+// those that have not yet, per peer address and in all. Only then does it
+// take one of maxConns probe slots (closed at once if none is free), for at
+// most connTimeout in all. Silent connections therefore never keep a probe
+// from a slot. The server allocates nothing a client claims.
 package linkprobe
 
 import (
@@ -26,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/portrange"
 )
 
@@ -45,22 +50,29 @@ const (
 // Server answers probes.
 type Server struct {
 	ln   net.Listener
-	sem  chan struct{}
+	sem  chan struct{} // a slot per probe past its header
 	wg   sync.WaitGroup
-	mu   sync.Mutex
-	conn map[net.Conn]bool
+	mu   sync.Mutex        // guards conn
+	conn map[net.Conn]bool // open connections: Close closes them
 }
 
-// Listen starts a server on host, on a port of ports (any if zero).
-func Listen(host string, ports portrange.Range) (*Server, error) {
+// Listen starts a server on host, on a port of ports (any if zero), whose
+// connections g admits (nil: a gate of its own with admit's default
+// limits).
+func Listen(host string, ports portrange.Range, g *admit.Gate) (*Server, error) {
 	ln, err := ports.Listen(host)
 	if err != nil {
 		return nil, fmt.Errorf("linkprobe: %w", err)
 	}
-	return Serve(ln), nil
+	if g == nil {
+		g = admit.NewGate(admit.Limits{}, nil)
+	}
+	return Serve(g.Listen(ln)), nil
 }
 
-// Serve answers probes on ln until Close.
+// Serve answers probes on ln until Close. ln should be an admit gate's
+// listener: each connection holds a goroutine until it has sent its
+// header or connTimeout has passed.
 func Serve(ln net.Listener) *Server {
 	s := &Server{ln: ln, sem: make(chan struct{}, maxConns), conn: map[net.Conn]bool{}}
 	s.wg.Add(1)
@@ -94,20 +106,13 @@ func (s *Server) accept() {
 			}
 			return
 		}
-		select {
-		case s.sem <- struct{}{}:
-		default:
-			c.Close() // busy: the client sees a closed connection
-			continue
-		}
 		s.mu.Lock()
 		s.conn[c] = true
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.sem }()
-			_ = serve(c)
+			_ = s.serve(c)
 			s.mu.Lock()
 			delete(s.conn, c)
 			s.mu.Unlock()
@@ -116,8 +121,8 @@ func (s *Server) accept() {
 	}
 }
 
-// serve answers one probe.
-func serve(c net.Conn) error {
+// serve answers one probe: once its header has come, if a slot is free.
+func (s *Server) serve(c net.Conn) error {
 	c.SetDeadline(time.Now().Add(connTimeout))
 	var h [6]byte
 	if _, err := io.ReadFull(c, h[:]); err != nil {
@@ -125,6 +130,13 @@ func serve(c net.Conn) error {
 	}
 	if string(h[:4]) != magic || h[4] != version {
 		return fmt.Errorf("linkprobe: bad header %q", h[:])
+	}
+	admit.Established(c)
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		return errors.New("linkprobe: busy") // the client sees a closed connection
 	}
 	switch h[5] {
 	case opPing:

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/portrange"
 )
 
 func TestMeasureLoopback(t *testing.T) {
-	s, err := Listen("127.0.0.1", portrange.Range{})
+	s, err := Listen("127.0.0.1", portrange.Range{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestMeasureLoopback(t *testing.T) {
 
 // Bad probes get the connection closed; the server keeps answering.
 func TestServerBadInput(t *testing.T) {
-	s, err := Listen("127.0.0.1", portrange.Range{})
+	s, err := Listen("127.0.0.1", portrange.Range{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +84,37 @@ func TestMeasureCancelled(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("cancelling did not end the probe")
+	}
+}
+
+// Connections that never send a header (8 from the prober's own address,
+// and a flood from another one beyond the gate's PerIP) do not keep probes
+// from the server's slots.
+func TestSilentConnectionsDoNotBlockProbes(t *testing.T) {
+	g := admit.NewGate(admit.Limits{PerIP: 16}, nil)
+	s, err := Listen("127.0.0.1", portrange.Range{}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	flooder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	for i := range 8 + 64 {
+		d := &net.Dialer{}
+		if i >= 8 {
+			d = &flooder
+		}
+		c, err := d.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	for range 3 {
+		if _, err := Measure(context.Background(), s.Addr(), Options{Duration: time.Millisecond}); err != nil {
+			t.Fatalf("probe with silent connections open: %v", err)
+		}
+	}
+	if st := g.Stats(); st.RefusedPerIP != 64-16 || st.InHandshake != 8+16 {
+		t.Errorf("gate %+v: want the flood's connections beyond 16 refused, the 8 and 16 silent ones in handshake", st)
 	}
 }

@@ -54,6 +54,7 @@ type Agent struct {
 
 	sys     *actors.System
 	dp      *dataplane.TCP
+	gates   gates // bound each listening port's connections
 	host    *actors.StageHost
 	dirLock *os.File // holds the lock on the data dir; nil without one
 
@@ -79,6 +80,7 @@ func Start(cfg Config) (*Agent, error) {
 	if cfg.Identity == nil {
 		a.log.Warn("nodes: running without cluster credentials: anyone who reaches this node's ports can submit, cancel and poison jobs (SECURITY.md)", "insecure", cfg.Insecure)
 	}
+	a.gates = newGates(cfg.Conns)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.members = newMembers(cfg.Name, HTTPClient(cfg.Identity))
 	a.jobs = newJobs(cfg.Name, a.log)
@@ -145,14 +147,14 @@ func (a *Agent) openStore() error {
 // server, the stage host and the actor system.
 func (a *Agent) startActors() error {
 	cfg, addrs := a.cfg, a.cfg.addrs()
-	a.dp = &dataplane.TCP{Host: addrs.dataHost, Ports: cfg.DataPorts}
+	a.dp = &dataplane.TCP{Host: addrs.dataHost, Ports: cfg.DataPorts, Gate: a.gates.data}
 	if id := cfg.Identity; id != nil {
 		a.dp.Key = id.DataPlaneKey()
 		if cfg.EncryptData {
 			a.dp.ServerTLS, a.dp.ClientTLS = id.ServerTLS(true), id.ClientTLS()
 		}
 	}
-	probe, err := linkprobe.Listen(addrs.probeHost, cfg.DataPorts)
+	probe, err := linkprobe.Listen(addrs.probeHost, cfg.DataPorts, a.gates.probe)
 	if err != nil {
 		return fmt.Errorf("nodes: %w", err)
 	}
@@ -161,7 +163,7 @@ func (a *Agent) startActors() error {
 	acfg := actors.Config{
 		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(a.host)},
-		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel,
+		Logger: cfg.Logger, LogLevel: cfg.ActorLogLevel, Gate: a.gates.actor,
 	}
 	if id := cfg.Identity; id != nil {
 		acfg.ServerTLS, acfg.ClientTLS = id.ServerTLS(true), id.ClientTLS()

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/portrange"
 	"github.com/ppnode/ppnode/trust"
@@ -70,6 +71,11 @@ type Config struct {
 	// any silence within a checkpoint's transfer (default
 	// DefaultHTTPTimeout).
 	HTTPTimeout time.Duration
+	// Conns bounds the connections of each listening port (the actor
+	// port, the data plane's ports together, the link probe's, the HTTP
+	// API's), each with a gate of its own (admit; zero fields: admit's
+	// defaults).
+	Conns admit.Limits
 	// Threads is the compute threads of this node (0: all CPUs).
 	Threads int
 	// ProfileFor is how long the GEMM speed is measured at start (default
@@ -103,6 +109,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HTTPTimeout <= 0 {
 		c.HTTPTimeout = DefaultHTTPTimeout
 	}
+	if err := c.Conns.Validate(); err != nil {
+		return Config{}, fmt.Errorf("nodes: %w", err)
+	}
+	c.Conns = c.Conns.WithDefaults()
 	if host, _, err := net.SplitHostPort(c.Bind); err == nil && c.ActorBind == "" {
 		c.ActorBind = net.JoinHostPort(host, "0") // a bad Bind is validate's to report
 	}

@@ -52,7 +52,7 @@ func (h *api) listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("nodes: HTTP: %w", err)
 	}
-	h.ln = ln
+	h.ln = h.a.gates.http.Listen(ln)
 	h.srv = h.newServer()
 	return nil
 }

@@ -27,6 +27,10 @@ import (
 //	ppnode_build_info{version,revision,goversion}       gauge, 1
 //	ppnode_cluster_members{state}                       gauge
 //	ppnode_dataplane_{sent,received}_{bytes,frames}_total{peer}   counters
+//	ppnode_conns_accepted_total{port}                   counter
+//	ppnode_conns_refused_total{port,limit}              counter
+//	ppnode_conns_handshake_timeouts_total{port}         counter
+//	ppnode_conns{port,state}                            gauge
 //	ppnode_job_state{job,state}                         gauge, 1 for the current state
 //	ppnode_job_steps_done{job}, ppnode_job_steps_planned{job}   gauges
 //	ppnode_job_steps_total{job}                         counter, replays included
@@ -55,6 +59,11 @@ var (
 	famDPSentFrames = family{"ppnode_dataplane_sent_frames_total", "counter", "Tensor frames this node's data-plane links sent, by peer IP address."}
 	famDPRecvBytes  = family{"ppnode_dataplane_received_bytes_total", "counter", "Bytes this node's data-plane links read after their handshakes, by peer IP address."}
 	famDPRecvFrames = family{"ppnode_dataplane_received_frames_total", "counter", "Tensor frames this node's data-plane links received, by peer IP address."}
+
+	famConnsAccepted = family{"ppnode_conns_accepted_total", "counter", "Connections a listening port (actor, data, probe, http) took."}
+	famConnsRefused  = family{"ppnode_conns_refused_total", "counter", "Connections a listening port closed as soon as it accepted them, by the limit reached: per_ip (handshakes in progress from one address), handshakes (in progress from all), conns (held in all)."}
+	famConnsTimeouts = family{"ppnode_conns_handshake_timeouts_total", "counter", "Connections a listening port closed because they had not completed their handshake in time."}
+	famConns         = family{"ppnode_conns", "gauge", "Connections a listening port holds, by state (handshake: still in their handshake; established)."}
 
 	famJobState    = family{"ppnode_job_state", "gauge", "State of each job this node coordinates: 1 for its current state, 0 for the others."}
 	famStepsDone   = family{"ppnode_job_steps_done", "gauge", "Steps of the job done (as its status's step: back to the latest cut after a recovery)."}
@@ -120,15 +129,16 @@ func (h *api) getMetrics(w http.ResponseWriter, r *http.Request) {
 		jobs = append(jobs, jobMeter{st: js, m: meters[js.ID]})
 	}
 	var e exposition
-	writeMetrics(&e, st, jobs, h.a.dp.Traffic())
+	writeMetrics(&e, st, jobs, h.a.dp.Traffic(), h.a.gates.stats())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	w.Write(e.b.Bytes())
 }
 
 // writeMetrics writes the node's metrics: st is its status, jobs the jobs
-// it coordinates (in st.Jobs's order) and traffic its data plane's.
-func writeMetrics(e *exposition, st Status, jobs []jobMeter, traffic []dataplane.PeerTraffic) {
+// it coordinates (in st.Jobs's order), traffic its data plane's and conns
+// its listening ports' gates'.
+func writeMetrics(e *exposition, st Status, jobs []jobMeter, traffic []dataplane.PeerTraffic, conns []portConns) {
 	e.sample(famBuild, "", 1, "version", st.Version, "revision", buildRevision, "goversion", runtime.Version())
 
 	byState := map[MemberState]int{}
@@ -152,7 +162,27 @@ func writeMetrics(e *exposition, st Status, jobs []jobMeter, traffic []dataplane
 			e.sample(f.fam, "", float64(f.v(t)), "peer", t.Peer)
 		}
 	}
+	writeConnMetrics(e, conns)
 	writeJobMetrics(e, jobs)
+}
+
+// writeConnMetrics writes what the gates of the listening ports counted.
+func writeConnMetrics(e *exposition, conns []portConns) {
+	for _, c := range conns {
+		e.sample(famConnsAccepted, "", float64(c.stats.Accepted), "port", c.port)
+	}
+	for _, c := range conns {
+		e.sample(famConnsRefused, "", float64(c.stats.RefusedPerIP), "port", c.port, "limit", "per_ip")
+		e.sample(famConnsRefused, "", float64(c.stats.RefusedHandshakes), "port", c.port, "limit", "handshakes")
+		e.sample(famConnsRefused, "", float64(c.stats.RefusedConns), "port", c.port, "limit", "conns")
+	}
+	for _, c := range conns {
+		e.sample(famConnsTimeouts, "", float64(c.stats.TimedOut), "port", c.port)
+	}
+	for _, c := range conns {
+		e.sample(famConns, "", float64(c.stats.InHandshake), "port", c.port, "state", "handshake")
+		e.sample(famConns, "", float64(c.stats.Held-c.stats.InHandshake), "port", c.port, "state", "established")
+	}
 }
 
 // writeJobMetrics writes the metrics of the jobs this node coordinates,

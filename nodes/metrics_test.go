@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/actors"
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
@@ -135,7 +136,8 @@ func TestMetricsFormat(t *testing.T) {
 		Stages: []actors.StageMeter{{Stage: 0, Node: odd, Steps: 9, Forward: time.Second, Wait: 250 * time.Millisecond}},
 	}
 	var e exposition
-	writeMetrics(&e, st, []jobMeter{{st: st.Jobs[0], m: m}}, []dataplane.PeerTraffic{{Peer: "::1", SentBytes: 10, SentFrames: 1}})
+	conns := []portConns{{"actor", admit.Stats{Accepted: 5, RefusedPerIP: 20000, TimedOut: 3, InHandshake: 2, Held: 4}}, {"http", admit.Stats{RefusedConns: 1}}}
+	writeMetrics(&e, st, []jobMeter{{st: st.Jobs[0], m: m}}, []dataplane.PeerTraffic{{Peer: "::1", SentBytes: 10, SentFrames: 1}}, conns)
 	body := e.b.Bytes()
 	fams := parseMetrics(t, body)
 
@@ -145,6 +147,18 @@ func TestMetricsFormat(t *testing.T) {
 	wantMembers := map[string]float64{"state=alive": 1, "state=leaving": 0, "state=left": 0, "state=failed": 1}
 	if got := series(t, fams, "ppnode_cluster_members"); !mapsEqual(got, wantMembers) {
 		t.Errorf("members %v, want %v", got, wantMembers)
+	}
+	wantRefused := map[string]float64{"limit=per_ip,port=actor": 20000, "limit=handshakes,port=actor": 0, "limit=conns,port=actor": 0,
+		"limit=per_ip,port=http": 0, "limit=handshakes,port=http": 0, "limit=conns,port=http": 1}
+	if got := series(t, fams, "ppnode_conns_refused_total"); !mapsEqual(got, wantRefused) {
+		t.Errorf("refused connections %v, want %v", got, wantRefused)
+	}
+	wantConns := map[string]float64{"port=actor,state=handshake": 2, "port=actor,state=established": 2, "port=http,state=handshake": 0, "port=http,state=established": 0}
+	if got := series(t, fams, "ppnode_conns"); !mapsEqual(got, wantConns) {
+		t.Errorf("connections %v, want %v", got, wantConns)
+	}
+	if got := series(t, fams, "ppnode_conns_handshake_timeouts_total"); got["port=actor"] != 3 {
+		t.Errorf("handshake timeouts %v", got)
 	}
 	if got := series(t, fams, "ppnode_job_stage_busy_seconds_total"); got["job=j-1,node="+odd+",phase=forward,stage=0"] != 1 {
 		t.Errorf("stage busy %v: the node's name should come back as it was", got)

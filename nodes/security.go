@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/trust"
 )
 
@@ -116,7 +117,12 @@ const (
 func (h *api) newServer() *http.Server {
 	t := h.a.cfg.HTTPTimeout
 	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: min(10*time.Second, t), ReadTimeout: t, WriteTimeout: 2 * t,
-		IdleTimeout: 4 * t, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(h.a.log.Handler(), slog.LevelWarn)}
+		IdleTimeout: 4 * t, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(h.a.log.Handler(), slog.LevelWarn),
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateActive { // a request's headers have come (over TLS): its gate's handshake is done
+				admit.Established(c)
+			}
+		}}
 	if h.a.cfg.Identity != nil {
 		srv.TLSConfig = h.a.cfg.Identity.ServerTLS(false)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/nodes"
 	"github.com/ppnode/ppnode/portrange"
 )
@@ -58,6 +59,12 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP API")
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", nodes.DefaultHTTPTimeout, "the HTTP API's bound on reading a request and writing an answer,\n"+
 		"and on any silence within a checkpoint's transfer")
+	fs.IntVar(&cfg.Conns.PerIP, "conn-per-ip", admit.DefaultPerIP, "connections in their handshake from one address (IPv6: one /64) that each listening\n"+
+		"port holds at once; more are closed as soon as accepted")
+	fs.IntVar(&cfg.Conns.Handshakes, "conn-handshakes", admit.DefaultHandshakes, "connections in their handshake, from all addresses, that each listening port holds at once")
+	fs.IntVar(&cfg.Conns.Conns, "conn-max", admit.DefaultConns, "connections, in their handshake or past it, that each listening port holds at once")
+	fs.DurationVar(&cfg.Conns.Handshake, "handshake-timeout", admit.DefaultHandshake, "time a connection has to complete its handshake (TLS, a link's, an HTTP request's\n"+
+		"headers) before it is closed")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
 	logs.register(fs)
 	var lo logOptions
@@ -86,6 +93,9 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	lo, err = logs.options()
 	if err != nil {
 		return cfg, lo, err
+	}
+	if err := cfg.Conns.Validate(); err != nil {
+		return cfg, lo, usagef("--conn-per-ip, --conn-handshakes, --conn-max, --handshake-timeout: want 0 (the default) or more")
 	}
 	if cfg.Threads < 0 {
 		return cfg, lo, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)

@@ -1,6 +1,10 @@
 package remote
 
-import "google.golang.org/grpc"
+import (
+	"net"
+
+	"google.golang.org/grpc"
+)
 
 type ConfigOption func(config *Config)
 
@@ -74,5 +78,13 @@ func WithKinds(kinds ...*Kind) ConfigOption {
 func WithMaxRetryCount(n int) ConfigOption {
 	return func(config *Config) {
 		config.MaxRetryCount = n
+	}
+}
+
+// WithListener makes the remote serve ln (which it closes on shutdown)
+// instead of listening on its host and port. ppnode patch.
+func WithListener(ln net.Listener) ConfigOption {
+	return func(config *Config) {
+		config.Listener = ln
 	}
 }

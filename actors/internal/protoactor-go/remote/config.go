@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc"
@@ -56,4 +57,7 @@ type Config struct {
 	EndpointManagerQueueSize int
 	Kinds                    map[string]*actor.Props
 	MaxRetryCount            int
+	// Listener, if set, is served instead of listening on Host:Port.
+	// ppnode patch.
+	Listener net.Listener
 }

@@ -59,9 +59,13 @@ func (r *Remote) Start() {
 	// ppnode patch: upstream calls grpclog.SetLoggerV2 here, which is not
 	// safe once any gRPC code runs (a second Start in one process races with
 	// the first one's gRPC goroutines) and silences gRPC process-wide.
-	lis, err := net.Listen("tcp", r.config.Address())
-	if err != nil {
-		panic(fmt.Errorf("failed to listen: %v", err))
+	// ppnode patch: serve the listener given (WithListener), if any.
+	lis := r.config.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", r.config.Address()); err != nil {
+			panic(fmt.Errorf("failed to listen: %v", err))
+		}
 	}
 
 	var address string

@@ -1,0 +1,49 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/admit"
+)
+
+// A flood of silent connections to the actor port from one address takes
+// at most the gate's PerIP of its handshakes; the rest are closed at once,
+// and another system's requests go through. The peer's connection counts as
+// established once it has sent gRPC's preface.
+func TestActorPortFlood(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(newTestWriter(t), nil))
+	gate := admit.NewGate(admit.Limits{PerIP: 8, Handshake: time.Minute}, nil)
+	b, err := Start(Config{Logger: logger, LogLevel: slog.LevelWarn, Gate: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	a, err := Start(Config{Logger: logger, LogLevel: slog.LevelWarn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+
+	flooder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	const flood = 200
+	for range flood {
+		c, err := flooder.Dial("tcp", b.Address())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	// The gate has seen the whole flood once a.Ping's connection, which
+	// comes after it, has got through.
+	if err := a.Ping(context.Background(), b.Address(), 5*time.Second); err != nil {
+		t.Fatalf("ping during the flood: %v", err)
+	}
+	s := gate.Stats()
+	if s.RefusedPerIP != flood-8 || s.InHandshake != 8 || s.Held-s.InHandshake != 1 {
+		t.Fatalf("gate %+v: want %d refused, 8 silent in handshake and a's connection established", s, flood-8)
+	}
+}

@@ -22,12 +22,14 @@
 // A listener runs the handshakes of its connections concurrently, each
 // within [Options.HandshakeTimeout], as they arrive, and queues the admitted
 // links for Accept: a connection that says nothing, or says it slowly,
-// delays nobody else. At most 64 handshakes (and admitted links not yet
-// accepted) are held at once; a connection over that bound is closed at
-// once, so a flood costs the listener at most 64 sockets and goroutines,
-// but while it lasts a correct dialer is turned away too ("the listener
-// hung up"). Close ends the handshakes in progress and returns once their
-// goroutines are gone.
+// delays nobody else. The listeners of a [TCP] take their connections
+// through its admit gate (TCP.Gate), which bounds the connections in their
+// handshake per peer address and in all, and closes those over a bound at
+// once: a flood from one address does not turn away a dialer from another.
+// Each listener also holds at most 64 handshakes (and admitted links not
+// yet accepted) at once; a connection over that bound is closed at once
+// and its dialer is told "the listener hung up". Close ends the handshakes
+// in progress and returns once their goroutines are gone.
 //
 // # Protection
 //

@@ -477,7 +477,7 @@ func dialErr(err error) error {
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrClosedPipe) ||
 		errors.Is(err, syscall.ECONNRESET) {
-		return fmt.Errorf("dataplane: handshake: the listener hung up (over its %d handshakes in progress? not a data plane listener?): %w", maxHandshakes, err)
+		return fmt.Errorf("dataplane: handshake: the listener hung up (over its %d handshakes in progress, or its gate's bounds? not a data plane listener?): %w", maxHandshakes, err)
 	}
 	return fmt.Errorf("dataplane: handshake: %w", err)
 }

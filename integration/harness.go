@@ -129,6 +129,7 @@ type Ready struct {
 	Gossip string `json:"gossip"`
 	Actors string `json:"actors"`
 	HTTP   string `json:"http"`
+	Probe  string `json:"probe"`
 }
 
 // NodeOptions configure one node.

@@ -290,6 +290,9 @@ func (a *Agent) ActorAddr() string { return a.sys.Address() }
 // HTTPAddr is the API's host:port.
 func (a *Agent) HTTPAddr() string { return a.api.addr() }
 
+// ProbeAddr is the link probe server's host:port.
+func (a *Agent) ProbeAddr() string { return a.links.server.Addr() }
+
 // Profile is what the node measured about itself at start.
 func (a *Agent) Profile() cluster.Profile { return a.profile }
 

@@ -28,6 +28,7 @@ type readyLine struct {
 	Gossip string `json:"gossip"`
 	Actors string `json:"actors"`
 	HTTP   string `json:"http"`
+	Probe  string `json:"probe"`
 }
 
 // joinConfig parses join's command line (its help goes to stdout).
@@ -176,7 +177,7 @@ func runJoin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(readyLine{Name: a.Name(), Gossip: a.GossipAddr(), Actors: a.ActorAddr(), HTTP: a.HTTPAddr()})
+	b, _ := json.Marshal(readyLine{Name: a.Name(), Gossip: a.GossipAddr(), Actors: a.ActorAddr(), HTTP: a.HTTPAddr(), Probe: a.ProbeAddr()})
 	fmt.Fprintf(stdout, "ready %s\n", b)
 
 	<-ctx.Done()

@@ -10,8 +10,10 @@
 //	NAME.crt     a node's or client's certificate, signed by the CA
 //	NAME.key     its private key
 //
-// Key files must not be readable by group or others (0600): [Load]
-// refuses them otherwise. A node's certificate names the node (its common
+// Files and directory are checked as ssh checks its own: [Load] refuses
+// a directory that group or others may write to, key files that group or
+// others may read (0600 is right) or that another user owns, and
+// certificates that group or others may write (see [ErrPermissions]). A node's certificate names the node (its common
 // name and a DNS name) and carries the role "node" as its organizational
 // unit; a client's carries "client". Both may authenticate as TLS clients;
 // only nodes serve.
@@ -59,13 +61,13 @@ const (
 	certValidity = 2 * 365 * 24 * time.Hour
 )
 
-// ErrKeyMode is returned for a key file that others may read.
-var ErrKeyMode = errors.New("trust: key file readable by others")
-
 // Init creates a cluster in dir: a CA, a gossip key and a client
 // certificate for the CLI. It refuses a dir that already holds a CA.
 func Init(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := CheckDir(dir); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, CACert)); err == nil {
@@ -113,6 +115,9 @@ func Issue(dir, name, role string, hosts []string) (string, error) {
 	}
 	if role != RoleNode && role != RoleClient {
 		return "", fmt.Errorf("trust: role %q: want %q or %q", role, RoleNode, RoleClient)
+	}
+	if err := CheckDir(dir); err != nil {
+		return "", err
 	}
 	caCert, err := readCert(filepath.Join(dir, CACert))
 	if err != nil {
@@ -183,14 +188,21 @@ type Identity struct {
 }
 
 // Load reads the identity name from dir: the CA, NAME.crt and NAME.key,
-// and for a node the gossip key. Key files others may read are refused.
+// and for a node the gossip key. Credentials others could read or change
+// are refused ([ErrPermissions]).
 func Load(dir, name string) (*Identity, error) {
+	if err := CheckDir(dir); err != nil {
+		return nil, err
+	}
 	ca, err := readCert(filepath.Join(dir, CACert))
 	if err != nil {
 		return nil, err
 	}
 	crtPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	if err := CheckKeyFile(keyPath); err != nil {
+		return nil, err
+	}
+	if err := checkCertFile(crtPath); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(crtPath, keyPath)
@@ -305,18 +317,6 @@ func ReadKey(path string) ([]byte, error) {
 	return k, nil
 }
 
-// CheckKeyFile refuses a key file that group or others may read.
-func CheckKeyFile(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("trust: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%w: %s has mode %v; run chmod 600 %s", ErrKeyMode, path, fi.Mode().Perm(), path)
-	}
-	return nil
-}
-
 func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	return n
@@ -355,6 +355,9 @@ func readPEM(path, typ string) ([]byte, error) {
 }
 
 func readCert(path string) (*x509.Certificate, error) {
+	if err := checkCertFile(path); err != nil {
+		return nil, err
+	}
 	der, err := readPEM(path, "CERTIFICATE")
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package trust
 
 import (
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -52,17 +51,6 @@ func TestInitIssueLoad(t *testing.T) {
 	}
 	if _, err := Issue(dir, strings.Repeat("x", 5000), RoleNode, nil); err == nil {
 		t.Error("a 5000-byte name was issued")
-	}
-}
-
-func TestKeyFileMode(t *testing.T) {
-	dir := cluster(t, "a")
-	for _, f := range []string{"a.key", GossipKey} {
-		os.Chmod(filepath.Join(dir, f), 0o644)
-		if _, err := Load(dir, "a"); !errors.Is(err, ErrKeyMode) {
-			t.Errorf("%s readable by all: %v, want ErrKeyMode", f, err)
-		}
-		os.Chmod(filepath.Join(dir, f), 0o600)
 	}
 }
 

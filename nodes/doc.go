@@ -79,6 +79,10 @@
 // Without credentials every endpoint is open, and Start refuses to listen
 // beyond loopback unless Config.Insecure.
 //
+// Each listening port (actor, data plane, link probe, HTTP) takes its
+// connections through an admit gate of its own with Config.Conns's limits
+// (gates.go); /metrics counts what each took and refused.
+//
 //	POST   /v1/jobs       body: job.Spec (fields left out take
 //	                      job.DefaultSpec's values; an empty id gets a
 //	                      unique one). The job is planned over the live

@@ -197,7 +197,10 @@ func rss(t *testing.T, pid int) int64 {
 // by the HTTP timeouts; the node keeps answering.
 func TestLimits(t *testing.T) {
 	t.Parallel()
-	c := StartCluster(t, NodeOptions{Threads: 1, Args: []string{"--http-timeout", "1s"}})
+	// --conn-per-ip lets the 200 slow connections below through the HTTP
+	// port's gate (which would close most at once, see
+	// TestFloodLeavesTheNodeServing): the HTTP timeouts are under test.
+	c := StartCluster(t, NodeOptions{Threads: 1, Args: []string{"--http-timeout", "1s", "--conn-per-ip", "256"}})
 	a := c.Node("a")
 	before := rss(t, a.cmd.Process.Pid)
 	spec := job.DefaultSpec()

@@ -178,6 +178,9 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4},
 		{"resnet50", "uniform", "1f1b", 3},
 		{"vgg16", "auto", "auto", 2},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3},
+		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4},
 	}
 	if testing.Short() {
 		cases = cases[1:4]
@@ -230,7 +233,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		{func(s *job.Spec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
 		{func(s *job.Spec) { s.SyntheticSamples = -5 }, "synthetic samples"},
 		{func(s *job.Spec) { s.ID = "" }, "no job id"},
-		{func(s *job.Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@c" }, "replicated stages are planned and simulated, not yet run"},
+		{func(s *job.Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@a" }, "two stages"},
 	}
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
@@ -239,16 +242,6 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
-	}
-	// A re-plan to replicated stages is refused likewise.
-	co, err := newCoordinator(smallSpec("mlp32"), tc.config(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := nodeNames(tc.nodes[:2])
-	err = co.RequestReplan("fc1-fc32@"+names[0]+","+names[1], false, names)
-	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not yet run") {
-		t.Errorf("a re-plan to replicated stages: %v, want ErrSpec", err)
 	}
 }
 

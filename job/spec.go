@@ -137,16 +137,6 @@ const (
 // ErrSpec wraps every problem with a job spec.
 var ErrSpec = errors.New("bad job spec")
 
-// CheckRunnable refuses a partition description with replicated stages
-// ("fc1-fc16@a,b; ..."): the planner and the simulator handle them, the
-// stages do not run them yet.
-func CheckRunnable(partition string) error {
-	if balance.DescribesReplicas(partition) {
-		return specErr("partition %q: replicated stages are planned and simulated, not yet run (see ppnode plan --replicas)", partition)
-	}
-	return nil
-}
-
 func specErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
 }
@@ -261,9 +251,6 @@ func (s *Spec) normalize() error {
 	}
 	if s.Partition == "" {
 		s.Partition = "auto"
-	}
-	if err := CheckRunnable(s.Partition); err != nil {
-		return err
 	}
 	if s.Schedule == "" {
 		s.Schedule = "auto"

@@ -53,9 +53,6 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if _, _, err := net.SplitHostPort(c.via); err != nil {
 		return usagef("--via %q: want host:port", c.via)
 	}
-	if err := job.CheckRunnable(c.partition); err != nil {
-		return usageError{err}
-	}
 	if err := useCreds(c.creds); err != nil {
 		return err
 	}

@@ -318,7 +318,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		c.log.Warn("rebalancing: no plan", "err", err)
 		return false
 	}
-	mv, err := planMove(c.job, c.plan.Plan, res.Plan)
+	mv, err := planMove(c.job, c.plan.Plan, res.Plan, nil)
 	if err != nil {
 		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
 		return false
@@ -397,13 +397,18 @@ type stateMove struct {
 	stateBytes, localBytes int64
 }
 
-// planMove maps every layer of jb's model with state in plan to to its
-// owner in plan from, grouped per pair of stages.
-func planMove(jb *job.Job, from, to *balance.Plan) (*stateMove, error) {
-	owner := map[string]int{}
+// planMove maps every layer of jb's model with state in plan to to an
+// owner in plan from, grouped per pair of stages. Of a layer's owners
+// (replicas hold the same state) it takes one on the new stage's node,
+// else the first; only those on nodes for which live is true, if set.
+func planMove(jb *job.Job, from, to *balance.Plan, live func(node string) bool) (*stateMove, error) {
+	owners := map[string][]int{}
 	for k, sp := range from.Stages {
+		if live != nil && !live(sp.Node) {
+			continue
+		}
 		for _, l := range sp.Layers {
-			owner[l] = k
+			owners[l] = append(owners[l], k)
 		}
 	}
 	mv := &stateMove{sources: make([][]StateSource, len(to.Stages))}
@@ -418,9 +423,13 @@ func planMove(jb *job.Job, from, to *balance.Plan) (*stateMove, error) {
 			if len(ps) == 0 {
 				continue
 			}
-			k, ok := owner[l]
-			if !ok {
-				return nil, fmt.Errorf("layer %q is on no stage of the current plan", l)
+			ks := owners[l]
+			if len(ks) == 0 {
+				return nil, fmt.Errorf("layer %q is on no live stage of the current plan", l)
+			}
+			k := ks[0]
+			if i := slices.IndexFunc(ks, func(k int) bool { return from.Stages[k].Node == sp.Node }); i >= 0 {
+				k = ks[i]
 			}
 			i, ok := idx[k]
 			if !ok {

@@ -481,6 +481,18 @@ func (c *Coordinator) cancelOp() {
 		})
 		return
 	}
+	if op.step >= 0 {
+		// A step ends with its context and leaves its stages be: a
+		// recovery may take the state of those that survive. Only a step
+		// stuck on a link has its links closed.
+		t := c.clk.NewTimer(2 * time.Second)
+		defer t.Stop()
+		select {
+		case <-op.done:
+			return
+		case <-t.C():
+		}
+	}
 	// Closing the links of its stages ends any transfer it waits on.
 	for _, gen := range op.gens {
 		if s := c.sets[gen]; s != nil {

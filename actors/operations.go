@@ -635,9 +635,14 @@ func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a core.Mov
 		replies = append(replies, c.request(ref, &SendState{Header: h, Transfers: transfers[k], TimeoutMs: ms, Steps: int64(a.Step)}, timeout))
 		who = append(who, fmt.Sprintf("old stage %d on %s", k, olds.plan.Stages[k].Node))
 	}
+	// The links of the stages that take part: a stage of the old plan
+	// that sends nothing may be gone (a recovery moves the survivors').
 	var links []dataplane.Link
-	for _, s := range []*stageSet{olds, news} {
-		for _, lk := range s.links {
+	for _, lk := range news.links {
+		links = append(links, lk)
+	}
+	for k, lk := range olds.links {
+		if len(transfers[k]) > 0 {
 			links = append(links, lk)
 		}
 	}

@@ -297,6 +297,55 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 	}
 }
 
+// A replica's node that dies mid-job costs no replay: the stage's other
+// replica holds the same state, which moves to a plan over the nodes left,
+// and the failed step runs again; the weights are those of one process.
+func TestReplicaDeathNeedsNoReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		make   func(t *testing.T) *testCluster
+		report bool
+	}{
+		{"inmem", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, nil) }, false},
+		{"tcp", func(t *testing.T) *testCluster { return newSystemCluster(t, 3, &dataplane.TCP{}) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := tc.make(t)
+			spec := smallSpec("mlp32")
+			spec.ID = "replica-dies"
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+			spec.Partition, spec.Schedule = "fc1-fc12@a,b; fc13-fc32@c", "1f1b"
+			want := localSHA(t, spec)
+			var once sync.Once
+			var c *Coordinator
+			cfg := cl.config(3)
+			cfg.OnStep = func(step int) {
+				if step == 6 {
+					once.Do(func() {
+						if tc.report {
+							c.NodeFailed("b")
+						}
+						cl.kill(1)
+					})
+				}
+			}
+			res, _ := runJob(t, spec, cfg, &c)
+			st := c.Status()
+			if len(st.Recoveries) != 1 {
+				t.Fatalf("recoveries %+v, want one", st.Recoveries)
+			}
+			r := st.Recoveries[0]
+			t.Logf("recovery: %+v", r)
+			if r.From != job.FromSurvivors || r.Replayed != 0 || r.Plan != "fc1-fc12@a; fc13-fc32@c" {
+				t.Errorf("recovery from the %s, %d replayed, onto plan %q; want from the survivors, none replayed, without b", r.From, r.Replayed, r.Plan)
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
+	}
+}
+
 // Stages whose coordinator vanishes (its links break without a StopStage)
 // stop by themselves and free what they hold.
 func TestStagesStopWhenTheCoordinatorIsGone(t *testing.T) {

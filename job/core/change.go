@@ -84,10 +84,10 @@ func (ch *change) paused() bool { return !ch.wakeAt.IsZero() }
 type source int
 
 const (
-	sourceLive     source = iota // the old plan's stages, straight to the new ones
-	sourceFreshCut               // a cut taken at the change, restored into the new stages
-	sourceSurvivors              // a failure's: live if the stages that survive hold every layer, else cut
-	sourceCut                    // the latest cut: the steps after it are replayed
+	sourceLive      source = iota // the old plan's stages, straight to the new ones
+	sourceFreshCut                // a cut taken at the change, restored into the new stages
+	sourceSurvivors               // a failure's: live if the stages that survive hold every layer, else cut
+	sourceCut                     // the latest cut: the steps after it are replayed
 )
 
 // changePlan carries out ch, the one plan-change transition.

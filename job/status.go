@@ -125,10 +125,16 @@ type LinkKind struct {
 
 // StageStatus is one stage of a running job.
 type StageStatus struct {
-	ID     int    `json:"id"`
-	Node   string `json:"node"`
-	Layers string `json:"layers"`
-	Params int64  `json:"params"`
+	ID int `json:"id"`
+	// Group is the stage of the partition it runs, Replica its index
+	// among the group's replicas, MicroBatches how many of each step's it
+	// runs (all of them without replicas).
+	Group        int    `json:"group"`
+	Replica      int    `json:"replica,omitempty"`
+	MicroBatches int    `json:"micro_batches"`
+	Node         string `json:"node"`
+	Layers       string `json:"layers"`
+	Params       int64  `json:"params"`
 	// To are the stages it sends activations to (none: it computes the
 	// loss).
 	To []int `json:"to,omitempty"`

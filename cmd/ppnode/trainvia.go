@@ -192,8 +192,8 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		// Plan changes as they happen (stderr, like the plan itself).
 		for ; seenRecoveries < len(st.Recoveries); seenRecoveries++ {
 			r := st.Recoveries[seenRecoveries]
-			bar.note(fmt.Sprintf("recovered at step %d (%s): %d steps replayed, restored in %.0f ms; plan %s",
-				r.Step, r.Cause, r.Replayed, r.RestoreMS, r.Plan))
+			bar.note(fmt.Sprintf("recovered at step %d (%s) %s, restored in %.0f ms; plan %s",
+				r.Step, r.Cause, recoveredFrom(r), r.RestoreMS, r.Plan))
 		}
 		for ; seenReplans < len(st.Replans); seenReplans++ {
 			r := st.Replans[seenReplans]

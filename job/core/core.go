@@ -701,7 +701,8 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {
 		p.domain[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Group: sp.Group, Replica: sp.Replica, MicroBatches: len(sp.Micros()),
+			Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

@@ -413,7 +413,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		return false
 	}
 	cl := c.clusterOf(nodes)
-	part := spec.Partition
+	part := c.livePartition(cl)
 	if req != nil {
 		part = req.Partition
 	}

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
+	"github.com/ppnode/ppnode/trust"
 )
 
 // Version is the ppnode version gossiped in the node metadata.
@@ -165,6 +167,10 @@ func (a *Agent) startActors() error {
 	}
 	if id := cfg.Identity; id != nil {
 		acfg.ServerTLS, acfg.ClientTLS = id.ServerTLS(true), id.ClientTLS()
+		acfg.Authorize = func(cs *tls.ConnectionState) (string, error) {
+			p, err := trust.Authorize(cs, trust.ActStages)
+			return p.Name, err
+		}
 	}
 	if a.sys, err = actors.Start(acfg); err != nil {
 		return fmt.Errorf("nodes: %w", err)

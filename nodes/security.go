@@ -14,17 +14,18 @@ import (
 	"github.com/ppnode/ppnode/trust"
 )
 
-// Who may call an endpoint of the HTTP API (see SECURITY.md). Without
-// cluster credentials (--insecure) every endpoint is open.
-type access int
+// Who may call an endpoint of the HTTP API: trust.May decides from the
+// certificate's role (SECURITY.md). Without cluster credentials
+// (--insecure) every endpoint is open.
+type access = trust.Action
 
 const (
 	// readOnly: a certificate of the cluster, or a client on loopback.
-	readOnly access = iota
+	readOnly = trust.ActRead
 	// user: a client or node certificate of the cluster.
-	user
+	user = trust.ActUse
 	// member: a node certificate of the cluster.
-	member
+	member = trust.ActMember
 )
 
 // guard wraps next with the checks every request passes: a Host header
@@ -42,7 +43,7 @@ func (h *api) guard(level access, next http.HandlerFunc) http.HandlerFunc {
 		}
 		peer, ok := trust.PeerOf(r.TLS)
 		switch {
-		case ok && (level != member || peer.Role == trust.RoleNode):
+		case ok && trust.May(peer.Role, level):
 			next(w, r)
 		case level == readOnly && loopback(r.RemoteAddr):
 			next(w, r)

@@ -198,14 +198,17 @@ func HTTPClient(id *trust.Identity) *http.Client {
 		MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute, TLSHandshakeTimeout: 10 * time.Second}}
 }
 
-// fromCoordinator refuses a cut of a job sent by a node other than the
-// coordinator its record here names (with cluster credentials).
-func (h *api) fromCoordinator(job, peer string) error {
-	if h.a.cfg.Identity == nil {
-		return nil
+// cutOf returns the record held here of a job whose cut peer sends: a
+// node keeps cuts only of a job whose record it holds (a cut of anything
+// else would only fill its disk), and with cluster credentials only from
+// the coordinator that record names.
+func (h *api) cutOf(job, peer string) (JobRecord, error) {
+	rec, ok := h.a.jobs.heldRecord(job)
+	if !ok {
+		return JobRecord{}, fmt.Errorf("nodes: a cut of job %q, whose record this node does not hold", job)
 	}
-	if coord, ok := h.a.jobs.heldCoordinator(job); ok && coord != peer {
-		return fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, coord)
+	if h.a.cfg.Identity != nil && rec.Coordinator != peer {
+		return JobRecord{}, fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, rec.Coordinator)
 	}
-	return nil
+	return rec, nil
 }

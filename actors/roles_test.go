@@ -2,6 +2,7 @@ package actors
 
 import (
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"math"
 	"testing"
@@ -12,8 +13,9 @@ import (
 )
 
 // startAs starts a system holding the identity name of the cluster in dir,
-// whose port admits only what trust's policy lets a stage controller do.
-func startAs(t *testing.T, dir, name string) *System {
+// whose port admits only what trust's policy lets a stage controller do,
+// and spawns only for the members member reports (nil: any node).
+func startAs(t *testing.T, dir, name string, member func(string) bool) *System {
 	t.Helper()
 	id, err := trust.Load(dir, name)
 	if err != nil {
@@ -28,6 +30,7 @@ func startAs(t *testing.T, dir, name string) *System {
 			p, err := trust.Authorize(cs, trust.ActStages)
 			return p.Name, err
 		},
+		Member: member,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -49,20 +52,23 @@ func awaitRefused(t *testing.T, s *System, n uint64) {
 }
 
 // A client certificate reaches no actor: its spawn of the newest possible
-// generation does not make the coordinator's later spawns stale, and its
-// StopStage does not stop a stage; nor does another node's, which is not
-// the stage's coordinator. The coordinator's own messages get through.
+// generation does not make the coordinator's later spawns stale (nor does
+// that of a node certificate whose holder is no member), and its StopStage
+// does not stop a stage; nor does another node's, which is not the stage's
+// coordinator. The coordinator's own messages get through.
 func TestActorPortRoles(t *testing.T) {
 	dir := t.TempDir()
 	if err := trust.Init(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"host", "coord", "other"} {
+	for _, n := range []string{"host", "coord", "other", "stranger"} {
 		if _, err := trust.Issue(dir, n, trust.RoleNode, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	host, coord, other := startAs(t, dir, "host"), startAs(t, dir, "coord"), startAs(t, dir, "other")
+	member := func(name string) bool { return name != "stranger" }
+	host, coord := startAs(t, dir, "host", member), startAs(t, dir, "coord", nil)
+	other, stranger := startAs(t, dir, "other", nil), startAs(t, dir, "stranger", nil)
 	// The attacker runs a system with the CLI's client certificate.
 	client, err := trust.Load(dir, trust.ClientName)
 	if err != nil {
@@ -87,6 +93,12 @@ func TestActorPortRoles(t *testing.T) {
 		t.Error("a client certificate spawned an actor")
 	}
 	awaitRefused(t, host, n)
+	// A node certificate of no member: refused at once, before its
+	// generation counts.
+	var se *SpawnError
+	if _, err := stranger.Spawn(host.Address(), poison, testTimeout); !errors.As(err, &se) || se.Status != SpawnStatus_SPAWN_STATUS_ERROR {
+		t.Errorf("a spawn from a node that is no member: %v, want SPAWN_STATUS_ERROR", err)
+	}
 	n = host.Refused()
 	if err := attacker.Send(stage, &StopStage{Header: h}); err != nil {
 		t.Fatal(err)

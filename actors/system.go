@@ -107,6 +107,11 @@ type Config struct {
 	// and an actor the spawner started only messages from the peer that
 	// asked for it.
 	Authorize func(cs *tls.ConnectionState) (peer string, err error)
+	// Member, if set (with Authorize), reports whether an authorised peer
+	// is known as a member of the cluster: the spawner refuses the spawns
+	// of others (a certificate alone does not make a member). It must be
+	// safe for concurrent use and must not block.
+	Member func(peer string) bool
 }
 
 // Defaults of [Config].
@@ -457,6 +462,14 @@ func (sp *spawner) Receive(c actor.Context) {
 		return
 	}
 	props, known := sp.sys.kinds[req.GetKind()]
+	if peer, member := peerOf(c), sp.sys.cfg.Member; peer != "" && member != nil && !member(peer) {
+		// Before the generation is recorded: a stranger's spawn must not
+		// make the coordinator's stale.
+		sp.sys.refused.Add(1)
+		c.Respond(&SpawnStageReply{Header: req.GetHeader(), Status: SpawnStatus_SPAWN_STATUS_ERROR,
+			Error: fmt.Sprintf("%q is not a member of the cluster as %s knows it", peer, sp.sys.Address())})
+		return
+	}
 	rep := admitSpawn(sp.gens, req, known, sp.sys.Address())
 	if rep.Status == SpawnStatus_SPAWN_STATUS_OK {
 		var pid *actor.PID

@@ -47,8 +47,9 @@ func TestErrorsShowNoFileBytes(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), link) {
 				t.Fatalf("%s, --%s through a symlink: %v, want an error naming %s", name, kind, err, link)
 			}
+			msg := strings.ReplaceAll(err.Error(), dir, "") // the temporary directory's name may hold a leak's digits
 			for _, l := range leaks {
-				if strings.Contains(err.Error(), l) {
+				if strings.Contains(msg, l) {
 					t.Errorf("%s, --%s: the error %q shows the file's %q", name, kind, err, l)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -294,6 +295,43 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
 			}
 		})
+	}
+}
+
+// Without --deterministic replicas run interleaved micro-batches and sum
+// their gradients after their last backward pass, passing each tensor on
+// as soon as it is added: the weights then differ from one process's only
+// in the order of the additions (with the deterministic GEMM, nothing
+// else differs), within float32 rounding.
+func TestFastSumsTrainAsOneProcess(t *testing.T) {
+	tc := newInmemCluster(t, 4, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Deterministic, spec.Backend, spec.Optimizer, spec.Steps = "fast-sums", false, "ppnode-det", "sgd", 3
+	spec.Partition, spec.Schedule = "fc1-fc12@a,b,c; fc13-fc32@d", "gpipe"
+	j, err := jobtest.Check(t, spec).Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.TrainLocal(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]float32{}
+	for _, p := range j.Graph.Params() {
+		want[p.Name] = slices.Clone(nn.F32(p.Value))
+	}
+	_, co := tc.run(t, spec, 4)
+	if !co.Plan().Replicated() || co.Plan().ChainedSums {
+		t.Fatalf("plan %s: want replicas with sums in the fast order", co.Describe())
+	}
+	var worst float64
+	for _, p := range co.job.Graph.Params() {
+		for i, v := range nn.F32(p.Value) {
+			worst = max(worst, math.Abs(float64(v-want[p.Name][i])))
+		}
+	}
+	t.Logf("largest difference from one process: %g", worst)
+	if worst == 0 || worst > 1e-5 {
+		t.Fatalf("weights differ from one process's by up to %g, want (0, 1e-5]: the sums are in another order, no more", worst)
 	}
 }
 

@@ -326,7 +326,8 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	res.updateNs += int64(time.Since(t0))
 	e.gradStep, e.sumSent = global, e.sumSent[:0]
 	backwards := 0
-	for _, in := range p.Program {
+	for pc := 0; pc < len(p.Program); pc++ {
+		in := p.Program[pc]
 		m := in.Micro
 		ctx.Micro = m
 		switch in.Op {
@@ -426,8 +427,16 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			e.sumSent = append(e.sumSent, in.Peer)
 		case balance.OpRecvSum:
+			replace := backwards == 0 || in.Peer == e.lastReplica
+			// A sum that the next instructions pass on goes on tensor by
+			// tensor, as soon as each is added: the chain pipelines.
+			var fwd []int
+			for !replace && pc+1 < len(p.Program) && p.Program[pc+1].Op == balance.OpSendSum {
+				pc++
+				fwd = append(fwd, p.Program[pc].Peer)
+			}
 			t0 := time.Now()
-			err := e.recvSum(in.Peer, backwards == 0 || in.Peer == e.lastReplica)
+			err := e.recvSum(in.Peer, replace, fwd)
 			res.waitNs += int64(time.Since(t0))
 			if err != nil {
 				return res, err
@@ -450,8 +459,9 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 
 // recvSum receives a sum of the stage's parameter gradients from replica
 // peer: the prefix to start from or the total (replace), else the prefix
-// that goes in front of the replica's own gradients, prefix + own.
-func (e *stageEngine) recvSum(peer int, replace bool) error {
+// that goes in front of the replica's own gradients, prefix + own; each
+// tensor is then sent on to the replicas fwd.
+func (e *stageEngine) recvSum(peer int, replace bool, fwd []int) error {
 	for _, q := range e.sumSent { // the gradients are about to change
 		if err := e.peers[q].flush(); err != nil {
 			return err
@@ -478,8 +488,14 @@ func (e *stageEngine) recvSum(peer int, replace bool) error {
 				own[i] = sum[i] + own[i]
 			}
 		}
+		for _, q := range fwd {
+			if err := e.send(q, dataplane.Tag{Kind: dataplane.KindSum, Tensor: uint32(k)}, prm.Grad); err != nil {
+				return err
+			}
+		}
 		k++
 	}
+	e.sumSent = append(e.sumSent, fwd...)
 	return nil
 }
 

@@ -328,6 +328,12 @@ func sender(op Op) Op {
 	return OpSendSum
 }
 
+// lastReplica reports whether executor e of p is the last replica of its
+// stage (what it sends its replicas is the total, not a prefix).
+func lastReplica(p *Plan, e int) bool {
+	return e+1 >= len(p.Stages) || p.Stages[e+1].Replica == 0
+}
+
 // replay runs the plan's programs against costs in time order.
 func replay(p *Plan, c simCosts) (*Report, error) {
 	S := len(p.Stages)
@@ -337,7 +343,12 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 	inflight := make([]int, S)
 	peak := make([]int, S)
 	arrived := map[msgKey]float64{}
+	began := map[msgKey]float64{} // when a message started to leave
 	sent := map[msgKey][]string{}
+	// A sum received from the replica before and passed straight on: the
+	// runtime forwards it tensor by tensor, so its sends overlap its
+	// arrival (the received message's start and end, per stage).
+	fwdFrom, fwdTo := make([]float64, S), make([]float64, S)
 	waiting := map[msgKey]int{}
 	blockedAt := make([]float64, S)
 	linkFree := map[[2]int]float64{}
@@ -357,6 +368,9 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		prog := p.Stages[s].Program
 		in := prog[pcs[s]]
 		next := t
+		if in.Op != OpSendSum {
+			fwdFrom[s] = -1
+		}
 		switch in.Op {
 		case OpRecvAct, OpRecvGrad, OpRecvSum:
 			if in.Peer == Coordinator {
@@ -384,6 +398,9 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			}
 			delete(arrived, k)
 			next = max(t, at)
+			if in.Op == OpRecvSum && pcs[s]+1 < len(prog) && prog[pcs[s]+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
+				fwdFrom[s], fwdTo[s] = began[k], at
+			}
 		case OpSendAct, OpSendGrad, OpSendSum:
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
 				return nil, fmt.Errorf("%w: stage %d sends to stage %d", ErrPlan, s, in.Peer)
@@ -398,8 +415,14 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			bt, lat, bytes := c.transfer(s, in.Peer, in)
 			lk := [2]int{s, in.Peer}
 			start := max(t, linkFree[lk])
-			linkFree[lk] = start + bt
-			arrival := start + bt + lat
+			end := start + bt
+			if in.Op == OpSendSum && fwdFrom[s] >= 0 {
+				start = max(fwdFrom[s], linkFree[lk])
+				end = max(start+bt, fwdTo[s])
+			}
+			linkFree[lk] = end
+			arrival := end + lat
+			began[k] = start
 			sent[k] = in.Tensors
 			arrived[k] = arrival
 			ls := linkStats[lk]

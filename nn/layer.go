@@ -8,6 +8,10 @@ type Ctx struct {
 	// Seed, Step and Micro seed per-micro-batch randomness (dropout).
 	Seed        uint64
 	Step, Micro int
+	// Recompute marks a forward pass that repeats one already run for the
+	// same micro-batch (activation recomputation): it computes the same
+	// outputs, and layers leave their running statistics as they are.
+	Recompute bool
 
 	// team: the pass runs on the team thread, and the fast path threads
 	// with OpenMP from it (team.go).

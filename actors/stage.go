@@ -163,6 +163,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, js.MicroBatches)
 	}
 	e.slot, e.reused = assignSlots(p.Program, e.M)
+	if p.Recompute {
+		e.slot, e.reused = sharedSlot(e.M)
+	}
 	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
@@ -209,6 +212,17 @@ func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 			i, _ := slices.BinarySearch(free, slot[in.Micro])
 			free = slices.Insert(free, i, slot[in.Micro])
 		}
+	}
+	return slot, reused
+}
+
+// sharedSlot puts every micro-batch in slot 0, as a stage that recomputes
+// its activations keeps one micro-batch's: each pass into it waits until
+// what the slot's earlier passes sent has left.
+func sharedSlot(M int) (slot []int, reused []bool) {
+	slot, reused = make([]int, M), make([]bool, M)
+	for m := range reused {
+		reused[m] = true
 	}
 	return slot, reused
 }
@@ -297,6 +311,12 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
 			res.forwardNs += int64(time.Since(t0))
+		case balance.OpRecompute:
+			t0 := time.Now()
+			if err := e.recompute(&ctx, m); err != nil {
+				return res, err
+			}
+			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
 			y, err := e.box.wait(boxKey{int32(balance.Coordinator), dataplane.KindInput, uint32(m), labelsTensor})
@@ -374,6 +394,22 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
+}
+
+// recompute runs micro-batch m's forward pass again into its slot, from
+// the inputs it kept, for the backward pass that follows. It computes what
+// the first pass computed (same inputs, dropout seeds and batch
+// statistics) and leaves the running statistics alone.
+func (e *stageEngine) recompute(ctx *nn.Ctx, m int) error {
+	for _, pr := range e.peers { // the slot's tensors may still be queued
+		if err := pr.flush(); err != nil {
+			return err
+		}
+	}
+	ctx.Recompute = true
+	e.outs[m] = e.st.Forward(ctx, e.slot[m], e.ins[m])
+	ctx.Recompute = false
+	return nil
 }
 
 // outputGrad is the gradient of output k for micro-batch m: the loss's for

@@ -38,11 +38,12 @@ func _() {
 	_ = x[OpStep-7]
 	_ = x[OpRecvSum-8]
 	_ = x[OpSendSum-9]
+	_ = x[OpRecompute-10]
 }
 
-const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sum"
+const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sumrecompute"
 
-var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73}
+var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73, 82}
 
 func (i Op) String() string {
 	idx := int(i) - 0

@@ -81,11 +81,16 @@ const (
 	// OpSendSum sends the replica's parameter gradients, the sum so far
 	// (see OpRecvSum), to Peer, another replica of the stage.
 	OpSendSum // send_sum
+	// OpRecompute runs the forward pass of micro-batch Micro again from
+	// its inputs, on a stage that keeps only its inputs between its
+	// forward and backward passes (StagePlan.Recompute); the backward pass
+	// of Micro is the next pass the stage runs.
+	OpRecompute // recompute
 )
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for k := OpRecvAct; k <= OpSendSum; k++ {
+	for k := OpRecvAct; k <= OpRecompute; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -217,8 +222,14 @@ type StagePlan struct {
 	Outputs []StageOutput `json:"outputs"`
 	// Loss marks the stage that holds the graph output: it gets each
 	// micro-batch's labels from the coordinator and runs OpLoss.
-	Loss    bool    `json:"loss,omitempty"`
-	Program []Instr `json:"program"`
+	Loss bool `json:"loss,omitempty"`
+	// Recompute makes the stage keep only its inputs (and what it sends)
+	// of the micro-batches between their forward and backward passes, in
+	// one set of activation buffers: each backward pass is preceded by
+	// OpRecompute of its micro-batch. It trades a forward pass per
+	// micro-batch for the memory of the activations in flight.
+	Recompute bool    `json:"recompute,omitempty"`
+	Program   []Instr `json:"program"`
 }
 
 // StageInput is a tensor the stage reads from another stage or, with From
@@ -349,6 +360,12 @@ func Build(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b in
 }
 
 func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool) (*Plan, error) {
+	return buildRecompute(g, part, nodes, sched, M, b, chained, nil)
+}
+
+// buildRecompute is buildPlan with the stages of the partition for which
+// rec is set recomputing their activations.
+func buildRecompute(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool, rec []bool) (*Plan, error) {
 	idx := map[string]int{}
 	for i, n := range nodes {
 		idx[n] = i
@@ -357,10 +374,12 @@ func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, 
 	if err != nil {
 		return nil, err
 	}
-	return sg.plan(sched, M, b, chained)
+	return sg.plan(sched, M, b, chained, rec)
 }
 
-func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error) {
+// plan writes the plan of the stage graph; rec, if not nil, says per stage
+// of the partition whether it recomputes its activations.
+func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (*Plan, error) {
 	g := sg.g
 	if M < 1 || b < 1 {
 		return nil, fmt.Errorf("%w: %d micro-batches of %d samples", ErrPlan, M, b)
@@ -417,7 +436,7 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 		ps := sg.part.Stages[s]
 		for r, node := range ps.Nodes() {
 			id := execs[s][r]
-			st := StagePlan{ID: id, Group: s, Replica: r, Node: node, Loss: s == sg.loss}
+			st := StagePlan{ID: id, Group: s, Replica: r, Node: node, Loss: s == sg.loss, Recompute: s < len(rec) && rec[s]}
 			for _, i := range sg.layers[s] {
 				st.Layers = append(st.Layers, g.Nodes[i].Name)
 			}
@@ -556,6 +575,10 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 		}
 	}
 	bwd := func(m int) {
+		if st.Recompute {
+			// Before the gradients arrive: the pass overlaps their transfer.
+			prog = append(prog, Instr{Op: OpRecompute, Micro: m})
+		}
 		for _, q := range gradIn {
 			prog = append(prog, Instr{Op: OpRecvGrad, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, true)})
 		}
@@ -650,7 +673,15 @@ func (p *Plan) Validate(g *nn.Graph) error {
 		}
 		nodes = append(nodes, s.Node)
 	}
-	want, err := buildPlan(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize, p.ChainedSums)
+	var rec []bool // per stage of the partition
+	for _, s := range p.Stages {
+		if s.Replica == 0 {
+			rec = append(rec, s.Recompute)
+		} else if s.Recompute != rec[s.Group] {
+			return fmt.Errorf("%w: stage %d recomputes its activations and replica 0 of its stage does not, or the other way round", ErrPlan, s.ID)
+		}
+	}
+	want, err := buildRecompute(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize, p.ChainedSums, rec)
 	if err != nil {
 		return err
 	}
@@ -700,7 +731,8 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 		mine[m] = true
 	}
 	fwd := make([]int, M)
-	nextB := 0 // index into micros
+	last := Instr{Op: OpStep} // the last forward or recompute pass
+	nextB := 0                // index into micros
 	firstB, lastB := -1, -1
 	for k, in := range st.Program {
 		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
@@ -723,7 +755,20 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 				return fmt.Errorf("%w: stage %d runs forward %d outside its micro-batches", ErrPlan, st.ID, in.Micro)
 			}
 			fwd[in.Micro]++
+			last = in
+		case OpRecompute:
+			if !st.Recompute {
+				return fmt.Errorf("%w: stage %d recomputes micro-batch %d but keeps its activations", ErrPlan, st.ID, in.Micro)
+			}
+			if fwd[in.Micro] != 1 {
+				return fmt.Errorf("%w: stage %d recomputes micro-batch %d before its forward pass", ErrPlan, st.ID, in.Micro)
+			}
+			last = in
 		case OpBackward:
+			if st.Recompute && (last.Op != OpRecompute || last.Micro != in.Micro) {
+				return fmt.Errorf("%w: stage %d runs backward %d, and its last pass was not the recomputation of micro-batch %d", ErrPlan, st.ID, in.Micro, in.Micro)
+			}
+			last = in
 			if nextB >= len(micros) || in.Micro != micros[nextB] {
 				return fmt.Errorf("%w: stage %d runs backward %d out of turn (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro)
 			}

@@ -54,6 +54,26 @@ type Options struct {
 	// ChainedSums makes the replicas of a stage sum their gradients in the
 	// deterministic order (Plan.ChainedSums).
 	ChainedSums bool
+	// Recompute is "none" (the default: stages keep their activations),
+	// "auto" (a stage recomputes its activations where its node's memory
+	// requires it, StagePlan.Recompute) or "all".
+	Recompute string
+}
+
+// Recomputation choices (Options.Recompute).
+const (
+	RecomputeNone = "none"
+	RecomputeAuto = "auto"
+	RecomputeAll  = "all"
+)
+
+// CheckRecompute validates a recomputation option.
+func CheckRecompute(s string) error {
+	switch s {
+	case "", RecomputeNone, RecomputeAuto, RecomputeAll:
+		return nil
+	}
+	return fmt.Errorf("%w: unknown recomputation %q (want none, auto or all)", ErrPlan, s)
 }
 
 // Result is the best plan a search found.
@@ -81,6 +101,12 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	}
 	if o.Keep <= 0 {
 		o.Keep = 4
+	}
+	if err := CheckRecompute(o.Recompute); err != nil {
+		return nil, err
+	}
+	if o.Recompute == "" {
+		o.Recompute = RecomputeNone
 	}
 	Ms, err := microBatchCounts(o)
 	if err != nil {
@@ -147,6 +173,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	solvePair := func(pr *pair) {
 		M := pr.M
 		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflightFor(pr.kind, M), graph)
+		p.recompute = o.Recompute != RecomputeNone
 		sols := solve(p, M, o.Keep, graph)
 		var parts []*Partition
 		for _, segs := range sols {
@@ -215,19 +242,45 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 					continue
 				}
 			}
-			plan, err := sg.plan(sched, M, b, o.ChainedSums)
+			run := func(rec []bool) (*Plan, *Report, error) {
+				plan, err := sg.plan(sched, M, b, o.ChainedSums, rec)
+				if err != nil {
+					return nil, nil, err
+				}
+				plan.Model, plan.Partitioner = o.Model, o.Partitioner
+				if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
+					plan.Partitioner = "spec"
+				}
+				rep, err := simulate(plan, l, net, slots)
+				simulated++
+				return plan, rep, err
+			}
+			rec := make([]bool, len(sg.layers))
+			if o.Recompute == RecomputeAll {
+				for s := range rec {
+					rec[s] = true
+				}
+			}
+			plan, rep, err := run(rec)
 			if err != nil {
 				return nil, err
 			}
-			plan.Model, plan.Partitioner = o.Model, o.Partitioner
-			if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
-				plan.Partitioner = "spec"
+			// auto: the stages over their node's memory recompute, until
+			// every stage fits or none over it can recompute more.
+			for o.Recompute == RecomputeAuto && !(&candidate{rep: rep}).fits() {
+				more := false
+				for _, st := range rep.Stages {
+					if st.MemoryLimit > 0 && st.PeakMemory > float64(st.MemoryLimit) && !rec[st.Group] {
+						rec[st.Group], more = true, true
+					}
+				}
+				if !more {
+					break
+				}
+				if plan, rep, err = run(rec); err != nil {
+					return nil, err
+				}
 			}
-			rep, err := simulate(plan, l, net, slots)
-			if err != nil {
-				return nil, err
-			}
-			simulated++
 			cd := &candidate{plan: plan, rep: rep, sg: sg}
 			if cd.fits() {
 				if bestFit == nil || cd.better(bestFit) {
@@ -256,7 +309,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 				over = append(over, fmt.Sprintf("stage %d on %s needs %s of %s", s.ID, s.Node, fmtBytes(s.PeakMemory), fmtBytes(float64(s.MemoryLimit))))
 			}
 		}
-		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
+		hint := ""
+		if o.Recompute == RecomputeNone {
+			hint = " (recomputing activations, --recompute auto, may make it fit)"
+		}
+		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s%s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "), hint)
 	}
 	return &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}, nil
 }

@@ -45,11 +45,15 @@ type StageReport struct {
 	// PeakInFlight is the most micro-batches between forward and backward
 	// at once; PeakMemory the stage's memory then: parameters, gradients,
 	// optimizer state, the gradient sum a replica receives, and per
-	// micro-batch in flight its layers' buffers and its received inputs.
+	// micro-batch in flight its layers' buffers and its received inputs
+	// (recomputing: one set of layers' buffers, and the inputs per
+	// micro-batch in flight).
 	PeakInFlight int     `json:"peak_in_flight"`
 	PeakMemory   float64 `json:"peak_memory_bytes"`
 	// MemoryLimit is the node's memory (0: no limit).
 	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// Recompute is set when the stage recomputes its activations.
+	Recompute bool `json:"recompute,omitempty"`
 }
 
 // LinkReport is the traffic on the link between two stages, one
@@ -99,7 +103,7 @@ type simCosts interface {
 type unitCosts struct{}
 
 func (unitCosts) compute(s int, op Op) float64 {
-	if op == OpForward || op == OpBackward {
+	if op == OpForward || op == OpBackward || op == OpRecompute {
 		return 1
 	}
 	return 0
@@ -121,7 +125,7 @@ type profileCosts struct {
 
 func (c *profileCosts) compute(s int, op Op) float64 {
 	switch op {
-	case OpForward:
+	case OpForward, OpRecompute:
 		return c.fwd[s]
 	case OpBackward:
 		return c.bwd[s]
@@ -218,8 +222,9 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	b := p.MicroBatchSize
 	pc := &profileCosts{net: net, bytes: map[string]float64{}}
 	static := make([]float64, len(p.Stages))
-	perMicro := make([]float64, len(p.Stages))
-	replicated := map[int]bool{} // stages with replicas
+	perMicro := make([]float64, len(p.Stages)) // layers' buffers and inputs
+	inBytes := make([]float64, len(p.Stages))  // inputs alone
+	replicated := map[int]bool{}               // stages with replicas
 	for _, st := range p.Stages {
 		if st.Replica > 0 {
 			replicated[st.Group] = true
@@ -255,11 +260,12 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		pc.micros = append(pc.micros, st.Micros())
 		for _, in := range st.Inputs {
 			if j, ok := l.nodePos[in.Name]; ok {
-				perMicro[s] += l.tensorBytes(j, b)
+				inBytes[s] += l.tensorBytes(j, b)
 			} else {
-				perMicro[s] += float64(nn.Size(shapeOf(g, in.Name)) * 4 * b)
+				inBytes[s] += float64(nn.Size(shapeOf(g, in.Name)) * 4 * b)
 			}
 		}
+		perMicro[s] += inBytes[s]
 		pc.fwd = append(pc.fwd, f/sp)
 		pc.bwd = append(pc.bwd, bw/sp)
 		pc.upd = append(pc.upd, u/sp)
@@ -280,6 +286,10 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		st.Node, st.Group, st.Replica = p.Stages[s].Node, p.Stages[s].Group, p.Stages[s].Replica
 		st.Forward, st.Backward = pc.fwd[s], pc.bwd[s]
 		st.PeakMemory = static[s] + float64(st.PeakInFlight)*perMicro[s]
+		if p.Stages[s].Recompute {
+			st.Recompute = true
+			st.PeakMemory = static[s] + perMicro[s] - inBytes[s] + float64(max(st.PeakInFlight, 1))*inBytes[s]
+		}
 		st.MemoryLimit = net.nodes[pc.node[s]].Memory
 	}
 	r.Throughput = float64(p.MicroBatches*b) / r.StepTime

@@ -79,6 +79,10 @@ type Spec struct {
 	Partition string `json:"partition,omitempty"`
 	// Schedule is "auto", "gpipe", "1f1b" or "graph".
 	Schedule string `json:"schedule,omitempty"`
+	// Recompute is "none" (empty), "auto" (stages recompute their
+	// activations at the backward pass where their node's memory requires
+	// it) or "all" (balance.Options.Recompute).
+	Recompute string `json:"recompute,omitempty"`
 	// MaxNodes bounds the nodes the job may use (0: all).
 	MaxNodes int `json:"max_nodes,omitempty"`
 	// NoRebalance keeps the first plan (an automatic plan otherwise
@@ -269,6 +273,9 @@ func (s *Spec) normalize() error {
 		s.Schedule = "auto"
 	}
 	if err := balance.CheckSchedule(s.Schedule); err != nil && s.Schedule != "auto" {
+		return specErr("%v", err)
+	}
+	if err := balance.CheckRecompute(s.Recompute); err != nil {
 		return specErr("%v", err)
 	}
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {

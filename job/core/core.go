@@ -671,7 +671,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
-		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, ChainedSums: s.Deterministic,
+		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
 		// The nodes, not the spec: a recovery waits for more; a new job

@@ -188,8 +188,12 @@ func (c Checked) CheckMemory(members []NodeInfo) error {
 		have += float64(m)
 	}
 	if need := f.Total(); len(mem) > 0 && float64(need) > have {
-		return specErr("job needs about %s (parameters %s, gradients %s, optimizer state %s, activations %s of %d micro-batches in flight); the members have %s",
-			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Activations), f.MicroBatches, gib(sat(have)))
+		hint := ""
+		if c.s.Recompute == "" || c.s.Recompute == "none" {
+			hint = "; --recompute auto would count one's"
+		}
+		return specErr("job needs about %s (parameters %s, gradients %s, optimizer state %s, activations %s of %d micro-batches in flight%s); the members have %s",
+			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Activations), f.MicroBatches, hint, gib(sat(have)))
 	}
 	return nil
 }

@@ -696,12 +696,12 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p := &c.plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.Schedule.String(), p.MicroBatches
-	c.status.PredictedMS = p.report.StepTime * 1e3
+	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.Stages = nil
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {
 		p.domain[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp), Recompute: sp.Recompute})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

@@ -18,6 +18,22 @@ type Ctx struct {
 	team bool
 }
 
+// SplitLayer is a Layer whose backward pass can run as two passes (for
+// zero-bubble pipeline schedules): BackwardInput returns the input
+// gradients as Backward does, without touching the parameters' Grad;
+// BackwardWeight, later, with the same in, out and dout, adds the
+// parameter gradients as Backward does. Together they compute Backward's
+// results bit for bit. BackwardWeight may read only what Forward and
+// BackwardInput left in s, and the slot takes no other pass in between.
+type SplitLayer interface {
+	Layer
+	// Splits reports whether the layer splits its backward pass in
+	// context c (a layer whose fast path computes both at once does not).
+	Splits(c *Ctx) bool
+	BackwardInput(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor
+	BackwardWeight(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor)
+}
+
 // Layer is one node's computation. Shapes passed to Build are per sample
 // (without the batch dimension); tensors passed to Forward and Backward have
 // the batch first.

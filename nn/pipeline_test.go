@@ -12,8 +12,10 @@ import (
 // slot), then every backward in ascending micro-batch order, stages in
 // reverse; tensors cross stages by name. With recompute every stage keeps
 // only its inputs: all micro-batches share slot 0, and each backward pass
-// first runs its micro-batch's forward pass again.
-func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backend, b nn.Batches, global int, recompute bool) {
+// first runs its micro-batch's forward pass again. With split each
+// backward pass is BackwardInput, and its BackwardWeight runs after the
+// next micro-batch's BackwardInput, as a zero-bubble schedule defers it.
+func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backend, b nn.Batches, global int, recompute, split bool) {
 	M := b.MicroBatches()
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1, Step: global}
 	vals := make([]map[string]*nn.Tensor, M)
@@ -62,7 +64,11 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 				s.Forward(ctx, 0, stageIn(s, m))
 				ctx.Recompute = false
 			}
-			for i, d := range s.Backward(ctx, slot(m), dout) {
+			backward := s.Backward
+			if split {
+				backward = s.BackwardInput
+			}
+			for i, d := range backward(ctx, slot(m), dout) {
 				if d == nil {
 					continue
 				}
@@ -78,6 +84,16 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 				}
 			}
 		}
+		if split && m > 0 {
+			for _, s := range stages {
+				s.BackwardWeight(ctx, m-1)
+			}
+		}
+	}
+	if split {
+		for _, s := range stages {
+			s.BackwardWeight(ctx, M-1)
+		}
 	}
 	var ps []*nn.Param
 	for _, s := range stages {
@@ -89,7 +105,8 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 // A model cut into stages and run as a pipeline computes exactly, bit for
 // bit, what the single-process trainer computes: the promise ppnode's
 // runtime builds on. So does one whose stages recompute their activations
-// at the backward pass (dropout masks and BatchNorm statistics included).
+// at the backward pass (dropout masks and BatchNorm statistics included),
+// and one whose backward passes split into input and weight gradients.
 func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 	cases := []struct {
 		model string
@@ -112,9 +129,9 @@ func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 			want := nn.WeightsSHA256(ref.Graph.Params())
 			n := len(ref.Graph.Nodes)
 			for _, run := range []struct {
-				parts     int
-				recompute bool
-			}{{1, false}, {2, false}, {3, false}, {5, false}, {1, true}, {3, true}} {
+				parts            int
+				recompute, split bool
+			}{{1, false, false}, {2, false, false}, {3, false, false}, {5, false, false}, {1, true, false}, {3, true, false}, {1, false, true}, {3, false, true}} {
 				parts := run.parts
 				g, err := zoo.Build(c.model, c.o)
 				if err != nil {
@@ -135,10 +152,13 @@ func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 				}
 				opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9})
 				for s := 0; s < 2; s++ {
-					pipelineStep(g, stages, opt, be, data, s, run.recompute)
+					pipelineStep(g, stages, opt, be, data, s, run.recompute, run.split)
+				}
+				if run.split && !stages[0].Splits(&nn.Ctx{Backend: be}) {
+					t.Errorf("%d stages: the first stage does not split its backward pass", parts)
 				}
 				if got := nn.WeightsSHA256(g.Params()); got != want {
-					t.Errorf("%d stages (recompute %v): weights %s, single process %s", parts, run.recompute, got[:16], want[:16])
+					t.Errorf("%d stages (recompute %v, split %v): weights %s, single process %s", parts, run.recompute, run.split, got[:16], want[:16])
 				}
 			}
 		})

@@ -175,6 +175,9 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 		{"mlp32", "uniform", "1f1b", 3, "all"},
 		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "all"},
 		{"vgg16", "uniform", "1f1b", 3, "all"},
+		{"mlp32", "uniform", "zb", 3, ""},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "zb", 4, ""},
+		{"resnet50", "uniform", "zb", 3, ""},
 		{"mlp32", "auto", "auto", 1, ""},
 		{"mlp32", "uniform", "gpipe", 2, ""},
 		{"mlp32", "uniform", "1f1b", 3, ""},
@@ -185,7 +188,8 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 		{"vgg16", "auto", "auto", 2, ""},
 	}
 	if testing.Short() {
-		cases = append(cases[:1:1], cases[4:7]...)
+		all := cases
+		cases = append(all[0:1:1], all[3], all[7], all[8], all[9])
 	}
 	want := map[string]string{}
 	for _, c := range cases {
@@ -198,6 +202,9 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 			spec.ID = strings.NewReplacer(" ", "", ";", "_", "@", "_", "/", "-", ".", "-", "+", "-").Replace(t.Name())
 			res, co := tc.run(t, spec, c.nodes)
 			t.Logf("plan %s (%s, M=%d), stages %d, loss %.4f", res.Plan, res.Schedule, res.MicroBatches, len(co.Plan().Stages), res.TrainLoss)
+			if res.Schedule != c.schedule && c.schedule == "zb" {
+				t.Fatalf("schedule %s, want zb", res.Schedule)
+			}
 			for _, st := range co.Plan().Stages {
 				if st.Recompute != (c.recompute == "all") {
 					t.Fatalf("stage %d recomputes %v under --recompute %q", st.ID, st.Recompute, c.recompute)

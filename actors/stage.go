@@ -193,7 +193,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 }
 
 // assignSlots gives each micro-batch the lowest slot free at its forward
-// pass; a backward pass frees its micro-batch's slot.
+// pass; a backward pass (under zb its weight pass) frees its micro-batch's slot.
 func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 	slot, reused = make([]int, M), make([]bool, M)
 	var free []int // free slots, ascending
@@ -208,7 +208,7 @@ func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 				slot[in.Micro] = next
 				next++
 			}
-		case balance.OpBackward:
+		case balance.OpBackward, balance.OpWeight: // a weight pass reads the slot
 			i, _ := slices.BinarySearch(free, slot[in.Micro])
 			free = slices.Insert(free, i, slot[in.Micro])
 		}
@@ -311,6 +311,14 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
 			res.forwardNs += int64(time.Since(t0))
+		case balance.OpBackwardInput:
+			t0 := time.Now()
+			e.backwardInput(&ctx, m)
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpWeight:
+			t0 := time.Now()
+			e.st.BackwardWeight(&ctx, e.slot[m])
+			res.backwardNs += int64(time.Since(t0))
 		case balance.OpRecompute:
 			t0 := time.Now()
 			if err := e.recompute(&ctx, m); err != nil {
@@ -394,6 +402,15 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
+}
+
+// backwardInput runs the first half of micro-batch m's backward pass (the
+// input gradients); OpWeight runs the rest.
+func (e *stageEngine) backwardInput(ctx *nn.Ctx, m int) {
+	for k, o := range e.spec.Plan.Outputs {
+		e.dout[k] = e.outputGrad(m, k, o)
+	}
+	e.gin[m] = e.st.BackwardInput(ctx, e.slot[m], e.dout)
 }
 
 // recompute runs micro-batch m's forward pass again into its slot, from

@@ -25,16 +25,22 @@ const (
 	// longest path to the last stage has d stages warms up with min(d-1, M)
 	// forward passes. On a chain it is 1F1B.
 	GraphSchedule // graph
+	// ZeroBubble is zero-bubble pipelining (Qi et al., ICLR 2024, ZB-H1)
+	// on a chain of stages: 1F1B's order and micro-batches in flight, each
+	// backward pass split into the input gradients (OpBackwardInput), sent
+	// upstream at once, and the weight gradients (OpWeight), run after it
+	// in micro-batch order, which fills the drain's bubble.
+	ZeroBubble // zb
 )
 
-// ParseSchedule reads "gpipe", "1f1b" or "graph".
+// ParseSchedule reads "gpipe", "1f1b", "graph" or "zb".
 func ParseSchedule(s string) (Schedule, error) {
-	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule} {
+	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule, ZeroBubble} {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b or graph)", ErrPlan, s)
+	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b, graph or zb)", ErrPlan, s)
 }
 
 func (s Schedule) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -86,11 +92,19 @@ const (
 	// forward and backward passes (StagePlan.Recompute); the backward pass
 	// of Micro is the next pass the stage runs.
 	OpRecompute // recompute
+	// OpBackwardInput runs the first half of micro-batch Micro's backward
+	// pass (nn.Stage.BackwardInput): the input gradients, and the
+	// parameter gradients of the layers that cannot split.
+	OpBackwardInput // backward_input
+	// OpWeight runs the second half (nn.Stage.BackwardWeight): the
+	// parameter gradients it left. Weight passes run in micro-batch order,
+	// each after its OpBackwardInput.
+	OpWeight // weight
 )
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for k := OpRecvAct; k <= OpRecompute; k++ {
+	for k := OpRecvAct; k <= OpWeight; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -387,8 +401,11 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (
 	if sched == OneFOneB && !sg.isPath() {
 		return nil, fmt.Errorf("%w: 1f1b needs stages that form a chain s0 -> s1 -> ...; use the graph schedule", ErrPlan)
 	}
-	if sched < GPipe || sched > GraphSchedule {
+	if sched < GPipe || sched > ZeroBubble {
 		return nil, fmt.Errorf("%w: unknown schedule %d", ErrPlan, sched)
+	}
+	if sched == ZeroBubble && (!sg.isPath() || sg.part.Replicated() || slices.Contains(rec, true)) {
+		return nil, fmt.Errorf("%w: zb needs stages that form a chain, without replicas or recomputation", ErrPlan)
 	}
 	S := len(sg.layers)
 	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated()}
@@ -574,6 +591,10 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 			prog = append(prog, Instr{Op: OpSendAct, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, false)})
 		}
 	}
+	bwdOp := OpBackward
+	if sh.sched == ZeroBubble {
+		bwdOp = OpBackwardInput
+	}
 	bwd := func(m int) {
 		if st.Recompute {
 			// Before the gradients arrive: the pass overlaps their transfer.
@@ -586,7 +607,7 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 			// The gradients start from the sum of the replicas before.
 			prog = append(prog, Instr{Op: OpRecvSum, Peer: sh.replicas[r-1]})
 		}
-		prog = append(prog, Instr{Op: OpBackward, Micro: m})
+		prog = append(prog, Instr{Op: bwdOp, Micro: m})
 		for _, q := range gradOut {
 			prog = append(prog, Instr{Op: OpSendGrad, Micro: m, Peer: exec(q, m), Tensors: inputsFrom(q, true)})
 		}
@@ -605,6 +626,33 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 		}
 	}
 	switch sh.sched {
+	case ZeroBubble:
+		// 1F1B's forward and backward order; stage k runs the weight pass
+		// of micro-batch m after the backward pass of m+k, and the last k
+		// at the end. Input gradients travel upstream a weight pass
+		// sooner, and the later stages, which drain first, fill their
+		// drain with the weight passes they held back (ZB-H1).
+		w, lag := min(sh.depth-1, M), st.Group
+		nw := 0 // weight passes written
+		for m := 0; m < w; m++ {
+			fwd(m)
+		}
+		back := func(m int) {
+			bwd(m)
+			for ; nw <= m-lag; nw++ {
+				prog = append(prog, Instr{Op: OpWeight, Micro: nw})
+			}
+		}
+		for m := 0; m+w < M; m++ {
+			fwd(m + w)
+			back(m)
+		}
+		for m := M - w; m < M; m++ {
+			back(m)
+		}
+		for ; nw < M; nw++ {
+			prog = append(prog, Instr{Op: OpWeight, Micro: nw})
+		}
 	case GPipe:
 		for m := 0; m < M; m++ {
 			pass(m, fwd)
@@ -732,7 +780,8 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 	}
 	fwd := make([]int, M)
 	last := Instr{Op: OpStep} // the last forward or recompute pass
-	nextB := 0                // index into micros
+	nextB, nextW := 0, 0      // indices into micros
+	zb := p.Schedule == ZeroBubble
 	firstB, lastB := -1, -1
 	for k, in := range st.Program {
 		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
@@ -764,7 +813,15 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 				return fmt.Errorf("%w: stage %d recomputes micro-batch %d before its forward pass", ErrPlan, st.ID, in.Micro)
 			}
 			last = in
-		case OpBackward:
+		case OpWeight:
+			if !zb || nextW >= len(micros) || in.Micro != micros[nextW] || nextW >= nextB {
+				return fmt.Errorf("%w: stage %d runs weight pass %d out of turn (after its backward pass, in ascending order, under zb only)", ErrPlan, st.ID, in.Micro)
+			}
+			nextW++
+		case OpBackward, OpBackwardInput:
+			if (in.Op == OpBackwardInput) != zb {
+				return fmt.Errorf("%w: stage %d runs %v under the %s schedule", ErrPlan, st.ID, in, p.Schedule)
+			}
 			if st.Recompute && (last.Op != OpRecompute || last.Micro != in.Micro) {
 				return fmt.Errorf("%w: stage %d runs backward %d, and its last pass was not the recomputation of micro-batch %d", ErrPlan, st.ID, in.Micro, in.Micro)
 			}
@@ -794,6 +851,9 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 		if fwd[m] != 1 {
 			return fmt.Errorf("%w: stage %d runs forward %d %d times", ErrPlan, st.ID, m, fwd[m])
 		}
+	}
+	if zb && nextW != len(micros) {
+		return fmt.Errorf("%w: stage %d does not run every weight pass", ErrPlan, st.ID)
 	}
 	if nextB != len(micros) || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
 		return fmt.Errorf("%w: stage %d does not run every backward pass and then the optimizer step", ErrPlan, st.ID)

@@ -79,8 +79,10 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 		switch e.Op {
 		case OpForward:
 			fill, text = shade("#4e79a7", "#2f5b8a", e.Micro), fmt.Sprint(e.Micro)
-		case OpBackward:
+		case OpBackward, OpBackwardInput:
 			fill, text = shade("#59a14f", "#3d7f35", e.Micro), fmt.Sprint(e.Micro)
+		case OpWeight:
+			fill, text = shade("#edc948", "#c9a227", e.Micro), fmt.Sprint(e.Micro)
 		case OpRecompute:
 			fill, text = shade("#76b7b2", "#4f8f8a", e.Micro), fmt.Sprint(e.Micro)
 		}
@@ -116,6 +118,10 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	items := []struct{ fill, name string }{{"#4e79a7", "forward m"}, {"#59a14f", "backward m"}, {"#9e9e9e", "optimizer step"}, {"#f28e2b", "activation transfer"}, {"#e15759", "gradient transfer"}}
 	if p.Replicated() {
 		items = append(items, struct{ fill, name string }{"#b07aa1", "gradient sum"})
+	}
+	if p.Schedule == ZeroBubble {
+		items[1].name = "input gradients m"
+		items = append(items, struct{ fill, name string }{"#edc948", "weight gradients m"})
 	}
 	if slices.ContainsFunc(p.Stages, func(s StagePlan) bool { return s.Recompute }) {
 		items = append(items, struct{ fill, name string }{"#76b7b2", "recompute m"})

@@ -26,8 +26,8 @@ type Options struct {
 	// Partitioner is Uniform, Params, Balanced (the default), GraphPP, or
 	// a partition description (see ParseSpec).
 	Partitioner string
-	// Schedule is "auto" (the default: every schedule that applies),
-	// "gpipe", "1f1b" or "graph".
+	// Schedule is "auto" (the default: GPipe and 1F1B or graph), "gpipe",
+	// "1f1b", "graph" or "zb".
 	Schedule string
 	// Batch is the mini-batch size in samples (required).
 	Batch int
@@ -231,7 +231,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		b := o.Batch / M
 		for _, sg := range parts {
 			sched := kind
-			if kind != GPipe {
+			if kind == ZeroBubble && (!sg.isPath() || sg.part.Replicated()) {
+				chains++
+				continue
+			}
+			if kind != GPipe && kind != ZeroBubble {
 				if sg.isPath() {
 					sched = OneFOneB
 				} else {
@@ -256,7 +260,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 				return plan, rep, err
 			}
 			rec := make([]bool, len(sg.layers))
-			if o.Recompute == RecomputeAll {
+			recompute := o.Recompute
+			if sched == ZeroBubble {
+				recompute = RecomputeNone // a weight pass needs the activations
+			}
+			if recompute == RecomputeAll {
 				for s := range rec {
 					rec[s] = true
 				}
@@ -267,7 +275,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 			}
 			// auto: the stages over their node's memory recompute, until
 			// every stage fits or none over it can recompute more.
-			for o.Recompute == RecomputeAuto && !(&candidate{rep: rep}).fits() {
+			for recompute == RecomputeAuto && !(&candidate{rep: rep}).fits() {
 				more := false
 				for _, st := range rep.Stages {
 					if st.MemoryLimit > 0 && st.PeakMemory > float64(st.MemoryLimit) && !rec[st.Group] {
@@ -297,7 +305,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		return nil, fmt.Errorf("%w: no partition over %d node(s) fits their memory (try more nodes, fewer micro-batches in flight or a smaller model)", ErrNoFit, len(nodes))
 	}
 	if simulated == 0 {
-		return nil, fmt.Errorf("%w: the 1f1b schedule needs stages that form a chain, and this partition is a DAG of stages; use --schedule graph", ErrPlan)
+		return nil, fmt.Errorf("%w: the %s schedule needs stages that form a chain (zb: without replicas), and this partition is not; use --schedule graph", ErrPlan, o.Schedule)
 	}
 	if bestFit == nil {
 		if bestAny == nil {
@@ -427,6 +435,8 @@ func scheduleKinds(s string) []Schedule {
 		return []Schedule{GPipe}
 	case "1f1b", "graph":
 		return []Schedule{OneFOneB}
+	case "zb":
+		return []Schedule{ZeroBubble}
 	}
 	return []Schedule{GPipe, OneFOneB}
 }
@@ -434,10 +444,10 @@ func scheduleKinds(s string) []Schedule {
 // CheckSchedule validates a schedule option.
 func CheckSchedule(s string) error {
 	switch s {
-	case "", "auto", "gpipe", "1f1b", "graph":
+	case "", "auto", "gpipe", "1f1b", "graph", "zb":
 		return nil
 	}
-	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b or graph)", ErrPlan, s)
+	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b, graph or zb)", ErrPlan, s)
 }
 
 // solve runs the dynamic programme and returns up to keep solutions,

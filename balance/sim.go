@@ -103,7 +103,8 @@ type simCosts interface {
 type unitCosts struct{}
 
 func (unitCosts) compute(s int, op Op) float64 {
-	if op == OpForward || op == OpBackward || op == OpRecompute {
+	switch op {
+	case OpForward, OpBackward, OpRecompute, OpBackwardInput, OpWeight:
 		return 1
 	}
 	return 0
@@ -116,6 +117,7 @@ func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
 // profileCosts prices a plan by a model profile on a cluster.
 type profileCosts struct {
 	fwd, bwd, upd []float64 // per stage
+	wgt           []float64 // per stage: the part of bwd that OpWeight runs
 	node          []int     // per stage, network index
 	micros        [][]int   // per stage, its micro-batches, ascending
 	sum           []float64 // per stage, the bytes of its gradient sum
@@ -129,6 +131,10 @@ func (c *profileCosts) compute(s int, op Op) float64 {
 		return c.fwd[s]
 	case OpBackward:
 		return c.bwd[s]
+	case OpBackwardInput:
+		return c.bwd[s] - c.wgt[s]
+	case OpWeight:
+		return c.wgt[s]
 	case OpStep:
 		return c.upd[s]
 	}
@@ -236,7 +242,7 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			return nil, fmt.Errorf("%w: stage %d runs on node %q, which is not in the cluster", ErrUnknownNode, s, st.Node)
 		}
 		sp := net.nodes[ni].Speed
-		var f, bw, u, train float64
+		var f, bw, wg, u, train float64
 		for _, name := range st.Layers {
 			j, ok := l.nodePos[name]
 			if !ok {
@@ -245,6 +251,11 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			lp := &prof.Layers[j]
 			f += lp.Forward.At(b)
 			bw += lp.Backward.At(b)
+			if _, ok := g.Nodes[j].Layer.(nn.SplitLayer); ok {
+				// Weight and input gradients: a product each of the
+				// same size.
+				wg += lp.Backward.At(b) / 2
+			}
 			u += lp.Update
 			static[s] += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+slots)
 			perMicro[s] += lp.SlotBytes * float64(b)
@@ -268,6 +279,7 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		perMicro[s] += inBytes[s]
 		pc.fwd = append(pc.fwd, f/sp)
 		pc.bwd = append(pc.bwd, bw/sp)
+		pc.wgt = append(pc.wgt, wg/sp)
 		pc.upd = append(pc.upd, u/sp)
 		pc.node = append(pc.node, ni)
 	}
@@ -430,7 +442,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				inflight[s]++
 				peak[s] = max(peak[s], inflight[s])
 			}
-			if in.Op == OpBackward {
+			if in.Op == OpBackward || in.Op == OpWeight {
 				inflight[s]--
 			}
 			next = t + d

@@ -77,7 +77,7 @@ type Spec struct {
 	// with parallel branches), "uniform", "params", "balanced", "graph",
 	// or a partition description such as "fc1-fc16@a; fc17-fc32@b".
 	Partition string `json:"partition,omitempty"`
-	// Schedule is "auto", "gpipe", "1f1b" or "graph".
+	// Schedule is "auto", "gpipe", "1f1b", "graph" or "zb".
 	Schedule string `json:"schedule,omitempty"`
 	// Recompute is "none" (empty), "auto" (stages recompute their
 	// activations at the backward pass where their node's memory requires

@@ -64,7 +64,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 64, "mini-batch size in samples")
 	micro := fs.String("micro-batches", "auto", "micro-batches per mini-batch: auto or N (must divide --batch)")
 	maxMicro := fs.Int("max-micro-batches", 32, "largest micro-batch count tried by auto")
-	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b or graph")
+	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
 	recompute := fs.String("recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	partition := fs.String("partition", "balanced", `partitioner (balanced, uniform, params, graph) or a partition such as "fc1-fc8@a; fc9-fc32@b"`)
 	profile := fs.String("profile", "measure", "layer profile: measure (on this machine), analytic (from FLOP counts) or a profile JSON file")

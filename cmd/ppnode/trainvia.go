@@ -36,7 +36,7 @@ type clusterFlags struct {
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.via, "via", "", "submit the job through the node whose HTTP address this is (host:port)")
 	fs.StringVar(&c.partition, "partition", "auto", `partition: auto, uniform, params, balanced, graph, or a description such as "fc1-fc16@a; fc17-fc32@b"`)
-	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b or graph")
+	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
 	fs.StringVar(&c.recompute, "recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	fs.IntVar(&c.maxNodes, "max-nodes", 0, "use at most this many nodes (0: as many as help)")
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its cost, ~2% of the time)")

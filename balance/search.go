@@ -26,7 +26,7 @@ type Options struct {
 	// Partitioner is Uniform, Params, Balanced (the default), GraphPP, or
 	// a partition description (see ParseSpec).
 	Partitioner string
-	// Schedule is "auto" (the default: GPipe and 1F1B or graph), "gpipe",
+	// Schedule is "auto" (the default: GPipe, and 1F1B or graph), "gpipe",
 	// "1f1b", "graph" or "zb".
 	Schedule string
 	// Batch is the mini-batch size in samples (required).

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# One pipelined job on three `ppnode join` processes on 127.0.0.1 (one
-# thread each), printed as its plan, the simulator's step time and bubble,
+# One pipelined job on NODES (default 3) `ppnode join` processes on
+# 127.0.0.1 (one thread each), printed as its plan, the simulator's step time and bubble,
 # and the measured ones: the median step of the run, and the median over
 # the last 8 steps of 1 - sum(stage busy) / (stages x step wall time).
+# The coordinator plans with node speeds it measures under whatever else
+# the machine runs.
 #
 #   bench/schedules.sh BINARY PORT MEMORY [train flags...]
 #
 # MEMORY is each node's `join --memory` (none: the machine's). PORT and the
-# twelve ports after it must be free (gossip PORT..PORT+2, HTTP
-# PORT+10..PORT+12).
+# ports up to PORT+19 must be free (gossip PORT.., HTTP PORT+10..).
 set -euo pipefail
-bin=$1 port=$2 mem=$3
+bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
 shift 3
 dir=$(mktemp -d)
 pids=()
@@ -27,11 +28,11 @@ start() { # name index
 }
 start a 0
 for i in $(seq 100); do curl -sf "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
-start b 1
-start c 2
+names=(a b c d e f g h)
+for i in $(seq 1 $((nodes - 1))); do start "${names[$i]}" "$i"; done
 for i in $(seq 200); do
 	n=$(curl -sf "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
-	[ "$n" = 3 ] && break
+	[ "$n" = "$nodes" ] && break
 	sleep 0.1
 done
 if ! "$bin" train --via "127.0.0.1:$((port + 10))" --json "$@" >"$dir/out" 2>"$dir/err"; then

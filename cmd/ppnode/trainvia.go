@@ -55,9 +55,6 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if _, _, err := net.SplitHostPort(c.via); err != nil {
 		return usagef("--via %q: want host:port", c.via)
 	}
-	if err := job.CheckRunnable(c.partition); err != nil {
-		return usageError{err}
-	}
 	if err := useCreds(c.creds); err != nil {
 		return err
 	}
@@ -200,8 +197,8 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		// Plan changes as they happen (stderr, like the plan itself).
 		for ; seenRecoveries < len(st.Recoveries); seenRecoveries++ {
 			r := st.Recoveries[seenRecoveries]
-			bar.note(fmt.Sprintf("recovered at step %d (%s): %d steps replayed, restored in %.0f ms; plan %s",
-				r.Step, r.Cause, r.Replayed, r.RestoreMS, r.Plan))
+			bar.note(fmt.Sprintf("recovered at step %d (%s) %s, restored in %.0f ms; plan %s",
+				r.Step, r.Cause, recoveredFrom(r), r.RestoreMS, r.Plan))
 		}
 		for ; seenReplans < len(st.Replans); seenReplans++ {
 			r := st.Replans[seenReplans]

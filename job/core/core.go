@@ -300,7 +300,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 			if c.ops.kind == opStep {
 				err = fmt.Errorf("step %d: %w", c.steps.next, err)
 			}
-			c.failure(now, c.steps.next, c.steps.start, err)
+			c.failure(now, c.steps.next, c.steps.start, err, true)
 		}
 	case StepFinished:
 		c.stepFinished(now, e)
@@ -318,7 +318,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 func stepChanging(c *Core, now time.Time, ev Event) {
 	switch e := ev.(type) {
 	case NodeFailed:
-		if !c.plan.domain[e.Name] || c.ops.kind == opProbe {
+		if !c.involves(e.Name) || c.ops.kind == opProbe {
 			return // the next probe leaves it out
 		}
 		c.ops.wait = 0
@@ -423,7 +423,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	dt := now.Sub(st.start)
 	st.run += dt
 	if e.Err != nil {
-		c.failure(now, st.next, st.start, fmt.Errorf("step %d: %w", st.next, e.Err))
+		c.failure(now, st.next, st.start, fmt.Errorf("step %d: %w", st.next, e.Err), true)
 		return
 	}
 	if err := job.CheckLoss(st.next, e.Loss); err != nil {
@@ -467,7 +467,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		if kind == opCut {
 			st.run += now.Sub(st.start)
 		}
-		c.failure(now, st.next, st.start, fmt.Errorf("checkpoint at step %d: %w", st.next, e.Err))
+		c.failure(now, st.next, st.start, fmt.Errorf("checkpoint at step %d: %w", st.next, e.Err), true)
 		return
 	}
 	c.cutGathered(now)
@@ -671,7 +671,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
-		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, ChainedSums: s.Deterministic, Recompute: s.Recompute,
+		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
 		// The nodes, not the spec: a recovery waits for more; a new job
@@ -701,7 +701,8 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {
 		p.domain[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp), Recompute: sp.Recompute})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Group: sp.Group, Replica: sp.Replica, MicroBatches: len(sp.Micros()),
+			Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp), Recompute: sp.Recompute})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

@@ -21,6 +21,9 @@
   // --- formatting -------------------------------------------------------
   const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
   const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ESC[c]);
+  // A stage's name: its group, and which replica when the group has several.
+  const stageName = (sg, S) => S.filter((q) => q.group === sg.group).length > 1
+    ? `stage ${esc(sg.group)} replica ${esc(sg.replica || 0)}` : `stage ${esc(sg.group ?? sg.id)}`;
   const isNum = (v) => typeof v === 'number' && isFinite(v);
   function num(v, digits) {
     if (!isNum(v)) return '–';
@@ -254,11 +257,11 @@
     S.forEach((sg, k) => {
       const [x, yy] = pos[k];
       s += `<g class="stagebox" data-stage="${esc(sg.id)}"><rect class="stage${k === worst ? ' bottleneck' : ''}" x="${x}" y="${yy}" width="${BW}" height="${BH}" rx="4"/>` +
-        `<text x="${x + 6}" y="${yy + 14}"><tspan font-weight="600">stage ${esc(sg.id)}</tspan> on ${esc(short(sg.node, 12))}</text>` +
+        `<text x="${x + 6}" y="${yy + 14}"><tspan font-weight="600">${stageName(sg, S)}</tspan> on ${esc(short(sg.node, 12))}</text>` +
         `<text class="muted" x="${x + 6}" y="${yy + 28}">${esc(short(sg.layers, 24))}${sg.params ? ' · ' + esc(count(sg.params)) + ' params' : ''}</text>` +
         `<text x="${x + 6}" y="${yy + 42}">f ${num(sg.forward_ms)} · b ${num(sg.backward_ms)} · w ${num(sg.wait_ms)}</text>` +
         `<text class="muted" x="${x + 6}" y="${yy + 55}">ms per step${k === worst ? ' · busiest' : ''}${sg.recompute ? ' · recomputes' : ''}</text>` +
-        `<title>stage ${esc(sg.id)} on ${esc(sg.node)}: ${esc(sg.layers)}</title></g>`;
+        `<title>${stageName(sg, S)} on ${esc(sg.node)}: ${esc(sg.layers)}, ${esc(sg.micro_batches)} of each step's micro-batches</title></g>`;
     });
     s += '</svg>';
     if ((j.stages || []).length > n) s += `<p class="muted">and ${j.stages.length - n} more stages</p>`;

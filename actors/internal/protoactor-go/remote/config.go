@@ -56,4 +56,7 @@ type Config struct {
 	EndpointManagerQueueSize int
 	Kinds                    map[string]*actor.Props
 	MaxRetryCount            int
+	// Inbound, if set, authorises what arrives on the gRPC port (ppnode
+	// patch; see WithInbound).
+	Inbound *Inbound
 }

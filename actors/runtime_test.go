@@ -164,39 +164,57 @@ func waitStatus(t *testing.T, c *Coordinator, timeout time.Duration, what string
 }
 
 // A pipelined job across nodes gives the weights of one process, bit for
-// bit, for every model, schedule and partition tried.
+// bit, for every model, schedule and partition tried, with stages that
+// recompute their activations too (vgg16: dropout and BatchNorm).
 func TestPipelinedJobIsBitIdentical(t *testing.T) {
 	tc := newInmemCluster(t, 4, nil)
 	cases := []struct {
 		model, partition, schedule string
 		nodes                      int
+		recompute                  string
 	}{
-		{"mlp32", "auto", "auto", 1},
-		{"mlp32", "uniform", "gpipe", 2},
-		{"mlp32", "uniform", "1f1b", 3},
-		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4},
-		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2},
-		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4},
-		{"resnet50", "uniform", "1f1b", 3},
-		{"vgg16", "auto", "auto", 2},
-		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3},
-		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4},
-		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4},
+		{"mlp32", "uniform", "1f1b", 3, "all"},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "all"},
+		{"vgg16", "uniform", "1f1b", 3, "all"},
+		{"mlp32", "uniform", "zb", 3, ""},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "zb", 4, ""},
+		{"resnet50", "uniform", "zb", 3, ""},
+		{"mlp32", "auto", "auto", 1, ""},
+		{"mlp32", "uniform", "gpipe", 2, ""},
+		{"mlp32", "uniform", "1f1b", 3, ""},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4, ""},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, ""},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4, ""},
+		{"resnet50", "uniform", "1f1b", 3, ""},
+		{"vgg16", "auto", "auto", 2, ""},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, ""},
+		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4, ""},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4, ""},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, "all"},
 	}
 	if testing.Short() {
-		cases = cases[1:4]
+		all := cases
+		cases = append(all[0:1:1], all[3], all[7], all[8], all[9])
 	}
 	want := map[string]string{}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/%s/%s/%d", c.model, c.partition, c.schedule, c.nodes), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/%s/%d/%s", c.model, c.partition, c.schedule, c.nodes, c.recompute), func(t *testing.T) {
 			spec := smallSpec(c.model)
-			spec.Partition, spec.Schedule = c.partition, c.schedule
+			spec.Partition, spec.Schedule, spec.Recompute = c.partition, c.schedule, c.recompute
 			if want[c.model] == "" {
 				want[c.model] = localSHA(t, spec)
 			}
 			spec.ID = strings.NewReplacer(" ", "", ";", "_", "@", "_", "/", "-", ".", "-", "+", "-").Replace(t.Name())
 			res, co := tc.run(t, spec, c.nodes)
 			t.Logf("plan %s (%s, M=%d), stages %d, loss %.4f", res.Plan, res.Schedule, res.MicroBatches, len(co.Plan().Stages), res.TrainLoss)
+			if res.Schedule != c.schedule && c.schedule == "zb" {
+				t.Fatalf("schedule %s, want zb", res.Schedule)
+			}
+			for _, st := range co.Plan().Stages {
+				if st.Recompute != (c.recompute == "all") {
+					t.Fatalf("stage %d recomputes %v under --recompute %q", st.ID, st.Recompute, c.recompute)
+				}
+			}
 			if res.WeightsSHA256 != want[c.model] {
 				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[c.model][:16])
 			}

@@ -198,6 +198,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		}
 	}
 	e.slot, e.reused = assignSlots(p.Program, e.M)
+	if p.Recompute {
+		e.slot, e.reused = sharedSlot(e.M)
+	}
 	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
@@ -225,7 +228,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 }
 
 // assignSlots gives each micro-batch the lowest slot free at its forward
-// pass; a backward pass frees its micro-batch's slot.
+// pass; a backward pass (under zb its weight pass) frees its micro-batch's slot.
 func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 	slot, reused = make([]int, M), make([]bool, M)
 	var free []int // free slots, ascending
@@ -240,10 +243,21 @@ func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 				slot[in.Micro] = next
 				next++
 			}
-		case balance.OpBackward:
+		case balance.OpBackward, balance.OpWeight: // a weight pass reads the slot
 			i, _ := slices.BinarySearch(free, slot[in.Micro])
 			free = slices.Insert(free, i, slot[in.Micro])
 		}
+	}
+	return slot, reused
+}
+
+// sharedSlot puts every micro-batch in slot 0, as a stage that recomputes
+// its activations keeps one micro-batch's: each pass into it waits until
+// what the slot's earlier passes sent has left.
+func sharedSlot(M int) (slot []int, reused []bool) {
+	slot, reused = make([]int, M), make([]bool, M)
+	for m := range reused {
+		reused[m] = true
 	}
 	return slot, reused
 }
@@ -354,6 +368,20 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
 			res.forwardNs += int64(time.Since(t0))
+		case balance.OpBackwardInput:
+			t0 := time.Now()
+			e.backwardInput(&ctx, m)
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpWeight:
+			t0 := time.Now()
+			e.st.BackwardWeight(&ctx, e.slot[m])
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpRecompute:
+			t0 := time.Now()
+			if err := e.recompute(&ctx, m); err != nil {
+				return res, err
+			}
+			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
 			y, err := e.box.wait(boxKey{int32(balance.Coordinator), dataplane.KindInput, uint32(m), labelsTensor})
@@ -455,6 +483,31 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
+}
+
+// backwardInput runs the first half of micro-batch m's backward pass (the
+// input gradients); OpWeight runs the rest.
+func (e *stageEngine) backwardInput(ctx *nn.Ctx, m int) {
+	for k, o := range e.spec.Plan.Outputs {
+		e.dout[k] = e.outputGrad(m, k, o)
+	}
+	e.gin[m] = e.st.BackwardInput(ctx, e.slot[m], e.dout)
+}
+
+// recompute runs micro-batch m's forward pass again into its slot, from
+// the inputs it kept, for the backward pass that follows. It computes what
+// the first pass computed (same inputs, dropout seeds and batch
+// statistics) and leaves the running statistics alone.
+func (e *stageEngine) recompute(ctx *nn.Ctx, m int) error {
+	for _, pr := range e.peers { // the slot's tensors may still be queued
+		if err := pr.flush(); err != nil {
+			return err
+		}
+	}
+	ctx.Recompute = true
+	e.outs[m] = e.st.Forward(ctx, e.slot[m], e.ins[m])
+	ctx.Recompute = false
+	return nil
 }
 
 // recvSum receives a sum of the stage's parameter gradients from replica

@@ -77,8 +77,12 @@ type Spec struct {
 	// with parallel branches), "uniform", "params", "balanced", "graph",
 	// or a partition description such as "fc1-fc16@a; fc17-fc32@b".
 	Partition string `json:"partition,omitempty"`
-	// Schedule is "auto", "gpipe", "1f1b" or "graph".
+	// Schedule is "auto", "gpipe", "1f1b", "graph" or "zb".
 	Schedule string `json:"schedule,omitempty"`
+	// Recompute is "none" (empty), "auto" (stages recompute their
+	// activations at the backward pass where their node's memory requires
+	// it) or "all" (balance.Options.Recompute).
+	Recompute string `json:"recompute,omitempty"`
 	// MaxNodes bounds the nodes the job may use (0: all).
 	MaxNodes int `json:"max_nodes,omitempty"`
 	// NoRebalance keeps the first plan (an automatic plan otherwise
@@ -256,6 +260,9 @@ func (s *Spec) normalize() error {
 		s.Schedule = "auto"
 	}
 	if err := balance.CheckSchedule(s.Schedule); err != nil && s.Schedule != "auto" {
+		return specErr("%v", err)
+	}
+	if err := balance.CheckRecompute(s.Recompute); err != nil {
 		return specErr("%v", err)
 	}
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {

@@ -73,6 +73,7 @@ func TestCheckedJSON(t *testing.T) {
 	for name, in := range map[string]string{
 		"bad model":     `{"model":"nosuch","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine"}`,
 		"unknown field": `{"model":"mlp32","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine","colour":1}`,
+		"bad recompute": `{"model":"mlp32","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine","recompute":"some"}`,
 		"null":          `null`,
 		"not an object": `[1]`,
 	} {

@@ -55,16 +55,18 @@ type Status struct {
 	Loss float64 `json:"loss"`
 	// LossHistory is the training loss over the steps, downsampled to at
 	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...].
-	LossHistory   []LossPoint   `json:"loss_history,omitempty"`
-	SamplesPerSec float64       `json:"samples_per_sec"`
-	Plan          string        `json:"plan,omitempty"`
-	Schedule      string        `json:"schedule,omitempty"`
-	MicroBatches  int           `json:"micro_batches,omitempty"`
-	PredictedMS   float64       `json:"predicted_step_ms,omitempty"`
-	Stages        []StageStatus `json:"stages,omitempty"`
-	Accuracy      []EpochAcc    `json:"accuracy,omitempty"`
-	Result        *Result       `json:"result,omitempty"`
-	Started       time.Time     `json:"started"`
+	LossHistory   []LossPoint `json:"loss_history,omitempty"`
+	SamplesPerSec float64     `json:"samples_per_sec"`
+	Plan          string      `json:"plan,omitempty"`
+	Schedule      string      `json:"schedule,omitempty"`
+	MicroBatches  int         `json:"micro_batches,omitempty"`
+	PredictedMS   float64     `json:"predicted_step_ms,omitempty"`
+	// PredictedBubble is the simulator's idle share of the stages' time.
+	PredictedBubble float64       `json:"predicted_bubble,omitempty"`
+	Stages          []StageStatus `json:"stages,omitempty"`
+	Accuracy        []EpochAcc    `json:"accuracy,omitempty"`
+	Result          *Result       `json:"result,omitempty"`
+	Started         time.Time     `json:"started"`
 	// LatestCut is the step of the latest consistent cut; Cuts counts them.
 	LatestCut int `json:"latest_cut"`
 	Cuts      int `json:"cuts"`
@@ -138,6 +140,8 @@ type StageStatus struct {
 	// To are the stages it sends activations to (none: it computes the
 	// loss).
 	To []int `json:"to,omitempty"`
+	// Recompute is set when the stage recomputes its activations.
+	Recompute bool `json:"recompute,omitempty"`
 	// Mean milliseconds per step over the last steps.
 	ForwardMS  float64 `json:"forward_ms"`
 	BackwardMS float64 `json:"backward_ms"`

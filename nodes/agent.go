@@ -122,7 +122,11 @@ func (a *Agent) measure() error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, a.cfg.ProfileFor)
-	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: a.cfg.Threads}
+	mem := max(job.AvailableMemory(), 0)
+	if m := a.cfg.Memory; m > 0 && (mem == 0 || m < mem) {
+		mem = m
+	}
+	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(mem), Threads: a.cfg.Threads}
 	a.capacity = &capacity{burst: burst, threads: a.cfg.Threads}
 	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", a.cfg.Threads, "backend", nn.Describe(be))
 	return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/nodes"
 	"github.com/ppnode/ppnode/portrange"
 )
@@ -59,6 +60,7 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", nodes.DefaultHTTPTimeout, "the HTTP API's bound on reading a request and writing an answer,\n"+
 		"and on any silence within a checkpoint's transfer")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
+	memory := fs.String("memory", "", "memory this node offers to training, such as 1GiB (default: what the machine or its cgroup has available; the smaller wins)")
 	logs.register(fs)
 	var lo logOptions
 	if err := parseFlags(fs, args, stdout); err != nil {
@@ -89,6 +91,11 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	}
 	if cfg.Threads < 0 {
 		return cfg, lo, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
+	}
+	if *memory != "" {
+		if cfg.Memory, err = balance.ParseBytes(*memory); err != nil || cfg.Memory <= 0 {
+			return cfg, lo, usagef("--memory %q: want a size such as 1GiB", *memory)
+		}
 	}
 	dataDirSet := false
 	fs.Visit(func(f *flag.Flag) { dataDirSet = dataDirSet || f.Name == "data-dir" })

@@ -108,7 +108,16 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			fmt.Fprintf(w, "\njob %s on %s: %s %s, step %d/%d, loss %.4f, %.0f samples/s\n",
 				j.ID, st.Name, j.Model, j.State, j.Step, j.Total, j.Loss, j.SamplesPerSec)
 			if j.Plan != "" {
-				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS)
+				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step, bubble %.0f%%\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS, 100*j.PredictedBubble)
+			}
+			var rec []string
+			for _, s := range j.Stages {
+				if s.Recompute {
+					rec = append(rec, fmt.Sprintf("s%d", s.ID))
+				}
+			}
+			if len(rec) > 0 {
+				fmt.Fprintf(w, "  stages %s recompute their activations at the backward pass\n", strings.Join(rec, ", "))
 			}
 			if j.Reason != "" {
 				fmt.Fprintf(w, "  %s: %s\n", j.State, j.Reason)

@@ -671,7 +671,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
-		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic,
+		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
 		// The nodes, not the spec: a recovery waits for more; a new job
@@ -696,13 +696,13 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p := &c.plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.Schedule.String(), p.MicroBatches
-	c.status.PredictedMS = p.report.StepTime * 1e3
+	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.Stages = nil
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {
 		p.domain[sp.Node] = true
 		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Group: sp.Group, Replica: sp.Replica, MicroBatches: len(sp.Micros()),
-			Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
+			Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp), Recompute: sp.Recompute})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

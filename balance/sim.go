@@ -371,6 +371,10 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 	// runtime forwards it tensor by tensor, so its sends overlap its
 	// arrival (the received message's start and end, per stage).
 	fwdFrom, fwdTo := make([]float64, S), make([]float64, S)
+	reached, at := make([]float64, S), make([]int, S) // when each stage reached its instruction at[s]
+	for s := range at {
+		at[s] = -1
+	}
 	waiting := map[msgKey]int{}
 	blockedAt := make([]float64, S)
 	linkFree := map[[2]int]float64{}
@@ -393,6 +397,9 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		if in.Op != OpSendSum {
 			fwdFrom[s] = -1
 		}
+		if at[s] != pcs[s] {
+			at[s], reached[s] = pcs[s], t
+		}
 		switch in.Op {
 		case OpRecvAct, OpRecvGrad, OpRecvSum:
 			if in.Peer == Coordinator {
@@ -409,7 +416,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			if in.Op == OpRecvSum {
 				k.m = 0
 			}
-			at, ok := arrived[k]
+			arrival, ok := arrived[k]
 			if !ok {
 				waiting[k] = s
 				blockedAt[s] = t
@@ -419,9 +426,9 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				return nil, fmt.Errorf("%w: stage %d expects %v of micro-batch %d from stage %d, which sends %v", ErrPlan, s, in.Tensors, in.Micro, in.Peer, sent[k])
 			}
 			delete(arrived, k)
-			next = max(t, at)
+			next = max(t, arrival)
 			if in.Op == OpRecvSum && pcs[s]+1 < len(prog) && prog[pcs[s]+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
-				fwdFrom[s], fwdTo[s] = began[k], at
+				fwdFrom[s], fwdTo[s] = max(began[k], reached[s]), arrival
 			}
 		case OpSendAct, OpSendGrad, OpSendSum:
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -685,6 +687,10 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 		if !slices.ContainsFunc(cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == sp.Node }) {
 			return nil, specErr("the plan puts stage %d on %q, which is not a node of this job", sp.ID, sp.Node)
 		}
+	}
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		b, _ := json.Marshal(cl) // what `ppnode plan --nodes FILE` reads
+		c.log.Debug("planned", "partitioner", part, "plan", res.Spec, "predicted_ms", res.Report.StepTime*1e3, "cluster", string(b))
 	}
 	return res, nil
 }

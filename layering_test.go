@@ -60,7 +60,7 @@ var testOnly = map[string][]string{
 	"balance":   {"nn/zoo"},
 	"onnx":      {"tensorio"},
 	"dataplane": {"actors"}, // a benchmark sends to a stage actor
-	"actors":    {"job/jobtest"},
+	"actors":    {"job/jobtest", "trust"},
 	"nodes":     {"job/jobtest"},
 }
 

@@ -125,7 +125,7 @@ type stageSet struct {
 	sent  map[int]dataplane.Stats // what each had sent at the last step's end
 	views []*nn.Stage             // the coordinator's view of each stage (for gathering)
 	feeds []feed                  // stages that read graph inputs
-	loss  int                     // the loss stage
+	loss  []int                   // the loss stage of each micro-batch
 	// migrate is where each stage listens for the state of its layers
 	// (a direct move).
 	migrate [][]*LinkAddr
@@ -277,9 +277,6 @@ func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []strin
 	default:
 		if _, err := balance.ParseSpec(c.job.Graph, partition, nodes); err != nil {
 			return fmt.Errorf("%w: %w", job.ErrSpec, err)
-		}
-		if err := job.CheckRunnable(partition); err != nil {
-			return err
 		}
 	}
 	c.post(core.ReplanRequested{Partition: partition, ViaCut: viaCut})
@@ -484,6 +481,18 @@ func (c *Coordinator) cancelOp() {
 		})
 		return
 	}
+	if op.step >= 0 {
+		// A step ends with its context and leaves its stages be: a
+		// recovery may take the state of those that survive. Only a step
+		// stuck on a link has its links closed.
+		t := c.clk.NewTimer(2 * time.Second)
+		defer t.Stop()
+		select {
+		case <-op.done:
+			return
+		case <-t.C():
+		}
+	}
 	// Closing the links of its stages ends any transfer it waits on.
 	for _, gen := range op.gens {
 		if s := c.sets[gen]; s != nil {
@@ -633,26 +642,34 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *ten
 }
 
 // feedTargets returns the stages of p that read the graph input and the
-// loss stage.
-func feedTargets(p *balance.Plan) (feeds []feed, loss int) {
+// stage that computes the loss of each micro-batch (with replicas, the
+// replica that runs it).
+func feedTargets(p *balance.Plan) (feeds []feed, loss []int) {
+	loss = make([]int, p.MicroBatches)
 	for k, sp := range p.Stages {
+		var f *feed
 		for _, in := range sp.Program {
-			if in.Op == balance.OpRecvAct && in.Peer == balance.Coordinator {
-				feeds = append(feeds, feed{stage: k, inputs: in.Tensors})
-				break
+			switch {
+			case in.Op == balance.OpRecvAct && in.Peer == balance.Coordinator:
+				if f == nil {
+					feeds = append(feeds, feed{stage: k, inputs: in.Tensors, micros: make([]bool, p.MicroBatches)})
+					f = &feeds[len(feeds)-1]
+				}
+				f.micros[in.Micro] = true
+			case in.Op == balance.OpLoss:
+				loss[in.Micro] = k
 			}
-		}
-		if sp.Loss {
-			loss = k
 		}
 	}
 	return feeds, loss
 }
 
-// feed is a stage that reads graph inputs, and which.
+// feed is a stage that reads graph inputs, which, and for which
+// micro-batches.
 type feed struct {
 	stage  int
 	inputs []string
+	micros []bool
 }
 
 func labelTensor(y []int32, t *nn.Tensor) *nn.Tensor {

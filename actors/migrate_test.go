@@ -202,7 +202,7 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 			if _, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen - 1}}, 300*time.Millisecond); err == nil {
 				t.Errorf("stage %d of generation %d answered a message of generation %d", k, gen, gen-1)
 			}
-			r, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen}}, 10*time.Second)
+			r, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen}, Steps: int64(step)}, 10*time.Second)
 			if m, ok := r.(*StateMoved); err != nil || !ok || m.GetError() != "" {
 				t.Errorf("stage %d: a message of its generation got %v, %v", k, r, err)
 			}
@@ -483,22 +483,36 @@ func TestStageRefusesBadSources(t *testing.T) {
 	}
 }
 
-// A stage refuses a program that sums gradients with other replicas: the
-// stages do not run replicated plans yet.
-func TestStageRefusesReplicas(t *testing.T) {
-	spec, err := job.Check(smallSpec("mlp32"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := newInmemCluster(t, 1, nil)
-	c, err := NewCoordinator(spec, tc.config(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := c.Plan().Stages[0]
-	sp.Program = append([]balance.Instr{{Op: balance.OpRecvSum, Peer: 1}}, sp.Program...)
-	_, err = newStageEngine(StageSpec{Job: spec, Data: job.SampleOf(c.job.Set), Graph: c.Plan().Graph, Plan: sp}, 1)
-	if err == nil || !strings.Contains(err.Error(), "replicated stages are planned and simulated, not yet run") {
-		t.Fatalf("a stage with a gradient sum: %v", err)
+// A replica refuses a spec without the plan's groups, and a stage with
+// running statistics refuses replicas.
+func TestStageRefusesBadReplicas(t *testing.T) {
+	for _, tc := range []struct{ model, partition, want string }{
+		{"mlp32", "fc1-fc16@a,b; fc17-fc32@c", "lacks the plan's groups"},
+		{"resnet50", "conv1-layer1.0.conv3@a,b; layer1.0.bn3-fc@c", "running statistics"},
+	} {
+		spec, err := job.Check(smallSpec(tc.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jb, err := spec.Prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, err := balance.ParseSpec(jb.Graph, tc.partition, []string{"a", "b", "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := balance.Build(jb.Graph, part, []string{"a", "b", "c"}, balance.GPipe, spec.Spec().MicroBatches, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss := StageSpec{Job: spec, Data: job.SampleOf(jb.Set), Graph: plan.Graph, Plan: plan.Stages[1]}
+		if tc.want == "running statistics" {
+			ss.Groups = groupsOf(plan)
+		}
+		_, err = newStageEngine(ss, 1)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want an error mentioning %q", tc.model, tc.partition, err, tc.want)
+		}
 	}
 }

@@ -116,7 +116,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		s.refs[k] = ref
 		mu.Unlock()
 		spec := StageSpec{Job: c.checked, Generation: gen, Data: job.SampleOf(c.job.Set),
-			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k)}
+			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k), Groups: groupsOf(plan)}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
 		}
@@ -177,6 +177,19 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		return nil
 	})
 	return s, params, err
+}
+
+// groupsOf lists the group of each executor of a plan with replicas (nil
+// without).
+func groupsOf(p *balance.Plan) []int {
+	if !p.Replicated() {
+		return nil
+	}
+	gs := make([]int, len(p.Stages))
+	for k, sp := range p.Stages {
+		gs[k] = sp.Group
+	}
+	return gs
 }
 
 // stepTimeout is the longest a step may take: the bound of every read and
@@ -259,6 +272,9 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 		j.Loader.Fill(epoch, step, m, b)
 		c.labels[m] = labelTensor(b.Y, c.labels[m])
 		for _, f := range s.feeds {
+			if !f.micros[m] {
+				continue
+			}
 			for _, name := range f.inputs {
 				i := slices.Index(j.Graph.InputNames, name)
 				id, ok := tensorID(j.Graph, name)
@@ -272,8 +288,8 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 				}
 			}
 		}
-		if err := s.links[s.loss].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
-			ev.Err = fmt.Errorf("labels to stage %d: %w", s.loss, err)
+		if err := s.links[s.loss[m]].Send(dataplane.Tag{Kind: dataplane.KindInput, MicroBatch: uint32(m), Tensor: labelsTensor}, c.labels[m]); err != nil {
+			ev.Err = fmt.Errorf("labels to stage %d: %w", s.loss[m], err)
 			return ev
 		}
 	}
@@ -283,6 +299,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 		s.sent[k] = st
 	}
 	ev.Timings = make([]core.StageTiming, len(s.refs))
+	losses := make([]*StepDone, len(s.refs)) // summed in stage order: replicas of the loss stage each have some
 	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
 		d, ok := r.(*StepDone)
 		if !ok {
@@ -298,11 +315,19 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks())}
 		}
 		if d.GetHasLoss() {
-			ev.Loss = d.GetLoss() / float64(max(d.GetSamples(), 1))
-			ev.Correct, ev.Seen = d.GetCorrect(), d.GetSamples()
+			losses[k] = d
 		}
 		return nil
 	})
+	var loss float64
+	for _, d := range losses {
+		if d != nil {
+			loss += d.GetLoss()
+			ev.Correct += d.GetCorrect()
+			ev.Seen += d.GetSamples()
+		}
+	}
+	ev.Loss = loss / float64(max(ev.Seen, 1))
 	return ev
 }
 
@@ -429,7 +454,8 @@ func (c *Coordinator) gather(s *stageSet) error {
 	}
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
 	var state [][]*nn.Tensor
-	err := c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(st [][]*nn.Tensor) {
+	// Replicas of a stage hold the same state: the first of each sends it.
+	err := c.moveState(s, "gathering", &GatherWeights{Header: h, Optimizer: true}, func(k int) bool { return s.plan.Stages[k].Replica == 0 }, func(st [][]*nn.Tensor) {
 		state = st
 		c.keepTwins(st)
 	}, func(lk dataplane.Link, i int, t *nn.Tensor) error {
@@ -478,26 +504,32 @@ func (c *Coordinator) restore(s *stageSet, step int) error {
 		return errors.New("no stages")
 	}
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
-	return c.moveState(s, "restoring", &RestoreStage{Header: h, Steps: int64(step)}, nil, func(lk dataplane.Link, i int, t *nn.Tensor) error {
+	return c.moveState(s, "restoring", &RestoreStage{Header: h, Steps: int64(step)}, nil, nil, func(lk dataplane.Link, i int, t *nn.Tensor) error {
 		return lk.Send(dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t)
 	})
 }
 
-// moveState moves every stage's state tensors over its coordinator link,
-// one call of move per tensor, while the stage serves the request msg; a
-// stage that fails or refuses closes the transfer (see abortOnFailure).
-// prepare, if set, sees all the tensors first, on the caller's goroutine.
-func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, prepare func([][]*nn.Tensor), move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
+// moveState moves the state tensors of every stage (those for which
+// only, if set, is true) over its coordinator link, one call of move per
+// tensor, while the stage serves the request msg; a stage that fails or
+// refuses closes the transfer (see abortOnFailure). prepare, if set, sees
+// all the tensors first, on the caller's goroutine.
+func (c *Coordinator) moveState(s *stageSet, what string, msg proto.Message, only func(k int) bool, prepare func([][]*nn.Tensor), move func(lk dataplane.Link, i int, t *nn.Tensor) error) error {
 	// Made here, on one goroutine: the optimizer's state map is not safe
 	// for concurrent use.
 	state := make([][]*nn.Tensor, len(s.views))
 	for k, st := range s.views {
-		state[k] = stateTensors(st.Params(), c.copt, true)
+		if only == nil || only(k) {
+			state[k] = stateTensors(st.Params(), c.copt, true)
+		}
 	}
 	if prepare != nil {
 		prepare(state)
 	}
 	return forEachStage(len(s.refs), func(k int) error {
+		if only != nil && !only(k) {
+			return nil
+		}
 		done := abortOnFailure(c.request(s.refs[k], msg, c.cfg.Timeout), s.links[k])
 		for i, t := range state[k] {
 			if err := move(s.links[k], i, t); err != nil {
@@ -600,12 +632,17 @@ func (c *Coordinator) move(ctx context.Context, news, olds *stageSet, a core.Mov
 		if len(transfers[k]) == 0 {
 			continue
 		}
-		replies = append(replies, c.request(ref, &SendState{Header: h, Transfers: transfers[k], TimeoutMs: ms}, timeout))
+		replies = append(replies, c.request(ref, &SendState{Header: h, Transfers: transfers[k], TimeoutMs: ms, Steps: int64(a.Step)}, timeout))
 		who = append(who, fmt.Sprintf("old stage %d on %s", k, olds.plan.Stages[k].Node))
 	}
+	// The links of the stages that take part: a stage of the old plan
+	// that sends nothing may be gone (a recovery moves the survivors').
 	var links []dataplane.Link
-	for _, s := range []*stageSet{olds, news} {
-		for _, lk := range s.links {
+	for _, lk := range news.links {
+		links = append(links, lk)
+	}
+	for k, lk := range olds.links {
+		if len(transfers[k]) > 0 {
 			links = append(links, lk)
 		}
 	}

@@ -1235,15 +1235,17 @@ func (x *StateTransfer) GetAddr() string {
 }
 
 // SendState asks a stage of the previous plan to send the state of its
-// layers to the new plan's stages. Its header carries the new plan's
-// generation: from then on the stage refuses the previous plan's
-// messages. It answers with a StateMoved once every receiver has read
+// layers after steps steps to the new plan's stages. Its header carries
+// the new plan's generation: from then on the stage refuses the previous
+// plan's messages, and a step it still runs is abandoned (its update
+// dropped). It answers with a StateMoved once every receiver has read
 // everything (a receiver closes the link when done).
 type SendState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Transfers     []*StateTransfer       `protobuf:"bytes,2,rep,name=transfers,proto3" json:"transfers,omitempty"`
 	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // the whole move
+	Steps         int64                  `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,6 +1297,13 @@ func (x *SendState) GetTransfers() []*StateTransfer {
 func (x *SendState) GetTimeoutMs() int64 {
 	if x != nil {
 		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *SendState) GetSteps() int64 {
+	if x != nil {
+		return x.Steps
 	}
 	return 0
 }
@@ -1712,12 +1721,13 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x05R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x05R\x02to\x12\x16\n" +
 	"\x06layers\x18\x03 \x03(\tR\x06layers\x12\x12\n" +
-	"\x04addr\x18\x04 \x01(\tR\x04addr\"\x95\x01\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\"\xab\x01\n" +
 	"\tSendState\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12:\n" +
 	"\ttransfers\x18\x02 \x03(\v2\x1c.ppnode.actors.StateTransferR\ttransfers\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"r\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\x03R\x05steps\"r\n" +
 	"\fReceiveState\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x14\n" +
 	"\x05steps\x18\x02 \x01(\x03R\x05steps\x12\x1d\n" +

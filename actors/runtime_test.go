@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -163,36 +164,57 @@ func waitStatus(t *testing.T, c *Coordinator, timeout time.Duration, what string
 }
 
 // A pipelined job across nodes gives the weights of one process, bit for
-// bit, for every model, schedule and partition tried.
+// bit, for every model, schedule and partition tried, with stages that
+// recompute their activations too (vgg16: dropout and BatchNorm).
 func TestPipelinedJobIsBitIdentical(t *testing.T) {
 	tc := newInmemCluster(t, 4, nil)
 	cases := []struct {
 		model, partition, schedule string
 		nodes                      int
+		recompute                  string
 	}{
-		{"mlp32", "auto", "auto", 1},
-		{"mlp32", "uniform", "gpipe", 2},
-		{"mlp32", "uniform", "1f1b", 3},
-		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4},
-		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2},
-		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4},
-		{"resnet50", "uniform", "1f1b", 3},
-		{"vgg16", "auto", "auto", 2},
+		{"mlp32", "uniform", "1f1b", 3, "all"},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "all"},
+		{"vgg16", "uniform", "1f1b", 3, "all"},
+		{"mlp32", "uniform", "zb", 3, ""},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "zb", 4, ""},
+		{"resnet50", "uniform", "zb", 3, ""},
+		{"mlp32", "auto", "auto", 1, ""},
+		{"mlp32", "uniform", "gpipe", 2, ""},
+		{"mlp32", "uniform", "1f1b", 3, ""},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4, ""},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, ""},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4, ""},
+		{"resnet50", "uniform", "1f1b", 3, ""},
+		{"vgg16", "auto", "auto", 2, ""},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, ""},
+		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4, ""},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4, ""},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, "all"},
 	}
 	if testing.Short() {
-		cases = cases[1:4]
+		all := cases
+		cases = append(all[0:1:1], all[3], all[7], all[8], all[9])
 	}
 	want := map[string]string{}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/%s/%s/%d", c.model, c.partition, c.schedule, c.nodes), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/%s/%d/%s", c.model, c.partition, c.schedule, c.nodes, c.recompute), func(t *testing.T) {
 			spec := smallSpec(c.model)
-			spec.Partition, spec.Schedule = c.partition, c.schedule
+			spec.Partition, spec.Schedule, spec.Recompute = c.partition, c.schedule, c.recompute
 			if want[c.model] == "" {
 				want[c.model] = localSHA(t, spec)
 			}
 			spec.ID = strings.NewReplacer(" ", "", ";", "_", "@", "_", "/", "-", ".", "-", "+", "-").Replace(t.Name())
 			res, co := tc.run(t, spec, c.nodes)
 			t.Logf("plan %s (%s, M=%d), stages %d, loss %.4f", res.Plan, res.Schedule, res.MicroBatches, len(co.Plan().Stages), res.TrainLoss)
+			if res.Schedule != c.schedule && c.schedule == "zb" {
+				t.Fatalf("schedule %s, want zb", res.Schedule)
+			}
+			for _, st := range co.Plan().Stages {
+				if st.Recompute != (c.recompute == "all") {
+					t.Fatalf("stage %d recomputes %v under --recompute %q", st.ID, st.Recompute, c.recompute)
+				}
+			}
 			if res.WeightsSHA256 != want[c.model] {
 				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[c.model][:16])
 			}
@@ -230,7 +252,7 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		{func(s *job.Spec) { s.Batch, s.MicroBatches = 1<<30, 4 }, "batch"},
 		{func(s *job.Spec) { s.SyntheticSamples = -5 }, "synthetic samples"},
 		{func(s *job.Spec) { s.ID = "" }, "no job id"},
-		{func(s *job.Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@c" }, "replicated stages are planned and simulated, not yet run"},
+		{func(s *job.Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@a" }, "two stages"},
 	}
 	for _, c := range cases {
 		spec := smallSpec("mlp32")
@@ -239,16 +261,6 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 		if err == nil || !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %+v: error %v, want ErrSpec mentioning %q", spec, err, c.want)
 		}
-	}
-	// A re-plan to replicated stages is refused likewise.
-	co, err := newCoordinator(smallSpec("mlp32"), tc.config(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := nodeNames(tc.nodes[:2])
-	err = co.RequestReplan("fc1-fc32@"+names[0]+","+names[1], false, names)
-	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not yet run") {
-		t.Errorf("a re-plan to replicated stages: %v, want ErrSpec", err)
 	}
 }
 
@@ -296,6 +308,92 @@ func TestRecoveryFromANodeDeath(t *testing.T) {
 			t.Logf("recovery: %+v", r)
 			if r.Step != 6 || r.Replayed != 2 || strings.Contains(r.Plan, "@c") {
 				t.Errorf("recovery at step %d replayed %d onto plan %q; want step 6, 2 replayed, no node c", r.Step, r.Replayed, r.Plan)
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
+	}
+}
+
+// Without --deterministic replicas run interleaved micro-batches and sum
+// their gradients after their last backward pass, passing each tensor on
+// as soon as it is added: the weights then differ from one process's only
+// in the order of the additions (with the deterministic GEMM, nothing
+// else differs), within float32 rounding.
+func TestFastSumsTrainAsOneProcess(t *testing.T) {
+	tc := newInmemCluster(t, 4, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Deterministic, spec.Backend, spec.Optimizer, spec.Steps = "fast-sums", false, "ppnode-det", "sgd", 3
+	spec.Partition, spec.Schedule = "fc1-fc12@a,b,c; fc13-fc32@d", "gpipe"
+	j, err := jobtest.Check(t, spec).Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.TrainLocal(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]float32{}
+	for _, p := range j.Graph.Params() {
+		want[p.Name] = slices.Clone(nn.F32(p.Value))
+	}
+	_, co := tc.run(t, spec, 4)
+	if !co.Plan().Replicated() || co.Plan().ChainedSums {
+		t.Fatalf("plan %s: want replicas with sums in the fast order", co.Describe())
+	}
+	var worst float64
+	for _, p := range co.job.Graph.Params() {
+		for i, v := range nn.F32(p.Value) {
+			worst = max(worst, math.Abs(float64(v-want[p.Name][i])))
+		}
+	}
+	t.Logf("largest difference from one process: %g", worst)
+	if worst == 0 || worst > 1e-5 {
+		t.Fatalf("weights differ from one process's by up to %g, want (0, 1e-5]: the sums are in another order, no more", worst)
+	}
+}
+
+// A replica's node that dies mid-job costs no replay: the stage's other
+// replica holds the same state, which moves to a plan over the nodes left,
+// and the failed step runs again; the weights are those of one process.
+func TestReplicaDeathNeedsNoReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		make   func(t *testing.T) *testCluster
+		report bool
+	}{
+		{"inmem", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, nil) }, false},
+		{"tcp", func(t *testing.T) *testCluster { return newSystemCluster(t, 3, &dataplane.TCP{}) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := tc.make(t)
+			spec := smallSpec("mlp32")
+			spec.ID = "replica-dies"
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+			spec.Partition, spec.Schedule = "fc1-fc12@a,b; fc13-fc32@c", "1f1b"
+			want := localSHA(t, spec)
+			var once sync.Once
+			var c *Coordinator
+			cfg := cl.config(3)
+			cfg.OnStep = func(step int) {
+				if step == 6 {
+					once.Do(func() {
+						if tc.report {
+							c.NodeFailed("b")
+						}
+						cl.kill(1)
+					})
+				}
+			}
+			res, _ := runJob(t, spec, cfg, &c)
+			st := c.Status()
+			if len(st.Recoveries) != 1 {
+				t.Fatalf("recoveries %+v, want one", st.Recoveries)
+			}
+			r := st.Recoveries[0]
+			t.Logf("recovery: %+v", r)
+			if r.From != job.FromSurvivors || r.Replayed != 0 || r.Plan != "fc1-fc12@a; fc13-fc32@c" {
+				t.Errorf("recovery from the %s, %d replayed, onto plan %q; want from the survivors, none replayed, without b", r.From, r.Replayed, r.Plan)
 			}
 			if res.WeightsSHA256 != want {
 				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])

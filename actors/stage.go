@@ -37,6 +37,10 @@ type StageSpec struct {
 	// Rates are the speeds (bytes/s) of the stage's links by peer stage
 	// (balance.Coordinator: the coordinator), for their codecs.
 	Rates map[int]float64 `json:"rates,omitempty"`
+	// Groups is, for a plan with replicas, the stage of the partition
+	// that each executor of the plan runs (balance.StagePlan.Group):
+	// instructions name executors, StageOutput.To names groups.
+	Groups []int `json:"groups,omitempty"`
 }
 
 // labelsTensor is the tensor id of a micro-batch's labels on the link from
@@ -99,6 +103,24 @@ type stageEngine struct {
 
 	box   *inbox
 	peers map[int]*peer
+
+	// pending is the optimizer update of the last step. It is applied
+	// when the next step begins or the state is read (settle): a step
+	// that fails anywhere in the pipeline is then dropped everywhere, and
+	// every stage still holds the state before it.
+	pending *pendingUpdate
+	// gradStep is the step whose gradients the parameters hold (-1: none).
+	gradStep int
+	// lastReplica is the executor that sends the replicas' total (-1
+	// without replicas); sumSent the replicas this step's sums were
+	// queued for: the gradients must not change until they are written.
+	lastReplica int
+	sumSent     []int
+}
+
+type pendingUpdate struct {
+	step int
+	lr   float64
 }
 
 func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
@@ -111,12 +133,21 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		return nil, fmt.Errorf("model %s here hashes to %s, the plan's to %s (different ppnode versions?)", js.Model, h, spec.Graph)
 	}
 	p := spec.Plan
-	if p.Replica > 0 || slices.ContainsFunc(p.Program, func(in balance.Instr) bool { return in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum }) {
-		return nil, fmt.Errorf("stage %d: replicated stages are planned and simulated, not yet run", p.ID)
-	}
 	st, err := g.Stage(p.Layers)
 	if err != nil {
 		return nil, err
+	}
+	replicated := slices.ContainsFunc(p.Program, func(in balance.Instr) bool { return in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum })
+	if replicated && slices.ContainsFunc(st.Params(), func(prm *nn.Param) bool { return !prm.Trainable() }) {
+		return nil, fmt.Errorf("stage %d: a stage with running statistics (BatchNorm) cannot have replicas: each would see other micro-batches", p.ID)
+	}
+	for _, in := range p.Program {
+		if spec.Groups != nil && in.Peer != balance.Coordinator && (in.Peer < 0 || in.Peer >= len(spec.Groups)) {
+			return nil, fmt.Errorf("stage %d: instruction %v names no stage of the plan", p.ID, in)
+		}
+	}
+	if replicated && spec.Groups == nil {
+		return nil, fmt.Errorf("stage %d: a replica's spec lacks the plan's groups", p.ID)
 	}
 	if len(st.Inputs) != len(p.Inputs) || len(st.Outputs) != len(p.Outputs) {
 		return nil, fmt.Errorf("stage %d: plan has %d inputs and %d outputs, the model %d and %d", p.ID, len(p.Inputs), len(p.Outputs), len(st.Inputs), len(st.Outputs))
@@ -136,7 +167,14 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	}
 	e := &stageEngine{spec: spec, job: js, g: g, st: st, params: st.Params(), id: map[string]uint32{},
 		inIdx: map[string]int{}, outIdx: map[string]int{}, zeros: map[string]*nn.Tensor{},
-		box: newInbox(), peers: map[int]*peer{}}
+		box: newInbox(), peers: map[int]*peer{}, gradStep: -1, lastReplica: -1}
+	if replicated {
+		for i, grp := range spec.Groups {
+			if grp == spec.Groups[p.ID] {
+				e.lastReplica = i
+			}
+		}
+	}
 	for _, prm := range e.params {
 		prm.Reset(js.Seed)
 	}
@@ -153,16 +191,16 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		}
 		e.id[n] = id
 	}
-	e.M = 0
+	e.M = js.MicroBatches
 	for _, in := range p.Program {
-		if in.Op != balance.OpStep {
-			e.M = max(e.M, in.Micro+1)
+		if in.Micro < 0 || in.Micro >= e.M {
+			return nil, fmt.Errorf("stage %d: program names micro-batch %d, the job has %d", p.ID, in.Micro, e.M)
 		}
 	}
-	if e.M != js.MicroBatches {
-		return nil, fmt.Errorf("stage %d: program covers %d micro-batches, the job has %d", p.ID, e.M, js.MicroBatches)
-	}
 	e.slot, e.reused = assignSlots(p.Program, e.M)
+	if p.Recompute {
+		e.slot, e.reused = sharedSlot(e.M)
+	}
 	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
@@ -190,7 +228,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 }
 
 // assignSlots gives each micro-batch the lowest slot free at its forward
-// pass; a backward pass frees its micro-batch's slot.
+// pass; a backward pass (under zb its weight pass) frees its micro-batch's slot.
 func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 	slot, reused = make([]int, M), make([]bool, M)
 	var free []int // free slots, ascending
@@ -205,7 +243,7 @@ func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 				slot[in.Micro] = next
 				next++
 			}
-		case balance.OpBackward:
+		case balance.OpBackward, balance.OpWeight: // a weight pass reads the slot
 			i, _ := slices.BinarySearch(free, slot[in.Micro])
 			free = slices.Insert(free, i, slot[in.Micro])
 		}
@@ -213,27 +251,54 @@ func assignSlots(prog []balance.Instr, M int) (slot []int, reused []bool) {
 	return slot, reused
 }
 
-// incoming lists the stages that send to this one (balance.Coordinator
-// first: every stage has a link from the coordinator).
+// sharedSlot puts every micro-batch in slot 0, as a stage that recomputes
+// its activations keeps one micro-batch's: each pass into it waits until
+// what the slot's earlier passes sent has left.
+func sharedSlot(M int) (slot []int, reused []bool) {
+	slot, reused = make([]int, M), make([]bool, M)
+	for m := range reused {
+		reused[m] = true
+	}
+	return slot, reused
+}
+
+// incoming lists the stages that dial this one (balance.Coordinator
+// first: every stage has a link from the coordinator): those it receives
+// activations from, and the replicas before it that it sums with.
 func (e *stageEngine) incoming() []int {
 	from := []int{balance.Coordinator}
 	for _, in := range e.spec.Plan.Program {
-		if in.Op == balance.OpRecvAct && in.Peer != balance.Coordinator && !slices.Contains(from, in.Peer) {
+		if (in.Op == balance.OpRecvAct || e.sumWith(in, false)) && in.Peer != balance.Coordinator && !slices.Contains(from, in.Peer) {
 			from = append(from, in.Peer)
 		}
 	}
 	return from
 }
 
-// outgoing lists the stages this one sends activations to.
+// outgoing lists the stages this one dials: those it sends activations
+// to, and the replicas after it that it sums with.
 func (e *stageEngine) outgoing() []int {
 	var to []int
 	for _, in := range e.spec.Plan.Program {
-		if in.Op == balance.OpSendAct && !slices.Contains(to, in.Peer) {
+		if (in.Op == balance.OpSendAct || e.sumWith(in, true)) && !slices.Contains(to, in.Peer) {
 			to = append(to, in.Peer)
 		}
 	}
 	return to
+}
+
+// sumWith reports whether in exchanges sums with a replica after this
+// executor (after), or before it: the one before dials the link.
+func (e *stageEngine) sumWith(in balance.Instr, after bool) bool {
+	return (in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum) && (in.Peer > e.spec.Plan.ID) == after
+}
+
+// group is the stage of the partition that executor k runs.
+func (e *stageEngine) group(k int) int {
+	if e.spec.Groups == nil || k < 0 {
+		return k
+	}
+	return e.spec.Groups[k]
 }
 
 // attach starts the reader and sender goroutines of an established link;
@@ -270,7 +335,13 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	defer func() { res.wallNs = int64(time.Since(start)) }()
 	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.job.Seed, Step: global}
 	p := e.spec.Plan
-	for _, in := range p.Program {
+	t0 := time.Now()
+	e.settle(global)
+	res.updateNs += int64(time.Since(t0))
+	e.gradStep, e.sumSent = global, e.sumSent[:0]
+	backwards := 0
+	for pc := 0; pc < len(p.Program); pc++ {
+		in := p.Program[pc]
 		m := in.Micro
 		ctx.Micro = m
 		switch in.Op {
@@ -296,6 +367,20 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				}
 			}
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
+			res.forwardNs += int64(time.Since(t0))
+		case balance.OpBackwardInput:
+			t0 := time.Now()
+			e.backwardInput(&ctx, m)
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpWeight:
+			t0 := time.Now()
+			e.st.BackwardWeight(&ctx, e.slot[m])
+			res.backwardNs += int64(time.Since(t0))
+		case balance.OpRecompute:
+			t0 := time.Now()
+			if err := e.recompute(&ctx, m); err != nil {
+				return res, err
+			}
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpLoss:
 			t0 := time.Now()
@@ -333,7 +418,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 					return res, err
 				}
 				k := e.outIdx[name]
-				pos := slices.Index(p.Outputs[k].To, in.Peer)
+				pos := slices.Index(p.Outputs[k].To, e.group(in.Peer))
 				if pos < 0 {
 					return res, fmt.Errorf("stage %d: gradient of %q from stage %d, which does not read it", p.ID, name, in.Peer)
 				}
@@ -345,6 +430,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				e.dout[k] = e.outputGrad(m, k, o)
 			}
 			e.gin[m] = e.st.Backward(&ctx, e.slot[m], e.dout)
+			backwards++
 			res.backwardNs += int64(time.Since(t0))
 		case balance.OpSendGrad:
 			for _, name := range in.Tensors {
@@ -357,16 +443,39 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 					return res, err
 				}
 			}
-		case balance.OpStep:
+		case balance.OpSendSum:
+			k := 0
+			for _, prm := range e.params {
+				if prm.Trainable() {
+					if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindSum, Tensor: uint32(k)}, prm.Grad); err != nil {
+						return res, err
+					}
+					k++
+				}
+			}
+			e.sumSent = append(e.sumSent, in.Peer)
+		case balance.OpRecvSum:
+			replace := backwards == 0 || in.Peer == e.lastReplica
+			// A sum that the next instructions pass on goes on tensor by
+			// tensor, as soon as each is added: the chain pipelines.
+			var fwd []int
+			for !replace && pc+1 < len(p.Program) && p.Program[pc+1].Op == balance.OpSendSum {
+				pc++
+				fwd = append(fwd, p.Program[pc].Peer)
+			}
 			t0 := time.Now()
-			e.opt.SetLR(lr)
-			e.opt.Step(e.params)
-			res.updateNs += int64(time.Since(t0))
+			err := e.recvSum(in.Peer, replace, fwd)
+			res.waitNs += int64(time.Since(t0))
+			if err != nil {
+				return res, err
+			}
+		case balance.OpStep:
+			e.pending = &pendingUpdate{step: global, lr: lr}
 		}
 	}
 	// The step ends when everything it sent has left: the next step's
 	// forward passes overwrite the tensors the queues still point to.
-	t0 := time.Now()
+	t0 = time.Now()
 	for _, pr := range e.peers {
 		if err := pr.flush(); err != nil {
 			return res, err
@@ -374,6 +483,90 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	}
 	res.waitNs += int64(time.Since(t0))
 	return res, nil
+}
+
+// backwardInput runs the first half of micro-batch m's backward pass (the
+// input gradients); OpWeight runs the rest.
+func (e *stageEngine) backwardInput(ctx *nn.Ctx, m int) {
+	for k, o := range e.spec.Plan.Outputs {
+		e.dout[k] = e.outputGrad(m, k, o)
+	}
+	e.gin[m] = e.st.BackwardInput(ctx, e.slot[m], e.dout)
+}
+
+// recompute runs micro-batch m's forward pass again into its slot, from
+// the inputs it kept, for the backward pass that follows. It computes what
+// the first pass computed (same inputs, dropout seeds and batch
+// statistics) and leaves the running statistics alone.
+func (e *stageEngine) recompute(ctx *nn.Ctx, m int) error {
+	for _, pr := range e.peers { // the slot's tensors may still be queued
+		if err := pr.flush(); err != nil {
+			return err
+		}
+	}
+	ctx.Recompute = true
+	e.outs[m] = e.st.Forward(ctx, e.slot[m], e.ins[m])
+	ctx.Recompute = false
+	return nil
+}
+
+// recvSum receives a sum of the stage's parameter gradients from replica
+// peer: the prefix to start from or the total (replace), else the prefix
+// that goes in front of the replica's own gradients, prefix + own; each
+// tensor is then sent on to the replicas fwd.
+func (e *stageEngine) recvSum(peer int, replace bool, fwd []int) error {
+	for _, q := range e.sumSent { // the gradients are about to change
+		if err := e.peers[q].flush(); err != nil {
+			return err
+		}
+	}
+	e.sumSent = e.sumSent[:0]
+	k := 0
+	for _, prm := range e.params {
+		if !prm.Trainable() {
+			continue
+		}
+		t, err := e.box.wait(boxKey{int32(peer), dataplane.KindSum, 0, uint32(k)})
+		if err != nil {
+			return err
+		}
+		if !nn.SameShape(t.Shape(), prm.Grad.Shape()) {
+			return fmt.Errorf("stage %d: sum %d from replica %d has shape %v, want %v", e.spec.Plan.ID, k, peer, t.Shape(), prm.Grad.Shape())
+		}
+		own, sum := nn.F32(prm.Grad), nn.F32(t)
+		if replace {
+			copy(own, sum)
+		} else {
+			for i := range own {
+				own[i] = sum[i] + own[i]
+			}
+		}
+		for _, q := range fwd {
+			if err := e.send(q, dataplane.Tag{Kind: dataplane.KindSum, Tensor: uint32(k)}, prm.Grad); err != nil {
+				return err
+			}
+		}
+		k++
+	}
+	e.sumSent = append(e.sumSent, fwd...)
+	return nil
+}
+
+// settle makes the parameters hold the state after steps steps: the
+// pending update is applied if its step is before that, else dropped with
+// the gradients of the step it came from.
+func (e *stageEngine) settle(steps int) {
+	if u := e.pending; u != nil && u.step < steps {
+		e.opt.SetLR(u.lr)
+		e.opt.Step(e.params) // and zeroes the gradients
+	} else if e.gradStep >= 0 {
+		for _, prm := range e.params {
+			if prm.Trainable() {
+				clear(nn.F32(prm.Grad))
+			}
+		}
+	}
+	e.pending, e.gradStep = nil, -1
 }
 
 // outputGrad is the gradient of output k for micro-batch m: the loss's for
@@ -452,8 +645,10 @@ func stateTensors(params []*nn.Param, opt nn.Optimizer, withOpt bool) []*nn.Tens
 	return ts
 }
 
-// gather sends the stage's state to the coordinator.
+// gather sends the stage's state, its last update applied, to the
+// coordinator.
 func (e *stageEngine) gather(withOpt bool) error {
+	e.settle(math.MaxInt)
 	for i, t := range stateTensors(e.params, e.opt, withOpt) {
 		if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t); err != nil {
 			return err

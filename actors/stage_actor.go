@@ -66,7 +66,10 @@ func (h *StageHost) stageDown(a *stageActor) {
 	h.mu.Unlock()
 }
 
-var errHostClosing = errors.New("the node is stopping")
+var (
+	errHostClosing = errors.New("the node is stopping")
+	errAbandoned   = errors.New("the step was abandoned: the job moves to a new plan")
+)
 
 // Refuse makes the host set up no new stage: the node is stopping. Its
 // stages run on (a leaving node's until their jobs move them away).
@@ -244,10 +247,16 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			return false
 		}
 		// The job moves to a newer plan: this stage only hands its state
-		// over from now on.
+		// over from now on, and a step it still runs (one that failed
+		// elsewhere) is abandoned.
 		a.gate.Advance(msg.GetHeader().GetGeneration())
+		if a.busy != nil {
+			a.eng.box.fail(errAbandoned)
+			<-a.busy
+		}
 		quit := a.quit
 		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
+			a.eng.settle(int(msg.GetSteps()))
 			stats, err := a.sendState(msg, quit)
 			return stateMoved(msg.GetHeader(), stats, err)
 		})

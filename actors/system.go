@@ -17,8 +17,11 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/ppnode/ppnode/admit"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -61,6 +64,12 @@ type System struct {
 	kinds    map[string]*actor.Props
 	spawner  *actor.PID
 	stopOnce sync.Once
+
+	// owners maps the PID id of every actor the spawner started to the
+	// peer that asked for it ("": this node); see [Config.Authorize].
+	owners sync.Map
+	// refused counts the streams and messages the port refused.
+	refused atomic.Uint64
 }
 
 // Config configures a [System]. The zero value is usable: it binds
@@ -96,6 +105,19 @@ type Config struct {
 	// when its peer has sent gRPC's client preface over TLS (or
 	// plaintext).
 	Gate *admit.Gate
+	// Authorize, when set (with ServerTLS), decides who may use the port:
+	// it is given the TLS state of each incoming stream and returns the
+	// peer's name, or an error that refuses the stream. The messages of a
+	// stream it admits are then checked one by one ([System.admit]): the
+	// spawner takes only pings and spawns, protoactor's activator nothing,
+	// and an actor the spawner started only messages from the peer that
+	// asked for it.
+	Authorize func(cs *tls.ConnectionState) (peer string, err error)
+	// Member, if set (with Authorize), reports whether an authorised peer
+	// is known as a member of the cluster: the spawner refuses the spawns
+	// of others (a certificate alone does not make a member). It must be
+	// safe for concurrent use and must not block.
+	Member func(peer string) bool
 }
 
 // Defaults of [Config].
@@ -182,6 +204,16 @@ func Start(cfg Config) (*System, error) {
 	}
 	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxGRPCBytes), grpc.MaxSendMsgSize(cfg.MaxGRPCBytes),
 		grpc.Creds(prefaced{serverCreds}), grpc.ConnectionTimeout(cfg.Gate.Limits().Handshake)}
+	if cfg.Authorize != nil && cfg.ServerTLS == nil {
+		ln.Close()
+		return nil, errors.New("actors: Authorize needs ServerTLS")
+	}
+	// ppnode uses only the Receive stream; protoactor's unary methods
+	// panic ("implement me"), which would take the node down.
+	serverOpts = append(serverOpts, grpc.UnaryInterceptor(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		s.refused.Add(1)
+		return nil, status.Error(codes.Unimplemented, "actors: no unary calls on this port")
+	}))
 	opts := []remote.ConfigOption{
 		remote.WithKinds(kinds...),
 		remote.WithEndpointWriterBatchSize(batch),
@@ -202,6 +234,9 @@ func Start(cfg Config) (*System, error) {
 	}
 	if cfg.Advertise != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))
+	}
+	if cfg.Authorize != nil {
+		opts = append(opts, remote.WithInbound(&remote.Inbound{Authorize: s.authorize, Admit: s.admit}))
 	}
 	s.remote = remote.NewRemote(as, remote.Configure(host, port, opts...))
 	if err := func() (err error) {
@@ -426,11 +461,23 @@ func (sp *spawner) Receive(c actor.Context) {
 		c.Respond(&Pong{Header: p.GetHeader(), Nonce: p.GetNonce(), Address: sp.sys.Address()})
 		return
 	}
+	if t, ok := c.Message().(*actor.Terminated); ok { // a child stopped
+		sp.sys.owners.Delete(t.GetWho().GetId())
+		return
+	}
 	req, ok := c.Message().(*SpawnStage)
 	if !ok {
 		return
 	}
 	props, known := sp.sys.kinds[req.GetKind()]
+	if peer, member := peerOf(c), sp.sys.cfg.Member; peer != "" && member != nil && !member(peer) {
+		// Before the generation is recorded: a stranger's spawn must not
+		// make the coordinator's stale.
+		sp.sys.refused.Add(1)
+		c.Respond(&SpawnStageReply{Header: req.GetHeader(), Status: SpawnStatus_SPAWN_STATUS_ERROR,
+			Error: fmt.Sprintf("%q is not a member of the cluster as %s knows it", peer, sp.sys.Address())})
+		return
+	}
 	rep := admitSpawn(sp.gens, req, known, sp.sys.Address())
 	if rep.Status == SpawnStatus_SPAWN_STATUS_OK {
 		var pid *actor.PID
@@ -449,10 +496,71 @@ func (sp *spawner) Receive(c actor.Context) {
 			rep.Error = err.Error()
 		default:
 			rep.PidAddress, rep.PidId = pid.GetAddress(), pid.GetId()
+			sp.sys.owners.Store(pid.GetId(), peerOf(c))
 		}
 	}
 	c.Respond(rep)
 }
+
+// authorize is the remote's check of a new stream on the port: the peer
+// the TLS handshake verified must pass [Config.Authorize].
+func (s *System) authorize(ctx context.Context) (string, error) {
+	var cs *tls.ConnectionState
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			cs = &info.State
+		}
+	}
+	name, err := s.cfg.Authorize(cs)
+	if err != nil {
+		s.refused.Add(1)
+	}
+	return name, err
+}
+
+// admit is the remote's check of each message of an authorised stream
+// from peer: the spawner takes pings and spawns, protoactor's activator
+// (which would spawn without ppnode's checks) nothing, and an actor the
+// spawner started only the messages of the peer that asked for it: its
+// job's coordinator. Other targets (the futures and actors of this
+// node's own requests and coordinators) take what comes.
+func (s *System) admit(peer string, target *actor.PID, msg any) bool {
+	ok := true
+	switch id := target.GetId(); id {
+	case SpawnerName:
+		switch msg.(type) {
+		case *Ping, *SpawnStage:
+		default:
+			ok = false
+		}
+	case remoteActivator:
+		ok = false
+	default:
+		if owner, started := s.owners.Load(id); started && owner != peer {
+			ok = false
+		}
+	}
+	if !ok {
+		s.refused.Add(1)
+		s.as.Logger().Warn("actors: refused a message", "from", peer, "to", target.GetId(), "type", fmt.Sprintf("%T", msg))
+	}
+	return ok
+}
+
+// remoteActivator is the name of protoactor's activator actor.
+const remoteActivator = "activator"
+
+// peerOf is the peer the remote authorised for the message c handles
+// ("": sent from this node).
+func peerOf(c actor.Context) string {
+	if h := c.MessageHeader(); h != nil {
+		return h.Get(remote.PeerHeader)
+	}
+	return ""
+}
+
+// Refused counts the streams, calls and messages the port refused.
+func (s *System) Refused() uint64 { return s.refused.Load() }
 
 // Gate applies the plan-generation rule of one job: messages of another
 // job, or of an older generation than the current one, are dropped and

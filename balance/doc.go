@@ -1,7 +1,8 @@
 // Package balance decides which layers of a model run on which node and in
 // what order: it profiles layers, partitions a model over unequal nodes
 // (sequential pipelines and DAGs of stages), writes each stage's program
-// for the GPipe, 1F1B and graph schedules, chooses schedule and
+// for the GPipe, 1F1B, graph and zero-bubble schedules (with activation
+// recomputation where a node's memory requires it), chooses schedule and
 // micro-batch count by simulating plans event by event, and draws the
 // result as a Gantt chart or a Chrome trace. It owns no sockets or clocks:
 // only Profile and MeasureGEMMSpeeds measure, and Search solves its
@@ -29,7 +30,9 @@
 // it does not prefer the feeder's node for the first stage). A stage's memory is its parameters and buffers, one
 // gradient and the optimizer's state per trainable parameter, and per
 // micro-batch in flight its layers' buffers and its received inputs;
-// GPipe keeps M micro-batches in flight, 1F1B min(M, S-k) on stage k.
+// GPipe keeps M micro-batches in flight, 1F1B min(M, S-k) on stage k, zb
+// min(M, S). A stage that recomputes its activations keeps one
+// micro-batch's buffers and the inputs of those in flight.
 //
 // # Partition descriptions
 //
@@ -180,7 +183,10 @@
 // the stage's program restricted to its micro-batches. In every schedule each stage runs its backward
 // passes in ascending micro-batch order, which with the gradient order of
 // StageOutput (and, for replicas, the chained sums) makes pipelined
-// training bit-identical to single-process training.
+// training bit-identical to single-process training. A recomputing stage
+// runs `recompute m` (the forward pass again) before each backward pass;
+// zb splits each backward pass into `backward_input m` and `weight m`,
+// stage k's weight passes lagging k micro-batches, in ascending order.
 //
 // # Simulator
 //

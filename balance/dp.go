@@ -32,6 +32,9 @@ type problem struct {
 	mem      []float64
 	inflight func(fromEnd int) float64
 	fly      []float64 // inflight(c) for c = 0..N
+	// recompute lets a stage fit by recomputing its activations: one
+	// micro-batch's layers' buffers, and inputs per micro-batch in flight.
+	recompute bool
 	// Graph mode: parallel regions by start unit (nil: sequential only).
 	regionAt map[int]*region
 	// Replicas (see allowReplicas): a chain stage may run on up to maxRep
@@ -199,7 +202,14 @@ func (p *problem) xin(i, c, node int) (x, sum float64) {
 }
 
 func (p *problem) memOK(i, e, c int) bool {
-	return p.c.static[e]-p.c.static[i]+p.fly[c]*(p.c.slot[e]-p.c.slot[i]+p.c.act[i]) <= p.mem[c-1]
+	return p.fits(p.c.static[e]-p.c.static[i], p.c.slot[e]-p.c.slot[i], p.c.act[i], p.fly[c], p.mem[c-1])
+}
+
+// fits reports whether a stage with static bytes, slot bytes of buffers
+// and in bytes of inputs per micro-batch, fly micro-batches in flight, fits
+// in mem, keeping its activations or, if allowed, recomputing them.
+func (p *problem) fits(static, slot, in, fly, mem float64) bool {
+	return static+fly*(slot+in) <= mem || p.recompute && static+slot+max(fly, 1)*in <= mem
 }
 
 // segment is one step of a solution: a chain stage [i, e) on order[c-1]
@@ -253,7 +263,7 @@ func (p *problem) assignBranches(r *region, i, c, G int) parallel {
 			if g == 0 {
 				in = p.c.act[i]
 			}
-			if st[g]+p.inflight(c)*(sl[g]+in) > p.mem[c-1-g] {
+			if !p.fits(st[g], sl[g], in, p.inflight(c), p.mem[c-1-g]) {
 				return 0, 0, false
 			}
 			t := w[g] / p.speed[c-1-g]

@@ -11,11 +11,12 @@ func _() {
 	_ = x[GPipe-0]
 	_ = x[OneFOneB-1]
 	_ = x[GraphSchedule-2]
+	_ = x[ZeroBubble-3]
 }
 
-const _Schedule_name = "gpipe1f1bgraph"
+const _Schedule_name = "gpipe1f1bgraphzb"
 
-var _Schedule_index = [...]uint8{0, 5, 9, 14}
+var _Schedule_index = [...]uint8{0, 5, 9, 14, 16}
 
 func (i Schedule) String() string {
 	idx := int(i) - 0
@@ -38,11 +39,14 @@ func _() {
 	_ = x[OpStep-7]
 	_ = x[OpRecvSum-8]
 	_ = x[OpSendSum-9]
+	_ = x[OpRecompute-10]
+	_ = x[OpBackwardInput-11]
+	_ = x[OpWeight-12]
 }
 
-const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sum"
+const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sumrecomputebackward_inputweight"
 
-var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73}
+var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73, 82, 96, 102}
 
 func (i Op) String() string {
 	idx := int(i) - 0

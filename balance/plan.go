@@ -25,16 +25,22 @@ const (
 	// longest path to the last stage has d stages warms up with min(d-1, M)
 	// forward passes. On a chain it is 1F1B.
 	GraphSchedule // graph
+	// ZeroBubble is zero-bubble pipelining (Qi et al., ICLR 2024, ZB-H1)
+	// on a chain of stages: 1F1B's order and micro-batches in flight, each
+	// backward pass split into the input gradients (OpBackwardInput), sent
+	// upstream at once, and the weight gradients (OpWeight), run after it
+	// in micro-batch order, which fills the drain's bubble.
+	ZeroBubble // zb
 )
 
-// ParseSchedule reads "gpipe", "1f1b" or "graph".
+// ParseSchedule reads "gpipe", "1f1b", "graph" or "zb".
 func ParseSchedule(s string) (Schedule, error) {
-	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule} {
+	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule, ZeroBubble} {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b or graph)", ErrPlan, s)
+	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b, graph or zb)", ErrPlan, s)
 }
 
 func (s Schedule) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -81,11 +87,24 @@ const (
 	// OpSendSum sends the replica's parameter gradients, the sum so far
 	// (see OpRecvSum), to Peer, another replica of the stage.
 	OpSendSum // send_sum
+	// OpRecompute runs the forward pass of micro-batch Micro again from
+	// its inputs, on a stage that keeps only its inputs between its
+	// forward and backward passes (StagePlan.Recompute); the backward pass
+	// of Micro is the next pass the stage runs.
+	OpRecompute // recompute
+	// OpBackwardInput runs the first half of micro-batch Micro's backward
+	// pass (nn.Stage.BackwardInput): the input gradients, and the
+	// parameter gradients of the layers that cannot split.
+	OpBackwardInput // backward_input
+	// OpWeight runs the second half (nn.Stage.BackwardWeight): the
+	// parameter gradients it left. Weight passes run in micro-batch order,
+	// each after its OpBackwardInput.
+	OpWeight // weight
 )
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for k := OpRecvAct; k <= OpSendSum; k++ {
+	for k := OpRecvAct; k <= OpWeight; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -217,8 +236,14 @@ type StagePlan struct {
 	Outputs []StageOutput `json:"outputs"`
 	// Loss marks the stage that holds the graph output: it gets each
 	// micro-batch's labels from the coordinator and runs OpLoss.
-	Loss    bool    `json:"loss,omitempty"`
-	Program []Instr `json:"program"`
+	Loss bool `json:"loss,omitempty"`
+	// Recompute makes the stage keep only its inputs (and what it sends)
+	// of the micro-batches between their forward and backward passes, in
+	// one set of activation buffers: each backward pass is preceded by
+	// OpRecompute of its micro-batch. It trades a forward pass per
+	// micro-batch for the memory of the activations in flight.
+	Recompute bool    `json:"recompute,omitempty"`
+	Program   []Instr `json:"program"`
 }
 
 // StageInput is a tensor the stage reads from another stage or, with From
@@ -349,6 +374,12 @@ func Build(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b in
 }
 
 func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool) (*Plan, error) {
+	return buildRecompute(g, part, nodes, sched, M, b, chained, nil)
+}
+
+// buildRecompute is buildPlan with the stages of the partition for which
+// rec is set recomputing their activations.
+func buildRecompute(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, b int, chained bool, rec []bool) (*Plan, error) {
 	idx := map[string]int{}
 	for i, n := range nodes {
 		idx[n] = i
@@ -357,10 +388,12 @@ func buildPlan(g *nn.Graph, part *Partition, nodes []string, sched Schedule, M, 
 	if err != nil {
 		return nil, err
 	}
-	return sg.plan(sched, M, b, chained)
+	return sg.plan(sched, M, b, chained, rec)
 }
 
-func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error) {
+// plan writes the plan of the stage graph; rec, if not nil, says per stage
+// of the partition whether it recomputes its activations.
+func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (*Plan, error) {
 	g := sg.g
 	if M < 1 || b < 1 {
 		return nil, fmt.Errorf("%w: %d micro-batches of %d samples", ErrPlan, M, b)
@@ -368,8 +401,11 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 	if sched == OneFOneB && !sg.isPath() {
 		return nil, fmt.Errorf("%w: 1f1b needs stages that form a chain s0 -> s1 -> ...; use the graph schedule", ErrPlan)
 	}
-	if sched < GPipe || sched > GraphSchedule {
+	if sched < GPipe || sched > ZeroBubble {
 		return nil, fmt.Errorf("%w: unknown schedule %d", ErrPlan, sched)
+	}
+	if sched == ZeroBubble && (!sg.isPath() || sg.part.Replicated() || slices.Contains(rec, true)) {
+		return nil, fmt.Errorf("%w: zb needs stages that form a chain, without replicas or recomputation", ErrPlan)
 	}
 	S := len(sg.layers)
 	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated()}
@@ -417,7 +453,7 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool) (*Plan, error
 		ps := sg.part.Stages[s]
 		for r, node := range ps.Nodes() {
 			id := execs[s][r]
-			st := StagePlan{ID: id, Group: s, Replica: r, Node: node, Loss: s == sg.loss}
+			st := StagePlan{ID: id, Group: s, Replica: r, Node: node, Loss: s == sg.loss, Recompute: s < len(rec) && rec[s]}
 			for _, i := range sg.layers[s] {
 				st.Layers = append(st.Layers, g.Nodes[i].Name)
 			}
@@ -555,7 +591,15 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 			prog = append(prog, Instr{Op: OpSendAct, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, false)})
 		}
 	}
+	bwdOp := OpBackward
+	if sh.sched == ZeroBubble {
+		bwdOp = OpBackwardInput
+	}
 	bwd := func(m int) {
+		if st.Recompute {
+			// Before the gradients arrive: the pass overlaps their transfer.
+			prog = append(prog, Instr{Op: OpRecompute, Micro: m})
+		}
 		for _, q := range gradIn {
 			prog = append(prog, Instr{Op: OpRecvGrad, Micro: m, Peer: exec(q, m), Tensors: outputsTo(q, true)})
 		}
@@ -563,7 +607,7 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 			// The gradients start from the sum of the replicas before.
 			prog = append(prog, Instr{Op: OpRecvSum, Peer: sh.replicas[r-1]})
 		}
-		prog = append(prog, Instr{Op: OpBackward, Micro: m})
+		prog = append(prog, Instr{Op: bwdOp, Micro: m})
 		for _, q := range gradOut {
 			prog = append(prog, Instr{Op: OpSendGrad, Micro: m, Peer: exec(q, m), Tensors: inputsFrom(q, true)})
 		}
@@ -582,6 +626,33 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 		}
 	}
 	switch sh.sched {
+	case ZeroBubble:
+		// 1F1B's forward and backward order; stage k runs the weight pass
+		// of micro-batch m after the backward pass of m+k, and the last k
+		// at the end. Input gradients travel upstream a weight pass
+		// sooner, and the later stages, which drain first, fill their
+		// drain with the weight passes they held back (ZB-H1).
+		w, lag := min(sh.depth-1, M), st.Group
+		nw := 0 // weight passes written
+		for m := 0; m < w; m++ {
+			fwd(m)
+		}
+		back := func(m int) {
+			bwd(m)
+			for ; nw <= m-lag; nw++ {
+				prog = append(prog, Instr{Op: OpWeight, Micro: nw})
+			}
+		}
+		for m := 0; m+w < M; m++ {
+			fwd(m + w)
+			back(m)
+		}
+		for m := M - w; m < M; m++ {
+			back(m)
+		}
+		for ; nw < M; nw++ {
+			prog = append(prog, Instr{Op: OpWeight, Micro: nw})
+		}
 	case GPipe:
 		for m := 0; m < M; m++ {
 			pass(m, fwd)
@@ -650,7 +721,15 @@ func (p *Plan) Validate(g *nn.Graph) error {
 		}
 		nodes = append(nodes, s.Node)
 	}
-	want, err := buildPlan(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize, p.ChainedSums)
+	var rec []bool // per stage of the partition
+	for _, s := range p.Stages {
+		if s.Replica == 0 {
+			rec = append(rec, s.Recompute)
+		} else if s.Recompute != rec[s.Group] {
+			return fmt.Errorf("%w: stage %d recomputes its activations and replica 0 of its stage does not, or the other way round", ErrPlan, s.ID)
+		}
+	}
+	want, err := buildRecompute(g, p.Partition(), nodes, p.Schedule, p.MicroBatches, p.MicroBatchSize, p.ChainedSums, rec)
 	if err != nil {
 		return err
 	}
@@ -700,7 +779,9 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 		mine[m] = true
 	}
 	fwd := make([]int, M)
-	nextB := 0 // index into micros
+	last := Instr{Op: OpStep} // the last forward or recompute pass
+	nextB, nextW := 0, 0      // indices into micros
+	zb := p.Schedule == ZeroBubble
 	firstB, lastB := -1, -1
 	for k, in := range st.Program {
 		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
@@ -723,7 +804,28 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 				return fmt.Errorf("%w: stage %d runs forward %d outside its micro-batches", ErrPlan, st.ID, in.Micro)
 			}
 			fwd[in.Micro]++
-		case OpBackward:
+			last = in
+		case OpRecompute:
+			if !st.Recompute {
+				return fmt.Errorf("%w: stage %d recomputes micro-batch %d but keeps its activations", ErrPlan, st.ID, in.Micro)
+			}
+			if fwd[in.Micro] != 1 {
+				return fmt.Errorf("%w: stage %d recomputes micro-batch %d before its forward pass", ErrPlan, st.ID, in.Micro)
+			}
+			last = in
+		case OpWeight:
+			if !zb || nextW >= len(micros) || in.Micro != micros[nextW] || nextW >= nextB {
+				return fmt.Errorf("%w: stage %d runs weight pass %d out of turn (after its backward pass, in ascending order, under zb only)", ErrPlan, st.ID, in.Micro)
+			}
+			nextW++
+		case OpBackward, OpBackwardInput:
+			if (in.Op == OpBackwardInput) != zb {
+				return fmt.Errorf("%w: stage %d runs %v under the %s schedule", ErrPlan, st.ID, in, p.Schedule)
+			}
+			if st.Recompute && (last.Op != OpRecompute || last.Micro != in.Micro) {
+				return fmt.Errorf("%w: stage %d runs backward %d, and its last pass was not the recomputation of micro-batch %d", ErrPlan, st.ID, in.Micro, in.Micro)
+			}
+			last = in
 			if nextB >= len(micros) || in.Micro != micros[nextB] {
 				return fmt.Errorf("%w: stage %d runs backward %d out of turn (backward passes must be in ascending order)", ErrPlan, st.ID, in.Micro)
 			}
@@ -749,6 +851,9 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 		if fwd[m] != 1 {
 			return fmt.Errorf("%w: stage %d runs forward %d %d times", ErrPlan, st.ID, m, fwd[m])
 		}
+	}
+	if zb && nextW != len(micros) {
+		return fmt.Errorf("%w: stage %d does not run every weight pass", ErrPlan, st.ID)
 	}
 	if nextB != len(micros) || len(st.Program) == 0 || st.Program[len(st.Program)-1].Op != OpStep {
 		return fmt.Errorf("%w: stage %d does not run every backward pass and then the optimizer step", ErrPlan, st.ID)

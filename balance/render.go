@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -78,8 +79,12 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 		switch e.Op {
 		case OpForward:
 			fill, text = shade("#4e79a7", "#2f5b8a", e.Micro), fmt.Sprint(e.Micro)
-		case OpBackward:
+		case OpBackward, OpBackwardInput:
 			fill, text = shade("#59a14f", "#3d7f35", e.Micro), fmt.Sprint(e.Micro)
+		case OpWeight:
+			fill, text = shade("#edc948", "#c9a227", e.Micro), fmt.Sprint(e.Micro)
+		case OpRecompute:
+			fill, text = shade("#76b7b2", "#4f8f8a", e.Micro), fmt.Sprint(e.Micro)
 		}
 		x0, x1 := x(e.Start), x(e.End)
 		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="white" stroke-width="0.5"><title>stage %d %s %d: %.3f-%.3f ms</title></rect>`+"\n",
@@ -113,6 +118,13 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	items := []struct{ fill, name string }{{"#4e79a7", "forward m"}, {"#59a14f", "backward m"}, {"#9e9e9e", "optimizer step"}, {"#f28e2b", "activation transfer"}, {"#e15759", "gradient transfer"}}
 	if p.Replicated() {
 		items = append(items, struct{ fill, name string }{"#b07aa1", "gradient sum"})
+	}
+	if p.Schedule == ZeroBubble {
+		items[1].name = "input gradients m"
+		items = append(items, struct{ fill, name string }{"#edc948", "weight gradients m"})
+	}
+	if slices.ContainsFunc(p.Stages, func(s StagePlan) bool { return s.Recompute }) {
+		items = append(items, struct{ fill, name string }{"#76b7b2", "recompute m"})
 	}
 	for k, it := range items {
 		xx := left + float64(k)*170

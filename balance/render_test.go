@@ -16,6 +16,28 @@ import (
 func TestGanttAndTrace(t *testing.T) {
 	g := build(t, "mlp32", zoo.Options{Width: 64})
 	c := &Cluster{Nodes: []NodeProfile{{Name: "a", Speed: 1}, {Name: "b", Speed: 1}, {Name: "c", Speed: 1}, {Name: "d", Speed: 1}}}
+	rec, err := Search(g, Analytic(g, AnalyticOptions{}), c, Options{Partitioner: Uniform, Schedule: "1f1b", Batch: 32, MicroBatches: 8, Recompute: RecomputeAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recSVG bytes.Buffer
+	if err := WriteSVG(&recSVG, rec.Plan, rec.Report); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(recSVG.String(), " recompute "); n != 4*8 {
+		t.Fatalf("SVG of a recomputing plan has %d recomputation boxes, want %d", n, 4*8)
+	}
+	zb, err := Search(g, Analytic(g, AnalyticOptions{}), c, Options{Partitioner: Uniform, Schedule: "zb", Batch: 32, MicroBatches: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zbSVG bytes.Buffer
+	if err := WriteSVG(&zbSVG, zb.Plan, zb.Report); err != nil {
+		t.Fatal(err)
+	}
+	if b, w := strings.Count(zbSVG.String(), " backward_input "), strings.Count(zbSVG.String(), " weight "); b != 4*8 || w != 4*8 {
+		t.Fatalf("SVG of a zb plan has %d input and %d weight gradient boxes, want %d each", b, w, 4*8)
+	}
 	res, err := Search(g, Analytic(g, AnalyticOptions{}), c, Options{Partitioner: Uniform, Schedule: "1f1b", Batch: 32, MicroBatches: 8})
 	if err != nil {
 		t.Fatal(err)

@@ -174,8 +174,12 @@ func (p *problem) rxin(i, c int, rn *run) (x, sum float64) {
 }
 
 // rmemOK reports whether stage [i, e) fits every node of run rn, which
-// ends at order[c-1].
+// ends at order[c-1], and may have replicas: each replica would update
+// running statistics (BatchNorm's) from its own micro-batches only.
 func (p *problem) rmemOK(i, e, c int, rn *run) bool {
+	if p.c.buffers[e] > p.c.buffers[i] {
+		return false
+	}
 	if math.IsInf(rn.memMin, 1) {
 		return true
 	}

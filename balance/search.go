@@ -26,8 +26,8 @@ type Options struct {
 	// Partitioner is Uniform, Params, Balanced (the default), GraphPP, or
 	// a partition description (see ParseSpec).
 	Partitioner string
-	// Schedule is "auto" (the default: every schedule that applies),
-	// "gpipe", "1f1b" or "graph".
+	// Schedule is "auto" (the default: GPipe, and 1F1B or graph), "gpipe",
+	// "1f1b", "graph" or "zb".
 	Schedule string
 	// Batch is the mini-batch size in samples (required).
 	Batch int
@@ -54,6 +54,26 @@ type Options struct {
 	// ChainedSums makes the replicas of a stage sum their gradients in the
 	// deterministic order (Plan.ChainedSums).
 	ChainedSums bool
+	// Recompute is "none" (the default: stages keep their activations),
+	// "auto" (a stage recomputes its activations where its node's memory
+	// requires it, StagePlan.Recompute) or "all".
+	Recompute string
+}
+
+// Recomputation choices (Options.Recompute).
+const (
+	RecomputeNone = "none"
+	RecomputeAuto = "auto"
+	RecomputeAll  = "all"
+)
+
+// CheckRecompute validates a recomputation option.
+func CheckRecompute(s string) error {
+	switch s {
+	case "", RecomputeNone, RecomputeAuto, RecomputeAll:
+		return nil
+	}
+	return fmt.Errorf("%w: unknown recomputation %q (want none, auto or all)", ErrPlan, s)
 }
 
 // Result is the best plan a search found.
@@ -81,6 +101,12 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	}
 	if o.Keep <= 0 {
 		o.Keep = 4
+	}
+	if err := CheckRecompute(o.Recompute); err != nil {
+		return nil, err
+	}
+	if o.Recompute == "" {
+		o.Recompute = RecomputeNone
 	}
 	Ms, err := microBatchCounts(o)
 	if err != nil {
@@ -147,6 +173,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	solvePair := func(pr *pair) {
 		M := pr.M
 		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflightFor(pr.kind, M), graph)
+		p.recompute = o.Recompute != RecomputeNone
 		sols := solve(p, M, o.Keep, graph)
 		var parts []*Partition
 		for _, segs := range sols {
@@ -204,7 +231,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		b := o.Batch / M
 		for _, sg := range parts {
 			sched := kind
-			if kind != GPipe {
+			if kind == ZeroBubble && (!sg.isPath() || sg.part.Replicated()) {
+				chains++
+				continue
+			}
+			if kind != GPipe && kind != ZeroBubble {
 				if sg.isPath() {
 					sched = OneFOneB
 				} else {
@@ -215,19 +246,49 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 					continue
 				}
 			}
-			plan, err := sg.plan(sched, M, b, o.ChainedSums)
+			run := func(rec []bool) (*Plan, *Report, error) {
+				plan, err := sg.plan(sched, M, b, o.ChainedSums, rec)
+				if err != nil {
+					return nil, nil, err
+				}
+				plan.Model, plan.Partitioner = o.Model, o.Partitioner
+				if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
+					plan.Partitioner = "spec"
+				}
+				rep, err := simulate(plan, l, net, slots)
+				simulated++
+				return plan, rep, err
+			}
+			rec := make([]bool, len(sg.layers))
+			recompute := o.Recompute
+			if sched == ZeroBubble {
+				recompute = RecomputeNone // a weight pass needs the activations
+			}
+			if recompute == RecomputeAll {
+				for s := range rec {
+					rec[s] = true
+				}
+			}
+			plan, rep, err := run(rec)
 			if err != nil {
 				return nil, err
 			}
-			plan.Model, plan.Partitioner = o.Model, o.Partitioner
-			if fixed != nil && o.Partitioner != Uniform && o.Partitioner != Params {
-				plan.Partitioner = "spec"
+			// auto: the stages over their node's memory recompute, until
+			// every stage fits or none over it can recompute more.
+			for recompute == RecomputeAuto && !(&candidate{rep: rep}).fits() {
+				more := false
+				for _, st := range rep.Stages {
+					if st.MemoryLimit > 0 && st.PeakMemory > float64(st.MemoryLimit) && !rec[st.Group] {
+						rec[st.Group], more = true, true
+					}
+				}
+				if !more {
+					break
+				}
+				if plan, rep, err = run(rec); err != nil {
+					return nil, err
+				}
 			}
-			rep, err := simulate(plan, l, net, slots)
-			if err != nil {
-				return nil, err
-			}
-			simulated++
 			cd := &candidate{plan: plan, rep: rep, sg: sg}
 			if cd.fits() {
 				if bestFit == nil || cd.better(bestFit) {
@@ -244,7 +305,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		return nil, fmt.Errorf("%w: no partition over %d node(s) fits their memory (try more nodes, fewer micro-batches in flight or a smaller model)", ErrNoFit, len(nodes))
 	}
 	if simulated == 0 {
-		return nil, fmt.Errorf("%w: the 1f1b schedule needs stages that form a chain, and this partition is a DAG of stages; use --schedule graph", ErrPlan)
+		return nil, fmt.Errorf("%w: the %s schedule needs stages that form a chain (zb: without replicas), and this partition is not; use --schedule graph", ErrPlan, o.Schedule)
 	}
 	if bestFit == nil {
 		if bestAny == nil {
@@ -256,7 +317,11 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 				over = append(over, fmt.Sprintf("stage %d on %s needs %s of %s", s.ID, s.Node, fmtBytes(s.PeakMemory), fmtBytes(float64(s.MemoryLimit))))
 			}
 		}
-		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "))
+		hint := ""
+		if o.Recompute == RecomputeNone {
+			hint = " (recomputing activations, --recompute auto, may make it fit)"
+		}
+		return nil, fmt.Errorf("%w: the closest plan (%s, M=%d): %s%s", ErrNoFit, bestAny.plan.Schedule, bestAny.plan.MicroBatches, strings.Join(over, "; "), hint)
 	}
 	return &Result{Plan: bestFit.plan, Report: bestFit.rep, Spec: FormatSpec(g, bestFit.sg.part), Simulated: simulated}, nil
 }
@@ -370,6 +435,8 @@ func scheduleKinds(s string) []Schedule {
 		return []Schedule{GPipe}
 	case "1f1b", "graph":
 		return []Schedule{OneFOneB}
+	case "zb":
+		return []Schedule{ZeroBubble}
 	}
 	return []Schedule{GPipe, OneFOneB}
 }
@@ -377,10 +444,10 @@ func scheduleKinds(s string) []Schedule {
 // CheckSchedule validates a schedule option.
 func CheckSchedule(s string) error {
 	switch s {
-	case "", "auto", "gpipe", "1f1b", "graph":
+	case "", "auto", "gpipe", "1f1b", "graph", "zb":
 		return nil
 	}
-	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b or graph)", ErrPlan, s)
+	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b, graph or zb)", ErrPlan, s)
 }
 
 // solve runs the dynamic programme and returns up to keep solutions,

@@ -112,3 +112,29 @@ func TestReplicasBeatChain(t *testing.T) {
 		}
 	}
 }
+
+// A stage with running statistics (BatchNorm) gets no replicas: each
+// replica would update them from its own micro-batches. On ResNet every
+// residual block has some, so only the head around fc may be replicated.
+func TestSearchReplicatesNoStageWithBuffers(t *testing.T) {
+	g := build(t, "resnet50", zoo.Options{Width: 0.25, Input: []int{32, 32, 3}})
+	res, err := Search(g, Analytic(g, AnalyticOptions{}), equalNodes(24), Options{Partitioner: Balanced, Batch: 256, Replicas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range res.Plan.Partition().Stages {
+		if len(st.Replicas) == 0 {
+			continue
+		}
+		s, err := g.Stage(st.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range s.Params() {
+			if !p.Trainable() {
+				t.Fatalf("stage %s has replicas %v and buffer %s", res.Spec, st.Replicas, p.Name)
+			}
+		}
+	}
+	t.Logf("plan %s", res.Spec)
+}

@@ -45,11 +45,15 @@ type StageReport struct {
 	// PeakInFlight is the most micro-batches between forward and backward
 	// at once; PeakMemory the stage's memory then: parameters, gradients,
 	// optimizer state, the gradient sum a replica receives, and per
-	// micro-batch in flight its layers' buffers and its received inputs.
+	// micro-batch in flight its layers' buffers and its received inputs
+	// (recomputing: one set of layers' buffers, and the inputs per
+	// micro-batch in flight).
 	PeakInFlight int     `json:"peak_in_flight"`
 	PeakMemory   float64 `json:"peak_memory_bytes"`
 	// MemoryLimit is the node's memory (0: no limit).
 	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// Recompute is set when the stage recomputes its activations.
+	Recompute bool `json:"recompute,omitempty"`
 }
 
 // LinkReport is the traffic on the link between two stages, one
@@ -99,7 +103,8 @@ type simCosts interface {
 type unitCosts struct{}
 
 func (unitCosts) compute(s int, op Op) float64 {
-	if op == OpForward || op == OpBackward {
+	switch op {
+	case OpForward, OpBackward, OpRecompute, OpBackwardInput, OpWeight:
 		return 1
 	}
 	return 0
@@ -112,6 +117,7 @@ func (unitCosts) input(s, m int, tensors []string) float64 { return 0 }
 // profileCosts prices a plan by a model profile on a cluster.
 type profileCosts struct {
 	fwd, bwd, upd []float64 // per stage
+	wgt           []float64 // per stage: the part of bwd that OpWeight runs
 	node          []int     // per stage, network index
 	micros        [][]int   // per stage, its micro-batches, ascending
 	sum           []float64 // per stage, the bytes of its gradient sum
@@ -121,10 +127,14 @@ type profileCosts struct {
 
 func (c *profileCosts) compute(s int, op Op) float64 {
 	switch op {
-	case OpForward:
+	case OpForward, OpRecompute:
 		return c.fwd[s]
 	case OpBackward:
 		return c.bwd[s]
+	case OpBackwardInput:
+		return c.bwd[s] - c.wgt[s]
+	case OpWeight:
+		return c.wgt[s]
 	case OpStep:
 		return c.upd[s]
 	}
@@ -218,8 +228,9 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	b := p.MicroBatchSize
 	pc := &profileCosts{net: net, bytes: map[string]float64{}}
 	static := make([]float64, len(p.Stages))
-	perMicro := make([]float64, len(p.Stages))
-	replicated := map[int]bool{} // stages with replicas
+	perMicro := make([]float64, len(p.Stages)) // layers' buffers and inputs
+	inBytes := make([]float64, len(p.Stages))  // inputs alone
+	replicated := map[int]bool{}               // stages with replicas
 	for _, st := range p.Stages {
 		if st.Replica > 0 {
 			replicated[st.Group] = true
@@ -231,7 +242,7 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			return nil, fmt.Errorf("%w: stage %d runs on node %q, which is not in the cluster", ErrUnknownNode, s, st.Node)
 		}
 		sp := net.nodes[ni].Speed
-		var f, bw, u, train float64
+		var f, bw, wg, u, train float64
 		for _, name := range st.Layers {
 			j, ok := l.nodePos[name]
 			if !ok {
@@ -240,6 +251,11 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			lp := &prof.Layers[j]
 			f += lp.Forward.At(b)
 			bw += lp.Backward.At(b)
+			if _, ok := g.Nodes[j].Layer.(nn.SplitLayer); ok {
+				// Weight and input gradients: a product each of the
+				// same size.
+				wg += lp.Backward.At(b) / 2
+			}
 			u += lp.Update
 			static[s] += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+slots)
 			perMicro[s] += lp.SlotBytes * float64(b)
@@ -255,13 +271,15 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		pc.micros = append(pc.micros, st.Micros())
 		for _, in := range st.Inputs {
 			if j, ok := l.nodePos[in.Name]; ok {
-				perMicro[s] += l.tensorBytes(j, b)
+				inBytes[s] += l.tensorBytes(j, b)
 			} else {
-				perMicro[s] += float64(nn.Size(shapeOf(g, in.Name)) * 4 * b)
+				inBytes[s] += float64(nn.Size(shapeOf(g, in.Name)) * 4 * b)
 			}
 		}
+		perMicro[s] += inBytes[s]
 		pc.fwd = append(pc.fwd, f/sp)
 		pc.bwd = append(pc.bwd, bw/sp)
+		pc.wgt = append(pc.wgt, wg/sp)
 		pc.upd = append(pc.upd, u/sp)
 		pc.node = append(pc.node, ni)
 	}
@@ -280,6 +298,10 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 		st.Node, st.Group, st.Replica = p.Stages[s].Node, p.Stages[s].Group, p.Stages[s].Replica
 		st.Forward, st.Backward = pc.fwd[s], pc.bwd[s]
 		st.PeakMemory = static[s] + float64(st.PeakInFlight)*perMicro[s]
+		if p.Stages[s].Recompute {
+			st.Recompute = true
+			st.PeakMemory = static[s] + perMicro[s] - inBytes[s] + float64(max(st.PeakInFlight, 1))*inBytes[s]
+		}
 		st.MemoryLimit = net.nodes[pc.node[s]].Memory
 	}
 	r.Throughput = float64(p.MicroBatches*b) / r.StepTime
@@ -328,6 +350,12 @@ func sender(op Op) Op {
 	return OpSendSum
 }
 
+// lastReplica reports whether executor e of p is the last replica of its
+// stage (what it sends its replicas is the total, not a prefix).
+func lastReplica(p *Plan, e int) bool {
+	return e+1 >= len(p.Stages) || p.Stages[e+1].Replica == 0
+}
+
 // replay runs the plan's programs against costs in time order.
 func replay(p *Plan, c simCosts) (*Report, error) {
 	S := len(p.Stages)
@@ -337,7 +365,16 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 	inflight := make([]int, S)
 	peak := make([]int, S)
 	arrived := map[msgKey]float64{}
+	began := map[msgKey]float64{} // when a message started to leave
 	sent := map[msgKey][]string{}
+	// A sum received from the replica before and passed straight on: the
+	// runtime forwards it tensor by tensor, so its sends overlap its
+	// arrival (the received message's start and end, per stage).
+	fwdFrom, fwdTo := make([]float64, S), make([]float64, S)
+	reached, at := make([]float64, S), make([]int, S) // when each stage reached its instruction at[s]
+	for s := range at {
+		at[s] = -1
+	}
 	waiting := map[msgKey]int{}
 	blockedAt := make([]float64, S)
 	linkFree := map[[2]int]float64{}
@@ -357,6 +394,12 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		prog := p.Stages[s].Program
 		in := prog[pcs[s]]
 		next := t
+		if in.Op != OpSendSum {
+			fwdFrom[s] = -1
+		}
+		if at[s] != pcs[s] {
+			at[s], reached[s] = pcs[s], t
+		}
 		switch in.Op {
 		case OpRecvAct, OpRecvGrad, OpRecvSum:
 			if in.Peer == Coordinator {
@@ -373,7 +416,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			if in.Op == OpRecvSum {
 				k.m = 0
 			}
-			at, ok := arrived[k]
+			arrival, ok := arrived[k]
 			if !ok {
 				waiting[k] = s
 				blockedAt[s] = t
@@ -383,7 +426,10 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				return nil, fmt.Errorf("%w: stage %d expects %v of micro-batch %d from stage %d, which sends %v", ErrPlan, s, in.Tensors, in.Micro, in.Peer, sent[k])
 			}
 			delete(arrived, k)
-			next = max(t, at)
+			next = max(t, arrival)
+			if in.Op == OpRecvSum && pcs[s]+1 < len(prog) && prog[pcs[s]+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
+				fwdFrom[s], fwdTo[s] = max(began[k], reached[s]), arrival
+			}
 		case OpSendAct, OpSendGrad, OpSendSum:
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
 				return nil, fmt.Errorf("%w: stage %d sends to stage %d", ErrPlan, s, in.Peer)
@@ -398,8 +444,14 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			bt, lat, bytes := c.transfer(s, in.Peer, in)
 			lk := [2]int{s, in.Peer}
 			start := max(t, linkFree[lk])
-			linkFree[lk] = start + bt
-			arrival := start + bt + lat
+			end := start + bt
+			if in.Op == OpSendSum && fwdFrom[s] >= 0 {
+				start = max(fwdFrom[s], linkFree[lk])
+				end = max(start+bt, fwdTo[s])
+			}
+			linkFree[lk] = end
+			arrival := end + lat
+			began[k] = start
 			sent[k] = in.Tensors
 			arrived[k] = arrival
 			ls := linkStats[lk]
@@ -420,7 +472,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				inflight[s]++
 				peak[s] = max(peak[s], inflight[s])
 			}
-			if in.Op == OpBackward {
+			if in.Op == OpBackward || in.Op == OpWeight {
 				inflight[s]--
 			}
 			next = t + d

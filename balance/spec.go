@@ -123,18 +123,6 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	return p, nil
 }
 
-// DescribesReplicas reports whether partition description desc gives a
-// stage several nodes or shares, without reading it against a model (a
-// node name holds neither ',' nor ':', see NameSpecials).
-func DescribesReplicas(desc string) bool {
-	for _, seg := range strings.Split(desc, ";") {
-		if at := strings.LastIndex(seg, "@"); at >= 0 && strings.ContainsAny(seg[at+1:], ",:") {
-			return true
-		}
-	}
-	return false
-}
-
 // parseNodeList reads "a", "a,b" or "a:3,b:1": the nodes of a stage and
 // their shares (nil when none is given).
 func parseNodeList(list string) ([]string, []int, error) {

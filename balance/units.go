@@ -110,6 +110,9 @@ type costs struct {
 	// train[e] is the trainable-parameter bytes of units [0, e): what a
 	// replica's gradient sum carries.
 	train []float64
+	// buffers[e] is the bytes of units [0, e)'s buffers (running
+	// statistics): a stage with some cannot have replicas.
+	buffers []float64
 	// slot[e] is the memory of units [0, e) per micro-batch in flight.
 	slot []float64
 	// act[e] and grad[e] are the bytes crossing cut e forward
@@ -122,21 +125,23 @@ type costs struct {
 func (l *layout) costsFor(b, optSlots int) *costs {
 	U := len(l.units)
 	c := &costs{U: U, work: make([]float64, U+1), back: make([]float64, U+1), static: make([]float64, U+1), train: make([]float64, U+1),
-		slot: make([]float64, U+1), act: make([]float64, U+1), grad: make([]float64, U+1)}
+		buffers: make([]float64, U+1), slot: make([]float64, U+1), act: make([]float64, U+1), grad: make([]float64, U+1)}
 	for u, r := range l.units {
-		var w, bw, st, tr, sl float64
+		var w, bw, st, tr, bu, sl float64
 		for i := r[0]; i < r[1]; i++ {
 			lp := &l.prof.Layers[i]
 			w += lp.Forward.At(b) + lp.Backward.At(b)
 			bw += lp.Backward.At(b)
 			st += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+optSlots)
 			tr += float64(lp.TrainableBytes)
+			bu += float64(lp.ParamBytes - lp.TrainableBytes)
 			sl += lp.SlotBytes * float64(b)
 		}
 		c.work[u+1] = c.work[u] + w
 		c.back[u+1] = c.back[u] + bw
 		c.static[u+1] = c.static[u] + st
 		c.train[u+1] = c.train[u] + tr
+		c.buffers[u+1] = c.buffers[u] + bu
 		c.slot[u+1] = c.slot[u] + sl
 	}
 	// A pipeline's first stage keeps the data of each micro-batch in

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -116,7 +117,7 @@ func safetensorsHeaders(path string) (map[string]*array, error) {
 	}
 	hlen := binary.LittleEndian.Uint64(n[:])
 	if hlen > tensorio.MaxSafetensorsHeader {
-		return nil, corrupt(path, "safetensors header of %d bytes", hlen)
+		return nil, corrupt(path, "not a safetensors file: its header length is over %d bytes", tensorio.MaxSafetensorsHeader)
 	}
 	h := make([]byte, hlen)
 	if _, err := io.ReadFull(f, h); err != nil {
@@ -124,7 +125,7 @@ func safetensorsHeaders(path string) (map[string]*array, error) {
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(h, &raw); err != nil {
-		return nil, corrupt(path, "safetensors header: %v", err)
+		return nil, corrupt(path, "safetensors header: %v", jsonError(err))
 	}
 	out := map[string]*array{}
 	for name, msg := range raw {
@@ -145,4 +146,15 @@ func safetensorsHeaders(path string) (map[string]*array, error) {
 		out[name] = &array{dtype: dt, shape: info.Shape}
 	}
 	return out, nil
+}
+
+// jsonError is err, an error of encoding/json decoding a file's header,
+// without the file's bytes: a syntax error names the offending character,
+// which is replaced by its offset.
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("not valid JSON at byte %d of the header", se.Offset)
+	}
+	return err
 }

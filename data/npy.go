@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -77,7 +78,7 @@ func readNPYHeader(r io.Reader, size int64, name string) (*array, error) {
 		return nil, corrupt(name, "no NumPy header: %v", err)
 	}
 	if string(pre[:6]) != "\x93NUMPY" || pre[6] < 1 || pre[6] > 3 {
-		return nil, corrupt(name, "not a .npy file (magic %q, version %d)", pre[:6], pre[6])
+		return nil, corrupt(name, "not a .npy file of version 1 to 3 (no NumPy magic)")
 	}
 	var hlen int
 	lenBytes := 4
@@ -121,12 +122,12 @@ func readNPYHeader(r io.Reader, size int64, name string) (*array, error) {
 func parseNPYHeader(h string) (*array, error) {
 	h = strings.TrimSpace(h)
 	if !strings.HasPrefix(h, "{") || !strings.HasSuffix(h, "}") {
-		return nil, fmt.Errorf("header %q is not a dict", h)
+		return nil, errors.New("header is not a dict")
 	}
 	field := func(key string) (string, error) {
 		i := strings.Index(h, "'"+key+"':")
 		if i < 0 {
-			return "", fmt.Errorf("header %q has no %s", h, key)
+			return "", fmt.Errorf("header has no %s", key)
 		}
 		return strings.TrimSpace(h[i+len(key)+3:]), nil
 	}
@@ -136,7 +137,7 @@ func parseNPYHeader(h string) (*array, error) {
 	}
 	end := strings.IndexByte(descr[min(1, len(descr)):], '\'')
 	if !strings.HasPrefix(descr, "'") || end < 0 {
-		return nil, fmt.Errorf("descr in %q", h)
+		return nil, errors.New("header has no quoted descr")
 	}
 	d := descr[1 : end+1]
 	if len(d) != 3 || (d[0] != '<' && d[0] != '|') || itemSize(d[1:]) == 0 || d[0] == '|' && itemSize(d[1:]) != 1 {
@@ -155,7 +156,7 @@ func parseNPYHeader(h string) (*array, error) {
 	}
 	close := strings.IndexByte(sh, ')')
 	if !strings.HasPrefix(sh, "(") || close < 0 {
-		return nil, fmt.Errorf("shape in %q", h)
+		return nil, errors.New("header has no shape tuple")
 	}
 	a := &array{dtype: d[1:], shape: []int{}}
 	for _, f := range strings.Split(sh[1:close], ",") {

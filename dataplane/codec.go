@@ -42,7 +42,7 @@ type KindStats struct {
 }
 
 // Stats is what a link sent, by kind (index: Kind; 0 unused).
-type Stats [KindWeights + 1]KindStats
+type Stats [KindSum + 1]KindStats
 
 // Sub returns s - o, counter by counter (Codec is s's).
 func (s Stats) Sub(o Stats) Stats {
@@ -65,7 +65,7 @@ type chooser struct {
 	lossy  tensorio.Codec
 	speeds tensorio.SpeedTable
 	rate   atomic.Uint64 // float64 bits: the link's bytes per second
-	kinds  [KindWeights + 1]kindChoice
+	kinds  [KindSum + 1]kindChoice
 }
 
 // kindChoice is the choice for one kind: the estimates of the last sample

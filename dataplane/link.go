@@ -25,9 +25,10 @@ const (
 	KindGradient   Kind = 2 // backward: stage i+1 -> stage i
 	KindInput      Kind = 3 // coordinator -> stage: samples and labels
 	KindWeights    Kind = 4 // stage -> coordinator: parameters and buffers
+	KindSum        Kind = 5 // replica -> replica of a stage: summed parameter gradients
 )
 
-func (k Kind) valid() bool { return k >= KindActivation && k <= KindWeights }
+func (k Kind) valid() bool { return k >= KindActivation && k <= KindSum }
 
 func (k Kind) String() string {
 	switch k {
@@ -39,6 +40,8 @@ func (k Kind) String() string {
 		return "input"
 	case KindWeights:
 		return "weights"
+	case KindSum:
+		return "sum"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }

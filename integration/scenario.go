@@ -275,6 +275,9 @@ func (s *scenario) train(a args) error {
 		"optimizer": &spec.Optimizer, "id": &spec.ID}
 	floats := map[string]*float64{"width": &spec.Width, "lr": &spec.LR}
 	via := "a"
+	if ps := a["partition"]; len(ps) > 1 { // a stage's replicas: "@a,b" read as a list
+		a["partition"] = []string{strings.Join(ps, ",")}
+	}
 	for k := range a {
 		v, _, err := a.get(k)
 		switch {

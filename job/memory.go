@@ -26,7 +26,8 @@ type Footprint struct {
 	// Activations are those of all of a step's micro-batches in flight at
 	// once (GPipe keeps them all, 1F1B fewer): per sample and layer, its
 	// output and its inputs' gradients, a convolution's im2col columns, a
-	// dropout's mask.
+	// dropout's mask. With recomputation allowed, the least a plan can
+	// keep: one micro-batch's, each stage recomputing.
 	Activations int64
 	// MicroBatches is the number of micro-batches in flight counted.
 	MicroBatches int
@@ -85,6 +86,10 @@ func (c Checked) Estimate() (Footprint, error) {
 	}
 	M := s.MicroBatches
 	micro := float64((s.Batch + M - 1) / M)
+	flight := M
+	if s.Recompute == "auto" || s.Recompute == "all" {
+		flight = 1
+	}
 	perSample := float64(w.outs + w.back + w.cols)
 	var sample float64
 	for _, in := range d.Inputs {
@@ -93,7 +98,7 @@ func (c Checked) Estimate() (Footprint, error) {
 	sample += float64(size64(d.Labels)) - 1
 	return Footprint{
 		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
-		Activations: sat(4 * float64(M) * micro * perSample), MicroBatches: M,
+		Activations: sat(4 * float64(flight) * micro * perSample), MicroBatches: flight,
 		Data:             sat(4 * float64(train+test) * (sample + 1)),
 		LocalActivations: sat(4 * (2*micro*perSample + float64(min(evalChunk, test))*float64(w.outs+w.cols))),
 	}, nil
@@ -183,8 +188,12 @@ func (c Checked) CheckMemory(members []NodeInfo) error {
 		have += float64(m)
 	}
 	if need := f.Total(); len(mem) > 0 && float64(need) > have {
-		return specErr("job needs about %s (parameters %s, gradients %s, optimizer state %s, activations %s of %d micro-batches in flight); the members have %s",
-			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Activations), f.MicroBatches, gib(sat(have)))
+		hint := ""
+		if c.s.Recompute == "" || c.s.Recompute == "none" {
+			hint = "; --recompute auto would count one's"
+		}
+		return specErr("job needs about %s (parameters %s, gradients %s, optimizer state %s, activations %s of %d micro-batches in flight%s); the members have %s",
+			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Activations), f.MicroBatches, hint, gib(sat(have)))
 	}
 	return nil
 }

@@ -200,3 +200,24 @@ func TestONNXModelEstimate(t *testing.T) {
 		t.Errorf("batch %d on members of a third of its need each: %v", s.Batch, err)
 	}
 }
+
+// With recomputation allowed the estimate counts one micro-batch's
+// activations, the least a plan can keep, and nothing else changes.
+func TestEstimateWithRecomputation(t *testing.T) {
+	s := DefaultSpec()
+	s.MicroBatches = 4
+	keep, err := mustCheck(t, s).Estimate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"auto", "all"} {
+		s.Recompute = mode
+		rec, err := mustCheck(t, s).Estimate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.MicroBatches != 1 || rec.Activations*int64(keep.MicroBatches) != keep.Activations || rec.Params != keep.Params || rec.LocalActivations != keep.LocalActivations {
+			t.Errorf("%s: %+v, keeping activations %+v", mode, rec, keep)
+		}
+	}
+}

@@ -77,8 +77,12 @@ type Spec struct {
 	// with parallel branches), "uniform", "params", "balanced", "graph",
 	// or a partition description such as "fc1-fc16@a; fc17-fc32@b".
 	Partition string `json:"partition,omitempty"`
-	// Schedule is "auto", "gpipe", "1f1b" or "graph".
+	// Schedule is "auto", "gpipe", "1f1b", "graph" or "zb".
 	Schedule string `json:"schedule,omitempty"`
+	// Recompute is "none" (empty), "auto" (stages recompute their
+	// activations at the backward pass where their node's memory requires
+	// it) or "all" (balance.Options.Recompute).
+	Recompute string `json:"recompute,omitempty"`
 	// MaxNodes bounds the nodes the job may use (0: all).
 	MaxNodes int `json:"max_nodes,omitempty"`
 	// NoRebalance keeps the first plan (an automatic plan otherwise
@@ -136,16 +140,6 @@ const (
 
 // ErrSpec wraps every problem with a job spec.
 var ErrSpec = errors.New("bad job spec")
-
-// CheckRunnable refuses a partition description with replicated stages
-// ("fc1-fc16@a,b; ..."): the planner and the simulator handle them, the
-// stages do not run them yet.
-func CheckRunnable(partition string) error {
-	if balance.DescribesReplicas(partition) {
-		return specErr("partition %q: replicated stages are planned and simulated, not yet run (see ppnode plan --replicas)", partition)
-	}
-	return nil
-}
 
 func specErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
@@ -262,13 +256,13 @@ func (s *Spec) normalize() error {
 	if s.Partition == "" {
 		s.Partition = "auto"
 	}
-	if err := CheckRunnable(s.Partition); err != nil {
-		return err
-	}
 	if s.Schedule == "" {
 		s.Schedule = "auto"
 	}
 	if err := balance.CheckSchedule(s.Schedule); err != nil && s.Schedule != "auto" {
+		return specErr("%v", err)
+	}
+	if err := balance.CheckRecompute(s.Recompute); err != nil {
 		return specErr("%v", err)
 	}
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
@@ -419,7 +413,9 @@ func (s Spec) checkFile(path string) error {
 		return specErr("%v", err)
 	}
 	if got != want {
-		return specErr("%s on this node is not the file the job was submitted with (sha256 %.16s, not %.16s): every node needs the same file at the same path", path, got, want)
+		// Neither digest is shown: the file's would tell a user who
+		// cannot read it whether a guess of its contents is right.
+		return specErr("%s on this node is not the file the job was submitted with (their SHA-256 differ): every node needs the same file at the same path", path)
 	}
 	return nil
 }

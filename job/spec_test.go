@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -74,36 +73,13 @@ func TestCheckedJSON(t *testing.T) {
 	for name, in := range map[string]string{
 		"bad model":     `{"model":"nosuch","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine"}`,
 		"unknown field": `{"model":"mlp32","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine","colour":1}`,
+		"bad recompute": `{"model":"mlp32","data":"mnist","batch":8,"micro_batches":2,"epochs":1,"optimizer":"adam","lr_schedule":"cosine","recompute":"some"}`,
 		"null":          `null`,
 		"not an object": `[1]`,
 	} {
 		var got Checked
 		if err := json.Unmarshal([]byte(in), &got); !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want an error wrapping ErrSpec", name, err)
-		}
-	}
-}
-
-// A partition with replicated stages is refused at the spec check, with
-// its reason; partitioner names and plain descriptions pass.
-func TestSpecRefusesReplicatedPartitions(t *testing.T) {
-	for _, tc := range []struct {
-		partition string
-		ok        bool
-	}{
-		{"auto", true},
-		{"balanced", true},
-		{"fc1-fc16@a; fc17-fc32@b", true},
-		{"fc1-fc16; fc17-fc32", true},
-		{"fc1-fc16@a,b; fc17-fc32@c", false},
-		{"fc1-fc16@a:3,b:1; fc17-fc32@c", false},
-		{"fc1-fc16@a; fc17-fc32@b , c", false},
-	} {
-		s := DefaultSpec()
-		s.Partition = tc.partition
-		_, err := Check(s)
-		if tc.ok != (err == nil) || err != nil && (!errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "replicated stages are planned and simulated, not yet run")) {
-			t.Errorf("partition %q: %v, want ok=%v", tc.partition, err, tc.ok)
 		}
 	}
 }

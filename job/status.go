@@ -55,16 +55,18 @@ type Status struct {
 	Loss float64 `json:"loss"`
 	// LossHistory is the training loss over the steps, downsampled to at
 	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...].
-	LossHistory   []LossPoint   `json:"loss_history,omitempty"`
-	SamplesPerSec float64       `json:"samples_per_sec"`
-	Plan          string        `json:"plan,omitempty"`
-	Schedule      string        `json:"schedule,omitempty"`
-	MicroBatches  int           `json:"micro_batches,omitempty"`
-	PredictedMS   float64       `json:"predicted_step_ms,omitempty"`
-	Stages        []StageStatus `json:"stages,omitempty"`
-	Accuracy      []EpochAcc    `json:"accuracy,omitempty"`
-	Result        *Result       `json:"result,omitempty"`
-	Started       time.Time     `json:"started"`
+	LossHistory   []LossPoint `json:"loss_history,omitempty"`
+	SamplesPerSec float64     `json:"samples_per_sec"`
+	Plan          string      `json:"plan,omitempty"`
+	Schedule      string      `json:"schedule,omitempty"`
+	MicroBatches  int         `json:"micro_batches,omitempty"`
+	PredictedMS   float64     `json:"predicted_step_ms,omitempty"`
+	// PredictedBubble is the simulator's idle share of the stages' time.
+	PredictedBubble float64       `json:"predicted_bubble,omitempty"`
+	Stages          []StageStatus `json:"stages,omitempty"`
+	Accuracy        []EpochAcc    `json:"accuracy,omitempty"`
+	Result          *Result       `json:"result,omitempty"`
+	Started         time.Time     `json:"started"`
 	// LatestCut is the step of the latest consistent cut; Cuts counts them.
 	LatestCut int `json:"latest_cut"`
 	Cuts      int `json:"cuts"`
@@ -125,13 +127,21 @@ type LinkKind struct {
 
 // StageStatus is one stage of a running job.
 type StageStatus struct {
-	ID     int    `json:"id"`
-	Node   string `json:"node"`
-	Layers string `json:"layers"`
-	Params int64  `json:"params"`
+	ID int `json:"id"`
+	// Group is the stage of the partition it runs, Replica its index
+	// among the group's replicas, MicroBatches how many of each step's it
+	// runs (all of them without replicas).
+	Group        int    `json:"group"`
+	Replica      int    `json:"replica,omitempty"`
+	MicroBatches int    `json:"micro_batches"`
+	Node         string `json:"node"`
+	Layers       string `json:"layers"`
+	Params       int64  `json:"params"`
 	// To are the stages it sends activations to (none: it computes the
 	// loss).
 	To []int `json:"to,omitempty"`
+	// Recompute is set when the stage recomputes its activations.
+	Recompute bool `json:"recompute,omitempty"`
 	// Mean milliseconds per step over the last steps.
 	ForwardMS  float64 `json:"forward_ms"`
 	BackwardMS float64 `json:"backward_ms"`
@@ -150,10 +160,13 @@ type EpochAcc struct {
 // Recovery is one recovery of a job from a failure.
 type Recovery struct {
 	Cause string `json:"cause"`
-	// Step is the step that failed; Replayed the steps run again (from
-	// the latest cut).
-	Step     int `json:"step"`
-	Replayed int `json:"replayed"`
+	// Step is the step that failed; From where the state came from:
+	// FromCut (the latest cut; Replayed is the steps run again) or
+	// FromSurvivors (the stages that survived, replicas of the lost ones:
+	// only the failed step runs again).
+	Step     int    `json:"step"`
+	From     string `json:"from"`
+	Replayed int    `json:"replayed"`
 	// DetectMS is the time from the failed step's start to its failure
 	// being known; RestoreMS from then to the new plan's stages holding
 	// the cut's state.
@@ -162,6 +175,12 @@ type Recovery struct {
 	Plan      string    `json:"plan"`
 	At        time.Time `json:"at"`
 }
+
+// Where a recovery took the job's state from (Recovery.From).
+const (
+	FromCut       = "cut"
+	FromSurvivors = "survivors"
+)
 
 // Trigger is what made the plan change: a re-plan (Replan.Trigger), a
 // recovery, or the job's start.

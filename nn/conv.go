@@ -173,6 +173,18 @@ func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 			return g
 		}
 	}
+	l.BackwardWeight(c, s, in, out, dout)
+	return l.BackwardInput(c, s, in, out, dout, need)
+}
+
+// Splits: a convolution splits its backward pass (SplitLayer) but on the
+// fast path, where oneDNN computes both halves at once.
+func (l *Conv2D) Splits(c *Ctx) bool { return !fastPath(c) }
+
+// BackwardWeight adds dW and db, from the im2col columns Forward left.
+func (l *Conv2D) BackwardWeight(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor) {
+	x := in[0]
+	n := Rows(x)
 	rows, kc := n*l.ho*l.wo, l.KH*l.KW*l.In
 	gk, gout := kc/l.Groups, l.Out/l.Groups
 	col := F32(x)
@@ -180,13 +192,23 @@ func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 		col = F32(s.Buf(1, rows, kc))
 	}
 	dy := F32(dout)
-	dw, w := F32(l.W.Grad), F32(l.W.Value)
+	dw := F32(l.W.Grad)
 	for gi := 0; gi < l.Groups; gi++ {
 		c.Backend.Sgemm(true, false, gout, gk, rows, 1, dy[gi*gout:], l.Out, col[gi*gk:], kc, 1, dw[gi*gout*gk:], gk)
 	}
 	if l.Bias {
 		colSumAdd(F32(l.B.Grad), dy, rows, l.Out)
 	}
+}
+
+// BackwardInput returns dx (off the fast path).
+func (l *Conv2D) BackwardInput(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	x := in[0]
+	n := Rows(x)
+	rows, kc := n*l.ho*l.wo, l.KH*l.KW*l.In
+	gk, gout := kc/l.Groups, l.Out/l.Groups
+	dy := F32(dout)
+	w := F32(l.W.Value)
 	g := s.Grads(1)
 	if !need[0] {
 		return g

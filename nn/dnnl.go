@@ -484,8 +484,10 @@ func (l *BatchNorm) forwardFast(c *Ctx, x, y, mean, inv, scale []float32, relu b
 			if rows > 1 {
 				unbiased = v * R / (R - 1)
 			}
-			rm[j] = float32((1-m)*float64(rm[j]) + m*mu)
-			rv[j] = float32((1-m)*float64(rv[j]) + m*unbiased)
+			if !c.Recompute {
+				rm[j] = float32((1-m)*float64(rm[j]) + m*mu)
+				rv[j] = float32((1-m)*float64(rv[j]) + m*unbiased)
+			}
 		}
 	} else {
 		for j := range mean {

@@ -27,7 +27,10 @@
 //
 // Parameter gradients accumulate in the order in which Backward is called;
 // callers call it in ascending micro-batch order, which makes a pipelined
-// step compute exactly what one process computes. Every reduction in this
+// step compute exactly what one process computes. So do BackwardInput and
+// BackwardWeight, the halves of Backward for zero-bubble schedules, when the
+// BackwardWeight calls come in ascending micro-batch order; a forward pass
+// repeated with Ctx.Recompute computes the same outputs again. Every reduction in this
 // package runs in a fixed order that does not depend on the thread count, and
 // randomness (initialisation, dropout) comes from generators seeded by
 // (seed, name) or (seed, step, micro-batch, layer). With a deterministic

@@ -8,10 +8,30 @@ type Ctx struct {
 	// Seed, Step and Micro seed per-micro-batch randomness (dropout).
 	Seed        uint64
 	Step, Micro int
+	// Recompute marks a forward pass that repeats one already run for the
+	// same micro-batch (activation recomputation): it computes the same
+	// outputs, and layers leave their running statistics as they are.
+	Recompute bool
 
 	// team: the pass runs on the team thread, and the fast path threads
 	// with OpenMP from it (team.go).
 	team bool
+}
+
+// SplitLayer is a Layer whose backward pass can run as two passes (for
+// zero-bubble pipeline schedules): BackwardInput returns the input
+// gradients as Backward does, without touching the parameters' Grad;
+// BackwardWeight, later, with the same in, out and dout, adds the
+// parameter gradients as Backward does. Together they compute Backward's
+// results bit for bit. BackwardWeight may read only what Forward and
+// BackwardInput left in s, and the slot takes no other pass in between.
+type SplitLayer interface {
+	Layer
+	// Splits reports whether the layer splits its backward pass in
+	// context c (a layer whose fast path computes both at once does not).
+	Splits(c *Ctx) bool
+	BackwardInput(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor
+	BackwardWeight(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor)
 }
 
 // Layer is one node's computation. Shapes passed to Build are per sample

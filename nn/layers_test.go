@@ -52,6 +52,26 @@ func TestGradCheckLayers(t *testing.T) {
 	}
 }
 
+// The layers that split their backward pass (zero-bubble schedules) give
+// Backward's gradients bit for bit, the weight halves run after another
+// micro-batch's input half.
+func TestSplitLayers(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		layer func() nn.Layer
+		in    [][]int
+	}{
+		{"linear", func() nn.Layer { return nn.NewLinear(6, 4) }, [][]int{{6}}},
+		{"linear-flattens", func() nn.Layer { return nn.NewLinear(12, 3) }, [][]int{{2, 3, 2}}},
+		{"linear-nobias", func() nn.Layer { l := nn.NewLinear(5, 7); l.NoBias = true; return l }, [][]int{{5}}},
+		{"conv3x3-stride2", func() nn.Layer { return nn.NewConv2D(2, 3, 3, 2, 1) }, [][]int{{6, 5, 2}}},
+		{"conv1x1", func() nn.Layer { return nn.NewConv2D(4, 5, 1, 1, 0) }, [][]int{{3, 3, 4}}},
+		{"conv-bias", func() nn.Layer { c := nn.NewConv2D(2, 3, 2, 1, 0); c.Bias = true; return c }, [][]int{{4, 4, 2}}},
+	} {
+		t.Run(c.name, func(t *testing.T) { nntest.SplitCheck(t, c.layer, c.in, nntest.Options{}) })
+	}
+}
+
 // A gradient check must fail on a wrong backward pass, or it proves nothing.
 func TestGradCheckCatchesWrongBackward(t *testing.T) {
 	ft := &fakeT{}

@@ -117,6 +117,15 @@ func (l *Linear) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 }
 
 func (l *Linear) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	l.BackwardWeight(c, s, in, out, dout)
+	return l.BackwardInput(c, s, in, out, dout, need)
+}
+
+// Splits: a Linear layer always splits its backward pass (SplitLayer).
+func (l *Linear) Splits(c *Ctx) bool { return true }
+
+// BackwardWeight adds dW and db.
+func (l *Linear) BackwardWeight(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor) {
 	x := in[0]
 	n := l.rows(x)
 	dy := F32(dout)
@@ -136,6 +145,13 @@ func (l *Linear) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 		columnChunks(c, n, l.Out, l.sumBias)
 		l.dy = nil
 	}
+}
+
+// BackwardInput returns dx.
+func (l *Linear) BackwardInput(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	x := in[0]
+	n := l.rows(x)
+	dy := F32(dout)
 	g := s.Grads(1)
 	if need[0] {
 		dx := s.Buf(1, x.Shape()...)

@@ -140,8 +140,10 @@ func (l *BatchNorm) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 			if rows > 1 {
 				unbiased = sum2[j] / float64(rows-1)
 			}
-			rm[j] = float32(float64((1-m)*float64(rm[j])) + float64(m*sum[j]))
-			rv[j] = float32(float64((1-m)*float64(rv[j])) + float64(m*unbiased))
+			if !c.Recompute {
+				rm[j] = float32(float64((1-m)*float64(rm[j])) + float64(m*sum[j]))
+				rv[j] = float32(float64((1-m)*float64(rv[j])) + float64(m*unbiased))
+			}
 		}
 	} else {
 		rm, rv := F32(l.RunMean.Value), F32(l.RunVar.Value)

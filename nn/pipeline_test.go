@@ -10,14 +10,31 @@ import (
 // pipelineStep runs one mini-batch through the stages as a GPipe schedule
 // would: every micro-batch forward through all stages (each in its own
 // slot), then every backward in ascending micro-batch order, stages in
-// reverse; tensors cross stages by name.
-func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backend, b nn.Batches, global int) {
+// reverse; tensors cross stages by name. With recompute every stage keeps
+// only its inputs: all micro-batches share slot 0, and each backward pass
+// first runs its micro-batch's forward pass again. With split each
+// backward pass is BackwardInput, and its BackwardWeight runs after the
+// next micro-batch's BackwardInput, as a zero-bubble schedule defers it.
+func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backend, b nn.Batches, global int, recompute, split bool) {
 	M := b.MicroBatches()
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1, Step: global}
 	vals := make([]map[string]*nn.Tensor, M)
 	labels := make([][]int32, M)
 	var losses []nn.SoftmaxCE = make([]nn.SoftmaxCE, M)
 	scale := float32(1 / float64(b.BatchSize()))
+	slot := func(m int) int {
+		if recompute {
+			return 0
+		}
+		return m
+	}
+	stageIn := func(s *nn.Stage, m int) []*nn.Tensor {
+		in := make([]*nn.Tensor, len(s.Inputs))
+		for i, name := range s.Inputs {
+			in[i] = vals[m][name]
+		}
+		return in
+	}
 	for m := 0; m < M; m++ {
 		mb := nn.MicroBatch(b, 0, 0, m)
 		x, y := mb.X[0], mb.Y
@@ -25,13 +42,9 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 		labels[m] = y
 		ctx.Micro = m
 		for _, s := range stages {
-			in := make([]*nn.Tensor, len(s.Inputs))
-			for i, name := range s.Inputs {
-				in[i] = vals[m][name]
-			}
 			// Copy outputs: a stage's output buffers belong to its slot,
 			// as received tensors would belong to the receiver.
-			for i, t := range s.Forward(ctx, m, in) {
+			for i, t := range s.Forward(ctx, slot(m), stageIn(s, m)) {
 				vals[m][s.Outputs[i]] = nn.FromData(append([]float32(nil), nn.F32(t)...), t.Shape()...)
 			}
 		}
@@ -46,7 +59,16 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 			for i, name := range s.Outputs {
 				dout[i] = grads[name]
 			}
-			for i, d := range s.Backward(ctx, m, dout) {
+			if recompute {
+				ctx.Recompute = true
+				s.Forward(ctx, 0, stageIn(s, m))
+				ctx.Recompute = false
+			}
+			backward := s.Backward
+			if split {
+				backward = s.BackwardInput
+			}
+			for i, d := range backward(ctx, slot(m), dout) {
 				if d == nil {
 					continue
 				}
@@ -62,6 +84,16 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 				}
 			}
 		}
+		if split && m > 0 {
+			for _, s := range stages {
+				s.BackwardWeight(ctx, m-1)
+			}
+		}
+	}
+	if split {
+		for _, s := range stages {
+			s.BackwardWeight(ctx, M-1)
+		}
 	}
 	var ps []*nn.Param
 	for _, s := range stages {
@@ -72,7 +104,9 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 
 // A model cut into stages and run as a pipeline computes exactly, bit for
 // bit, what the single-process trainer computes: the promise ppnode's
-// runtime builds on.
+// runtime builds on. So does one whose stages recompute their activations
+// at the backward pass (dropout masks and BatchNorm statistics included),
+// and one whose backward passes split into input and weight gradients.
 func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 	cases := []struct {
 		model string
@@ -94,7 +128,11 @@ func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 			}
 			want := nn.WeightsSHA256(ref.Graph.Params())
 			n := len(ref.Graph.Nodes)
-			for _, parts := range []int{1, 2, 3, 5} {
+			for _, run := range []struct {
+				parts            int
+				recompute, split bool
+			}{{1, false, false}, {2, false, false}, {3, false, false}, {5, false, false}, {1, true, false}, {3, true, false}, {1, false, true}, {3, false, true}} {
+				parts := run.parts
 				g, err := zoo.Build(c.model, c.o)
 				if err != nil {
 					t.Fatal(err)
@@ -114,10 +152,13 @@ func TestPipelineMatchesTrainerBitForBit(t *testing.T) {
 				}
 				opt, _ := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9})
 				for s := 0; s < 2; s++ {
-					pipelineStep(g, stages, opt, be, data, s)
+					pipelineStep(g, stages, opt, be, data, s, run.recompute, run.split)
+				}
+				if run.split && !stages[0].Splits(&nn.Ctx{Backend: be}) {
+					t.Errorf("%d stages: the first stage does not split its backward pass", parts)
 				}
 				if got := nn.WeightsSHA256(g.Params()); got != want {
-					t.Errorf("%d stages: weights %s, single process %s", parts, got[:16], want[:16])
+					t.Errorf("%d stages (recompute %v, split %v): weights %s, single process %s", parts, run.recompute, run.split, got[:16], want[:16])
 				}
 			}
 		})

@@ -29,6 +29,9 @@ type Stage struct {
 	// on the team thread on the fast path (team.go).
 	team  bool
 	slots []*stageSlot
+	// shared, per local node: its layer shares a parameter with another
+	// layer of the graph.
+	shared []bool
 }
 
 // ref names a tensor inside a stage: a local node's output or a stage input.
@@ -49,6 +52,9 @@ type stageSlot struct {
 	owned, inOwned []bool
 	acc, inAcc     []Slot
 	outs           []*Tensor
+	// split, per local node: BackwardInput left its parameter gradients
+	// to BackwardWeight.
+	split []bool
 }
 
 // Stage returns the executor for the named layers, or an error naming an
@@ -110,6 +116,18 @@ func (g *Graph) Stage(names []string) (*Stage, error) {
 		}
 	}
 	s.fuse(consumed)
+	owners := map[*Param]int{}
+	for _, n := range g.Nodes {
+		for _, p := range n.Layer.Params() {
+			owners[p]++
+		}
+	}
+	s.shared = make([]bool, len(s.nodes))
+	for k, n := range s.nodes {
+		for _, p := range n.Layer.Params() {
+			s.shared[k] = s.shared[k] || owners[p] > 1
+		}
+	}
 	for _, n := range s.nodes {
 		switch n.Layer.(type) {
 		case *Conv2D, *MaxPool2D, *AvgPool2D:
@@ -205,7 +223,7 @@ func (s *Stage) slot(i int) *stageSlot {
 			ins: make([]*Tensor, m), vals: make([]*Tensor, n), argv: make([][]*Tensor, n),
 			layer: make([]Slot, n), grad: make([]*Tensor, n), inGrad: make([]*Tensor, m),
 			owned: make([]bool, n), inOwned: make([]bool, m), acc: make([]Slot, n), inAcc: make([]Slot, m),
-			outs: make([]*Tensor, len(s.Outputs)),
+			outs: make([]*Tensor, len(s.Outputs)), split: make([]bool, n),
 		}
 		for k, refs := range s.args {
 			ss.argv[k] = make([]*Tensor, len(refs))
@@ -229,7 +247,7 @@ func (s *Stage) Forward(c *Ctx, slot int, in []*Tensor) []*Tensor {
 		panic(fmt.Sprintf("nn: stage takes %d inputs, got %d", len(s.Inputs), len(in)))
 	}
 	if s.team && fastPath(c) && !c.team {
-		return onTeam(s, c, slot, in, false)
+		return onTeam(s, c, slot, in, (*Stage).forward)
 	}
 	return s.forward(c, slot, in)
 }
@@ -268,13 +286,82 @@ func (s *Stage) Backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 		panic(fmt.Sprintf("nn: stage has %d outputs, got %d gradients", len(s.Outputs), len(dout)))
 	}
 	if s.team && fastPath(c) && !c.team {
-		return onTeam(s, c, slot, dout, true)
+		return onTeam(s, c, slot, dout, (*Stage).backward)
 	}
 	return s.backward(c, slot, dout)
 }
 
+// BackwardInput runs the first half of slot's backward pass, as Backward
+// does but for the parameter gradients of the layers that split their
+// backward pass (SplitLayer), which BackwardWeight of the slot adds
+// later: the input gradients are ready sooner. Between the two, the slot
+// takes no other pass. Together they compute what Backward computes, bit
+// for bit; parameter gradients accumulate in the order of the calls, so
+// BackwardWeight passes run in the order of their micro-batches.
+func (s *Stage) BackwardInput(c *Ctx, slot int, dout []*Tensor) []*Tensor {
+	if len(dout) != len(s.Outputs) {
+		panic(fmt.Sprintf("nn: stage has %d outputs, got %d gradients", len(s.Outputs), len(dout)))
+	}
+	if s.team && fastPath(c) && !c.team {
+		return onTeam(s, c, slot, dout, (*Stage).backwardInput)
+	}
+	return s.backwardInput(c, slot, dout)
+}
+
+// BackwardWeight runs the second half of slot's backward pass (see
+// BackwardInput).
+func (s *Stage) BackwardWeight(c *Ctx, slot int) {
+	if s.team && fastPath(c) && !c.team {
+		onTeam(s, c, slot, nil, (*Stage).backwardWeight)
+		return
+	}
+	s.backwardWeight(c, slot, nil)
+}
+
+// Splits reports whether any layer of the stage splits its backward pass
+// in context c: whether BackwardWeight has anything to do.
+func (s *Stage) Splits(c *Ctx) bool {
+	for k := range s.nodes {
+		if s.splits(c, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// splits reports whether node k's layer splits its backward pass: it can,
+// and no other layer of the graph shares its parameters (whose gradients
+// would then be added in another order).
+func (s *Stage) splits(c *Ctx, k int) bool {
+	l, ok := s.nodes[k].Layer.(SplitLayer)
+	return ok && !s.shared[k] && l.Splits(c)
+}
+
 func (s *Stage) backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
+	return s.backwardPass(c, slot, dout, false)
+}
+
+func (s *Stage) backwardInput(c *Ctx, slot int, dout []*Tensor) []*Tensor {
+	return s.backwardPass(c, slot, dout, true)
+}
+
+func (s *Stage) backwardWeight(c *Ctx, slot int, _ []*Tensor) []*Tensor {
 	ss := s.slot(slot)
+	for k := len(s.nodes) - 1; k >= 0; k-- {
+		if !ss.split[k] {
+			continue
+		}
+		ss.split[k] = false
+		s.nodes[k].Layer.(SplitLayer).BackwardWeight(c, &ss.layer[k], ss.argv[k], ss.vals[k], ss.grad[k])
+	}
+	return nil
+}
+
+// backwardPass runs slot's backward pass; with split, the layers that
+// split leave their parameter gradients to backwardWeight.
+func (s *Stage) backwardPass(c *Ctx, slot int, dout []*Tensor, split bool) []*Tensor {
+	ss := s.slot(slot)
+	clear(ss.split)
 	clear(ss.grad)
 	clear(ss.inGrad)
 	for j, k := range s.outIndex {
@@ -295,7 +382,13 @@ func (s *Stage) backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
 			}
 			continue
 		}
-		din := n.Layer.Backward(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+		var din []*Tensor
+		if split && s.splits(c, k) {
+			din = n.Layer.(SplitLayer).BackwardInput(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+			ss.split[k] = true
+		} else {
+			din = n.Layer.Backward(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+		}
 		for i, r := range s.args[k] {
 			if !s.need[k][i] || din[i] == nil {
 				continue

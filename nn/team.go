@@ -11,7 +11,7 @@ type teamCall struct {
 	c        Ctx
 	slot     int
 	in       []*Tensor
-	backward bool
+	pass     func(s *Stage, c *Ctx, slot int, in []*Tensor) []*Tensor
 	out      []*Tensor
 	panicked any
 	done     chan struct{}
@@ -25,7 +25,7 @@ var (
 
 // onTeam runs a stage pass on the one OS thread that makes every oneDNN
 // call, so that OpenMP keeps one team of threads.
-func onTeam(s *Stage, c *Ctx, slot int, in []*Tensor, backward bool) []*Tensor {
+func onTeam(s *Stage, c *Ctx, slot int, in []*Tensor, pass func(s *Stage, c *Ctx, slot int, in []*Tensor) []*Tensor) []*Tensor {
 	teamOnce.Do(func() {
 		teamQueue = make(chan *teamCall)
 		go func() {
@@ -36,7 +36,7 @@ func onTeam(s *Stage, c *Ctx, slot int, in []*Tensor, backward bool) []*Tensor {
 		}()
 	})
 	t := teamCalls.Get().(*teamCall)
-	t.s, t.c, t.slot, t.in, t.backward = s, *c, slot, in, backward
+	t.s, t.c, t.slot, t.in, t.pass = s, *c, slot, in, pass
 	t.c.team = true
 	teamQueue <- t
 	<-t.done
@@ -54,9 +54,5 @@ func (t *teamCall) run() {
 		t.panicked = recover()
 		t.done <- struct{}{}
 	}()
-	if t.backward {
-		t.out = t.s.backward(&t.c, t.slot, t.in)
-	} else {
-		t.out = t.s.forward(&t.c, t.slot, t.in)
-	}
+	t.out = t.pass(t.s, &t.c, t.slot, t.in)
 }

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/ppnode/ppnode/linkprobe"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
+	"github.com/ppnode/ppnode/trust"
 )
 
 // Version is the ppnode version gossiped in the node metadata.
@@ -58,6 +61,7 @@ type Agent struct {
 	host    *actors.StageHost
 	dirLock *os.File // holds the lock on the data dir; nil without one
 
+	joined   atomic.Bool     // the membership is up (members.node is set)
 	ctx      context.Context // cancelled by Close and Leave: ends the jobs
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup // event loop and HTTP server
@@ -120,7 +124,11 @@ func (a *Agent) measure() error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, a.cfg.ProfileFor)
-	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(max(job.AvailableMemory(), 0)), Threads: a.cfg.Threads}
+	mem := max(job.AvailableMemory(), 0)
+	if m := a.cfg.Memory; m > 0 && (mem == 0 || m < mem) {
+		mem = m
+	}
+	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(mem), Threads: a.cfg.Threads}
 	a.capacity = &capacity{burst: burst, threads: a.cfg.Threads}
 	a.log.Info("nodes: measured", "gflops", sustained, "burst_gflops", burst, "memory", a.profile.MemoryBytes, "threads", a.cfg.Threads, "backend", nn.Describe(be))
 	return nil
@@ -167,6 +175,11 @@ func (a *Agent) startActors() error {
 	}
 	if id := cfg.Identity; id != nil {
 		acfg.ServerTLS, acfg.ClientTLS = id.ServerTLS(true), id.ClientTLS()
+		acfg.Authorize = func(cs *tls.ConnectionState) (string, error) {
+			p, err := trust.Authorize(cs, trust.ActStages)
+			return p.Name, err
+		}
+		acfg.Member = func(name string) bool { return a.joined.Load() && a.members.known(name) }
 	}
 	if a.sys, err = actors.Start(acfg); err != nil {
 		return fmt.Errorf("nodes: %w", err)
@@ -195,6 +208,7 @@ func (a *Agent) join(key []byte) error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	a.members.node = node
+	a.joined.Store(true)
 	return nil
 }
 

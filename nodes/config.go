@@ -78,6 +78,9 @@ type Config struct {
 	Conns admit.Limits
 	// Threads is the compute threads of this node (0: all CPUs).
 	Threads int
+	// Memory bounds the memory the node offers to training, in bytes (0:
+	// what the machine or its cgroup has available); the smaller wins.
+	Memory int64
 	// ProfileFor is how long the GEMM speed is measured at start (default
 	// DefaultProfileFor).
 	ProfileFor time.Duration

@@ -1,6 +1,8 @@
 package nodes
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -112,4 +114,20 @@ func replicaRun(ck *tensorio.Checkpoint) (string, error) {
 		return "", fmt.Errorf("cut metadata: %w", err)
 	}
 	return meta.Run, nil
+}
+
+// cutDigest is the SHA-256, in hex, of the canonical encoding of a cut of
+// run run: the checkpoint file with its metadata stamped with the run, as
+// the holders receive it. Every copy of a cut, the coordinator's own
+// (without a run) or a replica, has the same digest.
+func cutDigest(ck *tensorio.Checkpoint, run string) (string, error) {
+	meta, err := job.ParseCutMeta(ck.Meta)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	if err := tensorio.WriteCheckpoint(h, stamped(ck, meta, run)); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

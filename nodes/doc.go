@@ -74,7 +74,8 @@
 // certificate; job records, checkpoints and link probes a node's (a record
 // only from the coordinator it names, a cut only from the coordinator of
 // the record held here): 401 without a certificate, 403 with the wrong
-// one. Every request's Host must be an IP address, localhost, the node's
+// one. trust.May is the one table of who may do what; the actor port
+// takes only node certificates (actors.Config.Authorize). Every request's Host must be an IP address, localhost, the node's
 // name or a name of its certificate, and an Origin header its own (403).
 // Without credentials every endpoint is open, and Start refuses to listen
 // beyond loopback unless Config.Insecure.
@@ -112,15 +113,19 @@
 //	PUT    /v1/checkpoints/{job}         a replica of a cut (a tensorio
 //	                      checkpoint file with its run in the metadata,
 //	                      job.CutMeta; verified before it is kept): 204; 400
-//	                      without a run; 409 if another run of the job is
-//	                      in progress here
+//	                      without a run; 403 for a job whose record this
+//	                      node does not hold (or, with credentials, from a
+//	                      node other than the coordinator it names); 409
+//	                      for a cut of another run than the record's
 //	GET    /v1/checkpoints/{job}         [CutList]: the steps of the cuts
 //	                      kept and their run
 //	GET    /v1/checkpoints/{job}/{step}  the cut's file as stored (the
 //	                      reader verifies it)
 //	PUT    /v1/jobrecords/{id}  a [JobRecord] from the job's coordinator:
 //	                      204; 400 for a bad record, 409 for one older than
-//	                      the record held
+//	                      the record held, 403 from a node that is not a
+//	                      member or, naming a new coordinator, not the
+//	                      rightful successor
 //	GET    /v1/jobrecords       the records this node holds
 //	GET    /v1/jobrecords/{id}  the record held, or the one this node sent
 //	                      as the job's coordinator; 404 otherwise
@@ -152,7 +157,10 @@
 // the holders the job's [JobRecord]: the normalised spec, the coordinator,
 // the holders, the newest plan generation, the state. With every cut it
 // writes its own copy, PUTs the cut to the holders, then the record (with
-// the cut's generation); the cut becomes the job's latest consistent cut
+// the cut's generation, and the step and SHA-256 of its latest cuts,
+// [JobRecord].Cuts); a node that is to become a holder first gets a record
+// naming it, as a node takes cuts only of a job whose record it holds. The
+// cut becomes the job's latest consistent cut
 // (JobStatus.LatestCut) only once all of this is acknowledged. All of it
 // runs in the background: the pipeline only waits if the previous cut is
 // still being written when the next one is gathered. When the job ends
@@ -179,7 +187,14 @@
 // dead stops its run when it hears of the newer term (fencing), and its
 // GET /v1/jobs/{id} then names the new coordinator (moved_to). A record
 // older than the one held (lower term, or lower revision in the same term)
-// is refused with 409.
+// is refused with 409. A record is taken only from a gossip member, and one
+// that names a coordinator other than the record held only in a later
+// term, once that coordinator is no longer a member (unless it is the
+// receiving node, being fenced), and from the rightful successor: the one
+// the rule above picks from the held record (rightful). The successor
+// resumes only from a copy whose step and SHA-256 (of the cut stamped with
+// the run, whichever copy it is) the record lists; any other copy, such as
+// one planted in a store, is skipped with an error in the log.
 //
 // Job ids may be chosen by the user and reused, and the store outlives
 // the node's process, so each run of a job (a submission; its takeovers

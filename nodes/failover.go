@@ -49,7 +49,7 @@ type failover struct {
 // other run is in progress here; a holder that keeps it removes the cuts
 // of other runs from its store (cuts.claim) before it acknowledges.
 func (f *failover) accept(rec JobRecord) error {
-	kept, err := f.jobs.hold(rec)
+	kept, err := f.jobs.hold(rec, f.members.successors())
 	if err != nil || !kept {
 		return err
 	}
@@ -58,6 +58,40 @@ func (f *failover) accept(rec JobRecord) error {
 	}
 	if rec.State == RecordRunning {
 		f.considerTakeovers() // its coordinator may be gone already
+	}
+	return nil
+}
+
+// ErrNotSuccessor refuses a job record from a node that may not coordinate
+// the job: not a member, or not the rightful successor of the coordinator
+// named by the record held.
+var ErrNotSuccessor = errors.New("nodes: not the job's rightful coordinator")
+
+// rightful checks a record rec that names its sender as the job's
+// coordinator against old, this node's record of the same run (nil: none).
+// The coordinator must be a gossip member (members, as
+// members.successors gives them: present means alive). A record that
+// names a coordinator other than old's must start a later term, while
+// old's coordinator is no longer a member (unless it is this node, which
+// is being fenced), and come from the rightful successor: the holder of
+// old that successor picks among the members that may take jobs over,
+// old's coordinator left out, as the holders do when they take over.
+func rightful(old, rec *JobRecord, self string, members map[string]bool) error {
+	if _, ok := members[rec.Coordinator]; !ok {
+		return fmt.Errorf("%w: job %q: %q is not a member of the cluster", ErrNotSuccessor, rec.ID, rec.Coordinator)
+	}
+	if old == nil || old.Coordinator == rec.Coordinator {
+		return nil
+	}
+	if term(rec.Generation) <= term(old.Generation) {
+		return fmt.Errorf("%w: job %q: %q names itself coordinator in term %d; %q coordinates term %d",
+			ErrNotSuccessor, rec.ID, rec.Coordinator, term(rec.Generation), old.Coordinator, term(old.Generation))
+	}
+	if _, alive := members[old.Coordinator]; alive && old.Coordinator != self {
+		return fmt.Errorf("%w: job %q: %q names itself coordinator, but %q is still a member", ErrNotSuccessor, rec.ID, rec.Coordinator, old.Coordinator)
+	}
+	if s := successor(old, func(n string) bool { return n != old.Coordinator && members[n] }); s != rec.Coordinator {
+		return fmt.Errorf("%w: job %q: %q names itself coordinator, but the successor of %q is %q", ErrNotSuccessor, rec.ID, rec.Coordinator, old.Coordinator, s)
 	}
 	return nil
 }
@@ -183,10 +217,15 @@ type cutSource struct {
 func (f *failover) latestCut(rec JobRecord) (*tensorio.Checkpoint, job.CutMeta, string) {
 	srcs, skipped := f.cutSources(rec)
 	for _, s := range srcs {
-		ck, meta, err := f.readCut(rec.ID, rec.Run, s)
+		ck, meta, err := f.readCut(rec, s)
 		if errors.Is(err, errOtherRun) {
 			f.log.Warn("nodes: skipping a cut of another run of the job", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
 			skipped = append(skipped, fmt.Sprintf("step %d on %s (another run)", s.step, s.node))
+			continue
+		}
+		if errors.Is(err, errNotRecorded) {
+			f.log.Error("nodes: refusing a cut that the job's record does not vouch for (planted or damaged?)", "job", rec.ID, "step", s.step, "node", s.node, "err", err)
+			skipped = append(skipped, fmt.Sprintf("step %d on %s (not the record's)", s.step, s.node))
 			continue
 		}
 		if err != nil {
@@ -261,13 +300,23 @@ func (f *failover) cutSources(rec JobRecord) (srcs []cutSource, skipped []string
 	return srcs, skipped
 }
 
-// errOtherRun is readCut's error for a copy stamped with another run.
-var errOtherRun = errors.New("a cut of another run")
+// Errors of readCut: a copy stamped with another run; a copy whose step
+// the job's record does not list, or whose digest is not the one listed.
+var (
+	errOtherRun    = errors.New("a cut of another run")
+	errNotRecorded = errors.New("a cut the job's record does not list")
+)
 
-// readCut reads and verifies one copy of a cut of run run of job id, and
-// its metadata. A copy without a run is taken as the run's: its source
-// vouched for it (latestCut).
-func (f *failover) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, job.CutMeta, error) {
+// readCut reads and verifies one copy of a cut of rec's run of its job,
+// and its metadata: its step and digest must be among rec.Cuts. A copy
+// without a run is taken as the run's: its source vouched for it
+// (latestCut), and the digest covers the run.
+func (f *failover) readCut(rec JobRecord, s cutSource) (*tensorio.Checkpoint, job.CutMeta, error) {
+	id, run := rec.ID, rec.Run
+	want, listed := rec.digestOf(s.step)
+	if !listed {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: no cut at step %d among the record's %v", errNotRecorded, s.step, rec.cutSteps())
+	}
 	var ck *tensorio.Checkpoint
 	if s.http == "" {
 		var err error
@@ -294,6 +343,9 @@ func (f *failover) readCut(id, run string, s cutSource) (*tensorio.Checkpoint, j
 	}
 	if meta.Run != "" && meta.Run != run {
 		return nil, job.CutMeta{}, fmt.Errorf("%w: run %q, the job's is %q", errOtherRun, meta.Run, run)
+	}
+	if sum, err := cutDigest(ck, run); err != nil || sum != want {
+		return nil, job.CutMeta{}, fmt.Errorf("%w: the copy at step %d does not match the record's digest", errNotRecorded, s.step)
 	}
 	return ck, meta, nil
 }

@@ -252,6 +252,19 @@ func testCut(id, run string, step int64) *tensorio.Checkpoint {
 		Meta: job.CutMeta{Generation: 3, Run: run}.Encode()}
 }
 
+// listCuts lists testCut's cuts of rec's run at steps in rec, as its
+// coordinator's replication does.
+func listCuts(t *testing.T, rec *JobRecord, steps ...int64) {
+	t.Helper()
+	for _, step := range steps {
+		sum, err := cutDigest(testCut(rec.ID, rec.Run, step), rec.Run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.addCut(step, sum)
+	}
+}
+
 // runOf is the run in ck's metadata.
 func runOf(t *testing.T, ck *tensorio.Checkpoint) string {
 	t.Helper()
@@ -287,6 +300,7 @@ func TestLatestCutSkipsDamagedCopies(t *testing.T) {
 	rec := goodRecord(t)
 	rec.ID, rec.Coordinator, rec.Holders = id, "gone", []string{"a", "b"}
 	respec(t, &rec, func(s *job.Spec) { s.ID = id })
+	listCuts(t, &rec, 10, 20)
 	for i, ag := range as {
 		if err := ag.cuts.claim(id, rec.Run); err != nil {
 			t.Fatal(err)

@@ -168,7 +168,9 @@ func (h *api) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := h.fromCoordinator(job, peerName(r)); err != nil {
+	rec, err := h.cutOf(job, peerName(r))
+	if err != nil {
+		h.a.log.Warn("nodes: refused a cut", "job", job, "from", peerName(r), "err", err)
 		writeError(w, http.StatusForbidden, err)
 		return
 	}
@@ -185,7 +187,7 @@ func (h *api) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 	// The file streams to disk and is verified there: a cut is hundreds
 	// of MB, and this node is usually running a stage.
 	code := http.StatusInternalServerError
-	_, err := store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
+	_, err = store.SaveFrom(http.MaxBytesReader(w, r.Body, MaxCheckpointBytes), func(ck *tensorio.Checkpoint) error {
 		code = http.StatusBadRequest
 		if ck.JobID != job {
 			return fmt.Errorf("nodes: checkpoint of job %q sent as job %q", ck.JobID, job)
@@ -195,6 +197,9 @@ func (h *api) putCheckpoint(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("nodes: checkpoint of job %q at step %d: %w", ck.JobID, ck.Step, err)
 		}
 		code = http.StatusConflict
+		if run != rec.Run {
+			return fmt.Errorf("%w: job %q: a cut of run %s; the record held here is of another run (%s)", ErrStaleRecord, job, run, rec.Run)
+		}
 		if err := h.a.jobs.runInUse(ck.JobID, run); err != nil {
 			return err
 		}
@@ -289,8 +294,12 @@ func (h *api) putRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.a.failover.accept(rec); err != nil {
 		code := http.StatusInternalServerError
-		if errors.Is(err, ErrStaleRecord) {
+		switch {
+		case errors.Is(err, ErrStaleRecord):
 			code = http.StatusConflict
+		case errors.Is(err, ErrNotSuccessor):
+			code = http.StatusForbidden
+			h.a.log.Warn("nodes: refused a job record", "job", rec.ID, "from", peerName(r), "err", err)
 		}
 		writeError(w, code, err)
 		return

@@ -357,22 +357,26 @@ func (t *jobs) record(id string) (JobRecord, error) {
 	return JobRecord{}, fmt.Errorf("%w: %q", ErrNoJob, id)
 }
 
-// heldCoordinator is the coordinator named by the record of job id held
-// here; ok is false without one.
-func (t *jobs) heldCoordinator(id string) (name string, ok bool) {
+// heldRecord returns a copy of the record of job id held here; ok is
+// false without one.
+func (t *jobs) heldRecord(id string) (rec JobRecord, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rec := t.held[id]; rec != nil {
-		return rec.Coordinator, true
+	if r := t.held[id]; r != nil {
+		return r.clone(), true
 	}
-	return "", false
+	return JobRecord{}, false
 }
 
 // hold keeps a valid job record sent by the job's coordinator, if this
 // node is among its holders (kept), and drops the one held otherwise (see
 // failover.accept). A newer record of a job coordinated here that names
 // another coordinator fences the job: it is cancelled.
-func (t *jobs) hold(rec JobRecord) (kept bool, err error) {
+//
+// members are the gossip members (see members.successors): a record is
+// taken only from a member, and one that names a new coordinator of the
+// run only from its rightful successor (see rightful).
+func (t *jobs) hold(rec JobRecord, members map[string]bool) (kept bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j, ok := t.coord[rec.ID]; ok && (j == nil || j.rec.Run == rec.Run || !isClosed(j.done)) {
@@ -384,6 +388,9 @@ func (t *jobs) hold(rec JobRecord) (kept bool, err error) {
 		case rec.Coordinator == t.self || !rec.supersedes(&j.rec):
 			return false, fmt.Errorf("%w: job %q: this node coordinates it at generation %d revision %d, the record is of generation %d revision %d",
 				ErrStaleRecord, rec.ID, j.rec.Generation, j.rec.Revision, rec.Generation, rec.Revision)
+		}
+		if err := rightful(&j.rec, &rec, t.self, members); err != nil {
+			return false, err
 		}
 		if !j.superseded {
 			t.log.Warn("nodes: another node took over a job of this node; stopping it", "job", rec.ID, "coordinator", rec.Coordinator)
@@ -399,6 +406,14 @@ func (t *jobs) hold(rec JobRecord) (kept bool, err error) {
 	} else if old != nil && !rec.supersedes(old) {
 		return false, fmt.Errorf("%w: job %q: held generation %d revision %d, sent generation %d revision %d",
 			ErrStaleRecord, rec.ID, old.Generation, old.Revision, rec.Generation, rec.Revision)
+	}
+	if old := t.held[rec.ID]; old == nil || old.Run != rec.Run {
+		err = rightful(nil, &rec, t.self, members)
+	} else {
+		err = rightful(old, &rec, t.self, members)
+	}
+	if err != nil {
+		return false, err
 	}
 	if !slices.Contains(rec.Holders, t.self) {
 		if old := t.held[rec.ID]; old == nil || old.Run == rec.Run {

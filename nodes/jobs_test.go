@@ -10,13 +10,16 @@ import (
 	"github.com/ppnode/ppnode/job"
 )
 
+// abc are the gossip members of the job tables' tests.
+var abc = map[string]bool{"a": true, "b": true, "c": true}
+
 // A job id is either coordinated here or its record held here: a held id
 // cannot be submitted, a reserved one cannot be held, and a closed table
 // reserves nothing.
 func TestJobTableSharesIDs(t *testing.T) {
 	tab := newJobs("b", slog.New(slog.DiscardHandler))
 	rec := goodRecord(t) // coordinated by a, held by b and c
-	if kept, err := tab.hold(rec); !kept || err != nil {
+	if kept, err := tab.hold(rec, abc); !kept || err != nil {
 		t.Fatalf("hold: %v, %v", kept, err)
 	}
 	if _, err := tab.reserve(rec.ID); !errors.Is(err, ErrJobID) {
@@ -28,11 +31,11 @@ func TestJobTableSharesIDs(t *testing.T) {
 	if _, err := tab.reserve(other.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tab.hold(other); !errors.Is(err, ErrStaleRecord) {
+	if _, err := tab.hold(other, abc); !errors.Is(err, ErrStaleRecord) {
 		t.Errorf("holding a reserved id: %v, want ErrStaleRecord", err)
 	}
 	tab.release(other.ID)
-	if kept, err := tab.hold(other); !kept || err != nil {
+	if kept, err := tab.hold(other, abc); !kept || err != nil {
 		t.Errorf("holding a released id: %v, %v", kept, err)
 	}
 	x, err1 := tab.reserve("")
@@ -60,7 +63,7 @@ func TestJobTableDue(t *testing.T) {
 	rec := goodRecord(t)
 	b, c := newJobs("b", slog.New(slog.DiscardHandler)), newJobs("c", slog.New(slog.DiscardHandler))
 	for _, tab := range []*jobs{b, c} {
-		if _, err := tab.hold(rec); err != nil {
+		if _, err := tab.hold(rec, abc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,12 +108,12 @@ func TestJobTableFencing(t *testing.T) {
 	}
 	stale := rec.clone()
 	stale.Coordinator, stale.Holders, stale.Revision = "b", []string{"c"}, 0
-	if _, err := tab.hold(stale); !errors.Is(err, ErrStaleRecord) || ctx.Err() != nil {
+	if _, err := tab.hold(stale, abc); !errors.Is(err, ErrStaleRecord) || ctx.Err() != nil {
 		t.Errorf("an older record: %v (job cancelled: %v), want ErrStaleRecord", err, ctx.Err())
 	}
 	newer := stale.clone()
 	newer.Generation, newer.Revision = nextTerm(rec.Generation), 1
-	if kept, err := tab.hold(newer); kept || err != nil {
+	if kept, err := tab.hold(newer, abc); kept || err != nil {
 		t.Fatalf("a newer record: kept %v, %v", kept, err)
 	}
 	if _, superseded := tab.lastRecord(j); !superseded || ctx.Err() == nil || j.movedTo != "b" {

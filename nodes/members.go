@@ -41,6 +41,16 @@ func newMembers(self string, hc *http.Client) *members {
 // list are the members this node believes alive, itself included.
 func (ms *members) list() []cluster.Member { return ms.node.Members() }
 
+// known reports whether name is a member this node believes alive or has
+// seen in gossip before (a member declared failed while it was starved of
+// CPU still is one).
+func (ms *members) known(name string) bool {
+	ms.mu.Lock()
+	_, seen := ms.httpOf[name]
+	ms.mu.Unlock()
+	return seen || slices.ContainsFunc(ms.list(), func(m cluster.Member) bool { return m.Name == name })
+}
+
 // client is a client of another node's API at addr.
 func (ms *members) client(addr string) *Client { return NewClientWith(addr, ms.hc) }
 

@@ -74,6 +74,7 @@ var (
 	famLoss        = family{"ppnode_job_train_loss", "gauge", "Mean training loss of the job's last step."}
 	famStageBusy   = family{"ppnode_job_stage_busy_seconds_total", "counter", "Time a stage of the job computed, by stage, node and phase (forward, backward, update), as the stages measured it."}
 	famStageWait   = family{"ppnode_job_stage_wait_seconds_total", "counter", "Time a stage of the job waited on the data plane (for its peers' tensors, or for its own to leave at the step's end), by stage and node, as the stages measured it."}
+	famStageMicros = family{"ppnode_job_stage_micro_batches", "gauge", "Micro-batches of each step a stage runs, by stage, the group of replicas it belongs to and node (all of them without replicas)."}
 	famRecoveries  = family{"ppnode_job_recoveries_total", "counter", "Recoveries of the job from a failure (back to its latest cut)."}
 	famReplayed    = family{"ppnode_job_replayed_steps_total", "counter", "Steps of the job run again after recoveries."}
 	famReplans     = family{"ppnode_job_replans_total", "counter", "Re-plans of the running job, by trigger (speeds, links, joined, leaving, requested)."}
@@ -215,6 +216,11 @@ func writeJobMetrics(e *exposition, jobs []jobMeter) {
 	perJob(func(j jobMeter) {
 		for _, s := range j.m.Stages {
 			e.sample(famStageWait, "", s.Wait.Seconds(), "job", j.st.ID, "stage", strconv.Itoa(s.Stage), "node", s.Node)
+		}
+	})
+	perJob(func(j jobMeter) {
+		for _, s := range j.st.Stages {
+			e.sample(famStageMicros, "", float64(s.MicroBatches), "job", j.st.ID, "stage", strconv.Itoa(s.ID), "group", strconv.Itoa(s.Group), "node", s.Node)
 		}
 	})
 	perJob(func(j jobMeter) { e.sample(famRecoveries, "", float64(len(j.st.Recoveries)), "job", j.st.ID) })

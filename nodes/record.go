@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,6 +51,46 @@ type JobRecord struct {
 	Result *job.Result `json:"result,omitempty"`
 	// Takeovers are the job's coordinator changes, oldest first.
 	Takeovers []Takeover `json:"takeovers,omitempty"`
+	// Cuts name the run's latest cuts that reached the holders, newest
+	// last (at most CheckpointsKept): a successor resumes only from a copy
+	// whose step and digest are listed (see cutDigest).
+	Cuts []CutDigest `json:"cuts,omitempty"`
+}
+
+// CutDigest names one cut of a job's run: its step and the SHA-256 of its
+// canonical encoding, in hex (cutDigest).
+type CutDigest struct {
+	Step   int64  `json:"step"`
+	SHA256 string `json:"sha256"`
+}
+
+// digestOf returns the digest the record lists for the cut at step.
+func (r *JobRecord) digestOf(step int64) (string, bool) {
+	for _, c := range r.Cuts {
+		if c.Step == step {
+			return c.SHA256, true
+		}
+	}
+	return "", false
+}
+
+// cutSteps are the steps of the cuts the record lists.
+func (r *JobRecord) cutSteps() []int64 {
+	out := make([]int64, len(r.Cuts))
+	for i, c := range r.Cuts {
+		out[i] = c.Step
+	}
+	return out
+}
+
+// addCut lists the cut at step with digest sum as the newest, keeping the
+// last CheckpointsKept.
+func (r *JobRecord) addCut(step int64, sum string) {
+	r.Cuts = slices.DeleteFunc(r.Cuts, func(c CutDigest) bool { return c.Step >= step })
+	r.Cuts = append(r.Cuts, CutDigest{Step: step, SHA256: sum})
+	if n := len(r.Cuts); n > CheckpointsKept {
+		r.Cuts = slices.Delete(r.Cuts, 0, n-CheckpointsKept)
+	}
 }
 
 // RecordState is a job's state as its record says: running, or how it
@@ -93,6 +134,7 @@ const (
 	maxErrorBytes = 4096
 	maxTakeovers  = 64
 	maxRunBytes   = 64
+	maxCutDigests = 16
 	// termShift places a coordinator's term in the high bits of a plan
 	// generation.
 	termShift = 32
@@ -195,6 +237,14 @@ func (r *JobRecord) Validate() error {
 	if len(r.Takeovers) > maxTakeovers {
 		return recordErr("%d takeovers (at most %d)", len(r.Takeovers), maxTakeovers)
 	}
+	if len(r.Cuts) > maxCutDigests {
+		return recordErr("%d cut digests (at most %d)", len(r.Cuts), maxCutDigests)
+	}
+	for _, c := range r.Cuts {
+		if c.Step < 0 || len(c.SHA256) != 2*sha256.Size || strings.Trim(c.SHA256, "0123456789abcdef") != "" {
+			return recordErr("cut at step %d: want a non-negative step and a SHA-256 of %d lowercase hex digits", c.Step, 2*sha256.Size)
+		}
+	}
 	for _, t := range r.Takeovers {
 		if err := checkName("takeover from", t.From); err != nil {
 			return err
@@ -216,6 +266,7 @@ func (r *JobRecord) replicas() int { return r.Spec.Spec().Replicas }
 func (r JobRecord) clone() JobRecord {
 	r.Holders = slices.Clone(r.Holders)
 	r.Takeovers = slices.Clone(r.Takeovers)
+	r.Cuts = slices.Clone(r.Cuts)
 	if r.Result != nil {
 		res := *r.Result
 		res.Nodes = slices.Clone(res.Nodes)

@@ -150,11 +150,23 @@ func (r *runner) Replicate(ck *tensorio.Checkpoint) error {
 	if err := sck.Validate(); err != nil {
 		return err
 	}
+	sum, err := cutDigest(ck, rec.Run)
+	if err != nil {
+		return fmt.Errorf("nodes: step %d of %s: %w", ck.Step, ck.JobID, err)
+	}
 	var holders []string
 	var errs []error
 	for _, name := range order {
 		if len(holders) == want {
 			break
+		}
+		if !slices.Contains(rec.Holders, name) {
+			// A node takes cuts only of a job whose record it holds: it
+			// gets one naming it before its first cut.
+			if err := r.enlist(rec, holders, name, byName[name]); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				continue
+			}
 		}
 		// Encoded as it is sent: a cut is hundreds of MB.
 		ctx, cancel := context.WithTimeout(r.ctx, fetchTimeout)
@@ -175,6 +187,7 @@ func (r *runner) Replicate(ck *tensorio.Checkpoint) error {
 	rec.Generation = max(rec.Generation, meta.Generation)
 	rec.Holders = holders
 	rec.Revision++
+	rec.addCut(ck.Step, sum)
 	failed := r.sendRecord(j, rec, recordTimeout)
 	if len(holders) < min(want, len(order)) {
 		return fmt.Errorf("nodes: step %d of %s has %d of %d replicas: %w", ck.Step, ck.JobID, len(holders), want, errors.Join(errs...))
@@ -187,6 +200,19 @@ func (r *runner) Replicate(ck *tensorio.Checkpoint) error {
 		r.log.Warn("nodes: fewer nodes can hold copies than the job asks", "job", ck.JobID, "replicas", rec.replicas(), "holders", holders)
 	}
 	return nil
+}
+
+// enlist sends the node name, at addr, which is not among the holders of
+// rec, a record of the next revision that names it as a holder besides
+// those that took the cut being replicated: a node takes cuts only of a
+// job whose record it holds. The record with the cut follows.
+func (r *runner) enlist(rec JobRecord, took []string, name, addr string) error {
+	next := rec.clone()
+	next.Holders = append(slices.Clone(took), name)
+	next.Revision++
+	ctx, cancel := context.WithTimeout(r.ctx, recordTimeout)
+	defer cancel()
+	return r.members.client(addr).PutRecord(ctx, next)
 }
 
 // sendRecord makes rec the record of job j and sends it to rec's holders,

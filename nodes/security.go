@@ -15,17 +15,18 @@ import (
 	"github.com/ppnode/ppnode/trust"
 )
 
-// Who may call an endpoint of the HTTP API (see SECURITY.md). Without
-// cluster credentials (--insecure) every endpoint is open.
-type access int
+// Who may call an endpoint of the HTTP API: trust.May decides from the
+// certificate's role (SECURITY.md). Without cluster credentials
+// (--insecure) every endpoint is open.
+type access = trust.Action
 
 const (
 	// readOnly: a certificate of the cluster, or a client on loopback.
-	readOnly access = iota
+	readOnly = trust.ActRead
 	// user: a client or node certificate of the cluster.
-	user
+	user = trust.ActUse
 	// member: a node certificate of the cluster.
-	member
+	member = trust.ActMember
 )
 
 // guard wraps next with the checks every request passes: a Host header
@@ -43,7 +44,7 @@ func (h *api) guard(level access, next http.HandlerFunc) http.HandlerFunc {
 		}
 		peer, ok := trust.PeerOf(r.TLS)
 		switch {
-		case ok && (level != member || peer.Role == trust.RoleNode):
+		case ok && trust.May(peer.Role, level):
 			next(w, r)
 		case level == readOnly && loopback(r.RemoteAddr):
 			next(w, r)
@@ -203,14 +204,17 @@ func HTTPClient(id *trust.Identity) *http.Client {
 		MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute, TLSHandshakeTimeout: 10 * time.Second}}
 }
 
-// fromCoordinator refuses a cut of a job sent by a node other than the
-// coordinator its record here names (with cluster credentials).
-func (h *api) fromCoordinator(job, peer string) error {
-	if h.a.cfg.Identity == nil {
-		return nil
+// cutOf returns the record held here of a job whose cut peer sends: a
+// node keeps cuts only of a job whose record it holds (a cut of anything
+// else would only fill its disk), and with cluster credentials only from
+// the coordinator that record names.
+func (h *api) cutOf(job, peer string) (JobRecord, error) {
+	rec, ok := h.a.jobs.heldRecord(job)
+	if !ok {
+		return JobRecord{}, fmt.Errorf("nodes: a cut of job %q, whose record this node does not hold", job)
 	}
-	if coord, ok := h.a.jobs.heldCoordinator(job); ok && coord != peer {
-		return fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, coord)
+	if h.a.cfg.Identity != nil && rec.Coordinator != peer {
+		return JobRecord{}, fmt.Errorf("nodes: a cut of job %q from %q: its coordinator is %q", job, peer, rec.Coordinator)
 	}
-	return nil
+	return rec, nil
 }

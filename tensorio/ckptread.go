@@ -71,14 +71,14 @@ func (f *ckptFile) crc(off, n int64) (uint32, error) {
 // checkpoint file; a good prefix of a header passes.
 func checkCkptHeader(b []byte) error {
 	if m := b[:min(len(b), len(ckptMagic))]; string(m) != ckptMagic[:len(m)] {
-		return corruptf("not a checkpoint: magic %q", m)
+		return corruptf("not a checkpoint: no %s magic", ckptMagic)
 	}
 	if len(b) > 4 && b[4] != ckptVersion {
 		return corruptf("unsupported checkpoint version %d", b[4])
 	}
 	if len(b) > 5 {
 		if r := b[5:min(len(b), ckptHeaderLen)]; string(r) != "\x00\x00\x00"[:len(r)] {
-			return corruptf("checkpoint header has non-zero reserved bytes % x", r)
+			return corruptf("checkpoint header has non-zero reserved bytes")
 		}
 	}
 	return nil

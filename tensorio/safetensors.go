@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -184,21 +185,23 @@ func ParseSafetensors(data []byte) ([]Entry, map[string]string, error) {
 	}
 	hlen := binary.LittleEndian.Uint64(data)
 	if hlen > MaxSafetensorsHeader {
-		return nil, nil, corruptf("safetensors header of %d bytes exceeds %d", hlen, MaxSafetensorsHeader)
+		// The length is the file's first 8 bytes: it is not echoed (a
+		// file that is no safetensors file must not leak them).
+		return nil, nil, corruptf("not a safetensors file: its header length is over %d bytes", MaxSafetensorsHeader)
 	}
 	if hlen > uint64(len(data)-8) {
-		return nil, nil, corruptWrap(io.ErrUnexpectedEOF, "safetensors header of %d bytes in a file of %d", hlen, len(data))
+		return nil, nil, corruptWrap(io.ErrUnexpectedEOF, "not a safetensors file: its header is longer than the file of %d bytes", len(data))
 	}
 	header := data[8 : 8+hlen]
 	body := data[8+hlen:]
 	// encoding/json would turn invalid bytes into U+FFFD (a name that is
 	// not the file's); the reference implementation refuses them.
 	if i := invalidUTF8(header); i < len(header) {
-		return nil, nil, corruptf("safetensors header is not valid UTF-8: byte %d of the file is %#02x", 8+i, header[i])
+		return nil, nil, corruptf("safetensors header is not valid UTF-8 at byte %d of the file", 8+i)
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(header, &raw); err != nil {
-		return nil, nil, corruptWrap(err, "safetensors header")
+		return nil, nil, corruptWrap(jsonError(err), "safetensors header")
 	}
 	if raw == nil {
 		return nil, nil, corruptf("safetensors header is not a JSON object")
@@ -481,4 +484,15 @@ func EntriesSHA256(es []Entry) (string, error) {
 		names, tensors = append(names, e.Name), append(tensors, t)
 	}
 	return nn.TensorsSHA256(names, tensors), nil
+}
+
+// jsonError is err, an error of encoding/json decoding a file, without
+// the file's bytes: a syntax error names the offending character, which is
+// replaced by its offset.
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("not valid JSON at byte %d of the header", se.Offset)
+	}
+	return err
 }

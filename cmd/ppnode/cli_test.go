@@ -62,7 +62,6 @@ func TestUsageErrorsAreShort(t *testing.T) {
 		{[]string{"train", "--bogus"}, "ppnode train: flag provided but not defined: -bogus", "train"},
 		{[]string{"train", "--batch", "many"}, `invalid value "many" for flag -batch`, "train"},
 		{[]string{"train", "--local", "--epochs", "0", "--steps", "0", "--data", "synthetic:4x4x1"}, "need epochs >= 1, or steps >= 1", "train"},
-		{[]string{"train", "--via", "127.0.0.1:1", "--partition", "fc1-fc16@a,b; fc17-fc32@c"}, "replicated stages are planned and simulated, not yet run", "train"},
 		{[]string{"status", "--via"}, "flag needs an argument: -via", "status"},
 		{[]string{"join", "--name", "a", "--log-format", "xml"}, `--log-format "xml": want text or json`, "join"},
 		{[]string{"demo", "--log-format", "yaml"}, `--log-format "yaml"`, "demo"},

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/ppnode/ppnode/admit"
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/nodes"
 	"github.com/ppnode/ppnode/portrange"
 )
@@ -67,6 +68,7 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.DurationVar(&cfg.Conns.Handshake, "handshake-timeout", admit.DefaultHandshake, "time a connection has to complete its handshake (TLS, a link's, an HTTP request's\n"+
 		"headers) before it is closed")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
+	memory := fs.String("memory", "", "memory this node offers to training, such as 1GiB (default: what the machine or its cgroup has available; the smaller wins)")
 	logs.register(fs)
 	var lo logOptions
 	if err := parseFlags(fs, args, stdout); err != nil {
@@ -100,6 +102,11 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	}
 	if cfg.Threads < 0 {
 		return cfg, lo, usagef("--threads %d: want 0 (all CPUs) or more", cfg.Threads)
+	}
+	if *memory != "" {
+		if cfg.Memory, err = balance.ParseBytes(*memory); err != nil || cfg.Memory <= 0 {
+			return cfg, lo, usagef("--memory %q: want a size such as 1GiB", *memory)
+		}
 	}
 	dataDirSet := false
 	fs.Visit(func(f *flag.Flag) { dataDirSet = dataDirSet || f.Name == "data-dir" })

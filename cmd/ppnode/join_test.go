@@ -30,6 +30,9 @@ func TestJoinFlagErrors(t *testing.T) {
 		{[]string{"join", "--name", "a", "--advertise", "x"}, "--advertise"},
 		{[]string{"join", "--name", "a", "--actor-bind", "x"}, "--actor-bind"},
 		{[]string{"join", "--name", "a", "--threads", "-2"}, "--threads"},
+		{[]string{"join", "--name", "a", "--memory", "1XB"}, "--memory"},
+		{[]string{"join", "--name", "a", "--memory", "0"}, "--memory"},
+		{[]string{"plan", "--recompute", "some"}, "unknown recomputation"},
 		{[]string{"join", "--name", "a", "--data-ports", "7999-7950"}, "--data-ports"},
 		{[]string{"join", "--name", "a", "--log-level", "loud"}, "--log-level"},
 		{[]string{"join", "--nope"}, "flag provided but not defined"},
@@ -123,13 +126,25 @@ func TestTrainViaMatchesLocal(t *testing.T) {
 	if !strings.Contains(errb.String(), "stage 1 on") {
 		t.Errorf("the plan is not shown: %s", errb.String())
 	}
+	// The same weights with the zero-bubble schedule, and with stages that
+	// recompute their activations (which status lists).
+	for _, flags := range [][]string{{"--schedule", "zb"}, {"--schedule", "1f1b", "--recompute", "all"}} {
+		out.Reset()
+		errb.Reset()
+		code := run(append(append([]string{"train", "--json", "--via", as[0].HTTPAddr(), "--partition", "uniform"}, flags...), args...), &out, &errb)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r job.Result
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); code != 0 || err != nil || r.WeightsSHA256 != local.WeightsSHA256 || r.Schedule != flags[1] {
+			t.Fatalf("train --via %v: exit %d, %s schedule, weights %s; local %s: %s", flags, code, r.Schedule, r.WeightsSHA256, local.WeightsSHA256, errb.String())
+		}
+	}
 
 	out.Reset()
 	errb.Reset()
 	if code := run([]string{"status", "--via", as[0].HTTPAddr()}, &out, &errb); code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"NODE", "a ", "b ", "alive", "job ", "on b", "done", "STAGE"} {
+	for _, want := range []string{"NODE", "a ", "b ", "alive", "job ", "on b", "done", "STAGE", "stages s0, s1 recompute their activations"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}

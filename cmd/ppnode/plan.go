@@ -47,6 +47,7 @@ type planStageJSON struct {
 	Layers       []string `json:"layers"`
 	Busy         float64  `json:"busy_fraction"`
 	PeakMemory   float64  `json:"peak_memory_bytes"`
+	Recompute    bool     `json:"recompute,omitempty"`
 }
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
@@ -63,7 +64,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 64, "mini-batch size in samples")
 	micro := fs.String("micro-batches", "auto", "micro-batches per mini-batch: auto or N (must divide --batch)")
 	maxMicro := fs.Int("max-micro-batches", 32, "largest micro-batch count tried by auto")
-	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b or graph")
+	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
+	recompute := fs.String("recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	partition := fs.String("partition", "balanced", `partitioner (balanced, uniform, params, graph) or a partition such as "fc1-fc8@a; fc9-fc32@b"`)
 	profile := fs.String("profile", "measure", "layer profile: measure (on this machine), analytic (from FLOP counts) or a profile JSON file")
 	saveProfile := fs.String("save-profile", "", "write the layer profile to this JSON file")
@@ -86,8 +88,11 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err := balance.CheckSchedule(*sched); err != nil {
 		return usageError{err}
 	}
+	if err := balance.CheckRecompute(*recompute); err != nil {
+		return usageError{err}
+	}
 	opts := balance.Options{Partitioner: *partition, Schedule: *sched, Batch: *batch, MaxMicroBatches: *maxMicro, Optimizer: *optimizer, Model: *model,
-		Replicas: *replicas, ChainedSums: *deterministic}
+		Replicas: *replicas, ChainedSums: *deterministic, Recompute: *recompute}
 	if *micro != "auto" {
 		m, err := strconv.Atoi(*micro)
 		if err != nil || m < 1 {
@@ -199,7 +204,7 @@ func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile
 		MicroBatches: p.MicroBatches, MicroBatchSize: p.MicroBatchSize, StepTime: r.StepTime, Bubble: r.BubbleFraction,
 		Throughput: r.Throughput, SearchTime: took.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
 	for i, s := range p.Stages {
-		st := planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory}
+		st := planStageJSON{ID: s.ID, Node: s.Node, Layers: s.Layers, Busy: r.Stages[i].BusyFraction, PeakMemory: r.Stages[i].PeakMemory, Recompute: s.Recompute}
 		if p.Replicated() {
 			st.Group, st.Replica, st.MicroBatches = &p.Stages[i].Group, s.Replica, s.Micros()
 		}
@@ -242,6 +247,9 @@ func printPlan(w io.Writer, res *balance.Result, took time.Duration, c *balance.
 		if rep {
 			name = fmt.Sprintf("s%d.%d", s.Group, s.Replica)
 			layers = fmt.Sprintf("%s  (micro-batches %s)", layers, microList(s.Micros()))
+		}
+		if s.Recompute {
+			layers += "  (recomputes its activations)"
 		}
 		fmt.Fprintf(w, "  %-*s %-8s %6.3g %9.3f %9.3f %5.0f%% %11s  %s\n", col, name, s.Node, speed[s.Node], st.Forward*1e3, st.Backward*1e3, 100*st.BusyFraction, mib(st.PeakMemory), layers)
 	}

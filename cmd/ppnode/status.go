@@ -108,7 +108,16 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			fmt.Fprintf(w, "\njob %s on %s: %s %s, step %d/%d, loss %.4f, %.0f samples/s\n",
 				j.ID, st.Name, j.Model, j.State, j.Step, j.Total, j.Loss, j.SamplesPerSec)
 			if j.Plan != "" {
-				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS)
+				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step, bubble %.0f%%\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS, 100*j.PredictedBubble)
+			}
+			var rec []string
+			for _, s := range j.Stages {
+				if s.Recompute {
+					rec = append(rec, fmt.Sprintf("s%d", s.ID))
+				}
+			}
+			if len(rec) > 0 {
+				fmt.Fprintf(w, "  stages %s recompute their activations at the backward pass\n", strings.Join(rec, ", "))
 			}
 			if j.Reason != "" {
 				fmt.Fprintf(w, "  %s: %s\n", j.State, j.Reason)
@@ -138,8 +147,8 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 				fmt.Fprintf(w, "  moved to %s (this node was declared dead and the job taken over)\n", j.MovedTo)
 			}
 			for _, r := range j.Recoveries {
-				fmt.Fprintf(w, "  recovery at step %d: %s; detected after %.0f ms, restored in %.0f ms, %d steps replayed; plan %s\n",
-					r.Step, r.Cause, r.DetectMS, r.RestoreMS, r.Replayed, r.Plan)
+				fmt.Fprintf(w, "  recovery at step %d: %s; detected after %.0f ms, restored in %.0f ms %s; plan %s\n",
+					r.Step, r.Cause, r.DetectMS, r.RestoreMS, recoveredFrom(r), r.Plan)
 			}
 			for _, r := range j.Replans {
 				measured := ""
@@ -153,10 +162,10 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 				continue
 			}
 			tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(tw, "  STAGE\tNODE\tLAYERS\tPARAMS\tFWD ms\tBWD ms\tUPDATE ms\tWAIT ms\t\n")
+			fmt.Fprintf(tw, "  STAGE\tREPLICA\tNODE\tLAYERS\tPARAMS\tMICRO\tFWD ms\tBWD ms\tUPDATE ms\tWAIT ms\t\n")
 			for _, s := range j.Stages {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.ID, s.Node, s.Layers, s.Params,
-					s.ForwardMS, s.BackwardMS, s.UpdateMS, s.WaitMS)
+				fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Group, s.Replica, s.Node, s.Layers, s.Params,
+					s.MicroBatches, s.ForwardMS, s.BackwardMS, s.UpdateMS, s.WaitMS)
 			}
 			tw.Flush()
 			printLinks(w, j.Links)
@@ -203,3 +212,11 @@ func printLinks(w io.Writer, links []job.LinkStatus) {
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
+
+// recoveredFrom says where a recovery took the job's state from.
+func recoveredFrom(r job.Recovery) string {
+	if r.From == job.FromSurvivors {
+		return "from the stages that survived, no step replayed"
+	}
+	return fmt.Sprintf("from the cut, %d steps replayed", r.Replayed)
+}

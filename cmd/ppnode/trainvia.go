@@ -23,6 +23,7 @@ type clusterFlags struct {
 	via       string
 	partition string
 	schedule  string
+	recompute string
 	maxNodes  int
 	ckptEvery int
 	replicas  int
@@ -35,7 +36,8 @@ type clusterFlags struct {
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.via, "via", "", "submit the job through the node whose HTTP address this is (host:port)")
 	fs.StringVar(&c.partition, "partition", "auto", `partition: auto, uniform, params, balanced, graph, or a description such as "fc1-fc16@a; fc17-fc32@b"`)
-	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b or graph")
+	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
+	fs.StringVar(&c.recompute, "recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	fs.IntVar(&c.maxNodes, "max-nodes", 0, "use at most this many nodes (0: as many as help)")
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its cost, ~2% of the time)")
 	fs.IntVar(&c.replicas, "replicas", job.DefaultReplicas, fmt.Sprintf("copies of each consistent cut and of the job's record, the coordinator's own included (1 to %d); with 2 or more the job survives the loss of its coordinator's node", job.MaxReplicas))
@@ -53,9 +55,6 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if _, _, err := net.SplitHostPort(c.via); err != nil {
 		return usagef("--via %q: want host:port", c.via)
 	}
-	if err := job.CheckRunnable(c.partition); err != nil {
-		return usageError{err}
-	}
 	if err := useCreds(c.creds); err != nil {
 		return err
 	}
@@ -66,6 +65,9 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 		return usagef("--replicas %d: want 1 to %d", c.replicas, job.MaxReplicas)
 	}
 	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
+	if c.recompute != "none" {
+		spec.Recompute = c.recompute
+	}
 	spec.CheckpointEvery, spec.NoRebalance, spec.Replicas = c.ckptEvery, c.fixed, c.replicas
 	spec.Wire, spec.NoProbe = c.wire, c.noProbe
 	if err := spec.HashFiles(); err != nil {
@@ -195,8 +197,8 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		// Plan changes as they happen (stderr, like the plan itself).
 		for ; seenRecoveries < len(st.Recoveries); seenRecoveries++ {
 			r := st.Recoveries[seenRecoveries]
-			bar.note(fmt.Sprintf("recovered at step %d (%s): %d steps replayed, restored in %.0f ms; plan %s",
-				r.Step, r.Cause, r.Replayed, r.RestoreMS, r.Plan))
+			bar.note(fmt.Sprintf("recovered at step %d (%s) %s, restored in %.0f ms; plan %s",
+				r.Step, r.Cause, recoveredFrom(r), r.RestoreMS, r.Plan))
 		}
 		for ; seenReplans < len(st.Replans); seenReplans++ {
 			r := st.Replans[seenReplans]

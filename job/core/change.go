@@ -20,7 +20,14 @@ import (
 //	source     state from                      used by
 //	live       each layer's old stage, direct   leaving, joined, speeds, requested
 //	fresh cut  a cut taken now, then restored   requested through a cut
+//	survivors  live, if the old stages on the   failure
+//	           nodes that answer hold every
+//	           layer (replicas); else cut
 //	cut        the latest cut (replay from it)  start, takeover, failure
+//
+// A failed step's update is applied nowhere (each stage applies its update
+// when the next step begins or its state is read), so the survivors hold
+// the state before the failed step, which runs again on the new plan.
 //
 // Its steps, each an operation of the driver:
 //
@@ -64,6 +71,12 @@ type change struct {
 	t0, t1 time.Time
 }
 
+// direct reports whether the state moves from the old stages to the new
+// ones.
+func (ch *change) direct() bool {
+	return ch.mv != nil && (ch.source == sourceLive || ch.source == sourceSurvivors)
+}
+
 // paused reports whether the change waits to try again.
 func (ch *change) paused() bool { return !ch.wakeAt.IsZero() }
 
@@ -71,9 +84,10 @@ func (ch *change) paused() bool { return !ch.wakeAt.IsZero() }
 type source int
 
 const (
-	sourceLive     source = iota // the old plan's stages, straight to the new ones
-	sourceFreshCut               // a cut taken at the change, restored into the new stages
-	sourceCut                    // the latest cut: the steps after it are replayed
+	sourceLive      source = iota // the old plan's stages, straight to the new ones
+	sourceFreshCut                // a cut taken at the change, restored into the new stages
+	sourceSurvivors               // a failure's: live if the stages that survive hold every layer, else cut
+	sourceCut                     // the latest cut: the steps after it are replayed
 )
 
 // changePlan carries out ch, the one plan-change transition.
@@ -91,7 +105,7 @@ func (c *Core) changePlan(now time.Time, ch *change) {
 func (c *Core) attempt(now time.Time) {
 	ch := c.change
 	ch.wakeAt = time.Time{}
-	if ch.source != sourceLive {
+	if ch.source != sourceLive && ch.source != sourceSurvivors {
 		c.stopRunning(false)
 	}
 	if ch.res == nil {
@@ -115,7 +129,7 @@ func (c *Core) startStages(now time.Time) {
 	c.plan.gen++
 	var sources [][]StateSource
 	var old *balance.Plan
-	if ch.source == sourceLive {
+	if ch.direct() {
 		ch.old, old = c.plan.running, c.plan.Plan
 		sources = ch.mv.sources
 	}
@@ -153,7 +167,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 			return
 		}
 		cl := c.clusterOf(e.Live)
-		res, err := c.search(cl, c.job.Spec.Partition)
+		res, err := c.search(cl, c.livePartition(cl))
 		if errors.Is(err, balance.ErrNoFit) {
 			err = fmt.Errorf("waiting for nodes: %w", err)
 		}
@@ -162,6 +176,9 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 			return
 		}
 		ch.res, ch.cl = res, cl
+		if ch.source == sourceSurvivors {
+			c.survive(e.Live)
+		}
 		c.startStages(now)
 	case opStart:
 		e := ev.(StagesStarted)
@@ -177,7 +194,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		ch.t1 = now
 		gen := c.plan.gen
 		switch {
-		case ch.source == sourceLive:
+		case ch.direct():
 			step, sources, from := c.steps.next, ch.mv.sources, ch.old
 			c.ops.issue(now, opLoad, func(op Op) Action { return Move{Op: op, Gen: gen, From: from, Step: step, Sources: sources} })
 		case c.cuts.latest.Step > 0:
@@ -196,6 +213,81 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 	}
 }
 
+// livePartition is the job's partitioner, or its hand-written partition
+// without the replicas on nodes that cl lacks (gone, for a recovery).
+func (c *Core) livePartition(cl *balance.Cluster) string {
+	part := c.job.Spec.Partition
+	var names []string
+	for _, n := range cl.Nodes {
+		names = append(names, n.Name)
+	}
+	all := slices.Clone(names)
+	for n := range c.nodes.known {
+		if !slices.Contains(all, n) {
+			all = append(all, n)
+		}
+	}
+	p, err := balance.ParseSpec(c.job.Graph, part, all)
+	if err != nil || !p.Replicated() {
+		return part
+	}
+	for i := range p.Stages {
+		st := &p.Stages[i]
+		nodes, shares := st.Nodes(), st.Shares
+		var keep []string
+		var kept []int
+		for r, n := range nodes {
+			if slices.Contains(names, n) {
+				keep = append(keep, n)
+				if shares != nil {
+					kept = append(kept, shares[r])
+				}
+			}
+		}
+		if len(keep) == 0 {
+			return part // the stage has no node left: the search says so
+		}
+		st.Node, st.Replicas, st.Shares = keep[0], keep[1:], nil
+		if len(keep) > 1 && kept != nil {
+			st.Shares = kept
+		}
+	}
+	return balance.FormatSpec(c.job.Graph, p)
+}
+
+// survive decides where a failure's change takes the state from, once
+// the nodes that answer are known: from the old plan's stages on them if
+// they hold every layer with state, else from the latest cut.
+func (c *Core) survive(live []job.NodeInfo) {
+	ch := c.change
+	alive := func(node string) bool {
+		return slices.ContainsFunc(live, func(n job.NodeInfo) bool { return n.Name == node })
+	}
+	mv, err := planMove(c.job, c.plan.Plan, ch.res.Plan, alive)
+	if err != nil {
+		c.log.Info("recovering from the latest cut", "step", ch.step, "cut", c.cuts.latest.Step, "why", err)
+		c.stopRunning(false)
+		ch.source = sourceCut
+		return
+	}
+	c.log.Info("recovering from the stages that survive, without replay", "step", ch.step)
+	ch.mv = mv
+}
+
+// involves reports whether the current change needs node: it runs a
+// stage of the new plan or holds state that moves, or (no plan yet) the
+// running plan has a stage on it.
+func (c *Core) involves(node string) bool {
+	ch := c.change
+	if ch.direct() && ch.mv.from[node] {
+		return true
+	}
+	if ch.res != nil {
+		return slices.ContainsFunc(ch.res.Plan.Stages, func(sp balance.StagePlan) bool { return sp.Node == node })
+	}
+	return c.plan.domain[node]
+}
+
 // changeFailed ends an attempt that failed with err.
 func (c *Core) changeFailed(now time.Time, err error) {
 	ch := c.change
@@ -205,7 +297,7 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		// cut, as after any failure.
 		c.stopAll(false)
 		c.change = nil
-		c.failure(now, c.steps.next, now, fmt.Errorf("changing the plan: %w", err))
+		c.failure(now, c.steps.next, now, fmt.Errorf("changing the plan: %w", err), false)
 	case ch.trigger != job.TriggerFailure:
 		c.stopAll(false)
 		c.finish(nil, err)
@@ -230,7 +322,9 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	ch := c.change
 	c.change = nil
 	if ch.old != 0 {
-		c.ops.out = append(c.ops.out, StopStages{Gen: ch.old, Wait: true})
+		// Survivors of a failure are not waited for: some stages of
+		// their generation are gone.
+		c.ops.out = append(c.ops.out, StopStages{Gen: ch.old, Wait: ch.source == sourceLive})
 	}
 	c.plan.domain = map[string]bool{}
 	for _, sp := range c.plan.Stages {
@@ -242,11 +336,16 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	switch ch.trigger {
 	case job.TriggerStart, job.TriggerTakeover:
 	case job.TriggerFailure:
-		rb.planStep, rb.streak = cu.latest.Step, 0
-		st.next, st.acc = cu.latest.Step, cu.latest.Progress
+		r := job.Recovery{Cause: ch.cause.Error(), Step: ch.step, From: job.FromSurvivors, Plan: c.plan.text, At: ch.detected,
+			DetectMS: job.Millis(ch.detected.Sub(ch.stepStart)), RestoreMS: job.Millis(now.Sub(ch.detected))}
+		if ch.source == sourceCut {
+			rb.planStep = cu.latest.Step
+			st.next, st.acc = cu.latest.Step, cu.latest.Progress
+			r.From, r.Replayed = job.FromCut, ch.step-cu.latest.Step
+		}
+		rb.streak = 0
 		cu.win.open, rb.check.active = false, false
-		c.status.Recoveries = append(c.status.Recoveries, job.Recovery{Cause: ch.cause.Error(), Step: ch.step, Replayed: ch.step - cu.latest.Step,
-			Plan: c.plan.text, At: ch.detected, DetectMS: job.Millis(ch.detected.Sub(ch.stepStart)), RestoreMS: job.Millis(now.Sub(ch.detected))})
+		c.status.Recoveries = append(c.status.Recoveries, r)
 	default:
 		r := ch.replan
 		switch ch.source {
@@ -271,18 +370,23 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 	c.boundary(now)
 }
 
-// failure sends the job back to its latest cut after step g, started at
-// stepStart, failed with cause: a plan change from the cut over the nodes
-// that answer, then the steps after the cut again.
-func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error) {
+// failure recovers from step g, started at stepStart, failed with cause:
+// a plan change over the nodes that answer, from the stages that survive
+// if they hold the whole model (and survivors), else from the latest cut,
+// whose later steps run again.
+func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error, survivors bool) {
 	if n := len(c.status.Recoveries); n >= maxRecoveries {
 		c.stopAll(false)
 		c.finish(nil, fmt.Errorf("giving up after %d recoveries: %w", n, cause))
 		return
 	}
-	c.log.Warn("step failed; recovering from the latest cut", "step", g, "cut", c.cuts.latest.Step, "err", cause)
-	c.ops.wait = 0 // the operation in flight, if any, is cancelled with its stages
-	c.changePlan(now, &change{trigger: job.TriggerFailure, source: sourceCut, cause: cause, step: g, stepStart: stepStart, detected: now})
+	c.log.Warn("step failed; recovering", "step", g, "cut", c.cuts.latest.Step, "err", cause)
+	c.ops.wait = 0 // the operation in flight, if any, is cancelled
+	src := sourceCut
+	if survivors && c.plan.running != 0 {
+		src = sourceSurvivors
+	}
+	c.changePlan(now, &change{trigger: job.TriggerFailure, source: src, cause: cause, step: g, stepStart: stepStart, detected: now})
 }
 
 // maybeRebalance runs after a step, the pipeline drained: it evaluates
@@ -309,7 +413,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		return false
 	}
 	cl := c.clusterOf(nodes)
-	part := spec.Partition
+	part := c.livePartition(cl)
 	if req != nil {
 		part = req.Partition
 	}
@@ -318,7 +422,7 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 		c.log.Warn("rebalancing: no plan", "err", err)
 		return false
 	}
-	mv, err := planMove(c.job, c.plan.Plan, res.Plan)
+	mv, err := planMove(c.job, c.plan.Plan, res.Plan, nil)
 	if err != nil {
 		c.log.Warn("rebalancing: cannot move to the plan", "plan", res.Spec, "err", err)
 		return false
@@ -392,21 +496,27 @@ func rebalances(spec job.Spec) bool {
 // stateMove is how a plan change moves the state of the job's layers.
 type stateMove struct {
 	sources [][]StateSource // per stage of the new plan
+	from    map[string]bool // the nodes the state moves from
 	// stateBytes is the state (parameters and optimizer) of the layers
 	// that change node, localBytes that of the layers that stay on theirs.
 	stateBytes, localBytes int64
 }
 
-// planMove maps every layer of jb's model with state in plan to to its
-// owner in plan from, grouped per pair of stages.
-func planMove(jb *job.Job, from, to *balance.Plan) (*stateMove, error) {
-	owner := map[string]int{}
+// planMove maps every layer of jb's model with state in plan to to an
+// owner in plan from, grouped per pair of stages. Of a layer's owners
+// (replicas hold the same state) it takes one on the new stage's node,
+// else the first; only those on nodes for which live is true, if set.
+func planMove(jb *job.Job, from, to *balance.Plan, live func(node string) bool) (*stateMove, error) {
+	owners := map[string][]int{}
 	for k, sp := range from.Stages {
+		if live != nil && !live(sp.Node) {
+			continue
+		}
 		for _, l := range sp.Layers {
-			owner[l] = k
+			owners[l] = append(owners[l], k)
 		}
 	}
-	mv := &stateMove{sources: make([][]StateSource, len(to.Stages))}
+	mv := &stateMove{sources: make([][]StateSource, len(to.Stages)), from: map[string]bool{}}
 	for j, sp := range to.Stages {
 		idx := map[int]int{} // old stage -> index in sources[j]
 		for _, l := range sp.Layers {
@@ -418,15 +528,20 @@ func planMove(jb *job.Job, from, to *balance.Plan) (*stateMove, error) {
 			if len(ps) == 0 {
 				continue
 			}
-			k, ok := owner[l]
-			if !ok {
-				return nil, fmt.Errorf("layer %q is on no stage of the current plan", l)
+			ks := owners[l]
+			if len(ks) == 0 {
+				return nil, fmt.Errorf("layer %q is on no live stage of the current plan", l)
+			}
+			k := ks[0]
+			if i := slices.IndexFunc(ks, func(k int) bool { return from.Stages[k].Node == sp.Node }); i >= 0 {
+				k = ks[i]
 			}
 			i, ok := idx[k]
 			if !ok {
 				i = len(mv.sources[j])
 				idx[k] = i
 				mv.sources[j] = append(mv.sources[j], StateSource{From: k, Local: from.Stages[k].Node == sp.Node})
+				mv.from[from.Stages[k].Node] = true
 			}
 			mv.sources[j][i].Layers = append(mv.sources[j][i].Layers, l)
 			if b := stateBytes(jb.Spec, ps); mv.sources[j][i].Local {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -300,7 +302,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 			if c.ops.kind == opStep {
 				err = fmt.Errorf("step %d: %w", c.steps.next, err)
 			}
-			c.failure(now, c.steps.next, c.steps.start, err)
+			c.failure(now, c.steps.next, c.steps.start, err, true)
 		}
 	case StepFinished:
 		c.stepFinished(now, e)
@@ -318,7 +320,7 @@ func stepTraining(c *Core, now time.Time, ev Event) {
 func stepChanging(c *Core, now time.Time, ev Event) {
 	switch e := ev.(type) {
 	case NodeFailed:
-		if !c.plan.domain[e.Name] || c.ops.kind == opProbe {
+		if !c.involves(e.Name) || c.ops.kind == opProbe {
 			return // the next probe leaves it out
 		}
 		c.ops.wait = 0
@@ -423,7 +425,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	dt := now.Sub(st.start)
 	st.run += dt
 	if e.Err != nil {
-		c.failure(now, st.next, st.start, fmt.Errorf("step %d: %w", st.next, e.Err))
+		c.failure(now, st.next, st.start, fmt.Errorf("step %d: %w", st.next, e.Err), true)
 		return
 	}
 	if err := job.CheckLoss(st.next, e.Loss); err != nil {
@@ -467,7 +469,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		if kind == opCut {
 			st.run += now.Sub(st.start)
 		}
-		c.failure(now, st.next, st.start, fmt.Errorf("checkpoint at step %d: %w", st.next, e.Err))
+		c.failure(now, st.next, st.start, fmt.Errorf("checkpoint at step %d: %w", st.next, e.Err), true)
 		return
 	}
 	c.cutGathered(now)
@@ -671,7 +673,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
 		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
-		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, ChainedSums: s.Deterministic,
+		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
 		// The nodes, not the spec: a recovery waits for more; a new job
@@ -686,6 +688,10 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 			return nil, specErr("the plan puts stage %d on %q, which is not a node of this job", sp.ID, sp.Node)
 		}
 	}
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		b, _ := json.Marshal(cl) // what `ppnode plan --nodes FILE` reads
+		c.log.Debug("planned", "partitioner", part, "plan", res.Spec, "predicted_ms", res.Report.StepTime*1e3, "cluster", string(b))
+	}
 	return res, nil
 }
 
@@ -696,12 +702,13 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p := &c.plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.Schedule.String(), p.MicroBatches
-	c.status.PredictedMS = p.report.StepTime * 1e3
+	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.Stages = nil
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {
 		p.domain[sp.Node] = true
-		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp)})
+		c.status.Stages = append(c.status.Stages, job.StageStatus{ID: sp.ID, Group: sp.Group, Replica: sp.Replica, MicroBatches: len(sp.Micros()),
+			Node: sp.Node, Layers: layerRange(sp.Layers), To: stageTargets(sp), Recompute: sp.Recompute})
 	}
 	if old != nil {
 		for _, sp := range old.Stages {

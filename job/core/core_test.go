@@ -487,8 +487,15 @@ func (s *sim) exec(a Action) {
 	case Move:
 		s.ops[a.Op] = a.Gen
 		err := s.check("move", s.stages[a.Gen])
-		if err == nil {
-			err = s.check("", s.stages[a.From])
+		if old := s.stages[a.From]; err == nil && old == nil {
+			err = s.check("", old)
+		}
+		for _, srcs := range a.Sources { // the old stages that send
+			for _, src := range srcs {
+				if node := s.stages[a.From].Stages[src.From].Node; err == nil && s.dead[node] {
+					err = fmt.Errorf("node %s does not answer", node)
+				}
+			}
 		}
 		if err != nil {
 			s.after(5*time.Millisecond, StateLoaded{Op: a.Op, Err: err})
@@ -713,7 +720,7 @@ func (s *sim) report() {
 		s.line("%s", line)
 	}
 	for _, r := range st.Recoveries[len(old.Recoveries):] {
-		s.line("recovery: step %d failed (%s), replayed %d, plan %s", r.Step, r.Cause, r.Replayed, r.Plan)
+		s.line("recovery: step %d failed (%s), from the %s, replayed %d, plan %s", r.Step, r.Cause, r.From, r.Replayed, r.Plan)
 	}
 	for _, r := range st.Replans[len(old.Replans):] {
 		s.line("re-plan at step %d (%s, %s): %s; gain %.2f, cost %.1f ms, moved %d of %d bytes", r.Step, r.Trigger, r.Method,

@@ -30,11 +30,9 @@ func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
 // ascending order.
 func stageTargets(sp balance.StagePlan) []int {
 	var to []int
-	for _, o := range sp.Outputs {
-		for _, k := range o.To {
-			if k >= 0 {
-				to = append(to, k)
-			}
+	for _, in := range sp.Program {
+		if in.Op == balance.OpSendAct {
+			to = append(to, in.Peer)
 		}
 	}
 	slices.Sort(to)

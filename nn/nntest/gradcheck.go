@@ -1,6 +1,7 @@
 // Package nntest checks layers and models: GradCheck compares the gradients
 // that Backward computes with central finite differences of the forward pass,
-// on any layer or graph.
+// on any layer or graph; SplitCheck checks that a layer's split backward pass
+// computes Backward's gradients bit for bit.
 package nntest
 
 import (
@@ -204,6 +205,92 @@ func GradCheckGraph(t testing.TB, g *nn.Graph, o Options) {
 		if !p.Trainable() {
 			copy(nn.F32(p.Value), bufs[k])
 			k++
+		}
+	}
+}
+
+// SplitCheck checks a layer that splits its backward pass (nn.SplitLayer):
+// BackwardInput and then BackwardWeight, with another micro-batch's passes
+// in between, give Backward's input and parameter gradients bit for bit.
+func SplitCheck(t testing.TB, l func() nn.Layer, in [][]int, o Options) {
+	t.Helper()
+	o.defaults()
+	be, err := nn.NewBackend("ppnode-det", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(split bool) [][]float32 {
+		b := nn.NewBuilder()
+		names := make([]string, len(in))
+		for i, s := range in {
+			names[i] = b.Input(fmt.Sprintf("in%d", i), s...)
+		}
+		b.Add("layer", l(), names...)
+		g, err := b.Build("layer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Init(o.Seed + 1)
+		st := g.Whole()
+		st.WantInputGrads()
+		ctx := &nn.Ctx{Backend: be, Train: !o.Eval, Seed: o.Seed}
+		if split && !st.Splits(ctx) {
+			t.Fatalf("%s does not split its backward pass", g.Nodes[0].Layer.Kind())
+		}
+		r := rand.New(rand.NewPCG(o.Seed, 9))
+		var got [][]float32
+		pass := func(slot int) ([]*nn.Tensor, []*nn.Tensor) {
+			ins := make([]*nn.Tensor, len(g.InputShapes))
+			for i, s := range g.InputShapes {
+				ins[i] = nn.New(append([]int{o.Batch}, s...)...)
+				for j := range nn.F32(ins[i]) {
+					nn.F32(ins[i])[j] = o.Input(r)
+				}
+			}
+			outs := st.Forward(ctx, slot, ins)
+			dout := make([]*nn.Tensor, len(outs))
+			for i, out := range outs {
+				dout[i] = nn.New(out.Shape()...)
+				for j := range nn.F32(dout[i]) {
+					nn.F32(dout[i])[j] = float32(r.NormFloat64())
+				}
+			}
+			return ins, dout
+		}
+		_, d0 := pass(0)
+		_, d1 := pass(1)
+		keep := func(ts []*nn.Tensor) {
+			for _, t := range ts {
+				if t != nil {
+					got = append(got, append([]float32(nil), nn.F32(t)...))
+				}
+			}
+		}
+		if split {
+			keep(st.BackwardInput(ctx, 0, d0))
+			keep(st.BackwardInput(ctx, 1, d1))
+			st.BackwardWeight(ctx, 0)
+			st.BackwardWeight(ctx, 1)
+		} else {
+			keep(st.Backward(ctx, 0, d0))
+			keep(st.Backward(ctx, 1, d1))
+		}
+		for _, p := range g.Params() {
+			if p.Trainable() {
+				got = append(got, nn.F32(p.Grad))
+			}
+		}
+		return got
+	}
+	want, got := run(false), run(true)
+	if len(got) != len(want) {
+		t.Fatalf("split backward gives %d tensors, Backward %d", len(got), len(want))
+	}
+	for i := range want {
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("tensor %d element %d: split %v, Backward %v", i, j, got[i][j], want[i][j])
+			}
 		}
 	}
 }

@@ -21,6 +21,9 @@
   // --- formatting -------------------------------------------------------
   const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
   const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ESC[c]);
+  // A stage's name: its group, and which replica when the group has several.
+  const stageName = (sg, S) => S.filter((q) => q.group === sg.group).length > 1
+    ? `stage ${esc(sg.group)} replica ${esc(sg.replica || 0)}` : `stage ${esc(sg.group ?? sg.id)}`;
   const isNum = (v) => typeof v === 'number' && isFinite(v);
   function num(v, digits) {
     if (!isNum(v)) return '–';
@@ -196,7 +199,7 @@
     h += '<div class="plantext full">';
     if (j.plan) h += `plan <span title="${esc(j.plan)}">${esc(short(j.plan, 400))}</span> · `;
     if (j.schedule) h += `${esc(j.schedule)}, ${esc(j.micro_batches)} micro-batches · `;
-    if (isNum(j.predicted_step_ms) && j.predicted_step_ms > 0) h += `predicted step ${ms(j.predicted_step_ms)} · `;
+    if (isNum(j.predicted_step_ms) && j.predicted_step_ms > 0) h += `predicted step ${ms(j.predicted_step_ms)}${isNum(j.predicted_bubble) ? ', bubble ' + Math.round(100 * j.predicted_bubble) + '%' : ''} · `;
     const last = (j.last_steps || [])[(j.last_steps || []).length - 1];
     if (last) h += `last step ${ms(last.wall_ms)} · `;
     if (j.cuts) h += `${esc(j.cuts)} cuts, latest at step ${esc(j.latest_cut)}${j.checkpoint_every ? ', every ' + esc(j.checkpoint_every) + ' steps' : ''}`;
@@ -254,11 +257,11 @@
     S.forEach((sg, k) => {
       const [x, yy] = pos[k];
       s += `<g class="stagebox" data-stage="${esc(sg.id)}"><rect class="stage${k === worst ? ' bottleneck' : ''}" x="${x}" y="${yy}" width="${BW}" height="${BH}" rx="4"/>` +
-        `<text x="${x + 6}" y="${yy + 14}"><tspan font-weight="600">stage ${esc(sg.id)}</tspan> on ${esc(short(sg.node, 12))}</text>` +
+        `<text x="${x + 6}" y="${yy + 14}"><tspan font-weight="600">${stageName(sg, S)}</tspan> on ${esc(short(sg.node, 12))}</text>` +
         `<text class="muted" x="${x + 6}" y="${yy + 28}">${esc(short(sg.layers, 24))}${sg.params ? ' · ' + esc(count(sg.params)) + ' params' : ''}</text>` +
         `<text x="${x + 6}" y="${yy + 42}">f ${num(sg.forward_ms)} · b ${num(sg.backward_ms)} · w ${num(sg.wait_ms)}</text>` +
-        `<text class="muted" x="${x + 6}" y="${yy + 55}">ms per step${k === worst ? ' · busiest' : ''}</text>` +
-        `<title>stage ${esc(sg.id)} on ${esc(sg.node)}: ${esc(sg.layers)}</title></g>`;
+        `<text class="muted" x="${x + 6}" y="${yy + 55}">ms per step${k === worst ? ' · busiest' : ''}${sg.recompute ? ' · recomputes' : ''}</text>` +
+        `<title>${stageName(sg, S)} on ${esc(sg.node)}: ${esc(sg.layers)}, ${esc(sg.micro_batches)} of each step's micro-batches</title></g>`;
     });
     s += '</svg>';
     if ((j.stages || []).length > n) s += `<p class="muted">and ${j.stages.length - n} more stages</p>`;

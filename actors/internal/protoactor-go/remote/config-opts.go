@@ -1,8 +1,10 @@
 package remote
 
 import (
+	"context"
 	"net"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc"
 )
 
@@ -78,6 +80,32 @@ func WithKinds(kinds ...*Kind) ConfigOption {
 func WithMaxRetryCount(n int) ConfigOption {
 	return func(config *Config) {
 		config.MaxRetryCount = n
+	}
+}
+
+// PeerHeader is the message header key under which the endpoint reader
+// passes the peer that Inbound.Authorize named to the target actor,
+// replacing any value the sender put there. ppnode patch.
+const PeerHeader = "ppnode-peer"
+
+// Inbound authorises the streams and messages that reach this node's gRPC
+// port. ppnode patch: upstream delivered whatever any caller sent.
+type Inbound struct {
+	// Authorize is called once per stream with its context (which holds
+	// the peer's TLS state): an error refuses the stream; otherwise the
+	// name it returns is the peer of every message of the stream.
+	Authorize func(ctx context.Context) (peer string, err error)
+	// Admit is called for every message of an authorised stream, system
+	// messages included; false drops it. It must be safe for concurrent
+	// use.
+	Admit func(peer string, target *actor.PID, message interface{}) bool
+}
+
+// WithInbound authorises the streams and messages of the gRPC port
+// (see Inbound). ppnode patch.
+func WithInbound(in *Inbound) ConfigOption {
+	return func(config *Config) {
+		config.Inbound = in
 	}
 }
 

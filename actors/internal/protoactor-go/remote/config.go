@@ -60,4 +60,7 @@ type Config struct {
 	// Listener, if set, is served instead of listening on Host:Port.
 	// ppnode patch.
 	Listener net.Listener
+	// Inbound, if set, authorises what arrives on the gRPC port (ppnode
+	// patch; see WithInbound).
+	Inbound *Inbound
 }

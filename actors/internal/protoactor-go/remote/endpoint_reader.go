@@ -10,6 +10,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"golang.org/x/net/context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 type endpointReader struct {
@@ -37,6 +39,13 @@ func newEndpointReader(r *Remote) *endpointReader {
 }
 
 func (s *endpointReader) Receive(stream Remoting_ReceiveServer) error {
+	// ppnode patch: a stream the Inbound authoriser refuses ends here, and
+	// the messages of the others carry their peer (see Inbound).
+	peer, err := s.authorize(stream.Context())
+	if err != nil {
+		s.remote.Logger().Warn("EndpointReader refused a stream", slog.Any("error", err))
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
 	// ppnode patch: upstream closed disconnectChan when this handler returned
 	// without removing it from endpointReaderConnections (unless the stream
 	// ended with EOF), so endpointManager.stop could send on a closed
@@ -91,7 +100,7 @@ func (s *endpointReader) Receive(stream Remoting_ReceiveServer) error {
 			}
 		case *RemoteMessage_MessageBatch:
 			m := t.MessageBatch
-			err := s.onMessageBatch(m)
+			err := s.onMessageBatch(m, peer)
 			if err != nil {
 				s.remote.Logger().Error("EndpointReader failed to handle message batch", slog.Any("error", err))
 				return err
@@ -123,7 +132,18 @@ func (s *endpointReader) OnConnectRequest(stream Remoting_ReceiveServer, c *Conn
 	return false, nil
 }
 
-func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
+// authorize runs the Inbound authoriser, if any, on a new stream.
+// ppnode patch.
+func (s *endpointReader) authorize(ctx context.Context) (string, error) {
+	in := s.remote.config.Inbound
+	if in == nil || in.Authorize == nil {
+		return "", nil
+	}
+	return in.Authorize(ctx)
+}
+
+func (s *endpointReader) onMessageBatch(m *MessageBatch, peer string) error {
+	in := s.remote.config.Inbound // ppnode patch
 	var (
 		sender *actor.PID
 		target *actor.PID
@@ -155,6 +175,11 @@ func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
 			}
 		}
 
+		// ppnode patch: the Inbound admission of each message.
+		if in != nil && in.Admit != nil && !in.Admit(peer, target, message) {
+			continue
+		}
+
 		switch msg := message.(type) {
 		case *actor.Terminated:
 			rt := &remoteTerminate{
@@ -168,8 +193,8 @@ func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
 		default:
 			var header map[string]string
 
-			// fast path
-			if sender == nil && envelope.MessageHeader == nil {
+			// fast path (ppnode patch: not when the peer is passed on)
+			if sender == nil && envelope.MessageHeader == nil && in == nil {
 				s.remote.actorSystem.Root.Send(target, message)
 				continue
 			}
@@ -177,6 +202,14 @@ func (s *endpointReader) onMessageBatch(m *MessageBatch) error {
 			// slow path
 			if envelope.MessageHeader != nil {
 				header = envelope.MessageHeader.HeaderData
+			}
+			if in != nil { // ppnode patch: the authorised peer, never the sender's claim
+				h := make(map[string]string, len(header)+1)
+				for k, v := range header {
+					h[k] = v
+				}
+				h[PeerHeader] = peer
+				header = h
 			}
 			localEnvelope := &actor.MessageEnvelope{
 				Header:  header,

@@ -1,0 +1,124 @@
+"""Replicated stages on equal and unequal nodes (cgroup v1 CPU quotas).
+
+For each model, the samples/s of the automatic plan on the whole cluster
+against one node's (the same job with --max-nodes 1 on a node of the
+largest quota), and the simulator's predicted step against the measured
+one. With --base, a second binary (the version before replicated stages)
+runs the same jobs on a cluster of its own; head and base clusters
+alternate round after round, and the script prints each round and the
+medians.
+
+Models: mlp32 (MNIST) and a 4-layer MLP, 784 -> 1024 -> 1024 -> 1024 -> 10,
+exported from PyTorch to ONNX (random data, 4096 samples): four layers
+make at most four stages, so only replicas can use more nodes.
+
+Run as root (after `make build`):
+  /usr/bin/python3 bench/replicas.py [--quotas 0.25x8] [--base /tmp/ppnode-base] [--rounds 3] [--steps 30]
+  /usr/bin/python3 bench/replicas.py --quotas 1,0.5,0.25,0.25,0.125
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paper_eval  # noqa: E402
+from paper_eval import Node, wait_members  # noqa: E402
+
+
+def mlp4_files(d):
+    """Writes mlp4.onnx and mlp4.npz into d."""
+    import numpy as np
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                            torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    torch.onnx.export(m, torch.zeros(1, 784), f"{d}/mlp4.onnx", input_names=["x"], dynamic_axes={"x": {0: "batch"}},
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=13)
+    rng = np.random.default_rng(0)
+    np.savez(f"{d}/mlp4.npz", x=rng.standard_normal((4096, 784), dtype=np.float32), y=rng.integers(0, 10, 4096))
+    return ["--model", f"{d}/mlp4.onnx", "--data", f"{d}/mlp4.npz"]
+
+
+def train(ppnode, http, flags, steps, micro, max_nodes):
+    cmd = [ppnode, "train", "--via", http, "--json", "--steps", str(steps), "--batch", "256", "--micro-batches", str(micro),
+           "--optimizer", "sgd", "--momentum", "0.9", "--no-rebalance", "--max-nodes", str(max_nodes)] + flags
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def quotas_of(s):
+    if "x" in s:
+        q, n = s.split("x")
+        return [float(q)] * int(n)
+    return [float(q) for q in s.split(",")]
+
+
+def round_on(ppnode, quotas, models, steps, micro):
+    """Starts a cluster of ppnode nodes with quotas, runs every model on one
+    node and on all of them, stops the cluster."""
+    paper_eval.PPNODE = ppnode
+    nodes = []
+    out = {}
+    try:
+        for i, q in enumerate(quotas):
+            nodes.append(Node(chr(ord("a") + i), q, nodes[0].info["gossip"] if nodes else None))
+        http = nodes[0].info["http"]
+        wait_members(http, len(nodes))
+        for name, flags in models.items():
+            one = train(ppnode, http, flags, steps, micro, 1)
+            full = train(ppnode, http, flags, steps, micro, len(nodes))
+            out[name] = (one, full)
+    finally:
+        for n in nodes:
+            n.stop()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quotas", default="0.25x8")
+    ap.add_argument("--ppnode", default=paper_eval.PPNODE)
+    ap.add_argument("--base")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--models", default="mlp32,mlp4")
+    a = ap.parse_args()
+    quotas = quotas_of(a.quotas)
+    d = tempfile.mkdtemp(prefix="ppnode-bench-replicas-")
+    try:
+        all_models = {"mlp32": ["--model", "mlp32", "--data", "mnist"]}
+        if "mlp4" in a.models:
+            all_models["mlp4"] = mlp4_files(d)
+        models = {m: all_models[m] for m in a.models.split(",")}
+        bins = [("head", a.ppnode)] + ([("base", a.base)] if a.base else [])
+        # The sum of the nodes' speeds in units of the node of the largest quota.
+        speeds = sum(quotas) / max(quotas)
+        res = {}
+        print("| round | binary | model | one node samples/s | cluster samples/s | ratio | x sum of speeds | plan | predicted ms | measured ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in range(a.rounds):
+            for label, binary in bins:
+                for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro).items():
+                    ratio = full["samples_per_sec"] / one["samples_per_sec"]
+                    res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"]))
+                    print(f"| {r + 1} | {label} | {name} | {one['samples_per_sec']:.0f} | {full['samples_per_sec']:.0f} | {ratio:.2f} | "
+                          f"{ratio / speeds:.2f} | `{full['plan']}` | {full['predicted_step_ms']:.1f} | {full['measured_step_ms']:.1f} |",
+                          flush=True)
+        for (label, name), rs in sorted(res.items()):
+            ratios = [x for x, _ in rs]
+            preds = [p for _, p in rs]
+            print(f"{label} {name}: cluster / one node median {statistics.median(ratios):.2f} "
+                  f"({statistics.median(ratios) / speeds:.2f} of the sum of the speeds, {speeds:g}); "
+                  f"predicted / measured step median {statistics.median(preds):.2f}")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One pipelined job on NODES (default 3) `ppnode join` processes on
+# 127.0.0.1 (one thread each), printed as its plan, the simulator's step time and bubble,
+# and the measured ones: the median step of the run, and the median over
+# the last 8 steps of 1 - sum(stage busy) / (stages x step wall time).
+# The coordinator plans with node speeds it measures under whatever else
+# the machine runs.
+#
+#   bench/schedules.sh BINARY PORT MEMORY [train flags...]
+#
+# MEMORY is each node's `join --memory` (none: the machine's). PORT and the
+# ports up to PORT+19 must be free (gossip PORT.., HTTP PORT+10..).
+set -euo pipefail
+bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
+shift 3
+dir=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+memflag=()
+[ "$mem" != none ] && memflag=(--memory "$mem")
+start() { # name index
+	local seeds=()
+	[ "$2" -gt 0 ] && seeds=(--seeds "127.0.0.1:$port")
+	"$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
+		--threads 1 --data-dir none "${memflag[@]}" "${seeds[@]}" >"$dir/$1.log" 2>&1 &
+	pids+=($!)
+}
+start a 0
+for i in $(seq 100); do curl -sf "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
+names=(a b c d e f g h)
+for i in $(seq 1 $((nodes - 1))); do start "${names[$i]}" "$i"; done
+for i in $(seq 200); do
+	n=$(curl -sf "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
+	[ "$n" = "$nodes" ] && break
+	sleep 0.1
+done
+if ! "$bin" train --via "127.0.0.1:$((port + 10))" --json "$@" >"$dir/out" 2>"$dir/err"; then
+	grep -v "^run .ppnode" "$dir/err" | tail -2
+	exit 1
+fi
+id=$(tail -1 "$dir/out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+curl -sf "127.0.0.1:$((port + 10))/v1/jobs/$id" >"$dir/status"
+python3 - "$dir/out" "$dir/status" <<'PY'
+import json, statistics, sys
+res = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+st = json.load(open(sys.argv[2]))
+bub = []
+for s in st.get("last_steps", []):
+    busy = sum(x["forward_ms"] + x["backward_ms"] + x["update_ms"] for x in s["stages"])
+    bub.append(1 - busy / (len(s["stages"]) * s["wall_ms"]))
+rec = [("s%d" % s["id"]) for s in st.get("stages", []) if s.get("recompute")]
+print("plan %s (%s, M=%d), recomputing: %s" % (res["plan"], res["schedule"], res["micro_batches"], ", ".join(rec) or "none"))
+print("step: predicted %.1f ms, measured %.1f ms (x%.2f); bubble: predicted %.1f%%, measured %.1f%%; %.1f samples/s"
+      % (res["predicted_step_ms"], res["measured_step_ms"], res["measured_step_ms"] / res["predicted_step_ms"],
+         100 * st.get("predicted_bubble", 0), 100 * statistics.median(bub) if bub else float("nan"), res["samples_per_sec"]))
+PY

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/linkprobe"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,8 +36,8 @@ const floodNodeFiles = 1024
 // another machine) to a node's actor port, and then to another node's
 // link-probe port, leaves the nodes serving: the flooded node's GET
 // /v1/status, each on a new connection, answers within 1 s during the
-// flood, and a small job submitted while the flood's connections are held
-// open finishes. The node closes most of them as soon as it accepts them,
+// flood, a probe of the flooded probe port succeeds, and a small job
+// submitted while the flood's connections are held open finishes. The node closes most of them as soon as it accepts them,
 // and counts them in /metrics.
 func TestFloodLeavesTheNodeServing(t *testing.T) {
 	c := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
@@ -68,6 +69,15 @@ func TestFloodLeavesTheNodeServing(t *testing.T) {
 			status := watchStatus(tc.node)
 			f := startFlood(tc.target, *floodConns, room)
 			<-f.dialled
+			if tc.port == "probe" { // a probe from the cluster's address gets through
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				r, err := linkprobe.Measure(ctx, tc.target, linkprobe.Options{Duration: 20 * time.Millisecond})
+				cancel()
+				if err != nil {
+					t.Fatalf("probe during the flood: %v", err)
+				}
+				t.Logf("probe during the flood: %.0f Mbit/s, RTT %v", r.BytesPerSec*8/1e6, r.RTT)
+			}
 			spec := failoverSpec()
 			spec.Steps, spec.CheckpointEvery = 40, 0
 			spec.ID = fmt.Sprintf("flood-%d", i)

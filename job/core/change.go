@@ -372,8 +372,8 @@ func (c *Core) changed(now time.Time, moved *Moved) {
 
 // failure recovers from step g, started at stepStart, failed with cause:
 // a plan change over the nodes that answer, from the stages that survive
-// if they hold the whole model (and survivors), else from the latest cut,
-// whose later steps run again.
+// if survivors is set and they hold the whole model, else from the latest
+// cut, whose later steps run again.
 func (c *Core) failure(now time.Time, g int, stepStart time.Time, cause error, survivors bool) {
 	if n := len(c.status.Recoveries); n >= maxRecoveries {
 		c.stopAll(false)

@@ -1,9 +1,12 @@
 """Replicated stages on equal and unequal nodes (cgroup v1 CPU quotas).
 
-For each model, the samples/s of the automatic plan on the whole cluster
+For each model, the throughput of the automatic plan on the whole cluster
 against one node's (the same job with --max-nodes 1 on a node of the
-largest quota), and the simulator's predicted step against the measured
-one. With --base, a second binary (the version before replicated stages)
+largest quota): steady (the ratio of the median step times, what a long
+job gets) and over the whole run (samples/s, start-up and planning
+included); the simulator's predicted step against the measured one; and
+the share of CPU-quota periods in which a node of the cluster used all its
+quota (median over the nodes: near 1, the cluster is bound by its CPUs). With --base, a second binary (the version before replicated stages)
 runs the same jobs on a cluster of its own; head and base clusters
 alternate round after round, and the script prints each round and the
 medians.
@@ -51,6 +54,15 @@ def train(ppnode, http, flags, steps, micro, max_nodes):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def throttle_stats(nodes):
+    """Periods and throttled periods of each node's cgroup (cpu.stat)."""
+    out = []
+    for n in nodes:
+        st = dict(line.split() for line in open(f"{n.cg}/cpu.stat"))
+        out.append((int(st["nr_periods"]), int(st["nr_throttled"])))
+    return out
+
+
 def quotas_of(s):
     if "x" in s:
         q, n = s.split("x")
@@ -71,7 +83,13 @@ def round_on(ppnode, quotas, models, steps, micro):
         wait_members(http, len(nodes))
         for name, flags in models.items():
             one = train(ppnode, http, flags, steps, micro, 1)
+            before = throttle_stats(nodes)
             full = train(ppnode, http, flags, steps, micro, len(nodes))
+            after = throttle_stats(nodes)
+            # The share of quota periods in which a node used all its quota,
+            # median over the nodes: near 1, the cluster is bound by its CPUs.
+            full["throttled"] = statistics.median(
+                (t1 - t0) / max(p1 - p0, 1) for (p0, t0), (p1, t1) in zip(before, after))
             out[name] = (one, full)
     finally:
         for n in nodes:
@@ -100,22 +118,25 @@ def main():
         # The sum of the nodes' speeds in units of the node of the largest quota.
         speeds = sum(quotas) / max(quotas)
         res = {}
-        print("| round | binary | model | one node samples/s | cluster samples/s | ratio | x sum of speeds | plan | predicted ms | measured ms |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| round | binary | model | one node step ms | cluster step ms | steady ratio | x sum of speeds | whole-run samples/s, one / cluster | plan | predicted ms | throttled |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in range(a.rounds):
             for label, binary in bins:
                 for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro).items():
-                    ratio = full["samples_per_sec"] / one["samples_per_sec"]
-                    res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"]))
-                    print(f"| {r + 1} | {label} | {name} | {one['samples_per_sec']:.0f} | {full['samples_per_sec']:.0f} | {ratio:.2f} | "
-                          f"{ratio / speeds:.2f} | `{full['plan']}` | {full['predicted_step_ms']:.1f} | {full['measured_step_ms']:.1f} |",
+                    ratio = one["measured_step_ms"] / full["measured_step_ms"]
+                    whole = full["samples_per_sec"] / one["samples_per_sec"]
+                    res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"], whole))
+                    print(f"| {r + 1} | {label} | {name} | {one['measured_step_ms']:.1f} | {full['measured_step_ms']:.1f} | {ratio:.2f} | "
+                          f"{ratio / speeds:.2f} | {one['samples_per_sec']:.0f} / {full['samples_per_sec']:.0f} ({whole:.2f}) | "
+                          f"`{full['plan']}` | {full['predicted_step_ms']:.1f} | {full['throttled']:.2f} |",
                           flush=True)
         for (label, name), rs in sorted(res.items()):
-            ratios = [x for x, _ in rs]
-            preds = [p for _, p in rs]
-            print(f"{label} {name}: cluster / one node median {statistics.median(ratios):.2f} "
-                  f"({statistics.median(ratios) / speeds:.2f} of the sum of the speeds, {speeds:g}); "
-                  f"predicted / measured step median {statistics.median(preds):.2f}")
+            ratios = [x for x, _, _ in rs]
+            preds = [p for _, p, _ in rs]
+            wholes = [w for _, _, w in rs]
+            print(f"{label} {name}: cluster / one node, steady, median {statistics.median(ratios):.2f} "
+                  f"({statistics.median(ratios) / speeds:.2f} of the sum of the speeds, {speeds:g}); whole run "
+                  f"{statistics.median(wholes):.2f}; predicted / measured step median {statistics.median(preds):.2f}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

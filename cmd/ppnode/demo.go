@@ -264,7 +264,7 @@ func demoCreds(dir string, n int) error {
 			return err
 		}
 	}
-	return useCreds(dir)
+	return useCreds(dir, "")
 }
 
 // demoStart starts `exe join` for one node, with dataDir as its data dir

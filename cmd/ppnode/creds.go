@@ -50,7 +50,9 @@ const tokenUsage = "the local token of nodes without credentials, made by the fi
 	"(env PPNODE_TOKEN_FILE; default: http-token in the user's state directory, ~/.local/state/ppnode)"
 
 // tokenFlag registers --token-file on fs.
-func tokenFlag(fs *flag.FlagSet) *string { return fs.String("token-file", defaultTokenFile(), tokenUsage) }
+func tokenFlag(fs *flag.FlagSet) *string {
+	return fs.String("token-file", defaultTokenFile(), tokenUsage)
+}
 
 // credsFlag registers --creds on fs.
 func credsFlag(fs *flag.FlagSet) *string {

@@ -86,8 +86,10 @@ func Start(cfg Config) (*Agent, error) {
 		}
 	}
 	if cfg.Files != "" {
-		if fi, err := os.Stat(cfg.Files); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("nodes: the files directory %s is not a directory (%v)", cfg.Files, err)
+		if fi, err := os.Stat(cfg.Files); err != nil {
+			return nil, fmt.Errorf("nodes: the files directory: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("nodes: the files directory %s is not a directory", cfg.Files)
 		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}

@@ -58,7 +58,7 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.StringVar(&cfg.Files, "files", "", "the directory jobs' model, data and --init files must be in, reached without a symbolic link\n"+
 		"out of it (default: the user's home directory)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "run without cluster credentials beyond loopback: anyone who reaches the node's\n"+
-		"ports can submit, cancel and poison jobs (SECURITY.md)")
+		"ports can disturb its stages, and whoever has the token file (copy it to every node) can submit and cancel jobs (SECURITY.md)")
 	fs.BoolVar(&cfg.EncryptData, "encrypt-data", false, "send tensors between stages over TLS (with credentials; otherwise the links only\n"+
 		"authenticate their ends)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP API")

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/dataplane"
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,6 +33,9 @@ type StageHost struct {
 	// limit allows now, 0 without a limit; stages report it with their
 	// timings every step.
 	Capacity func() float64
+	// Files, if set, is the directory a job's files must be in: a stage
+	// whose spec names one outside it is refused (job.Confine).
+	Files string
 
 	mu       sync.Mutex               // guards stages, idle, closing and handoffs
 	stages   map[*stageActor]struct{} // set up and not yet shut down
@@ -316,6 +320,9 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 	if err == nil && (spec.Job.ID() != msg.GetHeader().GetJobId() || spec.Generation != msg.GetHeader().GetGeneration()) {
 		err = fmt.Errorf("spec of job %q generation %d in a message of job %q generation %d",
 			spec.Job.ID(), spec.Generation, msg.GetHeader().GetJobId(), msg.GetHeader().GetGeneration())
+	}
+	if err == nil && a.host.Files != "" {
+		err = job.Confine(spec.Job.Spec(), a.host.Files)
 	}
 	var eng *stageEngine
 	if err == nil {

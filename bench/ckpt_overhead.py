@@ -27,9 +27,9 @@ import os
 import statistics
 import sys
 import threading
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import localtoken  # noqa: E402
 import quota_plans  # noqa: E402
 from paper_eval import Node, wait_members  # noqa: E402
 
@@ -39,7 +39,7 @@ def train(http, steps, every):
 
 
 def status(http, job):
-    with urllib.request.urlopen(f"http://{http}/v1/jobs/{job}") as r:
+    with localtoken.urlopen(f"http://{http}/v1/jobs/{job}") as r:
         return json.load(r)
 
 

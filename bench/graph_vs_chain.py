@@ -52,7 +52,7 @@ class Cluster4(families.Cluster):
         self.procs, self.http = [], f"127.0.0.1:{port + 100}"
         for i, name in enumerate("abcd"):
             cmd = [ppnode, "join", "--name", name, "--bind", f"127.0.0.1:{port + i}", "--http", f"127.0.0.1:{port + 100 + i}",
-                   "--data-dir", os.path.join(tmp, name), "--threads", "1"]
+                   "--data-dir", os.path.join(tmp, name), "--threads", "1", "--files", tmp]
             if i:
                 cmd += ["--seeds", f"127.0.0.1:{port}"]
             self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, name + ".log"), "w")))

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+import localtoken
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -56,7 +57,7 @@ class Node:
         # in stop().
         self.data = tempfile.mkdtemp(prefix=f"ppnode-bench-{name}-")
         cmd = [PPNODE, "join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0",
-               "--threads", str(threads), "--data-dir", self.data]
+               "--threads", str(threads), "--data-dir", self.data, "--files", tempfile.gettempdir()]
         if seeds:
             cmd += ["--seeds", seeds]
         if os.environ.get("PPNODE_NODE_LOG"):
@@ -96,7 +97,7 @@ class Node:
 def wait_members(http, n):
     deadline = time.time() + 30
     while time.time() < deadline:
-        with urllib.request.urlopen(f"http://{http}/v1/status") as r:
+        with localtoken.urlopen(f"http://{http}/v1/status") as r:
             st = json.load(r)
         if len([m for m in st.get("members", []) if m.get("state", "alive") == "alive"]) >= n:
             return

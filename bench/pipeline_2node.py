@@ -53,10 +53,10 @@ def start_node(name, cpu, seeds=None):
 
 
 def wait_members(http, n):
-    import urllib.request
+    import localtoken
     deadline = time.time() + 30
     while time.time() < deadline:
-        with urllib.request.urlopen(f"http://{http}/v1/status") as r:
+        with localtoken.urlopen(f"http://{http}/v1/status") as r:
             st = json.load(r)
         alive = [m for m in st.get("members", []) if m.get("state", "alive") == "alive"]
         if len(alive) >= n:

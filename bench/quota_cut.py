@@ -17,6 +17,8 @@ import os
 import time
 import urllib.request
 
+import localtoken
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paper_eval import Node, wait_members  # noqa: E402
 
@@ -27,12 +29,12 @@ SPEC = {"model": "mlp32", "width": 512, "data": "mnist", "batch": 128, "micro_ba
 def submit(http, spec):
     req = urllib.request.Request(f"http://{http}/v1/jobs", data=json.dumps(spec).encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req) as r:
+    with localtoken.urlopen(req) as r:
         return json.load(r)["id"]
 
 
 def status(http, job):
-    with urllib.request.urlopen(f"http://{http}/v1/jobs/{job}") as r:
+    with localtoken.urlopen(f"http://{http}/v1/jobs/{job}") as r:
         return json.load(r)
 
 

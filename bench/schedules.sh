@@ -15,6 +15,9 @@ bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
 shift 3
 dir=$(mktemp -d)
 pids=()
+# The nodes' local token (SECURITY.md), sent by the CLI and by api below.
+export PPNODE_TOKEN_FILE="$dir/http-token"
+api() { curl -sf -H "Authorization: Bearer $(cat "$PPNODE_TOKEN_FILE" 2>/dev/null)" "$@"; }
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 memflag=()
@@ -27,11 +30,11 @@ start() { # name index
 	pids+=($!)
 }
 start a 0
-for i in $(seq 100); do curl -sf "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
+for i in $(seq 100); do api "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
 names=(a b c d e f g h)
 for i in $(seq 1 $((nodes - 1))); do start "${names[$i]}" "$i"; done
 for i in $(seq 200); do
-	n=$(curl -sf "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
+	n=$(api "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
 	[ "$n" = "$nodes" ] && break
 	sleep 0.1
 done
@@ -40,7 +43,7 @@ if ! "$bin" train --via "127.0.0.1:$((port + 10))" --json "$@" >"$dir/out" 2>"$d
 	exit 1
 fi
 id=$(tail -1 "$dir/out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-curl -sf "127.0.0.1:$((port + 10))/v1/jobs/$id" >"$dir/status"
+api "127.0.0.1:$((port + 10))/v1/jobs/$id" >"$dir/status"
 python3 - "$dir/out" "$dir/status" <<'PY'
 import json, statistics, sys
 res = json.loads(open(sys.argv[1]).read().splitlines()[-1])

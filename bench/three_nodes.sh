@@ -16,6 +16,9 @@ set -euo pipefail
 bin=$1 port=$2 what=$3
 dir=$(mktemp -d)
 pids=()
+# The nodes' local token (SECURITY.md), sent by the CLI and by api below.
+export PPNODE_TOKEN_FILE="$dir/http-token"
+api() { curl -sf -H "Authorization: Bearer $(cat "$PPNODE_TOKEN_FILE" 2>/dev/null)" "$@"; }
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 start() { # name index [seed]
@@ -26,11 +29,11 @@ start() { # name index [seed]
 	pids+=($!)
 }
 start a 0
-for i in $(seq 50); do curl -sf "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
+for i in $(seq 50); do api "127.0.0.1:$((port + 10))/v1/status" >/dev/null && break; sleep 0.1; done
 start b 1
 start c 2
 for i in $(seq 100); do
-	n=$(curl -sf "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
+	n=$(api "127.0.0.1:$((port + 10))/v1/status" | python3 -c 'import json,sys; print(sum(m["state"]=="alive" for m in json.load(sys.stdin)["members"]))' || echo 0)
 	[ "$n" = 3 ] && break
 	sleep 0.1
 done

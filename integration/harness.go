@@ -307,17 +307,16 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 		args = append(args, "--threads", strconv.Itoa(o.Threads))
 	}
 	args = append(args, o.Args...)
+	// Tests' files are in their temporary directories: the nodes read job
+	// files from there, unless the test says otherwise.
+	if !hasFlag(o.Args, "files") {
+		args = append(args, "--files", os.TempDir())
+	}
 	// A data dir of its own (the default one is shared by every node of
 	// that name), removed once the process has exited, unless the test
 	// gives one.
 	dataDir := ""
-	ownDir := true
-	for _, a := range o.Args {
-		if f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && f == "data-dir" {
-			ownDir = false
-		}
-	}
-	if ownDir {
+	if !hasFlag(o.Args, "data-dir") {
 		d, err := os.MkdirTemp("", "ppnode-test-data-"+o.Name+"-")
 		if err != nil {
 			return nil, fmt.Errorf("node %s: data dir: %w", o.Name, err)
@@ -389,6 +388,17 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	c.mu.Unlock()
 	c.t.Logf("node %s: started pid %d: ppnode %s (quota %v%s)", o.Name, n.cmd.Process.Pid, strings.Join(args, " "), o.CPUQuota, map[bool]string{true: ", own network namespace"}[c.net != nil])
 	return n, nil
+}
+
+// hasFlag reports whether args give the flag name (-name, --name,
+// --name=value).
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		if f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && f == name {
+			return true
+		}
+	}
+	return false
 }
 
 // WaitReady waits for the node's ready line and records its addresses.

@@ -80,13 +80,25 @@ func Start(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Identity == nil && cfg.TokenFile != "" {
+		if cfg.Token, err = trust.LocalToken(cfg.TokenFile); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
+		}
+	}
+	if cfg.Files != "" {
+		if fi, err := os.Stat(cfg.Files); err != nil {
+			return nil, fmt.Errorf("nodes: the files directory: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("nodes: the files directory %s is not a directory", cfg.Files)
+		}
+	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
 	if cfg.Identity == nil {
-		a.log.Warn("nodes: running without cluster credentials: anyone who reaches this node's ports can submit, cancel and poison jobs (SECURITY.md)", "insecure", cfg.Insecure)
+		a.log.Warn("nodes: running without cluster credentials: the HTTP API asks for the local token, but anyone who reaches this node's other ports can disturb its stages (SECURITY.md)", "insecure", cfg.Insecure, "token_file", cfg.TokenFile)
 	}
 	a.gates = newGates(cfg.Conns)
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.members = newMembers(cfg.Name, HTTPClient(cfg.Identity))
+	a.members = newMembers(cfg.Name, cfg.httpClient())
 	a.jobs = newJobs(cfg.Name, a.log)
 	a.api = newAPI(a)
 	err = a.measure()
@@ -108,11 +120,11 @@ func Start(cfg Config) (*Agent, error) {
 	}
 	base := actors.CoordinatorConfig{Control: a.sys, DataPlane: a.dp, Store: a.cuts.store, GFLOPS: a.capacity.burst,
 		Threads: cfg.Threads, Logger: a.log, Self: cfg.Name, Links: a.links}
-	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, base: base}
+	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, files: cfg.Files, base: base}
 	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
 	a.loops.Go(a.watch)
 	a.loops.Go(a.api.serve)
-	a.log.Info("nodes: ready", "gossip", a.GossipAddr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir)
+	a.log.Info("nodes: ready", "gossip", a.GossipAddr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir, "files", cfg.Files)
 	return a, nil
 }
 
@@ -167,7 +179,7 @@ func (a *Agent) startActors() error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	a.links = newLinks(cfg.Name, a.log, a.members, probe)
-	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now}
+	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now, Files: cfg.Files}
 	acfg := actors.Config{
 		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(a.host)},

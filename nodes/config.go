@@ -58,6 +58,18 @@ type Config struct {
 	// HTTP API, the actor port and the data plane authenticate their
 	// peers with the cluster's CA and key (SECURITY.md).
 	Identity *trust.Identity
+	// TokenFile, for a node without an Identity, holds the local token
+	// every HTTP request must carry, made there on the first start
+	// (trust.LocalToken); the node sends it to the other nodes too, which
+	// must share it. Start reads it into Token.
+	TokenFile string
+	// Token is the local token; empty (no TokenFile): requests need
+	// nothing (in-process tests).
+	Token string
+	// Files is the directory a job's model, data and init files must be
+	// in, opened without following symbolic links out of it (job.Confine);
+	// empty: any path the node's user may read (in-process tests).
+	Files string
 	// Insecure allows a node without an Identity to listen beyond
 	// loopback (Start refuses otherwise); it logs a warning.
 	Insecure bool

@@ -77,8 +77,11 @@
 // one. trust.May is the one table of who may do what; the actor port
 // takes only node certificates (actors.Config.Authorize). Every request's Host must be an IP address, localhost, the node's
 // name or a name of its certificate, and an Origin header its own (403).
-// Without credentials every endpoint is open, and Start refuses to listen
-// beyond loopback unless Config.Insecure.
+// Without credentials every endpoint needs the local token
+// (Config.TokenFile; 401 without it), and Start refuses to listen beyond
+// loopback unless Config.Insecure. With Config.Files, a job's files must
+// be inside that directory (job.Confine), at submission, at a takeover
+// and on every stage's node.
 //
 // Each listening port (actor, data plane, link probe, HTTP) takes its
 // connections through an admit gate of its own with Config.Conns's limits

@@ -138,7 +138,10 @@ func (f *failover) takeOver(rec JobRecord) {
 	}
 	// The run's cuts go on in this store (its copies are of the run
 	// already, unless it had no record of it before).
-	err := f.cuts.claim(rec.ID, rec.Run)
+	err := f.runner.confine(rec.Spec.Spec())
+	if err == nil {
+		err = f.cuts.claim(rec.ID, rec.Run)
+	}
 	var c *actors.Coordinator
 	if err == nil {
 		c, err = actors.NewCoordinator(rec.Spec, f.runner.config(ck, gen, true))

@@ -28,6 +28,9 @@ type runner struct {
 	jobs    *jobs
 	members *members
 	cuts    *cuts
+	// files, if set, is the directory a job's files must be in
+	// (Config.Files).
+	files string
 	// base is what every coordinator of this node shares (control and
 	// data plane, store, speed, threads, links).
 	base actors.CoordinatorConfig
@@ -42,6 +45,15 @@ func (r *runner) config(resume *tensorio.Checkpoint, gen uint64, takeover bool) 
 	return c
 }
 
+// confine refuses a spec naming a file outside the node's files
+// directory, before anything reads it.
+func (r *runner) confine(spec job.Spec) error {
+	if r.files == "" {
+		return nil
+	}
+	return job.Confine(spec, r.files)
+}
+
 // submit is [Agent.Submit].
 func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 	id, err := r.jobs.reserve(spec.ID)
@@ -53,7 +65,11 @@ func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 	// the job against the members' memory, from shapes alone: the
 	// coordinator then checks its own share against this node's memory
 	// before it builds the model.
-	cs, err := job.Check(spec)
+	err = r.confine(spec)
+	var cs job.Checked
+	if err == nil {
+		cs, err = job.Check(spec)
+	}
 	if err == nil {
 		err = cs.CheckMemory(r.members.usable())
 	}

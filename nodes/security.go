@@ -16,8 +16,8 @@ import (
 )
 
 // Who may call an endpoint of the HTTP API: trust.May decides from the
-// certificate's role (SECURITY.md). Without cluster credentials
-// (--insecure) every endpoint is open.
+// certificate's role (SECURITY.md). Without cluster credentials every
+// endpoint needs the node's local token (localtoken.go).
 type access = trust.Action
 
 const (
@@ -39,7 +39,11 @@ func (h *api) guard(level access, next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if h.a.cfg.Identity == nil {
-			next(w, r)
+			if h.a.cfg.Token == "" || h.tokenAllows(w, r) {
+				next(w, r)
+			} else {
+				writeError(w, http.StatusUnauthorized, errNoToken(r))
+			}
 			return
 		}
 		peer, ok := trust.PeerOf(r.TLS)

@@ -18,6 +18,7 @@ func runCancel(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cancel", "--via host:port JOB")
 	via := fs.String("via", "", "HTTP address of a node of the cluster, host:port")
 	creds := credsFlag(fs)
+	tokenFile := tokenFlag(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -34,7 +35,7 @@ func runCancel(args []string, stdout, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(*via); err != nil {
 		return usagef("--via %q: want host:port", *via)
 	}
-	if err := useCreds(*creds); err != nil {
+	if err := useCreds(*creds, *tokenFile); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

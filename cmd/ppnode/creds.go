@@ -31,6 +31,29 @@ func defaultCreds() string {
 	return filepath.Join(base, "ppnode")
 }
 
+// defaultTokenFile is the local token's file when --token-file is not
+// given: PPNODE_TOKEN_FILE, else http-token in the user's state directory
+// ($XDG_STATE_HOME/ppnode, else ~/.local/state/ppnode), which every node
+// of the user without credentials shares.
+func defaultTokenFile() string {
+	if f := os.Getenv("PPNODE_TOKEN_FILE"); f != "" {
+		return f
+	}
+	base, err := stateDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(base, "ppnode", "http-token")
+}
+
+const tokenUsage = "the local token of nodes without credentials, made by the first such node of this user\n" +
+	"(env PPNODE_TOKEN_FILE; default: http-token in the user's state directory, ~/.local/state/ppnode)"
+
+// tokenFlag registers --token-file on fs.
+func tokenFlag(fs *flag.FlagSet) *string {
+	return fs.String("token-file", defaultTokenFile(), tokenUsage)
+}
+
 // credsFlag registers --creds on fs.
 func credsFlag(fs *flag.FlagSet) *string {
 	return fs.String("creds", defaultCreds(), "the cluster's credentials directory (ppnode init; env PPNODE_CREDS)")
@@ -95,13 +118,26 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 
 // apiHTTP is the HTTP client of the CLI's calls to nodes: mutual TLS
 // with the client certificate of the credentials directory (useCreds),
-// plain HTTP without one.
+// plain HTTP with the nodes' local token without one.
 var apiHTTP = http.DefaultClient
 
-// useCreds loads the CLI's identity, client.crt in dir, if dir has one.
-func useCreds(dir string) error {
+// useCreds loads the CLI's identity, client.crt in dir, if dir has one;
+// otherwise the local token in tokenFile, if there is one (a node without
+// credentials answers 401 to a request without it, and says why).
+func useCreds(dir, tokenFile string) error {
 	if _, err := os.Stat(filepath.Join(dir, trust.ClientName+".crt")); errors.Is(err, os.ErrNotExist) {
 		apiHTTP = http.DefaultClient
+		if tokenFile == "" {
+			return nil
+		}
+		tok, err := trust.ReadToken(tokenFile)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil
+		case err != nil:
+			return err
+		}
+		apiHTTP = nodes.TokenClient(tok)
 		return nil
 	}
 	id, err := trust.Load(dir, trust.ClientName)

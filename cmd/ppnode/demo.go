@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nodes"
 	"github.com/ppnode/ppnode/trust"
@@ -62,6 +63,14 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	spec := job.DefaultSpec()
 	spec.ID = fmt.Sprintf("demo-%d", os.Getpid())
 	spec.Model, spec.Data, spec.Epochs, spec.Steps = "mlp32", *dataSet, *epochs, *steps
+	files := "" // the nodes' --files: a data file's directory
+	if data.IsFile(spec.Data) {
+		abs, err := filepath.Abs(spec.Data)
+		if err != nil {
+			return usageError{err}
+		}
+		spec.Data, files = abs, filepath.Dir(abs)
+	}
 	if set["steps"] && !set["epochs"] {
 		spec.Epochs = 0 // as many as the steps need
 	}
@@ -154,7 +163,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			seeds = nodes[0].ready.Gossip
 		}
-		n, err := demoStart(exe, name, seeds, q, logDir, filepath.Join(dataDir, name), creds, logs)
+		n, err := demoStart(exe, name, seeds, q, logDir, filepath.Join(dataDir, name), creds, files, logs)
 		if err != nil {
 			return err
 		}
@@ -264,18 +273,21 @@ func demoCreds(dir string, n int) error {
 			return err
 		}
 	}
-	return useCreds(dir)
+	return useCreds(dir, "")
 }
 
 // demoStart starts `exe join` for one node, with dataDir as its data dir
 // and its log as logs say; with quota > 0 the process enters its cgroup
 // before it execs (a shell moves itself in, then execs the node), so the
 // node's start-up profile sees its quota.
-func demoStart(exe, name, seeds string, quota float64, logDir, dataDir, creds string, logs logFlags) (*demoNode, error) {
+func demoStart(exe, name, seeds string, quota float64, logDir, dataDir, creds, files string, logs logFlags) (*demoNode, error) {
 	args := []string{"join", "--name", name, "--bind", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--data-dir", dataDir, "--creds", creds,
 		"--log-level", logs.level, "--log-format", logs.format}
 	if seeds != "" {
 		args = append(args, "--seeds", seeds)
+	}
+	if files != "" {
+		args = append(args, "--files", files)
 	}
 	n := &demoNode{name: name, readyc: make(chan demoReady, 1), exited: make(chan struct{})}
 	bin, argv := exe, args

@@ -54,8 +54,11 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.StringVar(&cfg.SecretFile, "secret-file", "", "gossip encryption key file (16, 24 or 32 bytes; raw, hex or base64; mode 0600)\n"+
 		"(default: the credentials' gossip.key)")
 	creds := credsFlag(fs)
+	fs.StringVar(&cfg.TokenFile, "token-file", defaultTokenFile(), "without credentials: "+tokenUsage)
+	fs.StringVar(&cfg.Files, "files", "", "the directory jobs' model, data and --init files must be in, reached without a symbolic link\n"+
+		"out of it (default: the user's home directory)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "run without cluster credentials beyond loopback: anyone who reaches the node's\n"+
-		"ports can submit, cancel and poison jobs (SECURITY.md)")
+		"ports can disturb its stages, and whoever has the token file (copy it to every node) can submit and cancel jobs (SECURITY.md)")
 	fs.BoolVar(&cfg.EncryptData, "encrypt-data", false, "send tensors between stages over TLS (with credentials; otherwise the links only\n"+
 		"authenticate their ends)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP API")
@@ -93,6 +96,9 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 		return cfg, lo, err
 	}
 	cfg.Identity = id
+	if id == nil && cfg.TokenFile == "" {
+		return cfg, lo, usagef("no --token-file (no home directory?): a node without credentials needs one for its local token")
+	}
 	lo, err = logs.options()
 	if err != nil {
 		return cfg, lo, err
@@ -107,6 +113,14 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 		if cfg.Memory, err = balance.ParseBytes(*memory); err != nil || cfg.Memory <= 0 {
 			return cfg, lo, usagef("--memory %q: want a size such as 1GiB", *memory)
 		}
+	}
+	if cfg.Files == "" {
+		if cfg.Files, err = os.UserHomeDir(); err != nil {
+			return cfg, lo, usagef("no default --files directory (%v): give one", err)
+		}
+	}
+	if cfg.Files, err = filepath.Abs(cfg.Files); err != nil {
+		return cfg, lo, usagef("--files: %v", err)
 	}
 	dataDirSet := false
 	fs.Visit(func(f *flag.Flag) { dataDirSet = dataDirSet || f.Name == "data-dir" })
@@ -155,15 +169,25 @@ func defaultDataDir(name string) (string, error) {
 	if name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsFunc(name, unicode.IsControl) {
 		return "", fmt.Errorf("--name %q cannot name the default data directory: give --data-dir (or --data-dir none)", name)
 	}
+	base, err := stateDir()
+	if err != nil {
+		return "", fmt.Errorf("no default data directory (%v): give --data-dir (or --data-dir none)", err)
+	}
+	return filepath.Join(base, "ppnode", name), nil
+}
+
+// stateDir is the user's state directory: $XDG_STATE_HOME if set to an
+// absolute path, else $HOME/.local/state.
+func stateDir() (string, error) {
 	base := os.Getenv("XDG_STATE_HOME")
 	if !filepath.IsAbs(base) { // unset, or relative: ignored, as the XDG spec says
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "", fmt.Errorf("no default data directory (%v): give --data-dir (or --data-dir none)", err)
+			return "", err
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	return filepath.Join(base, "ppnode", name), nil
+	return base, nil
 }
 
 func runJoin(args []string, stdout, stderr io.Writer) error {

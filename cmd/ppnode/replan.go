@@ -28,10 +28,11 @@ func runReplan(args []string, stdout, stderr io.Writer) error {
 	via := fs.String("via", "", "HTTP address of the node that coordinates the job, host:port")
 	viaCut := fs.Bool("via-cut", false, "move the state through a cut instead of straight between the stages")
 	creds := credsFlag(fs)
+	tokenFile := tokenFlag(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := useCreds(*creds); err != nil {
+	if err := useCreds(*creds, *tokenFile); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {

@@ -30,10 +30,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	via := fs.String("via", "", "HTTP address of a node, host:port")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	creds := credsFlag(fs)
+	tokenFile := tokenFlag(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := useCreds(*creds); err != nil {
+	if err := useCreds(*creds, *tokenFile); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -31,6 +31,7 @@ type clusterFlags struct {
 	wire      string
 	noProbe   bool
 	creds     string
+	tokenFile string
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -46,6 +47,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.noProbe, "no-probe", false, "plan every link as 1 Gbit/s instead of measuring the links")
 	c.creds = defaultCreds()
 	fs.StringVar(&c.creds, "creds", c.creds, "the cluster's credentials directory, for --via (ppnode init; env PPNODE_CREDS)")
+	fs.StringVar(&c.tokenFile, "token-file", defaultTokenFile(), tokenUsage)
 }
 
 func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.Writer) error {
@@ -55,7 +57,7 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if _, _, err := net.SplitHostPort(c.via); err != nil {
 		return usagef("--via %q: want host:port", c.via)
 	}
-	if err := useCreds(c.creds); err != nil {
+	if err := useCreds(c.creds, c.tokenFile); err != nil {
 		return err
 	}
 	if c.maxNodes < 0 || c.ckptEvery < 0 {

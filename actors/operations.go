@@ -105,6 +105,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	h := &Header{JobId: c.spec.ID, Generation: gen}
 	params = make([]int64, S)
 	listen := make([][]*LinkAddr, S)
+	groups := groupsOf(plan)
 	var mu sync.Mutex // guards s.refs while the stages are spawned
 	err = forEachStage(S, func(k int) error {
 		sp := plan.Stages[k]
@@ -116,7 +117,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		s.refs[k] = ref
 		mu.Unlock()
 		spec := StageSpec{Job: c.checked, Generation: gen, Data: job.SampleOf(c.job.Set),
-			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k), Groups: groupsOf(plan)}
+			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k), Groups: groups}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
 		}

@@ -264,55 +264,74 @@ func TestCoordinatorRefusesBadSpecs(t *testing.T) {
 	}
 }
 
-// A node that dies mid-job is re-planned around: the job restores the
-// latest cut on the live nodes, replays, and ends with the weights of the
-// run without the failure. In memory the step notices (its links break);
-// over TCP the cluster reports it first, as memberlist would (a dead
-// system's port may be taken by another process at once, which answers
-// the recovery's probe).
+// A node that dies mid-job is re-planned around and the job ends with the
+// weights of the run without the failure. Without replicas the job
+// restores the latest cut on the live nodes and replays; when the dead
+// node ran a replica, the stage's other replica holds the same state,
+// which moves to a plan over the nodes left, and only the failed step runs
+// again. In memory the step notices (its links break); over TCP the
+// cluster reports it first, as memberlist would (a dead system's port may
+// be taken by another process at once, which answers the recovery's
+// probe).
 func TestRecoveryFromANodeDeath(t *testing.T) {
-	for _, tc := range []struct {
+	clusters := []struct {
 		name   string
 		make   func(t *testing.T) *testCluster
 		report bool
 	}{
 		{"inmem", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, nil) }, false},
 		{"tcp", func(t *testing.T) *testCluster { return newSystemCluster(t, 3, &dataplane.TCP{}) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cl := tc.make(t)
-			spec := smallSpec("mlp32")
-			spec.ID = "recover"
-			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
-			spec.Partition, spec.Schedule = "uniform", "1f1b"
-			want := localSHA(t, spec)
-			var once sync.Once
-			var c *Coordinator
-			cfg := cl.config(3)
-			cfg.OnStep = func(step int) {
-				if step == 6 { // after the cut at step 4: steps 4 and 5 replay
-					once.Do(func() {
-						if tc.report {
-							c.NodeFailed("c")
-						}
-						cl.kill(2)
-					})
+	}
+	plans := []struct {
+		name, partition string
+		dead            int
+		// want: where the state came from, the steps replayed (the cut is
+		// at step 4, the failure at step 6) and the plan after.
+		from     string
+		replayed int
+		plan     func(string) bool
+	}{
+		{"cut", "uniform", 2, job.FromCut, 2, func(p string) bool { return !strings.Contains(p, "@c") }},
+		{"replica", "fc1-fc12@a,b; fc13-fc32@c", 1, job.FromSurvivors, 0, func(p string) bool { return p == "fc1-fc12@a; fc13-fc32@c" }},
+	}
+	for _, pc := range plans {
+		for _, tc := range clusters {
+			t.Run(pc.name+"/"+tc.name, func(t *testing.T) {
+				cl := tc.make(t)
+				spec := smallSpec("mlp32")
+				spec.ID = "recover"
+				spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
+				spec.Partition, spec.Schedule = pc.partition, "1f1b"
+				want := localSHA(t, spec)
+				var once sync.Once
+				var c *Coordinator
+				cfg := cl.config(3)
+				cfg.OnStep = func(step int) {
+					if step == 6 {
+						once.Do(func() {
+							if tc.report {
+								c.NodeFailed(cl.nodes[pc.dead].Name)
+							}
+							cl.kill(pc.dead)
+						})
+					}
 				}
-			}
-			res, _ := runJob(t, spec, cfg, &c)
-			st := c.Status()
-			if len(st.Recoveries) != 1 {
-				t.Fatalf("recoveries %+v, want one", st.Recoveries)
-			}
-			r := st.Recoveries[0]
-			t.Logf("recovery: %+v", r)
-			if r.Step != 6 || r.Replayed != 2 || strings.Contains(r.Plan, "@c") {
-				t.Errorf("recovery at step %d replayed %d onto plan %q; want step 6, 2 replayed, no node c", r.Step, r.Replayed, r.Plan)
-			}
-			if res.WeightsSHA256 != want {
-				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
-			}
-		})
+				res, _ := runJob(t, spec, cfg, &c)
+				st := c.Status()
+				if len(st.Recoveries) != 1 {
+					t.Fatalf("recoveries %+v, want one", st.Recoveries)
+				}
+				r := st.Recoveries[0]
+				t.Logf("recovery: %+v", r)
+				if r.Step != 6 || r.From != pc.from || r.Replayed != pc.replayed || !pc.plan(r.Plan) {
+					t.Errorf("recovery at step %d from the %s, %d replayed, onto plan %q; want step 6 from the %s, %d replayed, without node %s",
+						r.Step, r.From, r.Replayed, r.Plan, pc.from, pc.replayed, cl.nodes[pc.dead].Name)
+				}
+				if res.WeightsSHA256 != want {
+					t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
+				}
+			})
+		}
 	}
 }
 
@@ -350,55 +369,6 @@ func TestFastSumsTrainAsOneProcess(t *testing.T) {
 	t.Logf("largest difference from one process: %g", worst)
 	if worst == 0 || worst > 1e-5 {
 		t.Fatalf("weights differ from one process's by up to %g, want (0, 1e-5]: the sums are in another order, no more", worst)
-	}
-}
-
-// A replica's node that dies mid-job costs no replay: the stage's other
-// replica holds the same state, which moves to a plan over the nodes left,
-// and the failed step runs again; the weights are those of one process.
-func TestReplicaDeathNeedsNoReplay(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		make   func(t *testing.T) *testCluster
-		report bool
-	}{
-		{"inmem", func(t *testing.T) *testCluster { return newInmemCluster(t, 3, nil) }, false},
-		{"tcp", func(t *testing.T) *testCluster { return newSystemCluster(t, 3, &dataplane.TCP{}) }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cl := tc.make(t)
-			spec := smallSpec("mlp32")
-			spec.ID = "replica-dies"
-			spec.Epochs, spec.Steps, spec.CheckpointEvery = 3, 9, 4
-			spec.Partition, spec.Schedule = "fc1-fc12@a,b; fc13-fc32@c", "1f1b"
-			want := localSHA(t, spec)
-			var once sync.Once
-			var c *Coordinator
-			cfg := cl.config(3)
-			cfg.OnStep = func(step int) {
-				if step == 6 {
-					once.Do(func() {
-						if tc.report {
-							c.NodeFailed("b")
-						}
-						cl.kill(1)
-					})
-				}
-			}
-			res, _ := runJob(t, spec, cfg, &c)
-			st := c.Status()
-			if len(st.Recoveries) != 1 {
-				t.Fatalf("recoveries %+v, want one", st.Recoveries)
-			}
-			r := st.Recoveries[0]
-			t.Logf("recovery: %+v", r)
-			if r.From != job.FromSurvivors || r.Replayed != 0 || r.Plan != "fc1-fc12@a; fc13-fc32@c" {
-				t.Errorf("recovery from the %s, %d replayed, onto plan %q; want from the survivors, none replayed, without b", r.From, r.Replayed, r.Plan)
-			}
-			if res.WeightsSHA256 != want {
-				t.Fatalf("weights after recovery %s, without failure %s", res.WeightsSHA256[:16], want[:16])
-			}
-		})
 	}
 }
 

@@ -371,9 +371,10 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 	// runtime forwards it tensor by tensor, so its sends overlap its
 	// arrival (the received message's start and end, per stage).
 	fwdFrom, fwdTo := make([]float64, S), make([]float64, S)
-	reached, at := make([]float64, S), make([]int, S) // when each stage reached its instruction at[s]
-	for s := range at {
-		at[s] = -1
+	// reached[s] is when stage s reached its instruction reachedPC[s].
+	reached, reachedPC := make([]float64, S), make([]int, S)
+	for s := range reachedPC {
+		reachedPC[s] = -1
 	}
 	waiting := map[msgKey]int{}
 	blockedAt := make([]float64, S)
@@ -397,8 +398,8 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		if in.Op != OpSendSum {
 			fwdFrom[s] = -1
 		}
-		if at[s] != pcs[s] {
-			at[s], reached[s] = pcs[s], t
+		if reachedPC[s] != pcs[s] {
+			reachedPC[s], reached[s] = pcs[s], t
 		}
 		switch in.Op {
 		case OpRecvAct, OpRecvGrad, OpRecvSum:

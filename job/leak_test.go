@@ -57,14 +57,7 @@ func TestErrorsShowNoFileBytes(t *testing.T) {
 	}
 
 	// A file that changed after the job was submitted.
-	model := filepath.Join(dir, "m.onnx")
-	b, err := os.ReadFile("../onnx/testdata/towers.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model, b := towersCopy(t, dir)
 	spec := job.DefaultSpec()
 	spec.Model = model
 	if err := spec.HashFiles(); err != nil {
@@ -74,7 +67,7 @@ func TestErrorsShowNoFileBytes(t *testing.T) {
 	if err := os.WriteFile(model, changed, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5})
+	_, err := spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5})
 	got := sha256.Sum256(changed)
 	if err == nil || !strings.Contains(err.Error(), model) {
 		t.Fatalf("a changed file: %v, want an error naming %s", err, model)

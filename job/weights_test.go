@@ -71,10 +71,10 @@ func TestInitFromWeightsFile(t *testing.T) {
 	}
 }
 
-// A node whose file differs from the one the job was submitted with
-// refuses the job.
-func TestFilesChecked(t *testing.T) {
-	dir := t.TempDir()
+// towersCopy copies the towers ONNX model into dir and returns its path
+// and bytes.
+func towersCopy(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
 	model := filepath.Join(dir, "m.onnx")
 	b, err := os.ReadFile("../onnx/testdata/towers.onnx")
 	if err != nil {
@@ -83,6 +83,14 @@ func TestFilesChecked(t *testing.T) {
 	if err := os.WriteFile(model, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return model, b
+}
+
+// A node whose file differs from the one the job was submitted with
+// refuses the job.
+func TestFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	model, b := towersCopy(t, dir)
 	spec := job.DefaultSpec()
 	spec.Model = model
 	if err := spec.HashFiles(); err != nil || len(spec.Files) != 1 {
@@ -94,7 +102,7 @@ func TestFilesChecked(t *testing.T) {
 	if err := os.WriteFile(model, b[:len(b)-1], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5})
+	_, err := spec.BuildModel(job.Sample{Inputs: []onnx.Input{{Name: "x", Shape: []int{24}}}, Classes: 5})
 	if !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "not the file the job was submitted with") {
 		t.Errorf("a changed model file: %v", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/ppnode/ppnode/trust"
 )
 
 // The dashboard's files are served from the binary with their types, an
@@ -80,16 +78,7 @@ func keys[V any](m map[string]V) []string {
 // only; the Host must be the node's.
 func TestDashboardAccess(t *testing.T) {
 	dir := t.TempDir()
-	if err := trust.Init(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := trust.Issue(dir, "a", trust.RoleNode, nil); err != nil {
-		t.Fatal(err)
-	}
-	id, err := trust.Load(dir, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := nodeIdentity(t, dir, "a")
 	h := newAPI(&Agent{cfg: Config{Name: "a", Identity: id}}).handler()
 	for _, tc := range []struct {
 		remote, host string

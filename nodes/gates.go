@@ -13,13 +13,16 @@ func newGates(l admit.Limits) gates {
 	return gates{actor: admit.NewGate(l, nil), data: admit.NewGate(l, nil), probe: admit.NewGate(l, nil), http: admit.NewGate(l, nil)}
 }
 
-// portConns is what one port's gate counted, for /metrics.
+// portConns is what one port's gate counted, for /metrics; roles, on the
+// actor port, the streams, calls and messages it refused by role.
 type portConns struct {
 	port  string
 	stats admit.Stats
+	roles uint64
 }
 
-// stats returns the gates' counters, by port.
-func (g gates) stats() []portConns {
-	return []portConns{{"actor", g.actor.Stats()}, {"data", g.data.Stats()}, {"probe", g.probe.Stats()}, {"http", g.http.Stats()}}
+// stats returns the gates' counters, by port, with the actor port's
+// refusals by role.
+func (g gates) stats(actorRoles uint64) []portConns {
+	return []portConns{{"actor", g.actor.Stats(), actorRoles}, {"data", g.data.Stats(), 0}, {"probe", g.probe.Stats(), 0}, {"http", g.http.Stats(), 0}}
 }

@@ -13,22 +13,30 @@ import (
 	"github.com/ppnode/ppnode/trust"
 )
 
+// nodeIdentity makes cluster credentials in dir and returns node name's
+// identity.
+func nodeIdentity(t *testing.T, dir, name string) *trust.Identity {
+	t.Helper()
+	if err := trust.Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trust.Issue(dir, name, trust.RoleNode, nil); err != nil {
+		t.Fatal(err)
+	}
+	id, err := trust.Load(dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // The HTTP API's gate: silent connections from one address beyond PerIP
 // are refused, the API answers another address over HTTP/2 and HTTP/1.1,
 // and a connection that has sent a request counts as established (it
 // outlives the handshake deadline and leaves the address's room free).
 func TestHTTPGate(t *testing.T) {
 	dir := t.TempDir()
-	if err := trust.Init(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := trust.Issue(dir, "a", trust.RoleNode, nil); err != nil {
-		t.Fatal(err)
-	}
-	id, err := trust.Load(dir, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := nodeIdentity(t, dir, "a")
 	client, err := trust.Load(dir, trust.ClientName)
 	if err != nil {
 		t.Fatal(err)

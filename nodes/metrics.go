@@ -30,6 +30,7 @@ import (
 //	ppnode_conns_accepted_total{port}                   counter
 //	ppnode_conns_refused_total{port,limit}              counter
 //	ppnode_conns_handshake_timeouts_total{port}         counter
+//	ppnode_actor_refused_total                          counter
 //	ppnode_conns{port,state}                            gauge
 //	ppnode_job_state{job,state}                         gauge, 1 for the current state
 //	ppnode_job_steps_done{job}, ppnode_job_steps_planned{job}   gauges
@@ -63,6 +64,7 @@ var (
 	famConnsAccepted = family{"ppnode_conns_accepted_total", "counter", "Connections a listening port (actor, data, probe, http) took."}
 	famConnsRefused  = family{"ppnode_conns_refused_total", "counter", "Connections a listening port closed as soon as it accepted them, by the limit reached: per_ip (handshakes in progress from one address), handshakes (in progress from all), conns (held in all)."}
 	famConnsTimeouts = family{"ppnode_conns_handshake_timeouts_total", "counter", "Connections a listening port closed because they had not completed their handshake in time."}
+	famRolesRefused  = family{"ppnode_actor_refused_total", "counter", "Streams, calls and messages the actor port refused by role: a peer without a node certificate, a stage's control from a node other than its coordinator."}
 	famConns         = family{"ppnode_conns", "gauge", "Connections a listening port holds, by state (handshake: still in their handshake; established)."}
 
 	famJobState    = family{"ppnode_job_state", "gauge", "State of each job this node coordinates: 1 for its current state, 0 for the others."}
@@ -130,7 +132,7 @@ func (h *api) getMetrics(w http.ResponseWriter, r *http.Request) {
 		jobs = append(jobs, jobMeter{st: js, m: meters[js.ID]})
 	}
 	var e exposition
-	writeMetrics(&e, st, jobs, h.a.dp.Traffic(), h.a.gates.stats())
+	writeMetrics(&e, st, jobs, h.a.dp.Traffic(), h.a.gates.stats(h.a.sys.Refused()))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	w.Write(e.b.Bytes())
@@ -176,6 +178,11 @@ func writeConnMetrics(e *exposition, conns []portConns) {
 		e.sample(famConnsRefused, "", float64(c.stats.RefusedPerIP), "port", c.port, "limit", "per_ip")
 		e.sample(famConnsRefused, "", float64(c.stats.RefusedHandshakes), "port", c.port, "limit", "handshakes")
 		e.sample(famConnsRefused, "", float64(c.stats.RefusedConns), "port", c.port, "limit", "conns")
+	}
+	for _, c := range conns {
+		if c.port == "actor" {
+			e.sample(famRolesRefused, "", float64(c.roles))
+		}
 	}
 	for _, c := range conns {
 		e.sample(famConnsTimeouts, "", float64(c.stats.TimedOut), "port", c.port)

@@ -136,7 +136,7 @@ func TestMetricsFormat(t *testing.T) {
 		Stages: []actors.StageMeter{{Stage: 0, Node: odd, Steps: 9, Forward: time.Second, Wait: 250 * time.Millisecond}},
 	}
 	var e exposition
-	conns := []portConns{{"actor", admit.Stats{Accepted: 5, RefusedPerIP: 20000, TimedOut: 3, InHandshake: 2, Held: 4}}, {"http", admit.Stats{RefusedConns: 1}}}
+	conns := []portConns{{"actor", admit.Stats{Accepted: 5, RefusedPerIP: 20000, TimedOut: 3, InHandshake: 2, Held: 4}, 7}, {"http", admit.Stats{RefusedConns: 1}, 0}}
 	writeMetrics(&e, st, []jobMeter{{st: st.Jobs[0], m: m}}, []dataplane.PeerTraffic{{Peer: "::1", SentBytes: 10, SentFrames: 1}}, conns)
 	body := e.b.Bytes()
 	fams := parseMetrics(t, body)
@@ -152,6 +152,9 @@ func TestMetricsFormat(t *testing.T) {
 		"limit=per_ip,port=http": 0, "limit=handshakes,port=http": 0, "limit=conns,port=http": 1}
 	if got := series(t, fams, "ppnode_conns_refused_total"); !mapsEqual(got, wantRefused) {
 		t.Errorf("refused connections %v, want %v", got, wantRefused)
+	}
+	if got := series(t, fams, "ppnode_actor_refused_total"); got[""] != 7 {
+		t.Errorf("refused by role %v, want 7", got)
 	}
 	wantConns := map[string]float64{"port=actor,state=handshake": 2, "port=actor,state=established": 2, "port=http,state=handshake": 0, "port=http,state=established": 0}
 	if got := series(t, fams, "ppnode_conns"); !mapsEqual(got, wantConns) {

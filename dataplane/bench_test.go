@@ -121,7 +121,7 @@ func BenchmarkProtected4MiB(b *testing.B) {
 		p    *TCP
 	}{
 		{"plain", &TCP{}},
-		{"hmac", &TCP{Key: testKey}},
+		{"key", &TCP{Key: testKey}},
 		{"tls", &TCP{Key: testKey, ServerTLS: k.server(), ClientTLS: k.client()}},
 	}
 	src := nn.New(benchElems)

@@ -49,12 +49,14 @@
 //     Fresh nonces at both ends mean a recorded handshake does not pass
 //     again; the Hello under the MAC means a proof does not carry over to
 //     another job, plan generation or link, nor a listener's proof pass as
-//     a dialer's. MACs are compared in constant time. It protects against
-//     parties without the key opening links (even knowing a Hello) or
-//     posing as a listener. It does not hide or protect the link after the
-//     handshake: the tensors cross in the clear and without a MAC, so an
-//     eavesdropper reads them and an attacker on the path can alter them or
-//     take over the connection once it is set up.
+//     a dialer's. MACs are compared in constant time. Then each end seals
+//     what it sends (seal.go): records of at most 1 MiB, each with an
+//     AES-GMAC tag under a key of the link and direction derived from the
+//     cluster key and both nonces, its number as nonce; the receiver
+//     passes on only bytes whose record checks, so a record altered,
+//     dropped, replayed or reordered on the path breaks the link. The
+//     tensors stay readable to an eavesdropper. The records' tags stand
+//     in for the frames' payload CRC-32C, which such links omit.
 //   - ServerTLS and ClientTLS: the connection is TLS, and the Hello, the
 //     key's proofs and every tensor run inside it: nothing can be read or
 //     changed on the path, and the ends authenticate each other by
@@ -82,5 +84,6 @@
 // On the wire, after the handshake (handshake.go), every tensor is a
 // 16-byte tag (kind u8, 3 zero bytes, micro-batch u32, tensor id u32,
 // CRC-32C of the first 12 bytes u32; little-endian) followed by one tensorio
-// frame; with TLS, inside its records.
+// frame; with the key and without TLS, inside sealed records; with TLS,
+// inside its records.
 package dataplane

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -23,8 +24,10 @@ import (
 //	           has checked its certificate, and waiting for ready lets it
 //	           read a rejection rather than talk over it (on a pipe, that
 //	           would deadlock); everything below runs inside TLS
-//	dialer:    Hello (encodeHello), version 1 without a key, 2 with one;
-//	           version 2 is followed by the dialer's 32-byte nonce
+//	dialer:    Hello (encodeHello), version 1 without a key, 2 with one
+//	           and TLS, 3 with one and without TLS (the link's frames are
+//	           then sealed, seal.go); versions 2 and 3 are followed by the
+//	           dialer's 32-byte nonce
 //	listener:  messages of status u8, length u8, body (at most 255 bytes):
 //	           0 accepted: no body; with a key, the listener's proof
 //	           1 refused: the reason
@@ -39,7 +42,8 @@ import (
 const (
 	helloMagic  = "PPDL"
 	helloPlain  = 1 // Hello version of a dialer without a key (the original handshake)
-	helloKeyed  = 2 // Hello version of a dialer with the cluster key
+	helloKeyed  = 2 // Hello version of a dialer with the cluster key and TLS
+	helloSealed = 3 // Hello version of a dialer with the cluster key and without TLS: sealed frames
 	nonceLen    = 32
 	proofLen    = sha256.Size
 	minKeyLen   = 16
@@ -71,6 +75,30 @@ type security struct {
 }
 
 func (s security) keyed() bool { return len(s.key) > 0 }
+
+func (s security) describe() string {
+	switch {
+	case s.server != nil && s.keyed():
+		return "key and TLS"
+	case s.server != nil:
+		return "TLS"
+	case s.keyed():
+		return "key and sealed records"
+	}
+	return "none"
+}
+
+// helloVersion is the Hello version of a dialer (or what a listener
+// expects of one) with s.
+func (s security) helloVersion(tls bool) byte {
+	switch {
+	case !s.keyed():
+		return helloPlain
+	case tls:
+		return helloKeyed
+	}
+	return helloSealed
+}
 
 // validate says what is wrong with s for listening (or dialing).
 func (s security) validate(listen bool) error {
@@ -104,10 +132,11 @@ func helloBytes(h Hello, version byte) ([]byte, error) {
 
 // helloMsg is a dialer's first message.
 type helloMsg struct {
-	h     Hello
-	raw   []byte // the Hello as it came: what the proofs cover
-	keyed bool   // version 2: the dialer has a key and sent a nonce
-	nonce [nonceLen]byte
+	h       Hello
+	raw     []byte // the Hello as it came: what the proofs cover
+	version byte
+	keyed   bool // version 2 or 3: the dialer has a key and sent a nonce
+	nonce   [nonceLen]byte
 }
 
 func readHelloMsg(r io.Reader) (*helloMsg, error) {
@@ -115,7 +144,7 @@ func readHelloMsg(r io.Reader) (*helloMsg, error) {
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, err
 	}
-	if string(pre[:4]) != helloMagic || (pre[4] != helloPlain && pre[4] != helloKeyed) || pre[5] == 0 {
+	if string(pre[:4]) != helloMagic || pre[4] < helloPlain || pre[4] > helloSealed || pre[5] == 0 {
 		return nil, fmt.Errorf("bad handshake header %q: %w", pre[:], tensorio.ErrCorrupt)
 	}
 	all := make([]byte, 6+int(pre[5])+24) // at most 285 bytes
@@ -128,7 +157,7 @@ func readHelloMsg(r io.Reader) (*helloMsg, error) {
 		return nil, fmt.Errorf("handshake checksum mismatch: %w", tensorio.ErrCorrupt)
 	}
 	j := 6 + int(pre[5])
-	m := &helloMsg{raw: all, keyed: pre[4] == helloKeyed, h: Hello{
+	m := &helloMsg{raw: all, version: pre[4], keyed: pre[4] >= helloKeyed, h: Hello{
 		JobID:      string(all[6:j]),
 		Generation: binary.LittleEndian.Uint64(all[j:]),
 		Link:       binary.LittleEndian.Uint32(all[j+8:]),
@@ -238,7 +267,7 @@ func serverHandshake(raw net.Conn, want Hello, o Options, s security) (*link, er
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
-	reason, body, err := s.admit(c, m, want)
+	reason, body, nl, err := s.admit(c, m, want)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: handshake: %w", err)
 	}
@@ -253,7 +282,11 @@ func serverHandshake(raw net.Conn, want Hello, o Options, s security) (*link, er
 		return nil, &RefusedError{Reason: reason}
 	}
 	raw.SetDeadline(time.Time{})
-	return newLink(c, m.h, o), nil
+	var send, recv cipher.AEAD
+	if m.version == helloSealed {
+		recv, send = frameKeys(s.key, m.nonce[:], nl, m.raw)
+	}
+	return newLink(c, m.h, o, send, recv), nil
 }
 
 // serverConn is the connection the handshake runs on: TLS if this
@@ -306,44 +339,49 @@ func refuse(c net.Conn, reason string) error {
 
 // admit decides on a dialer: its key first (proved, or absent on both
 // ends), then its Hello. It returns why the dialer is refused ("" if it is
-// not) and the body of the acceptance (the listener's proof, with a key).
-func (s security) admit(c net.Conn, m *helloMsg, want Hello) (string, []byte, error) {
+// not), the body of the acceptance (the listener's proof, with a key) and
+// the listener's nonce (with a key).
+func (s security) admit(c net.Conn, m *helloMsg, want Hello) (reason string, body, nl []byte, err error) {
 	if !s.keyed() {
 		if m.keyed {
-			return "this listener has no cluster key; the dialer has one (TCP.Key unset here)", nil, nil
+			return "this listener has no cluster key; the dialer has one (TCP.Key unset here)", nil, nil, nil
 		}
-		return check(want, m.h), nil, nil
+		return check(want, m.h), nil, nil, nil
 	}
 	if !m.keyed {
-		return "this listener requires the cluster key; the dialer has none (TCP.Key unset)", nil, nil
+		return "this listener requires the cluster key; the dialer has none (TCP.Key unset)", nil, nil, nil
 	}
-	reason, lp, err := s.challenge(c, m)
+	if v := s.helloVersion(s.server != nil); m.version != v {
+		return fmt.Sprintf("handshake version %d, this listener's is %d: every node needs the same ppnode version", m.version, v), nil, nil, nil
+	}
+	reason, lp, nl, err := s.challenge(c, m)
 	if reason != "" || err != nil {
-		return reason, nil, err
+		return reason, nil, nil, err
 	}
-	return check(want, m.h), lp, nil
+	return check(want, m.h), lp, nl, nil
 }
 
 // challenge sends a keyed dialer a fresh nonce and checks its proof. It
-// returns "" and the listener's own proof if the dialer has the key.
-func (s security) challenge(c net.Conn, m *helloMsg) (string, []byte, error) {
-	var nl [nonceLen]byte
-	rand.Read(nl[:])
-	if err := writeMsg(c, replyChallenge, nl[:]); err != nil {
-		return "", nil, err
+// returns "", the listener's own proof and its nonce if the dialer has the
+// key.
+func (s security) challenge(c net.Conn, m *helloMsg) (string, []byte, []byte, error) {
+	nl := make([]byte, nonceLen)
+	rand.Read(nl)
+	if err := writeMsg(c, replyChallenge, nl); err != nil {
+		return "", nil, nil, err
 	}
 	var dp [proofLen]byte
 	if _, err := io.ReadFull(c, dp[:]); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	bind, err := binding(c)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	if !hmac.Equal(dp[:], proof(s.key, dialerProves, m.nonce[:], nl[:], bind, m.raw)) {
-		return "authentication failed: the dialer's proof does not match this listener's cluster key", nil, nil
+	if !hmac.Equal(dp[:], proof(s.key, dialerProves, m.nonce[:], nl, bind, m.raw)) {
+		return "authentication failed: the dialer's proof does not match this listener's cluster key", nil, nil, nil
 	}
-	return "", proof(s.key, listenerProves, m.nonce[:], nl[:], bind, m.raw), nil
+	return "", proof(s.key, listenerProves, m.nonce[:], nl, bind, m.raw), nl, nil
 }
 
 // prefixConn is a connection whose first bytes were already read.
@@ -366,10 +404,7 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 // clientHandshake authenticates raw, dialed at addr, as h and waits for the
 // listener's verdict.
 func clientHandshake(raw net.Conn, addr string, h Hello, o Options, s security) (*link, error) {
-	version := byte(helloPlain)
-	if s.keyed() {
-		version = helloKeyed
-	}
+	version := s.helloVersion(s.client != nil)
 	hb, err := helloBytes(h, version)
 	if err != nil {
 		return nil, err
@@ -388,8 +423,9 @@ func clientHandshake(raw net.Conn, addr string, h Hello, o Options, s security) 
 	if _, err := c.Write(msg); err != nil {
 		return nil, dialErr(err)
 	}
+	var nl []byte
 	if s.keyed() {
-		err = s.answer(c, hb, nd[:])
+		nl, err = s.answer(c, hb, nd[:])
 	} else {
 		err = readReply(c)
 	}
@@ -397,7 +433,11 @@ func clientHandshake(raw net.Conn, addr string, h Hello, o Options, s security) 
 		return nil, dialErr(err)
 	}
 	raw.SetDeadline(time.Time{})
-	return newLink(c, h, o), nil
+	var send, recv cipher.AEAD
+	if version == helloSealed {
+		send, recv = frameKeys(s.key, nd[:], nl, hb)
+	}
+	return newLink(c, h, o, send, recv), nil
 }
 
 // clientConn is the connection the handshake runs on: TLS if this dialer
@@ -436,36 +476,36 @@ func (s security) clientConn(raw net.Conn, addr string) (net.Conn, error) {
 }
 
 // answer proves the cluster key to the listener's challenge and checks the
-// listener's proof of it.
-func (s security) answer(c net.Conn, hb, nd []byte) error {
+// listener's proof of it. It returns the listener's nonce.
+func (s security) answer(c net.Conn, hb, nd []byte) ([]byte, error) {
 	status, nl, err := readMsg(c)
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case status == replyRefused:
-		return &RefusedError{Reason: string(nl)}
+		return nil, &RefusedError{Reason: string(nl)}
 	case status != replyChallenge || len(nl) != nonceLen:
-		return fmt.Errorf("the listener sent no challenge (reply %d of %d bytes): it does not check the cluster key", status, len(nl))
+		return nil, fmt.Errorf("the listener sent no challenge (reply %d of %d bytes): it does not check the cluster key", status, len(nl))
 	}
 	bind, err := binding(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := c.Write(proof(s.key, dialerProves, nd, nl, bind, hb)); err != nil {
-		return err
+		return nil, err
 	}
 	status, lp, err := readMsg(c)
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case status == replyRefused:
-		return &RefusedError{Reason: string(lp)}
+		return nil, &RefusedError{Reason: string(lp)}
 	case status != replyAccepted || len(lp) != proofLen:
-		return fmt.Errorf("reply %d of %d bytes, want the listener's proof: %w", status, len(lp), tensorio.ErrCorrupt)
+		return nil, fmt.Errorf("reply %d of %d bytes, want the listener's proof: %w", status, len(lp), tensorio.ErrCorrupt)
 	case !hmac.Equal(lp, proof(s.key, listenerProves, nd, nl, bind, hb)):
-		return errors.New("the listener's proof does not match this dialer's cluster key: it is not a member of this cluster")
+		return nil, errors.New("the listener's proof does not match this dialer's cluster key: it is not a member of this cluster")
 	}
-	return nil
+	return nl, nil
 }
 
 // dialErr describes a failed handshake to the dialer; a refusal stays a

@@ -262,7 +262,7 @@ func TestSendAfterCallerError(t *testing.T) {
 // handshake's deadline.
 func FuzzServerHandshake(f *testing.F) {
 	plain, _ := encodeHello(hello)
-	keyed, _ := helloBytes(hello, helloKeyed)
+	keyed, _ := helloBytes(hello, helloSealed)
 	f.Add(plain, false)
 	f.Add(append(clone(keyed), make([]byte, nonceLen+proofLen)...), true)
 	f.Add(keyed[:10], true)

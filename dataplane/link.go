@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"crypto/cipher"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -212,6 +213,7 @@ type link struct {
 
 	smu sync.Mutex // guards codec changes against a running Send
 	bw  *bufio.Writer
+	out io.Writer // what bw writes to: tc, or a sealer over it
 	w   *tensorio.Writer
 	tc  *timedWriter
 	stg [tagLen]byte
@@ -235,15 +237,29 @@ type link struct {
 	err  error
 }
 
-func newLink(c net.Conn, peer Hello, o Options) *link {
+// newLink makes a link over c. With send and recv (a keyed link without
+// TLS), what it sends is sealed under send and what it reads must open
+// under recv (seal.go).
+func newLink(c net.Conn, peer Hello, o Options, send, recv cipher.AEAD) *link {
 	l := &link{c: c, peer: peer, o: o, done: make(chan struct{}), ch: newChooser(o)}
 	l.tc = &timedWriter{w: c}
-	l.bw = bufio.NewWriterSize(l.tc, ioBufSize)
-	l.w = tensorio.NewWriter(l.bw, o.Codec)
 	l.rc = &readCounter{r: c}
-	l.br = bufio.NewReaderSize(l.rc, ioBufSize)
+	var w io.Writer = l.tc
+	var r io.Reader = l.rc
+	if send != nil {
+		w = &sealer{w: l.tc, aead: send}
+		r = newOpener(l.rc, recv)
+	}
+	l.out = w
+	l.bw = bufio.NewWriterSize(w, ioBufSize)
+	l.w = tensorio.NewWriter(l.bw, o.Codec)
+	l.br = bufio.NewReaderSize(r, ioBufSize)
 	l.r = tensorio.NewReader(l.br)
 	l.r.SetMaxElements(o.MaxElements)
+	if send != nil { // the records' MACs check every byte
+		l.w.OmitPayloadChecksums()
+		l.r.TrustPayloads()
+	}
 	return l
 }
 
@@ -350,7 +366,7 @@ func (l *link) Send(tag Tag, t *nn.Tensor) error {
 		if l.bw.Buffered() == tagLen && !isNetErr(err) {
 			// Nothing of the frame went out: a caller error (bad
 			// tensor or codec). Drop the tag; the link stays usable.
-			l.bw.Reset(l.tc)
+			l.bw.Reset(l.out)
 			return fmt.Errorf("dataplane: Send: %w", err)
 		}
 		return l.fail(fmt.Errorf("dataplane: Send: %w", err))

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 var (
@@ -280,7 +282,7 @@ func TestKeyReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	hb, _ := helloBytes(hello, helloKeyed)
+	hb, _ := helloBytes(hello, helloSealed)
 	nd := make([]byte, nonceLen)
 	rand.Read(nd)
 	first := append(clone(hb), nd...)
@@ -299,7 +301,7 @@ func TestKeyReplay(t *testing.T) {
 	}
 	old := hello
 	old.Generation = 2
-	oldHB, _ := helloBytes(old, helloKeyed)
+	oldHB, _ := helloBytes(old, helloSealed)
 	cases := []struct {
 		name   string
 		answer func(nd, nl []byte) []byte
@@ -441,6 +443,103 @@ func TestOnTheWire(t *testing.T) {
 			job, tensor := tp.contains([]byte(hello.JobID)), tp.contains(pattern)
 			if job != c.clear || tensor != c.clear {
 				t.Errorf("job id on the wire: %v, tensor on the wire: %v; want %v", job, tensor, c.clear)
+			}
+		})
+	}
+}
+
+// rewriter is a relay in front of addr that forwards the dialer's first
+// hs bytes (its handshake) as they come, then reads its next frame bytes
+// whole, rewrites the first float32 1.0 of the tensor to 1000.0, fixes the
+// frame's CRC-32Cs as an attacker on the path can, and forwards the rest.
+// The listener's answers pass unchanged.
+func rewriter(t *testing.T, addr string, hs, frame int, sealed bool) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			c.Close()
+			return
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		go io.Copy(c, s)
+		if _, err := io.CopyN(s, c, int64(hs)); err != nil {
+			return
+		}
+		b := make([]byte, frame)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		f := b[tagLen:] // the tensorio frame after the link's tag
+		if sealed {
+			f = b[sealHdr+tagLen : len(b)-sealTag]
+		}
+		const rank = 1
+		payload := f[32+4*rank:]
+		i := bytes.Index(payload, []byte{0, 0, 0x80, 0x3f}) // 1.0
+		binary.LittleEndian.PutUint32(payload[i:], math.Float32bits(1000))
+		binary.LittleEndian.PutUint32(f[24+4*rank:], tensorio.Checksum(payload))
+		binary.LittleEndian.PutUint32(f[28+4*rank:], tensorio.Checksum(f[:28+4*rank]))
+		s.Write(b)
+		io.Copy(s, c)
+	}()
+	return ln
+}
+
+// TestRelayRewritesTensor: an attacker on the path changes a tensor value
+// and fixes the frame's checksums. Without a key the receiver takes it;
+// with the cluster key the link's sealed records refuse it.
+func TestRelayRewritesTensor(t *testing.T) {
+	x := nn.FromData([]float32{0.5, 1, 2, 3})
+	hb, _ := encodeHello(hello)
+	frame := int(RawWireBytes(x.Shape()))
+	for _, c := range []struct {
+		name   string
+		key    []byte
+		hs     int
+		sealed bool
+	}{
+		{"plain", nil, len(hb), false},
+		{"key", testKey, len(hb) + nonceLen + proofLen, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &TCP{Key: c.key}
+			ln, err := p.Listen(hello, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			wire := frame
+			if c.sealed {
+				wire += sealHdr + sealTag
+			}
+			relay := rewriter(t, ln.Addr(), c.hs, wire, c.sealed)
+			accepted := acceptAsync(ln)
+			snd, err := p.Dial(relay.Addr().String(), hello, Options{Codec: tensorio.CodecRaw, IOTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer snd.Close()
+			rcv := <-accepted
+			defer rcv.Close()
+			go snd.Send(Tag{Kind: KindActivation}, x)
+			_, got, err := rcv.Recv(nil)
+			if !c.sealed {
+				if err != nil || nn.F32(got)[1] != 1000 {
+					t.Fatalf("the relay's rewrite should pass an unkeyed link: %v %v", got, err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, tensorio.ErrCorrupt) || !strings.Contains(err.Error(), "authentication") {
+				t.Fatalf("a rewritten tensor on a keyed link: got %v, err %v; want an authentication failure", got, err)
 			}
 		})
 	}

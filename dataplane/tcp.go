@@ -55,6 +55,10 @@ func (p *TCP) security() security {
 	return security{key: p.Key, server: p.ServerTLS, client: p.ClientTLS}
 }
 
+// Protection says in a few words what protects p's links: "none", "key
+// and sealed records" or "key and TLS" (doc.go).
+func (p *TCP) Protection() string { return p.security().describe() }
+
 // Listen binds a port of Host (from Ports) and returns a listener for want.
 func (p *TCP) Listen(want Hello, o Options) (Listener, error) {
 	if _, err := encodeHello(want); err != nil {

@@ -124,7 +124,7 @@ func Start(cfg Config) (*Agent, error) {
 	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
 	a.loops.Go(a.watch)
 	a.loops.Go(a.api.serve)
-	a.log.Info("nodes: ready", "gossip", a.GossipAddr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_dir", cfg.DataDir, "files", cfg.Files)
+	a.log.Info("nodes: ready", "gossip", a.GossipAddr(), "actors", a.sys.Address(), "http", a.HTTPAddr(), "data_ports", cfg.DataPorts.String(), "data_links", a.dp.Protection(), "data_dir", cfg.DataDir, "files", cfg.Files)
 	return a, nil
 }
 

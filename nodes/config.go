@@ -74,7 +74,8 @@ type Config struct {
 	// loopback (Start refuses otherwise); it logs a warning.
 	Insecure bool
 	// EncryptData sends tensors between stages over TLS (with an
-	// Identity); otherwise links only authenticate their ends.
+	// Identity); otherwise links authenticate their ends and every
+	// record of bytes, and the tensors cross readable.
 	EncryptData bool
 	// Pprof serves Go's profiler at /debug/pprof/ (to the cluster's
 	// certificates, or anyone without an Identity).

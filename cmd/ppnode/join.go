@@ -59,8 +59,8 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 		"out of it (default: the user's home directory)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "run without cluster credentials beyond loopback: anyone who reaches the node's\n"+
 		"ports can disturb its stages, and whoever has the token file (copy it to every node) can submit and cancel jobs (SECURITY.md)")
-	fs.BoolVar(&cfg.EncryptData, "encrypt-data", false, "send tensors between stages over TLS (with credentials; otherwise the links only\n"+
-		"authenticate their ends)")
+	fs.BoolVar(&cfg.EncryptData, "encrypt-data", false, "send tensors between stages over TLS (with credentials; otherwise the links\n"+
+		"authenticate their ends and every byte, and the tensors cross readable)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP API")
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", nodes.DefaultHTTPTimeout, "the HTTP API's bound on reading a request and writing an answer,\n"+
 		"and on any silence within a checkpoint's transfer")

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"data":        {"nn", "tensorio"},
 	"tensorio":    {"nn"},
 	"balance":     {"nn", "tensorio"},
-	"cluster":     {"clock"},
+	"cluster":     {"admit", "clock"},
 	"onnx":        {"nn", "onnx/onnxpb"},
 	"onnx/onnxpb": {},
 	"job":         {"balance", "data", "nn", "nn/zoo", "onnx", "tensorio"},

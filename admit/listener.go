@@ -24,15 +24,24 @@ func (l *listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		peer := peerOf(c.RemoteAddr())
-		if l.g.admit(peer) != admitted {
-			c.Close()
-			continue
+		if gc, ok := l.g.Take(c); ok {
+			return gc, nil
 		}
-		gc := &conn{Conn: c, g: l.g, peer: peer, settled: make(chan struct{})}
-		go gc.deadline()
-		return gc, nil
 	}
+}
+
+// Take decides on c, a connection a listener outside the gate accepted:
+// it returns c wrapped, counted in its handshake, or closes it and returns
+// false if it is over a bound (as the gate's listeners do).
+func (g *Gate) Take(c net.Conn) (net.Conn, bool) {
+	peer := peerOf(c.RemoteAddr())
+	if g.admit(peer) != admitted {
+		c.Close()
+		return nil, false
+	}
+	gc := &conn{Conn: c, g: g, peer: peer, settled: make(chan struct{})}
+	go gc.deadline()
+	return gc, true
 }
 
 // conn is a connection a gate took. Its handshake ends with Established,

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ppnode/ppnode/admit"
 	"github.com/ppnode/ppnode/clock"
 )
 
@@ -110,6 +112,11 @@ type Config struct {
 	// block a sender to a node that has stopped, so crashes need real
 	// sockets.
 	Transport memberlist.NodeAwareTransport
+
+	// Gate, if set, bounds the connections of the gossip's TCP listener
+	// (joins and push/pulls, admit): a flood of them is closed at once
+	// rather than held for TCPTimeout each. Not used with Transport.
+	Gate *admit.Gate
 	// Clock times the Confirm loop and stamps events (default the wall
 	// clock; memberlist keeps its own timers).
 	Clock clock.Clock

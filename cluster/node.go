@@ -109,8 +109,15 @@ func Start(cfg Config) (*Node, error) {
 			return nil, err
 		}
 		transport, bindIP, port = cfg.Transport, ip.String(), p
-	} else if transport, port, err = newTransport(bindIP, bindPort, std); err != nil {
-		return nil, err
+	} else {
+		nt, p, err := newTransport(bindIP, bindPort, std)
+		if err != nil {
+			return nil, err
+		}
+		transport, port = nt, p
+		if cfg.Gate != nil {
+			transport = newGatedTransport(nt, cfg.Gate)
+		}
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name

@@ -213,7 +213,7 @@ func (a *Agent) join(key []byte) error {
 	node, err := cluster.Start(cluster.Config{
 		Name: a.cfg.Name, BindAddr: a.cfg.Bind, AdvertiseAddr: a.cfg.Advertise, Seeds: a.cfg.Seeds,
 		Meta:      cluster.Meta{ActorAddr: a.sys.Address(), Version: Version, Profile: a.profile, Tags: tags},
-		SecretKey: key, Logger: a.cfg.Logger,
+		SecretKey: key, Logger: a.cfg.Logger, Gate: a.gates.gossip,
 		Confirm: a.answers,
 	})
 	if err != nil {

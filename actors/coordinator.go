@@ -23,6 +23,9 @@ import (
 type CoordinatorConfig struct {
 	Control   Control
 	DataPlane dataplane.DataPlane
+	// HandshakeTimeout bounds each of the coordinator's link dials and
+	// handshakes (0: the data plane's default).
+	HandshakeTimeout time.Duration
 	// Nodes are the live members the job may use at its start; later
 	// changes come as events (Members, NodeFailed).
 	Nodes []job.NodeInfo

@@ -150,7 +150,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 			from := int(la.GetFrom())
 			if from == balance.Coordinator {
 				hello := dataplane.Hello{JobID: c.spec.ID, Generation: gen, Link: linkID(from, k), From: stageWire(from), To: stageWire(k)}
-				o := dataplane.Options{IOTimeout: c.stepTimeout(), Auto: c.spec.AutoCodecs(), Rate: a.Rates[[2]int{from, k}]}
+				o := dataplane.Options{IOTimeout: c.stepTimeout(), HandshakeTimeout: c.cfg.HandshakeTimeout, Auto: c.spec.AutoCodecs(), Rate: a.Rates[[2]int{from, k}]}
 				lk, err := c.cfg.DataPlane.Dial(la.GetAddr(), hello, o)
 				if err != nil {
 					return s, nil, fmt.Errorf("coordinator link to stage %d: %w", k, err)

@@ -36,6 +36,9 @@ type StageHost struct {
 	// Files, if set, is the directory a job's files must be in: a stage
 	// whose spec names one outside it is refused (job.Confine).
 	Files string
+	// HandshakeTimeout bounds each data-plane link's dial and handshake
+	// (0: the data plane's default).
+	HandshakeTimeout time.Duration
 
 	mu       sync.Mutex               // guards stages, idle, closing and handoffs
 	stages   map[*stageActor]struct{} // set up and not yet shut down
@@ -392,7 +395,7 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 // chosen for the link's rate, the job's lossy wire format if any.
 func (a *stageActor) linkOptions(spec StageSpec, peer int) dataplane.Options {
 	js := spec.Job.Spec()
-	o := dataplane.Options{IOTimeout: spec.IOTimeout, Auto: js.AutoCodecs(), Rate: spec.Rates[peer], Lossy: js.WireCodec()}
+	o := dataplane.Options{IOTimeout: spec.IOTimeout, HandshakeTimeout: a.host.HandshakeTimeout, Auto: js.AutoCodecs(), Rate: spec.Rates[peer], Lossy: js.WireCodec()}
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 10 * time.Minute
 	}

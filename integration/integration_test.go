@@ -280,6 +280,7 @@ func TestBadSpecRefused(t *testing.T) {
 // gives the weights of one process.
 func TestExactnessUnequalCPUs(t *testing.T) {
 	RequireCPUQuota(t)
+	t.Parallel()
 	c := StartCluster(t,
 		NodeOptions{CPUQuota: 1, Threads: 1},
 		NodeOptions{CPUQuota: 0.5, Threads: 1},
@@ -305,6 +306,7 @@ func TestExactnessUnequalCPUs(t *testing.T) {
 // leaving no process and no cgroup behind (a short job on synthetic data;
 // `make demo` runs the real one).
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	NewCluster(t) // for its leak checks
 	out, err := Run(t, time.Minute, "demo", "--nodes", "2", "--data", "synthetic:8x8x1:4", "--steps", "20", "--min-accuracy", "0")
 	if err != nil {

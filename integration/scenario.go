@@ -144,7 +144,7 @@ func (s *scenario) exec(d *datadriven.TestData) error {
 		}
 		return nil
 	case "start":
-		a, err := parseArgs(d, "n", "threads", "quota", "netns")
+		a, err := parseArgs(d, "n", "threads", "quota", "netns", "handshake")
 		if err != nil {
 			return err
 		}
@@ -194,8 +194,9 @@ func (s *scenario) exec(d *datadriven.TestData) error {
 	return fmt.Errorf("unknown directive %q (have slow, start, train, at, kill, stop, cont, leave, cut, restore, wait, expect)", d.Cmd)
 }
 
-// start n=N [threads=T] [quota=(Q, Q, ...)] [netns]: nodes a, b, c, ...,
-// once the first sees them all alive.
+// start n=N [threads=T] [quota=(Q, Q, ...)] [netns] [handshake=D]: nodes
+// a, b, c, ..., once the first sees them all alive; handshake is their
+// --handshake-timeout (which also bounds their link dials).
 func (s *scenario) start(a args) error {
 	if s.c != nil {
 		return errors.New("the cluster is already started")
@@ -210,6 +211,14 @@ func (s *scenario) start(a args) error {
 	opts := make([]NodeOptions, n)
 	for i := range opts {
 		opts[i] = NodeOptions{Name: string(rune('a' + i)), Threads: s.threads}
+	}
+	if hs, ok := a["handshake"]; ok {
+		if d, err := time.ParseDuration(hs[0]); len(hs) != 1 || err != nil || d <= 0 {
+			return fmt.Errorf("handshake=%v: want one duration", hs)
+		}
+		for i := range opts {
+			opts[i].Args = append(opts[i].Args, "--handshake-timeout", hs[0])
+		}
 	}
 	if qs, ok := a["quota"]; ok {
 		if len(qs) != n {

@@ -37,8 +37,12 @@ func naiveGemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b 
 // at every thread count.
 func TestBackendsAgainstReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
+	trials := 60
+	if testing.Short() { // the race pass: the parallel shapes and a few others
+		trials = 12
+	}
 	for _, name := range nn.Backends() {
-		for trial := 0; trial < 60; trial++ {
+		for trial := 0; trial < trials; trial++ {
 			m, n, k := 1+r.IntN(70), 1+r.IntN(300), 1+r.IntN(90)
 			switch trial % 10 {
 			case 0: // large enough to run in parallel, split by columns

@@ -119,7 +119,7 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	base := actors.CoordinatorConfig{Control: a.sys, DataPlane: a.dp, Store: a.cuts.store, GFLOPS: a.capacity.burst,
-		Threads: cfg.Threads, Logger: a.log, Self: cfg.Name, Links: a.links}
+		Threads: cfg.Threads, Logger: a.log, Self: cfg.Name, Links: a.links, HandshakeTimeout: cfg.Conns.Handshake}
 	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, files: cfg.Files, base: base}
 	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
 	a.loops.Go(a.watch)
@@ -179,7 +179,8 @@ func (a *Agent) startActors() error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	a.links = newLinks(cfg.Name, a.log, a.members, probe)
-	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now, Files: cfg.Files}
+	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now, Files: cfg.Files,
+		HandshakeTimeout: cfg.Conns.Handshake}
 	acfg := actors.Config{
 		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
 		Kinds:  map[string]*actor.Props{actors.StageKind: actors.StageProps(a.host)},

@@ -224,10 +224,16 @@ func mutate(t *testing.T, base *onnxpb.ModelProto, inputs []onnx.Input) {
 		},
 		func(n *onnxpb.NodeProto) { n.Input = []string{n.Input[0], n.Input[0], n.Input[0]} },
 	}
+	// The mutations change nodes only: each clones the model without its
+	// initializers, which all share read-only.
+	inits := base.Graph.Initializer
+	bare := proto.Clone(base).(*onnxpb.ModelProto)
+	bare.Graph.Initializer = nil
 	count := 0
 	for i := range base.Graph.Node {
 		for k, mut := range mutations {
-			m := proto.Clone(base).(*onnxpb.ModelProto)
+			m := proto.Clone(bare).(*onnxpb.ModelProto)
+			m.Graph.Initializer = inits
 			if len(m.Graph.Node[i].Input) == 0 && k == 4 {
 				continue
 			}

@@ -376,6 +376,9 @@ func rawFramingTable(t *testing.T) string {
 // the recorded samples as the codecs encode them today.
 func loadSpeeds(t *testing.T) (speedRecord, []realSample) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("choices over recorded speeds: no concurrency for the race pass to check")
+	}
 	b, err := os.ReadFile(filepath.Join(realDir, speedsFile))
 	if err != nil {
 		t.Fatalf("%v (record it with -real-table)", err)

@@ -69,7 +69,7 @@ func joinConfig(args []string, stdout io.Writer) (nodes.Config, logOptions, erro
 	fs.IntVar(&cfg.Conns.Handshakes, "conn-handshakes", admit.DefaultHandshakes, "connections in their handshake, from all addresses, that each listening port holds at once")
 	fs.IntVar(&cfg.Conns.Conns, "conn-max", admit.DefaultConns, "connections, in their handshake or past it, that each listening port holds at once")
 	fs.DurationVar(&cfg.Conns.Handshake, "handshake-timeout", admit.DefaultHandshake, "time a connection has to complete its handshake (TLS, a link's, an HTTP request's\n"+
-		"headers) before it is closed")
+		"headers) before it is closed; also the bound on each of this node's link dials")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: all CPUs)")
 	memory := fs.String("memory", "", "memory this node offers to training, such as 1GiB (default: what the machine or its cgroup has available; the smaller wins)")
 	logs.register(fs)

@@ -32,7 +32,7 @@ var allowed = map[string][]string{
 	"cluster":     {"admit", "clock"},
 	"onnx":        {"nn", "onnx/onnxpb"},
 	"onnx/onnxpb": {},
-	"job":         {"balance", "data", "nn", "nn/zoo", "onnx", "tensorio"},
+	"job":         {"balance", "data", "nn", "nn/zoo", "onnx", "onnx/onnxpb", "tensorio"},
 	"job/core":    {"balance", "job", "nn", "tensorio"},
 	"job/jobtest": {"job"},
 	"dataplane":   {"admit", "tensorio", "nn", "portrange"},

@@ -33,7 +33,12 @@ func TestStageRefusesFilesOutsideItsDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc := newInmemCluster(t, 2, nil)
-	tc.hosts[1].Files = t.TempDir()
+	files, err := job.OpenFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	tc.hosts[1].Files = files
 	c, err := newCoordinator(spec, tc.config(2))
 	if err != nil {
 		t.Fatal(err)

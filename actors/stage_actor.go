@@ -33,9 +33,9 @@ type StageHost struct {
 	// limit allows now, 0 without a limit; stages report it with their
 	// timings every step.
 	Capacity func() float64
-	// Files, if set, is the directory a job's files must be in: a stage
-	// whose spec names one outside it is refused (job.Confine).
-	Files string
+	// Files, if set, is the directory a job's files must be in and are
+	// read from: a stage whose spec names one outside it is refused.
+	Files *job.Files
 	// HandshakeTimeout bounds each data-plane link's dial and handshake
 	// (0: the data plane's default).
 	HandshakeTimeout time.Duration
@@ -324,8 +324,9 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 		err = fmt.Errorf("spec of job %q generation %d in a message of job %q generation %d",
 			spec.Job.ID(), spec.Generation, msg.GetHeader().GetJobId(), msg.GetHeader().GetGeneration())
 	}
-	if err == nil && a.host.Files != "" {
-		err = job.Confine(spec.Job.Spec(), a.host.Files)
+	if err == nil && a.host.Files != nil {
+		err = a.host.Files.Check(spec.Job.Spec())
+		spec.Job = spec.Job.ReadingFrom(a.host.Files)
 	}
 	var eng *stageEngine
 	if err == nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,15 +24,16 @@ type FileShape struct {
 }
 
 // Describe reads the headers of a data file (see LoadFile) without its
-// arrays, for a memory estimate that must not allocate what it checks.
-func Describe(path string) (*FileShape, error) {
+// arrays, for a memory estimate that must not allocate what it checks; open
+// opens it (nil: os.Open).
+func Describe(path string, open Opener) (*FileShape, error) {
 	var heads map[string]*array
 	var err error
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".npz":
-		heads, err = npzHeaders(path)
+		heads, err = npzHeaders(path, open)
 	case ".safetensors":
-		heads, err = safetensorsHeaders(path)
+		heads, err = safetensorsHeaders(path, open)
 	default:
 		return nil, fmt.Errorf("data: %s: want a .npz or .safetensors file", path)
 	}
@@ -69,8 +69,8 @@ func Describe(path string) (*FileShape, error) {
 }
 
 // npzHeaders reads the .npy headers of an .npz archive.
-func npzHeaders(path string) (map[string]*array, error) {
-	f, err := os.Open(path)
+func npzHeaders(path string, open Opener) (map[string]*array, error) {
+	f, err := open.open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +105,8 @@ func npzHeaders(path string) (map[string]*array, error) {
 
 // safetensorsHeaders reads the tensors' dtypes and shapes from a
 // safetensors file's header.
-func safetensorsHeaders(path string) (map[string]*array, error) {
-	f, err := os.Open(path)
+func safetensorsHeaders(path string, open Opener) (map[string]*array, error) {
+	f, err := open.open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"archive/zip"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,14 +39,16 @@ func IsFile(name string) bool {
 }
 
 // LoadFile loads a data set from an .npz or .safetensors file.
-func LoadFile(path string) (*Set, error) {
+func LoadFile(path string) (*Set, error) { return loadFile(path, nil) }
+
+func loadFile(path string, open Opener) (*Set, error) {
 	var arrays map[string]*array
 	var err error
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".npz":
-		arrays, err = readNPZ(path)
+		arrays, err = readNPZ(path, open)
 	case ".safetensors":
-		arrays, err = readSafetensorsArrays(path)
+		arrays, err = readSafetensorsArrays(path, open)
 	default:
 		return nil, fmt.Errorf("data: %s: want a .npz or .safetensors file", path)
 	}
@@ -158,8 +159,8 @@ func cut(s *Split, k int) (*Split, *Split) {
 
 // readNPZ reads the .npy arrays of a zip archive (stored or deflated, as
 // numpy.savez and savez_compressed write them).
-func readNPZ(path string) (map[string]*array, error) {
-	f, err := os.Open(path)
+func readNPZ(path string, open Opener) (map[string]*array, error) {
+	f, err := open.open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -201,8 +202,13 @@ func readNPZFrom(r io.ReaderAt, size int64, path string) (map[string]*array, err
 }
 
 // readSafetensorsArrays reads the tensors of a safetensors file.
-func readSafetensorsArrays(path string) (map[string]*array, error) {
-	b, err := os.ReadFile(path)
+func readSafetensorsArrays(path string, open Opener) (map[string]*array, error) {
+	f, err := open.open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}

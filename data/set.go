@@ -215,6 +215,18 @@ type Options struct {
 	// Noise is the amplitude of the synthetic noise; 0 means
 	// DefaultSyntheticNoise.
 	Noise float32
+	// Open opens a data file (nil: os.Open).
+	Open Opener
+}
+
+// An Opener opens a file by its path, for example inside a directory only.
+type Opener func(path string) (*os.File, error)
+
+func (o Opener) open(path string) (*os.File, error) {
+	if o == nil {
+		return os.Open(path)
+	}
+	return o(path)
 }
 
 // Load returns the named data set: "mnist", "fashion-mnist",
@@ -223,7 +235,7 @@ type Options struct {
 func Load(name string, opt Options) (*Set, error) {
 	switch {
 	case IsFile(name):
-		return LoadFile(name)
+		return loadFile(name, opt.Open)
 	case name == "mnist":
 		return LoadMNIST(opt.Dir)
 	case name == "fashion-mnist":

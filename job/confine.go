@@ -31,54 +31,77 @@ func (s Spec) Paths() []string {
 	return ps
 }
 
-// Confine refuses a spec whose files are not regular files inside dir:
-// each path must be absolute, lexically under dir, and open through
-// os.Root (so that no ".." and no symbolic link, of the file or of a
-// directory on its way, leads out of dir; os.Root refuses a link with an
-// absolute target even if it names a file inside). A node checks a job's spec so
-// before it reads any of its files; the error names the path only.
-func Confine(s Spec, dir string) error {
+// Files opens the files jobs name inside one directory (`join --files`),
+// always through os.Root: a path must be absolute and lexically inside the
+// directory, and no ".." or symbolic link, of the file or of a directory on
+// its way, may lead out of it, whenever the file is opened (os.Root refuses
+// a link with an absolute target even if it names a file inside). A node
+// opens it once; a Checked spec given it with ReadingFrom reads its files
+// through it, so a file swapped for a link after the spec was checked is
+// refused rather than followed. Errors name the path only.
+type Files struct {
+	root *os.Root
+	dir  string // absolute
+}
+
+// OpenFiles opens dir for the files of jobs.
+func OpenFiles(dir string) (*Files, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return fmt.Errorf("job: the files directory: %w", err)
+		return nil, fmt.Errorf("job: the files directory: %w", err)
 	}
-	defer root.Close()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return fmt.Errorf("job: the files directory: %w", err)
+		root.Close()
+		return nil, fmt.Errorf("job: the files directory: %w", err)
 	}
+	return &Files{root: root, dir: abs}, nil
+}
+
+// Close closes the directory; opening through it then fails.
+func (f *Files) Close() error { return f.root.Close() }
+
+// Check refuses a spec whose files are not regular files inside the
+// directory; a node checks a job's spec so before it reads any of its
+// files.
+func (f *Files) Check(s Spec) error {
 	for _, p := range s.Paths() {
-		if err := confine(root, abs, p); err != nil {
+		fl, err := f.Open(p)
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrSpec, err)
 		}
+		fl.Close()
 	}
 	return nil
 }
 
-func confine(root *os.Root, dir, p string) error {
+// Open opens p, an absolute path inside the directory, if it is a regular
+// file there.
+func (f *Files) Open(p string) (*os.File, error) {
 	if !filepath.IsAbs(p) {
-		return fmt.Errorf("%s: give an absolute path inside %s", p, dir)
+		return nil, fmt.Errorf("%s: give an absolute path inside %s", p, f.dir)
 	}
-	rel, err := filepath.Rel(dir, filepath.Clean(p))
+	rel, err := filepath.Rel(f.dir, filepath.Clean(p))
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fmt.Errorf("%s is %w %s (join --files)", p, ErrOutside, dir)
+		return nil, fmt.Errorf("%s is %w %s (join --files)", p, ErrOutside, f.dir)
 	}
-	f, err := root.Open(rel)
+	fl, err := f.root.Open(rel)
 	if err != nil {
 		if e := unwrapPath(err); e.Error() == rootEscape { // os.Root's refusal, which has no sentinel
-			return fmt.Errorf("%s leads %w %s (through a symbolic link)", p, ErrOutside, dir)
+			return nil, fmt.Errorf("%s leads %w %s (through a symbolic link)", p, ErrOutside, f.dir)
 		}
-		return fmt.Errorf("%s: %w", p, unwrapPath(err))
+		return nil, fmt.Errorf("%s: %w", p, unwrapPath(err))
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("%s: %w", p, unwrapPath(err))
+	fi, err := fl.Stat()
+	switch {
+	case err != nil:
+		fl.Close()
+		return nil, fmt.Errorf("%s: %w", p, unwrapPath(err))
+	case !fi.Mode().IsRegular():
+		fl.Close()
+		return nil, fmt.Errorf("%s is not a regular file", p)
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", p)
-	}
-	return nil
+	return fl, nil
 }
 
 // rootEscape is os.Root's error for a path that leads out of the root.

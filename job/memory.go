@@ -122,7 +122,7 @@ func dataShape(s Spec) (d Sample, train, test int, err error) {
 		}
 		return one(shape, classes), train, data.DefaultSyntheticTest, err
 	case data.IsFile(s.Data):
-		fs, err := data.Describe(s.Data)
+		fs, err := data.Describe(s.Data, s.open)
 		if err != nil {
 			return Sample{}, 0, 0, err
 		}
@@ -146,7 +146,7 @@ func (s Spec) DataSample() (Sample, error) {
 // initializers, and, when they leave room for it in this process, its
 // activations from the layers the import builds.
 func onnxShapes(s Spec, d Sample) (*shapes, error) {
-	m, err := onnx.Load(s.Model)
+	m, err := s.loadONNX()
 	if err != nil {
 		return nil, err
 	}

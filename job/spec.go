@@ -22,6 +22,7 @@ import (
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
 	"github.com/ppnode/ppnode/onnx"
+	"github.com/ppnode/ppnode/onnx/onnxpb"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -45,6 +46,9 @@ type Spec struct {
 	// submitting client read them: a node whose file differs refuses the job
 	// rather than train another model (see HashFiles).
 	Files map[string]string `json:"files,omitempty"`
+	// files, if set, opens the files the spec names (ReadingFrom);
+	// otherwise they are opened by path.
+	files *Files
 
 	Batch        int `json:"batch"`
 	MicroBatches int `json:"micro_batches"`
@@ -162,6 +166,12 @@ func Check(s Spec) (Checked, error) {
 		return Checked{}, err
 	}
 	return Checked{s}, nil
+}
+
+// ReadingFrom returns c, reading its files through f (nil: by path).
+func (c Checked) ReadingFrom(f *Files) Checked {
+	c.s.files = f
+	return c
 }
 
 // Spec returns a copy of the checked spec.
@@ -316,7 +326,7 @@ func (c Checked) PrepareWithin(memory int64) (*Job, error) {
 	if err := s.checkFile(s.Data); err != nil {
 		return nil, err
 	}
-	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples})
+	set, err := data.Load(s.Data, data.Options{Seed: s.Seed, Train: s.SyntheticSamples, Open: s.open})
 	if err != nil {
 		if data.IsFile(s.Data) {
 			return nil, specErr("%v", err) // the user's file
@@ -390,7 +400,7 @@ func (s *Spec) HashFiles() error {
 		if f == "" {
 			continue
 		}
-		sum, err := fileSHA256(f)
+		sum, err := s.fileSHA256(f)
 		if err != nil {
 			return specErr("%v", err)
 		}
@@ -408,7 +418,7 @@ func (s Spec) checkFile(path string) error {
 	if !ok || path == "" {
 		return nil
 	}
-	got, err := fileSHA256(path)
+	got, err := s.fileSHA256(path)
 	if err != nil {
 		return specErr("%v", err)
 	}
@@ -420,8 +430,26 @@ func (s Spec) checkFile(path string) error {
 	return nil
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+// loadONNX reads and parses the spec's ONNX model file.
+func (s Spec) loadONNX() (*onnxpb.ModelProto, error) {
+	f, err := s.open(s.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return onnx.LoadFrom(f, s.Model)
+}
+
+// open opens a file the spec names.
+func (s Spec) open(path string) (*os.File, error) {
+	if s.files != nil {
+		return s.files.Open(path)
+	}
+	return os.Open(path)
+}
+
+func (s Spec) fileSHA256(path string) (string, error) {
+	f, err := s.open(path)
 	if err != nil {
 		return "", err
 	}
@@ -481,9 +509,13 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 	var g *nn.Graph
 	b := built{channels: []int{len(d.Inputs[0].Shape) - 1}}
 	if IsModelFile(s.Model) {
-		md, err := onnx.Read(s.Model, onnx.Options{Inputs: d.Inputs, Classes: d.Classes})
+		m, err := s.loadONNX()
 		if err != nil {
 			return nil, built{}, specErr("%v", err)
+		}
+		md, err := onnx.Import(m, onnx.Options{Inputs: d.Inputs, Classes: d.Classes})
+		if err != nil {
+			return nil, built{}, specErr("%s: %v", s.Model, err)
 		}
 		g, b = md.Graph, built{channels: md.ChannelAxes, labels: md.Labels}
 	} else {
@@ -497,7 +529,7 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 		b.labels = []int{}
 	}
 	if s.Init != "" {
-		if err := giveWeights(g, s.Init); err != nil {
+		if err := s.giveWeights(g, s.Init); err != nil {
 			return nil, built{}, specErr("--init %s: %v", s.Init, err)
 		}
 	}
@@ -536,8 +568,17 @@ func dimsPrefix(s []int) string {
 // graph's initial ones. Every parameter and buffer must be there with its
 // exported shape; a name the model lacks is refused, except PyTorch's
 // num_batches_tracked.
-func giveWeights(g *nn.Graph, path string) error {
-	ts, _, err := tensorio.LoadSafetensors(path)
+func (s Spec) giveWeights(g *nn.Graph, path string) error {
+	f, err := s.open(path)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	ts, _, err := tensorio.ReadSafetensors(b)
 	if err != nil {
 		return err
 	}

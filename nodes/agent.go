@@ -59,7 +59,8 @@ type Agent struct {
 	dp      *dataplane.TCP
 	gates   gates // bound each listening port's connections
 	host    *actors.StageHost
-	dirLock *os.File // holds the lock on the data dir; nil without one
+	dirLock *os.File   // holds the lock on the data dir; nil without one
+	files   *job.Files // the directory jobs' files are read from; nil: any path
 
 	joined   atomic.Bool     // the membership is up (members.node is set)
 	ctx      context.Context // cancelled by Close and Leave: ends the jobs
@@ -85,14 +86,18 @@ func Start(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("nodes: %w", err)
 		}
 	}
+	var files *job.Files
 	if cfg.Files != "" {
 		if fi, err := os.Stat(cfg.Files); err != nil {
 			return nil, fmt.Errorf("nodes: the files directory: %w", err)
 		} else if !fi.IsDir() {
 			return nil, fmt.Errorf("nodes: the files directory %s is not a directory", cfg.Files)
 		}
+		if files, err = job.OpenFiles(cfg.Files); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
+		}
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), files: files}
 	if cfg.Identity == nil {
 		a.log.Warn("nodes: running without cluster credentials: the HTTP API asks for the local token, but anyone who reaches this node's other ports can disturb its stages (SECURITY.md)", "insecure", cfg.Insecure, "token_file", cfg.TokenFile)
 	}
@@ -120,7 +125,7 @@ func Start(cfg Config) (*Agent, error) {
 	}
 	base := actors.CoordinatorConfig{Control: a.sys, DataPlane: a.dp, Store: a.cuts.store, GFLOPS: a.capacity.burst,
 		Threads: cfg.Threads, Logger: a.log, Self: cfg.Name, Links: a.links, HandshakeTimeout: cfg.Conns.Handshake}
-	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, files: cfg.Files, base: base}
+	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, files: a.files, base: base}
 	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
 	a.loops.Go(a.watch)
 	a.loops.Go(a.api.serve)
@@ -179,7 +184,7 @@ func (a *Agent) startActors() error {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	a.links = newLinks(cfg.Name, a.log, a.members, probe)
-	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now, Files: cfg.Files,
+	a.host = &actors.StageHost{DataPlane: a.dp, Threads: cfg.Threads, Logger: a.log, Capacity: a.capacity.now, Files: a.files,
 		HandshakeTimeout: cfg.Conns.Handshake}
 	acfg := actors.Config{
 		Bind: cfg.ActorBind, Advertise: addrs.actorAdvertise,
@@ -239,6 +244,13 @@ func (a *Agent) release() {
 	}
 	if a.dirLock != nil {
 		a.dirLock.Close()
+	}
+	a.closeFiles()
+}
+
+func (a *Agent) closeFiles() {
+	if a.files != nil {
+		a.files.Close()
 	}
 }
 
@@ -466,6 +478,7 @@ func (a *Agent) stop(announce, leave func() error) error {
 		if a.dirLock != nil {
 			a.dirLock.Close() // releases the data dir
 		}
+		a.closeFiles()
 		a.stopErr = errors.Join(errs...)
 		a.log.Info("nodes: stopped", "err", a.stopErr)
 	})

@@ -144,7 +144,7 @@ func (f *failover) takeOver(rec JobRecord) {
 	}
 	var c *actors.Coordinator
 	if err == nil {
-		c, err = actors.NewCoordinator(rec.Spec, f.runner.config(ck, gen, true))
+		c, err = actors.NewCoordinator(rec.Spec.ReadingFrom(f.runner.files), f.runner.config(ck, gen, true))
 	}
 	if err != nil {
 		f.giveUp(rec, next, err)

@@ -30,7 +30,7 @@ type runner struct {
 	cuts    *cuts
 	// files, if set, is the directory a job's files must be in
 	// (Config.Files).
-	files string
+	files *job.Files
 	// base is what every coordinator of this node shares (control and
 	// data plane, store, speed, threads, links).
 	base actors.CoordinatorConfig
@@ -48,10 +48,10 @@ func (r *runner) config(resume *tensorio.Checkpoint, gen uint64, takeover bool) 
 // confine refuses a spec naming a file outside the node's files
 // directory, before anything reads it.
 func (r *runner) confine(spec job.Spec) error {
-	if r.files == "" {
+	if r.files == nil {
 		return nil
 	}
-	return job.Confine(spec, r.files)
+	return r.files.Check(spec)
 }
 
 // submit is [Agent.Submit].
@@ -75,7 +75,7 @@ func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 	}
 	var c *actors.Coordinator
 	if err == nil {
-		c, err = actors.NewCoordinator(cs, r.config(nil, 0, false))
+		c, err = actors.NewCoordinator(cs.ReadingFrom(r.files), r.config(nil, 0, false))
 	}
 	run := newRun()
 	if err == nil {

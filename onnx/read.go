@@ -30,16 +30,22 @@ func Load(path string) (*onnxpb.ModelProto, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	return LoadFrom(f, path)
+}
+
+// LoadFrom reads and parses a model file opened as r; name is its path,
+// for errors.
+func LoadFrom(r io.Reader, name string) (*onnxpb.ModelProto, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > MaxFileBytes {
-		return nil, modelErr("%s is over %d bytes", path, MaxFileBytes)
+		return nil, modelErr("%s is over %d bytes", name, MaxFileBytes)
 	}
 	m, err := Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return m, nil
 }

@@ -326,6 +326,10 @@ type stepResult struct {
 // A panic inside the model (a malformed tensor from a peer) becomes an
 // error; the stage is then unusable until it is set up again.
 func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
+	// The tensors this step received are done with before the next step's
+	// arrive into the same buffers (inbox.buffer); that order comes through
+	// the coordinator, over the network, so the inbox marks it too.
+	defer e.box.stepDone()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
@@ -746,6 +750,13 @@ func (b *inbox) deliver(k boxKey, t *nn.Tensor) {
 	e.delivered++
 	b.mu.Unlock()
 	b.cond.Broadcast()
+}
+
+// stepDone marks the end of a step's reads of what it received: a reader
+// that next hands out one of its buffers (buffer) then happens after them.
+func (b *inbox) stepDone() {
+	b.mu.Lock()
+	b.mu.Unlock()
 }
 
 // fail makes every wait return err (the first failure wins).

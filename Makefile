@@ -32,7 +32,7 @@ DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-integration test-race test-short bench deps check-go vet fmt clean cross release install
+.PHONY: all build demo test test-integration test-race test-short soak bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -108,6 +108,13 @@ test-integration: check-go
 # GORACE: no 1 s pause as each race binary exits.
 test-race: check-go
 	GORACE=atexit_sleep_ms=0 $(GO) test $(TEST_FLAGS) -race -short -parallel 4 $(RACE_PKGS)
+
+# The soak (integration TestSoak): faults at random times under jobs run
+# back to back for SOAK; samples and the faults' log in soak-out/.
+SOAK ?= 1h
+soak: build
+	PPNODE_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) test $(TAGS) -count=1 -timeout 0 -v -run '^TestSoak$$' ./integration \
+		-args -soak $(SOAK) -soak-out $(CURDIR)/soak-out
 
 test-short: check-go
 	$(GO) test $(TAGS) -short ./...

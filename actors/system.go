@@ -217,6 +217,10 @@ func Start(cfg Config) (*System, error) {
 	opts := []remote.ConfigOption{
 		remote.WithKinds(kinds...),
 		remote.WithEndpointWriterBatchSize(batch),
+		// The queue of messages to one remote node starts small and grows
+		// as needed; upstream's starts at a million entries, 16 MB for
+		// every node this one has talked to, restarted nodes included.
+		remote.WithEndpointWriterQueueSize(1024),
 		// One connection attempt: a node that refuses is gone (memberlist
 		// and the coordinator's re-planning take it from there); upstream
 		// retried 5 times, 2 s apart, blocking its endpoint writer.

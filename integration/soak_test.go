@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -110,7 +111,8 @@ type soak struct {
 	mismatch []string
 	err      error
 	errc     chan struct{}
-	busy     map[string]bool // nodes a fault holds down
+	busy     map[string]bool // nodes a fault holds down or is restarting
+	unsent   int             // submissions to a node that went down under them
 	samples  []soakSample
 }
 
@@ -155,8 +157,14 @@ func (s *soak) live() []*Node {
 		byName[n.opts.Name] = n // the newest wins
 	}
 	var ns []*Node
+	s.mu.Lock()
+	busy := maps.Clone(s.busy)
+	s.mu.Unlock()
 	for _, o := range s.opts {
 		n := byName[o.Name]
+		if busy[o.Name] {
+			continue
+		}
 		select {
 		case <-n.exited:
 			continue
@@ -178,6 +186,8 @@ func (s *soak) fault(r *rand.Rand) {
 	kind := []string{"kill", "stop", "leave", "quota"}[r.IntN(4)]
 	hold := time.Duration(500+r.IntN(4500)) * time.Millisecond
 	s.logf("fault %s on %s (%v)", kind, name, hold)
+	s.setBusy(name, true)
+	defer s.setBusy(name, false)
 	var err error
 	switch kind {
 	case "kill":
@@ -224,6 +234,15 @@ func (s *soak) fault(r *rand.Rand) {
 	}
 }
 
+func (s *soak) setBusy(name string, b bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy == nil {
+		s.busy = map[string]bool{}
+	}
+	s.busy[name] = b
+}
+
 // restart starts node name again and waits until it is ready.
 func (s *soak) restart(name string) error {
 	for _, o := range s.opts {
@@ -268,7 +287,13 @@ func (s *soak) jobs(r *rand.Rand, stop <-chan struct{}) {
 		s.mu.Unlock()
 		sub, err := via.Submit(spec)
 		if err != nil {
-			s.jobFailed(spec.ID, fmt.Errorf("submit to %s: %w", via.opts.Name, err))
+			// The node went down after it was chosen: a client tries
+			// another.
+			s.logf("job %s not submitted: %s: %v", spec.ID, via.opts.Name, err)
+			s.mu.Lock()
+			s.jobsRun--
+			s.unsent++
+			s.mu.Unlock()
 			continue
 		}
 		st, err := s.await(sub.ID, stop)
@@ -415,8 +440,8 @@ func (s *soak) report(out string) {
 		sum += v
 	}
 	slices.Sort(kinds)
-	s.logf("soak of %v: %d faults (%s); jobs: %d submitted, %d done with the weights of one process, %d failed, %d with other weights",
-		total.Round(time.Second), sum, strings.Join(kinds, ", "), s.jobsRun, s.jobsDone, len(s.jobsFail), len(s.mismatch))
+	s.logf("soak of %v: %d faults (%s); jobs: %d submitted (%d more refused by a node going down), %d done with the weights of one process, %d failed, %d with other weights",
+		total.Round(time.Second), sum, strings.Join(kinds, ", "), s.jobsRun, s.unsent, s.jobsDone, len(s.jobsFail), len(s.mismatch))
 	for _, f := range s.jobsFail {
 		s.logf("failed: %s", f)
 	}

@@ -39,7 +39,9 @@ import (
 // A change from live stages or a fresh cut that fails midway becomes a
 // failure: the job goes back to its latest cut. A failure's change that
 // fails tries again, paused, until it succeeds (a node joins, a link comes
-// back); the start's fails the job.
+// back). The start's (or a takeover's) tries again over the nodes that
+// answer when a node fails under it, up to startAttempts times; a plan
+// that cannot be made fails the job at once.
 type change struct {
 	trigger job.Trigger
 	source  source
@@ -153,7 +155,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 	case opChangeCut:
 		e := ev.(CutTaken)
 		if e.Err != nil {
-			c.changeFailed(now, e.Err)
+			c.changeFailed(now, e.Err, false)
 			return
 		}
 		c.cutGathered(now)
@@ -163,7 +165,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 		c.status.ProbeMS += job.Millis(now.Sub(c.ops.start))
 		c.links.probed(now, e.Links, c.log)
 		if len(e.Live) == 0 {
-			c.changeFailed(now, errors.New("no live node"))
+			c.changeFailed(now, errors.New("no live node"), false)
 			return
 		}
 		cl := c.clusterOf(e.Live)
@@ -172,7 +174,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 			err = fmt.Errorf("waiting for nodes: %w", err)
 		}
 		if err != nil {
-			c.changeFailed(now, err)
+			c.changeFailed(now, err, false)
 			return
 		}
 		ch.res, ch.cl = res, cl
@@ -183,7 +185,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 	case opStart:
 		e := ev.(StagesStarted)
 		if e.Err != nil {
-			c.changeFailed(now, e.Err)
+			c.changeFailed(now, e.Err, true)
 			return
 		}
 		for k, p := range e.Params {
@@ -206,7 +208,7 @@ func (c *Core) changeOutcome(now time.Time, kind opKind, ev Event) {
 	case opLoad:
 		e := ev.(StateLoaded)
 		if e.Err != nil {
-			c.changeFailed(now, e.Err)
+			c.changeFailed(now, e.Err, true)
 			return
 		}
 		c.changed(now, e.Moved)
@@ -288,8 +290,14 @@ func (c *Core) involves(node string) bool {
 	return c.plan.domain[node]
 }
 
-// changeFailed ends an attempt that failed with err.
-func (c *Core) changeFailed(now time.Time, err error) {
+// startAttempts bounds the tries of a start's or a takeover's change
+// whose stages fail to start or load (a node going down under it).
+const startAttempts = 5
+
+// changeFailed ends an attempt that failed with err; transient when
+// starting or loading the stages failed or a node of the change did,
+// which another plan over the nodes that answer may avoid.
+func (c *Core) changeFailed(now time.Time, err error, transient bool) {
 	ch := c.change
 	switch {
 	case ch.source != sourceCut:
@@ -298,11 +306,11 @@ func (c *Core) changeFailed(now time.Time, err error) {
 		c.stopAll(false)
 		c.change = nil
 		c.failure(now, c.steps.next, now, fmt.Errorf("changing the plan: %w", err), false)
-	case ch.trigger != job.TriggerFailure:
+	case ch.trigger != job.TriggerFailure && (!transient || ch.attempt+1 >= startAttempts):
 		c.stopAll(false)
 		c.finish(nil, err)
 	default:
-		c.log.Warn("recovery attempt failed", "attempt", ch.attempt, "err", err)
+		c.log.Warn("plan change attempt failed", "trigger", ch.trigger, "attempt", ch.attempt, "err", err)
 		c.stopRunning(false)
 		ch.attempt++
 		ch.err = err

@@ -324,7 +324,7 @@ func stepChanging(c *Core, now time.Time, ev Event) {
 			return // the next probe leaves it out
 		}
 		c.ops.wait = 0
-		c.changeFailed(now, fmt.Errorf("node %s failed", e.Name))
+		c.changeFailed(now, fmt.Errorf("node %s failed", e.Name), true)
 	case Probed, StagesStarted, StateLoaded, CutTaken:
 		c.changeOutcome(now, c.ops.kind, ev)
 	}

@@ -65,7 +65,7 @@ func TestCore(t *testing.T) {
 //	link A B MBIT                                      the true rate of the link A-B, both ways
 //	                                                   (default 1000; probes measure it, steps pay it)
 //	links                                              the job's link table
-//	fail-next OP                                       the next start, restore, move or cut fails
+//	fail-next OP [times=N]                             the next (N) start, restore, move or cut fails
 //	loss V [at=STEP]                                   the steps asked for from now (or from step
 //	                                                   STEP on) report loss V (NaN, +Inf...); else 1
 //	status                                             the job's status
@@ -83,7 +83,7 @@ type sim struct {
 	nodes    map[string]job.NodeInfo
 	dead     map[string]bool
 	killAt   map[int]killing
-	failNext map[string]bool
+	failNext map[string]int
 	stages   map[uint64]*balance.Plan // running stages, by generation
 	queue    evQueue
 	seq      int
@@ -110,7 +110,7 @@ const refGFLOPS = 10
 
 func newSim(t *testing.T, d *datadriven.TestData) *sim {
 	s := &sim{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), speed: map[string]float64{}, flicker: map[string][2]float64{},
-		nodes: map[string]job.NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]bool{},
+		nodes: map[string]job.NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]int{},
 		stages: map[uint64]*balance.Plan{}, ops: map[Op]uint64{}, timeout: map[Op]time.Duration{}, simCache: map[string]*balance.Report{},
 		rates: map[[2]string]float64{}}
 	spec := job.DefaultSpec()
@@ -286,7 +286,11 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 		_, via := arg("via-cut")
 		s.deliver(ReplanRequested{Partition: strings.TrimSpace(d.Input), ViaCut: via})
 	case "fail-next":
-		s.failNext[d.CmdArgs[0].Key] = true
+		n := 1
+		if v, ok := arg("times"); ok {
+			n = int(s.float(v))
+		}
+		s.failNext[d.CmdArgs[0].Key] = n
 	case "loss":
 		l := &stepLoss{v: s.float(d.CmdArgs[0].Key)}
 		if v, ok := arg("at"); ok {
@@ -649,8 +653,8 @@ func failed(ev Event, err error) Event {
 // check fails an operation on plan's nodes if one is dead, or if it was
 // told to fail.
 func (s *sim) check(op string, plan *balance.Plan) error {
-	if op != "" && s.failNext[op] {
-		delete(s.failNext, op)
+	if op != "" && s.failNext[op] > 0 {
+		s.failNext[op]--
 		return fmt.Errorf("%s failed (injected)", op)
 	}
 	if plan == nil {

@@ -107,12 +107,13 @@ type Coordinator struct {
 
 	meter jobMeter // what Meter returns
 
-	mu      sync.Mutex // guards inbox, status, plan, report, text, changed, runs and ended
+	mu      sync.Mutex // guards inbox, status, plan, report, text, final, changed, runs, ended, and job once Run ends
 	inbox   []core.Event
 	status  job.Status
 	plan    *balance.Plan   // the core's, as of its last event
 	report  *balance.Report // (both replaced, never changed, by a new plan)
 	text    string          // the plan described
+	final   *finalWeights   // a done job's (nil: released)
 	changed chan struct{}   // closed when status changes
 	runs    bool
 	ended   bool          // Run has returned: events are dropped
@@ -239,17 +240,54 @@ func (c *Coordinator) Status() job.Status {
 // Weights returns the final weights of a job that is done (the model's
 // parameters and buffers, gathered at its last cut) as the tensors of a
 // weights file (job.WeightsEntries) with their metadata
-// (job.Job.WeightsMeta).
+// (job.Job.WeightsMeta); ErrWeightsReleased after ReleaseWeights.
 func (c *Coordinator) Weights() ([]tensorio.Entry, map[string]string, error) {
 	st := c.Status()
 	if st.State != job.StateDone || st.Result == nil {
 		return nil, nil, fmt.Errorf("actors: job %s is %s, not done: no final weights", c.spec.ID, st.State)
 	}
-	es, err := job.WeightsEntries(c.job.Graph.Params(), st.Result.Steps, c.spec.MicroBatches)
+	c.mu.Lock()
+	fw := c.final
+	c.mu.Unlock()
+	if fw == nil {
+		return nil, nil, fmt.Errorf("%w: job %s", ErrWeightsReleased, c.spec.ID)
+	}
+	es, err := job.WeightsEntries(fw.params, st.Result.Steps, c.spec.MicroBatches)
 	if err != nil {
 		return nil, nil, err
 	}
-	return es, c.job.WeightsMeta(*st.Result), nil
+	return es, fw.meta, nil
+}
+
+// finalWeights are a done job's weights: its model's parameters and
+// buffers, and the weights file's metadata.
+type finalWeights struct {
+	params []*nn.Param
+	meta   map[string]string
+}
+
+// ErrWeightsReleased: the final weights of a done job are no longer in
+// memory (its last cut, on the nodes that hold it, has them).
+var ErrWeightsReleased = errors.New("actors: final weights released")
+
+// ReleaseWeights drops the final weights a done job holds in memory.
+func (c *Coordinator) ReleaseWeights() {
+	c.mu.Lock()
+	c.final = nil
+	c.mu.Unlock()
+}
+
+// release drops, once Run ends, what only a running job needs: the core,
+// the data, the optimizer state and the gather's buffers; the model too
+// unless the job is done with res (its weights are the job's result).
+func (c *Coordinator) release(res *job.Result) {
+	c.copt, c.twins, c.batches, c.labels, c.core = nil, nil, nil, nil, nil
+	c.mu.Lock()
+	if res != nil {
+		c.final = &finalWeights{params: c.job.Graph.Params(), meta: c.job.WeightsMeta(*res)}
+	}
+	c.job = nil
+	c.mu.Unlock()
 }
 
 // Changed returns a channel that is closed when the status changes next.
@@ -275,10 +313,16 @@ func (c *Coordinator) Members(nodes []job.NodeInfo) { c.post(core.Members{Nodes:
 // does not fit the model is an error wrapping job.ErrSpec. It does not
 // block.
 func (c *Coordinator) RequestReplan(partition string, viaCut bool, nodes []string) error {
+	c.mu.Lock()
+	jb := c.job
+	c.mu.Unlock()
+	if jb == nil {
+		return fmt.Errorf("actors: job %s has ended", c.spec.ID)
+	}
 	switch partition {
 	case "auto", balance.Uniform, balance.Params, balance.Balanced, balance.GraphPP:
 	default:
-		if _, err := balance.ParseSpec(c.job.Graph, partition, nodes); err != nil {
+		if _, err := balance.ParseSpec(jb.Graph, partition, nodes); err != nil {
 			return fmt.Errorf("%w: %w", job.ErrSpec, err)
 		}
 	}
@@ -331,6 +375,11 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 				c.mu.Lock()
 				c.ended, c.inbox = true, nil
 				c.mu.Unlock()
+				if a.Err != nil {
+					c.release(nil)
+				} else {
+					c.release(a.Result)
+				}
 				return a.Result, a.Err
 			case core.Wake:
 				if wake != nil {

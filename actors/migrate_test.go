@@ -441,11 +441,14 @@ func TestMoveThroughCut(t *testing.T) {
 	spec.ID, spec.Steps = "move-cut", 5
 	spec.Partition, spec.Schedule = "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", "gpipe"
 	want := localSHA(t, spec)
-	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, true, nil)
-	var state int64
-	for _, t := range stateTensors(c.job.Graph.Params(), c.copt, true) {
-		state += dataBytes(t)
-	}
+	var state int64 // the job's whole state, measured while it runs
+	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, true, func(c *Coordinator, step int) {
+		if step == 1 {
+			for _, t := range stateTensors(c.job.Graph.Params(), c.copt, true) {
+				state += dataBytes(t)
+			}
+		}
+	})
 	st := c.Status()
 	if len(st.Replans) != 1 || st.Replans[0].Method != "cut" || st.Replans[0].MovedBytes != 2*state {
 		t.Fatalf("re-plans %+v, want one through a cut moving %d bytes", st.Replans, 2*state)

@@ -361,7 +361,7 @@ func TestFastSumsTrainAsOneProcess(t *testing.T) {
 		t.Fatalf("plan %s: want replicas with sums in the fast order", co.Describe())
 	}
 	var worst float64
-	for _, p := range co.job.Graph.Params() {
+	for _, p := range co.final.params {
 		for i, v := range nn.F32(p.Value) {
 			worst = max(worst, math.Abs(float64(v-want[p.Name][i])))
 		}

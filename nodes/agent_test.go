@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -391,5 +392,44 @@ func TestCancelWhileStageNodesClose(t *testing.T) {
 	defer cancel()
 	if _, err := as[0].Wait(ctx, spec.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A node keeps the final weights of its newest done jobs in memory and
+// answers 410 Gone, pointing to the job's last cut, for older ones.
+func TestOldWeightsAreReleased(t *testing.T) {
+	as := startCluster(t, 1)
+	api := "http://" + as[0].HTTPAddr()
+	var ids []string
+	for i := range keptWeights + 1 {
+		spec := smallSpec()
+		spec.ID = fmt.Sprintf("w%d", i)
+		body, _ := json.Marshal(spec)
+		if code := call(t, "POST", api+"/v1/jobs", body, nil); code != http.StatusCreated {
+			t.Fatalf("POST job %d: %d", i, code)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		st, err := as[0].Wait(ctx, spec.ID)
+		cancel()
+		if err != nil || st.State != job.StateDone {
+			t.Fatalf("job %s: %v %+v", spec.ID, err, st)
+		}
+		ids = append(ids, spec.ID)
+	}
+	// The runner releases after the job's end is published: wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	code := 0
+	for ; time.Now().Before(deadline); <-time.After(10 * time.Millisecond) {
+		if code = call(t, "GET", api+"/v1/jobs/"+ids[0]+"/weights", nil, nil); code == http.StatusGone {
+			break
+		}
+	}
+	if code != http.StatusGone {
+		t.Errorf("weights of the oldest of %d done jobs: %d, want 410", len(ids), code)
+	}
+	for _, id := range ids[1:] {
+		if code := call(t, "GET", api+"/v1/jobs/"+id+"/weights", nil, nil); code != http.StatusOK {
+			t.Errorf("weights of job %s, one of the %d newest: %d, want 200", id, keptWeights, code)
+		}
 	}
 }

@@ -144,6 +144,32 @@ func (t *jobs) start(id string, j *coordinated) error {
 // runEnded counts a started job's Run as returned.
 func (t *jobs) runEnded() { t.runs.Done() }
 
+// keptWeights is how many done jobs' final weights a node keeps in memory
+// to serve them; older ones are in their last cuts (`ppnode ckpt export`).
+const keptWeights = 8
+
+// releaseOldWeights drops the final weights of the done jobs coordinated
+// here but the keptWeights newest.
+func (t *jobs) releaseOldWeights() {
+	t.mu.Lock()
+	var cs []*actors.Coordinator
+	for _, id := range slices.Backward(t.order) {
+		if j := t.coord[id]; j != nil && j.c != nil {
+			cs = append(cs, j.c)
+		}
+	}
+	t.mu.Unlock()
+	kept := 0
+	for _, c := range cs {
+		if c.Status().State != job.StateDone {
+			continue
+		}
+		if kept++; kept > keptWeights {
+			c.ReleaseWeights()
+		}
+	}
+}
+
 // close refuses every reservation from now on.
 func (t *jobs) close() {
 	t.mu.Lock()
@@ -290,6 +316,9 @@ func (t *jobs) weights(id string) ([]tensorio.Entry, map[string]string, error) {
 		return nil, nil, fmt.Errorf("%w: %q", ErrNoJob, id)
 	}
 	es, meta, err := j.c.Weights()
+	if errors.Is(err, actors.ErrWeightsReleased) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", errNoWeights, err)
 	}

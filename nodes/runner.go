@@ -121,6 +121,7 @@ func (r *runner) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Ta
 			r.log.Info("nodes: job done", "job", id, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
 		}
 		r.finish(j, res, err)
+		r.jobs.releaseOldWeights()
 	}()
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
@@ -24,6 +25,9 @@ func (h *api) getWeights(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNoJob):
 		writeError(w, http.StatusNotFound, err)
+		return
+	case errors.Is(err, actors.ErrWeightsReleased):
+		writeError(w, http.StatusGone, fmt.Errorf("%w (a node keeps the weights of its %d newest done jobs; export them from the job's last cut in a data dir: ppnode ckpt export)", err, keptWeights))
 		return
 	case err != nil:
 		writeError(w, http.StatusConflict, err)

@@ -189,12 +189,13 @@ func (nw *Network) addNamespace(ns string) error {
 }
 
 // AddNode makes the namespace of node name, with a veth to the hub, and
-// returns the node's address.
+// returns the node's address; a node started again (a machine that
+// restarts) keeps its namespace and address.
 func (nw *Network) AddNode(name string) (string, error) {
 	nw.mu.Lock()
-	if _, ok := nw.nodes[name]; ok {
+	if n, ok := nw.nodes[name]; ok {
 		nw.mu.Unlock()
-		return "", fmt.Errorf("node %s already has a namespace", name)
+		return n.ip, nil
 	}
 	i := len(nw.nodes)
 	if i >= 200 {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,6 +29,7 @@ var (
 	soakNodes = flag.Int("soak-nodes", 8, "TestSoak's nodes")
 	soakSeed  = flag.Uint64("soak-seed", 1, "TestSoak's seed (faults, their times, the jobs)")
 	soakOut   = flag.String("soak-out", "", "TestSoak's directory for samples.csv and faults.log (default: a temporary one)")
+	soakNetns = flag.Bool("soak-netns", true, "TestSoak's nodes each in a network namespace, and link cuts among its faults (skipped where namespaces cannot be made)")
 )
 
 // soakQuotas are the CPU quotas a quota fault chooses from.
@@ -35,9 +37,9 @@ var soakQuotas = []float64{0.25, 0.5, 1}
 
 // TestSoak runs a cluster for -soak while deterministic jobs run back to
 // back and faults come at random times: SIGKILL and restart, SIGSTOP and
-// SIGCONT, a graceful leave and a join, a CPU quota change. One fault at a
-// time, on one node; after a node is back the next fault waits until every
-// node sees it alive. Every finished job's weights must equal those of the
+// SIGCONT, a graceful leave and a join, a CPU quota change, and (with
+// -soak-netns) a cut of the links between a node and another. One fault at
+// a time; after it the next waits until every node sees every other alive. Every finished job's weights must equal those of the
 // same spec trained in one process. Every 30 s it records each node's RSS,
 // goroutines and open files, and at the end compares each node's medians of
 // the first and last ten minutes.
@@ -69,9 +71,16 @@ func TestSoak(t *testing.T) {
 	r := rand.New(rand.NewPCG(*soakSeed, 7))
 	opts := make([]NodeOptions, *soakNodes)
 	for i := range opts {
-		opts[i] = NodeOptions{Name: string(rune('a' + i)), Threads: 1, CPUQuota: 1, Args: []string{"--pprof"}}
+		opts[i] = NodeOptions{Name: string(rune('a' + i)), Threads: 1, CPUQuota: 1, Args: []string{"--pprof", "--handshake-timeout", "2s"}}
 	}
-	c := StartCluster(t, opts...)
+	var c *Cluster
+	if *soakNetns {
+		RequireNetns(t)
+		c = NewNetCluster(t)
+		c.StartAll(opts...)
+	} else {
+		c = StartCluster(t, opts...)
+	}
 	s := &soak{t: t, c: c, opts: opts, logf: logf, start: time.Now()}
 	waitMembers(t, c.Node("a"), len(opts))
 
@@ -79,7 +88,7 @@ func TestSoak(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Go(func() { s.jobs(rand.New(rand.NewPCG(*soakSeed, 11)), stop) })
-	wg.Go(func() { s.sample(filepath.Join(out, "samples.csv"), stop) })
+	wg.Go(func() { s.sample(out, stop) })
 	for time.Now().Before(end) {
 		wait := time.Duration(3000+r.IntN(9000)) * time.Millisecond
 		select {
@@ -183,11 +192,22 @@ func (s *soak) fault(r *rand.Rand) {
 	live := s.live()
 	n := live[r.IntN(len(live))]
 	name := n.opts.Name
-	kind := []string{"kill", "stop", "leave", "quota"}[r.IntN(4)]
+	kinds := []string{"kill", "stop", "leave", "quota"}
+	if s.c.Network() != nil && len(live) > 1 {
+		kinds = append(kinds, "cut")
+	}
+	kind := kinds[r.IntN(len(kinds))]
 	hold := time.Duration(500+r.IntN(4500)) * time.Millisecond
-	s.logf("fault %s on %s (%v)", kind, name, hold)
+	other := "" // a cut's other end
+	if kind == "cut" {
+		for other == "" || other == name {
+			other = live[r.IntN(len(live))].opts.Name
+		}
+		s.logf("fault cut between %s and %s (%v)", name, other, hold)
+	} else {
+		s.logf("fault %s on %s (%v)", kind, name, hold)
+	}
 	s.setBusy(name, true)
-	defer s.setBusy(name, false)
 	var err error
 	switch kind {
 	case "kill":
@@ -204,11 +224,17 @@ func (s *soak) fault(r *rand.Rand) {
 			time.Sleep(hold)
 			err = s.restart(name)
 		}
+	case "cut":
+		if err = s.c.Network().Cut(name, other); err == nil {
+			time.Sleep(hold)
+			err = s.c.Network().Restore(name, other)
+		}
 	case "quota":
 		q := soakQuotas[r.IntN(len(soakQuotas))]
 		kind = fmt.Sprintf("quota %.2f", q)
 		err = os.WriteFile(filepath.Join(n.cgroup, "cpu.cfs_quota_us"), []byte(strconv.Itoa(int(q*cfsPeriodUS))), 0)
 	}
+	s.setBusy(name, false)
 	s.mu.Lock()
 	if s.faults == nil {
 		s.faults = map[string]int{}
@@ -220,17 +246,25 @@ func (s *soak) fault(r *rand.Rand) {
 		return
 	}
 	// The next fault waits until the cluster is whole again.
+	why := ""
 	err = Poll("every node alive", 2*time.Minute, 200*time.Millisecond, func() (bool, error) {
-		for _, m := range s.live() {
+		live := s.live()
+		for _, m := range live {
 			st, err := m.Status()
-			if err != nil || len(Alive(st)) != len(s.opts) {
+			switch {
+			case err != nil:
+				why = fmt.Sprintf("%s: %v", m.opts.Name, err)
+				return false, nil
+			case len(Alive(st)) != len(s.opts):
+				why = fmt.Sprintf("%s sees %v alive", m.opts.Name, Alive(st))
 				return false, nil
 			}
 		}
-		return len(s.live()) == len(s.opts), nil
+		why = fmt.Sprintf("%d nodes running", len(live))
+		return len(live) == len(s.opts), nil
 	})
 	if err != nil {
-		s.fail(fmt.Errorf("after %s on %s: %w", kind, name, err))
+		s.fail(fmt.Errorf("after %s on %s: %w (%s)", kind, name, err, why))
 	}
 }
 
@@ -357,9 +391,11 @@ func (s *soak) jobFailed(id string, err error) {
 }
 
 // sample records every 30 s each live node's RSS, goroutines and open
-// files.
-func (s *soak) sample(path string, stop <-chan struct{}) {
-	f, err := os.Create(path)
+// files in dir/samples.csv, and every five minutes its heap profile in
+// dir/heap-NODE-PID-SECONDS.pb.gz, with its memory statistics in .txt
+// (what an RSS that grows holds).
+func (s *soak) sample(dir string, stop <-chan struct{}) {
+	f, err := os.Create(filepath.Join(dir, "samples.csv"))
 	if err != nil {
 		s.fail(err)
 		return
@@ -379,6 +415,14 @@ func (s *soak) sample(path string, stop <-chan struct{}) {
 				continue // exiting or stopped under us
 			}
 			at := time.Since(s.start)
+			if int(at.Seconds())%300 < 30 {
+				name := fmt.Sprintf("heap-%s-%d-%d", n.opts.Name, pid, int(at.Seconds()))
+				for p, file := range map[string]string{"heap": name + ".pb.gz", "heap?debug=1": name + ".txt"} {
+					if err := saveProfile(n, p, filepath.Join(dir, file)); err != nil {
+						s.logf("heap profile of %s: %v", n.opts.Name, err)
+					}
+				}
+			}
 			w.Write([]string{strconv.Itoa(int(at.Seconds())), n.opts.Name, strconv.Itoa(pid), strconv.Itoa(rss), strconv.Itoa(g), strconv.Itoa(len(fds))})
 			s.mu.Lock()
 			s.samples = append(s.samples, soakSample{at, n.opts.Name, rss, g, len(fds)})
@@ -391,6 +435,27 @@ func (s *soak) sample(path string, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 	}
+}
+
+// saveProfile writes the node's named profile to path.
+func saveProfile(n *Node, profile, path string) error {
+	resp, err := n.client.Get("https://" + n.HTTP + "/debug/pprof/" + profile)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", profile, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func procStatusKB(pid int, field string) (int, error) {

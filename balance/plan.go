@@ -749,6 +749,9 @@ func (p *Plan) Validate(g *nn.Graph) error {
 	if p.Graph != GraphHash(g) {
 		return fmt.Errorf("%w: plan is for graph %s, model is %s", ErrPlan, p.Graph, GraphHash(g))
 	}
+	if (p.Schedule == Interleaved) != (p.Chunks > 1) || p.Chunks < 0 {
+		return fmt.Errorf("%w: %d chunks per node under the %s schedule (interleaved has 2 or more, the others none)", ErrPlan, p.Chunks, p.Schedule)
+	}
 	var nodes []string
 	for i, s := range p.Stages {
 		if s.ID != i {

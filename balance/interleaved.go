@@ -61,6 +61,15 @@ func InterleavedOrder(P, v, i, M int) ([]Pass, error) {
 	return out, nil
 }
 
+// ScheduleText names the plan's schedule for people: "1f1b", or
+// "interleaved (2 chunks per node)".
+func (p *Plan) ScheduleText() string {
+	if p.Schedule == Interleaved {
+		return fmt.Sprintf("%s (%d chunks per node)", p.Schedule, p.Chunks)
+	}
+	return p.Schedule.String()
+}
+
 // Slot is one instruction of an executor's order: instruction PC of stage
 // Stage's program.
 type Slot struct {

@@ -671,8 +671,28 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	if part == "auto" {
 		part = balance.GraphPP
 	}
+	if n := len(cl.Nodes); s.Schedule == balance.Interleaved.String() && c.plan.Plan != nil && s.MicroBatches > 0 && s.MicroBatches%n != 0 {
+		// A running job re-plans over nodes that do not divide its
+		// micro-batches (a node failed or left): interleaved runs on the
+		// most of the fastest nodes that do. Its first plan refuses instead.
+		for n > 2 && s.MicroBatches%n != 0 {
+			n--
+		}
+		c.log.Info("interleaved: planning over the nodes that divide the micro-batches", "nodes", n, "of", len(cl.Nodes), "micro_batches", s.MicroBatches)
+		trimmed := *cl
+		trimmed.Nodes, trimmed.Links = cl.Nodes[:n], nil
+		for _, l := range cl.Links {
+			kept := func(name string) bool {
+				return slices.ContainsFunc(trimmed.Nodes, func(np balance.NodeProfile) bool { return np.Name == name })
+			}
+			if kept(l.From) && kept(l.To) {
+				trimmed.Links = append(trimmed.Links, l)
+			}
+		}
+		cl = &trimmed
+	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
-		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
+		Partitioner: part, Schedule: s.Schedule, Chunks: s.Chunks, Batch: s.Batch, MicroBatches: s.MicroBatches,
 		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
@@ -701,7 +721,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan) {
 	p := &c.plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
-	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.Schedule.String(), p.MicroBatches
+	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.ScheduleText(), p.MicroBatches
 	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.Stages = nil
 	p.domain = map[string]bool{}

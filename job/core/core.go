@@ -535,7 +535,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: e.Accuracy,
 		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
-		WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.Schedule.String(),
+		WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}

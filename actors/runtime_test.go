@@ -257,6 +257,9 @@ func TestInterleavedJobOverTCP(t *testing.T) {
 	if p := co.Plan(); p.Schedule != balance.Interleaved || len(p.Stages) != 4 {
 		t.Fatalf("plan %s with %d stages", p.Schedule, len(p.Stages))
 	}
+	if st := co.Status(); st.Schedule != "interleaved (2 chunks per node)" {
+		t.Errorf("status shows the schedule as %q", st.Schedule)
+	}
 	if res.WeightsSHA256 != want {
 		t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
 	}

@@ -526,7 +526,9 @@ func (c *Core) finishTraining(e CutTaken) {
 	elapsed := st.run.Seconds()
 	var nodes []string
 	for _, sp := range c.plan.Stages {
-		nodes = append(nodes, sp.Node)
+		if !slices.Contains(nodes, sp.Node) { // an interleaved node's chunks: once
+			nodes = append(nodes, sp.Node)
+		}
 	}
 	res := &job.Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,

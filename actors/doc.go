@@ -24,7 +24,9 @@
 // that its mailbox stays free for StopStage. It gathers its state to the
 // coordinator for a cut, restores it from one, and hands it straight to
 // the stages of a new plan (migrate.go). A stage whose link to its
-// coordinator breaks stops by itself.
+// coordinator breaks stops by itself. The stages one node holds of an
+// interleaved plan (its chunks) take turns in the node's order (turn.go),
+// so that the node runs one pass at a time, as the schedule says.
 //
 // # The coordinator
 //

@@ -519,3 +519,56 @@ func TestStageRefusesBadReplicas(t *testing.T) {
 		}
 	}
 }
+
+// An interleaved job survives the death of a node: it re-plans its chunks
+// over the nodes left (over the most of them that divide its micro-batches:
+// 4 micro-batches on the 3 nodes that survive of 4 run on 2) from the
+// latest cut, and moves between interleaved partitions a user asks for;
+// the weights are those of one process, bit for bit.
+func TestInterleavedRecoversAndMoves(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		nodes int
+		micro int
+		kill  int // the node killed at step 5, -1: none
+		moves map[int]string
+		after int // stages after
+	}{
+		{"death of 3", 3, 6, 2, nil, 4},
+		{"death of 4", 4, 4, 3, nil, 4},
+		{"moves", 2, 4, -1, map[int]string{
+			2: "fc1-fc10@b; fc11-fc16@a; fc17-fc26@b; fc27-fc32@a",                         // every chunk changes node
+			4: "fc1-fc5@a; fc6-fc10@b; fc11-fc16@a; fc17-fc22@b; fc23-fc27@a; fc28-fc32@b", // three chunks per node
+		}, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tc := newInmemCluster(t, c.nodes, nil)
+			spec := smallSpec("mlp32")
+			spec.ID = "interleaved-" + strings.ReplaceAll(c.name, " ", "-")
+			spec.Schedule, spec.Chunks, spec.MicroBatches = "interleaved", 2, c.micro
+			if c.moves != nil {
+				spec.Chunks = 0 // the moves change them
+				spec.Partition = "fc1-fc8@a; fc9-fc16@b; fc17-fc24@a; fc25-fc32@b"
+			}
+			spec.Epochs, spec.Steps, spec.CheckpointEvery = 2, 7, 3
+			want := localSHA(t, spec)
+			var once sync.Once
+			res, co := runMoves(t, tc, spec, c.nodes, c.moves, false, func(co *Coordinator, step int) {
+				if step == 5 && c.kill >= 0 {
+					once.Do(func() { tc.kill(c.kill) })
+				}
+			})
+			st := co.Status()
+			t.Logf("recoveries %+v, re-plans %d, plan %s", st.Recoveries, len(st.Replans), res.Plan)
+			if p := co.Plan(); p.Schedule != balance.Interleaved || len(p.Stages) != c.after {
+				t.Errorf("plan after: %s with %d stages, want interleaved with %d", p.Schedule, len(p.Stages), c.after)
+			}
+			if c.kill >= 0 && len(st.Recoveries) != 1 || len(st.Replans) != len(c.moves) {
+				t.Errorf("%d recoveries, %d re-plans", len(st.Recoveries), len(st.Replans))
+			}
+			if res.WeightsSHA256 != want {
+				t.Fatalf("weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
+			}
+		})
+	}
+}

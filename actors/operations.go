@@ -106,6 +106,18 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	params = make([]int64, S)
 	listen := make([][]*LinkAddr, S)
 	groups := groupsOf(plan)
+	// The stages that share a node (an interleaved plan's chunks) take
+	// turns in its order.
+	turns := map[string][]balance.Slot{}
+	if plan.Schedule == balance.Interleaved {
+		for _, sp := range plan.Stages {
+			if _, ok := turns[sp.Node]; !ok {
+				if turns[sp.Node], err = plan.NodeOrder(sp.Node); err != nil {
+					return s, nil, err
+				}
+			}
+		}
+	}
 	var mu sync.Mutex // guards s.refs while the stages are spawned
 	err = forEachStage(S, func(k int) error {
 		sp := plan.Stages[k]
@@ -117,7 +129,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		s.refs[k] = ref
 		mu.Unlock()
 		spec := StageSpec{Job: c.checked, Generation: gen, Data: job.SampleOf(c.job.Set),
-			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k), Groups: groups}
+			Graph: plan.Graph, Plan: sp, Rates: stageRates(a.Rates, k), Groups: groups, Turn: turns[sp.Node]}
 		if a.Sources != nil {
 			spec.Sources = a.Sources[k]
 		}

@@ -172,35 +172,40 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 		model, partition, schedule string
 		nodes                      int
 		recompute                  string
+		chunks                     int
 	}{
-		{"mlp32", "uniform", "1f1b", 3, "all"},
-		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "all"},
-		{"vgg16", "uniform", "1f1b", 3, "all"},
-		{"mlp32", "uniform", "zb", 3, ""},
-		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "zb", 4, ""},
-		{"resnet50", "uniform", "zb", 3, ""},
-		{"mlp32", "auto", "auto", 1, ""},
-		{"mlp32", "uniform", "gpipe", 2, ""},
-		{"mlp32", "uniform", "1f1b", 3, ""},
-		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4, ""},
-		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, ""},
-		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4, ""},
-		{"resnet50", "uniform", "1f1b", 3, ""},
-		{"vgg16", "auto", "auto", 2, ""},
-		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, ""},
-		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4, ""},
-		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4, ""},
-		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, "all"},
+		{"mlp32", "uniform", "1f1b", 3, "all", 0},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "all", 0},
+		{"vgg16", "uniform", "1f1b", 3, "all", 0},
+		{"mlp32", "uniform", "zb", 3, "", 0},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "zb", 4, "", 0},
+		{"resnet50", "uniform", "zb", 3, "", 0},
+		{"mlp32", "auto", "auto", 1, "", 0},
+		{"mlp32", "uniform", "gpipe", 2, "", 0},
+		{"mlp32", "uniform", "1f1b", 3, "", 0},
+		{"mlp32", "fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4, "", 0},
+		{"mlp32", "fc1-fc16@b; fc17-fc32@a", "gpipe", 2, "", 0},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4, "", 0},
+		{"resnet50", "uniform", "1f1b", 3, "", 0},
+		{"vgg16", "auto", "auto", 2, "", 0},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, "", 0},
+		{"mlp32", "fc1-fc20@a; fc21-fc32@b:1,c:2,d:1", "gpipe", 4, "", 0},
+		{"uno", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b,c; tower1.slice-tower1.fc3 + concat-out@d", "graph", 4, "", 0},
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", "1f1b", 3, "all", 0},
+		{"mlp32", "auto", "interleaved", 2, "", 2},
+		{"mlp32", "uniform", "interleaved", 4, "", 2},
+		{"mlp32", "fc1-fc5@a; fc6-fc10@b; fc11-fc16@a; fc17-fc22@b; fc23-fc27@a; fc28-fc32@b", "interleaved", 2, "", 0},
+		{"mlp32", "auto", "interleaved", 2, "", 0},
 	}
 	if testing.Short() {
 		all := cases
-		cases = append(all[0:1:1], all[3], all[7], all[8], all[9])
+		cases = append(all[0:1:1], all[3], all[7], all[8], all[9], all[18], all[19])
 	}
 	want := map[string]string{}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/%s/%s/%d/%s", c.model, c.partition, c.schedule, c.nodes, c.recompute), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/%s/%d/%s/%d", c.model, c.partition, c.schedule, c.nodes, c.recompute, c.chunks), func(t *testing.T) {
 			spec := smallSpec(c.model)
-			spec.Partition, spec.Schedule, spec.Recompute = c.partition, c.schedule, c.recompute
+			spec.Partition, spec.Schedule, spec.Recompute, spec.Chunks = c.partition, c.schedule, c.recompute, c.chunks
 			if want[c.model] == "" {
 				want[c.model] = localSHA(t, spec)
 			}
@@ -209,6 +214,10 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 			t.Logf("plan %s (%s, M=%d), stages %d, loss %.4f", res.Plan, res.Schedule, res.MicroBatches, len(co.Plan().Stages), res.TrainLoss)
 			if res.Schedule != c.schedule && c.schedule == "zb" {
 				t.Fatalf("schedule %s, want zb", res.Schedule)
+			}
+			if p := co.Plan(); c.schedule == "interleaved" && (p.Schedule != balance.Interleaved || p.Chunks < 2 || c.chunks > 0 && p.Chunks != c.chunks ||
+				len(p.Stages) != c.nodes*p.Chunks || res.Schedule != fmt.Sprintf("interleaved (%d chunks per node)", p.Chunks)) {
+				t.Fatalf("schedule %q, %s with %d chunks and %d stages, want interleaved with %d chunks on %d nodes", res.Schedule, p.Schedule, p.Chunks, len(p.Stages), c.chunks, c.nodes)
 			}
 			for _, st := range co.Plan().Stages {
 				if st.Recompute != (c.recompute == "all") {
@@ -234,6 +243,25 @@ func TestPipelinedJobOverTCP(t *testing.T) {
 	}
 	if res.TestAccuracy <= 0 || res.Steps != 3 {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// Interleaved 1F1B over protoactor remote and TCP links: two chunks of a
+// node are two stage actors taking turns in the node's order.
+func TestInterleavedJobOverTCP(t *testing.T) {
+	tc := newSystemCluster(t, 2, &dataplane.TCP{})
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Schedule, spec.Chunks = "job-interleaved-tcp", "interleaved", 2
+	want := localSHA(t, spec)
+	res, co := tc.run(t, spec, 2)
+	if p := co.Plan(); p.Schedule != balance.Interleaved || len(p.Stages) != 4 {
+		t.Fatalf("plan %s with %d stages", p.Schedule, len(p.Stages))
+	}
+	if st := co.Status(); st.Schedule != "interleaved (2 chunks per node)" {
+		t.Errorf("status shows the schedule as %q", st.Schedule)
+	}
+	if res.WeightsSHA256 != want {
+		t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[:16])
 	}
 }
 

@@ -41,6 +41,10 @@ type StageSpec struct {
 	// that each executor of the plan runs (balance.StagePlan.Group):
 	// instructions name executors, StageOutput.To names groups.
 	Groups []int `json:"groups,omitempty"`
+	// Turn is, for a stage that shares its node with other stages of the
+	// plan (the chunks of an interleaved plan), the node's order of their
+	// instructions (balance.Plan.NodeOrder): the stages take turns in it.
+	Turn []balance.Slot `json:"turn,omitempty"`
 }
 
 // labelsTensor is the tensor id of a micro-batch's labels on the link from
@@ -116,6 +120,9 @@ type stageEngine struct {
 	// queued for: the gradients must not change until they are written.
 	lastReplica int
 	sumSent     []int
+	// turn, if set, is the executor of the node this stage shares with
+	// other stages of the plan: each instruction waits for its turn.
+	turn *turn
 }
 
 type pendingUpdate struct {
@@ -307,6 +314,15 @@ func (e *stageEngine) attach(peerStage int, lk dataplane.Link, broken func(error
 	e.peers[peerStage] = newPeer(peerStage, lk, e.box, broken)
 }
 
+// abort makes the running step's waits, for tensors and for the node's
+// turn, return err.
+func (e *stageEngine) abort(err error) {
+	e.box.fail(err)
+	if e.turn != nil {
+		e.turn.fail(err)
+	}
+}
+
 // close closes every link and waits for their goroutines.
 func (e *stageEngine) close() {
 	for _, p := range e.peers {
@@ -331,6 +347,11 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	// the coordinator, over the network, so the inbox marks it too.
 	defer e.box.stepDone()
 	defer func() {
+		if err != nil && e.turn != nil {
+			e.turn.fail(err) // the node's other stages stop waiting for this one
+		}
+	}()
+	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
 		}
@@ -345,6 +366,17 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	e.gradStep, e.sumSent = global, e.sumSent[:0]
 	backwards := 0
 	for pc := 0; pc < len(p.Program); pc++ {
+		if e.turn != nil {
+			if pc > 0 {
+				e.turn.done()
+			}
+			t0 := time.Now()
+			err := e.turn.wait(p.ID, pc)
+			res.waitNs += int64(time.Since(t0))
+			if err != nil {
+				return res, err
+			}
+		}
 		in := p.Program[pc]
 		m := in.Micro
 		ctx.Micro = m
@@ -476,6 +508,9 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 		case balance.OpStep:
 			e.pending = &pendingUpdate{step: global, lr: lr}
 		}
+	}
+	if e.turn != nil {
+		e.turn.done()
 	}
 	// The step ends when everything it sent has left: the next step's
 	// forward passes overwrite the tensors the queues still point to.

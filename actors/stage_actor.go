@@ -40,11 +40,12 @@ type StageHost struct {
 	// (0: the data plane's default).
 	HandshakeTimeout time.Duration
 
-	mu       sync.Mutex               // guards stages, idle, closing and handoffs
+	mu       sync.Mutex               // guards stages, idle, closing, handoffs and turns
 	stages   map[*stageActor]struct{} // set up and not yet shut down
 	idle     chan struct{}            // closed while no stage runs; nil until the first stage
 	closing  bool                     // Close was called: no new stage
 	handoffs map[handoffKey]*handoff
+	turns    map[turnKey]*turn // the executors of nodes that hold several stages of a plan
 }
 
 // stageUp counts a stage that is set up, unless the host is closing.
@@ -258,7 +259,7 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 		// elsewhere) is abandoned.
 		a.gate.Advance(msg.GetHeader().GetGeneration())
 		if a.busy != nil {
-			a.eng.box.fail(errAbandoned)
+			a.eng.abort(errAbandoned)
 			<-a.busy
 		}
 		quit := a.quit
@@ -379,10 +380,26 @@ func (a *stageActor) setup(msg *SetupStage) *SetupStageReply {
 			rep.Params += int64(p.Value.Shape().TotalSize())
 		}
 	}
+	if len(spec.Turn) > 0 {
+		err := checkTurn(spec.Turn, me, len(spec.Plan.Program))
+		if err == nil {
+			eng.turn, err = a.host.acquireTurn(spec.Job.ID(), spec.Generation, spec.Turn)
+		}
+		if err != nil {
+			a.closeListeners()
+			a.closeMigrationListeners()
+			eng.close()
+			rep.Error = err.Error()
+			return rep
+		}
+	}
 	if err := a.host.stageUp(a); err != nil {
 		a.closeListeners()
 		a.closeMigrationListeners()
 		eng.close()
+		if eng.turn != nil {
+			a.host.releaseTurn(eng.turn)
+		}
 		rep.Error = err.Error()
 		return rep
 	}
@@ -526,11 +543,14 @@ func (a *stageActor) shutdown() {
 	for _, p := range a.eng.peers {
 		p.lk.Close()
 	}
-	a.eng.box.fail(dataplane.ErrClosed)
+	a.eng.abort(dataplane.ErrClosed)
 	if a.busy != nil {
 		<-a.busy
 	}
 	a.eng.close()
+	if a.eng.turn != nil {
+		a.host.releaseTurn(a.eng.turn)
+	}
 	a.eng = nil
 	a.host.stageDown(a)
 }

@@ -187,6 +187,11 @@
 // runs `recompute m` (the forward pass again) before each backward pass;
 // zb splits each backward pass into `backward_input m` and `weight m`,
 // stage k's weight passes lagging k micro-batches, in ascending order.
+// Interleaved 1F1B runs P×v stages on P nodes, node i holding stages i,
+// i+P, ... (Partition.Chunks): each stage's program is its share of its
+// node's passes in Megatron-LM's order (InterleavedOrder), and the node
+// runs them as one executor in that order (Plan.NodeOrder), which the
+// simulator replays and the runtime enforces.
 //
 // # Simulator
 //

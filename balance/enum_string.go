@@ -12,11 +12,12 @@ func _() {
 	_ = x[OneFOneB-1]
 	_ = x[GraphSchedule-2]
 	_ = x[ZeroBubble-3]
+	_ = x[Interleaved-4]
 }
 
-const _Schedule_name = "gpipe1f1bgraphzb"
+const _Schedule_name = "gpipe1f1bgraphzbinterleaved"
 
-var _Schedule_index = [...]uint8{0, 5, 9, 14, 16}
+var _Schedule_index = [...]uint8{0, 5, 9, 14, 16, 27}
 
 func (i Schedule) String() string {
 	idx := int(i) - 0

@@ -11,8 +11,23 @@ import (
 
 // Partition assigns every layer of a model to exactly one stage and every
 // stage to a node. Stages are numbered by their position.
+//
+// With Chunks = v > 1 (the interleaved schedule) the partition has P×v
+// stages on P nodes: stage s runs on the node of stage s mod P, so node i
+// holds the v non-adjacent stages i, i+P, i+2P, ... (its chunks), and
+// stages 0..P-1 are on distinct nodes. Such stages have no replicas.
 type Partition struct {
+	Chunks int         `json:"chunks,omitempty"`
 	Stages []PartStage `json:"stages"`
+}
+
+// chunkNodes returns the number of nodes an interleaved partition's
+// stages run on (P = stages / chunks), else the number of stages.
+func (p *Partition) chunkNodes() int {
+	if p.Chunks > 1 {
+		return len(p.Stages) / p.Chunks
+	}
+	return len(p.Stages)
 }
 
 // PartStage is one stage: the node that runs it and its layers, in the
@@ -125,12 +140,29 @@ func newStageGraph(g *nn.Graph, p *Partition, nodeIndex map[string]int) (*stageG
 		pos[n.Name] = i
 		sg.stage[i] = -1
 	}
+	if p.Chunks < 0 || p.Chunks == 1 {
+		return nil, fmt.Errorf("%w: %d chunks per node (interleaving needs 2 at least; 0 for none)", ErrPlan, p.Chunks)
+	}
+	P := p.chunkNodes()
+	if p.Chunks > 1 && (S%p.Chunks != 0 || P < 2) {
+		return nil, fmt.Errorf("%w: %d stages in %d chunks per node (an interleaved partition has P×v stages on P >= 2 nodes)", ErrPlan, S, p.Chunks)
+	}
 	usedBy := map[string]int{}
 	for s, st := range p.Stages {
 		if len(st.Layers) == 0 {
 			return nil, fmt.Errorf("%w: stage %d (node %q) has no layers", ErrEmptyStage, s, st.Node)
 		}
+		if p.Chunks > 1 && len(st.Replicas) > 0 {
+			return nil, fmt.Errorf("%w: stage %d has replicas; an interleaved partition has none", ErrPlan, s)
+		}
+		if s >= P && st.Node != p.Stages[s%P].Node {
+			return nil, fmt.Errorf("%w: stage %d is on node %q; with %d chunks per node it is chunk %d of stage %d's node %q",
+				ErrNodeReused, s, st.Node, p.Chunks, s/P, s%P, p.Stages[s%P].Node)
+		}
 		for _, n := range st.Nodes() {
+			if s >= P {
+				break // a later chunk of a node checked above
+			}
 			if _, ok := nodeIndex[n]; !ok {
 				return nil, fmt.Errorf("%w: stage %d is placed on node %q (have %s)", ErrUnknownNode, s, n, strings.Join(sortedKeys(nodeIndex), ", "))
 			}

@@ -31,16 +31,22 @@ const (
 	// upstream at once, and the weight gradients (OpWeight), run after it
 	// in micro-batch order, which fills the drain's bubble.
 	ZeroBubble // zb
+	// Interleaved is interleaved 1F1B (Megatron-LM, Narayanan et al., SC
+	// 2021) on a chain of P×v stages: node i holds the v non-adjacent
+	// stages (chunks) i, i+P, i+2P, ... and runs them as one executor in
+	// the order InterleavedOrder gives, which shrinks 1F1B's bubble from
+	// (P-1)/M to (P-1)/(v·M) of the ideal step. M is a multiple of P.
+	Interleaved // interleaved
 )
 
-// ParseSchedule reads "gpipe", "1f1b", "graph" or "zb".
+// ParseSchedule reads "gpipe", "1f1b", "graph", "zb" or "interleaved".
 func ParseSchedule(s string) (Schedule, error) {
-	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule, ZeroBubble} {
+	for _, k := range []Schedule{GPipe, OneFOneB, GraphSchedule, ZeroBubble, Interleaved} {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b, graph or zb)", ErrPlan, s)
+	return 0, fmt.Errorf("%w: unknown schedule %q (want gpipe, 1f1b, graph, zb or interleaved)", ErrPlan, s)
 }
 
 func (s Schedule) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -214,8 +220,11 @@ type Plan struct {
 	// the replicas' backward passes wait for each other. Without it a
 	// replica receives that sum after its last backward pass, and every
 	// replica still ends with the same total, ((g0 + g1) + g2) ...
-	ChainedSums bool        `json:"chained_sums,omitempty"`
-	Stages      []StagePlan `json:"stages"`
+	ChainedSums bool `json:"chained_sums,omitempty"`
+	// Chunks is v under the interleaved schedule (see Partition.Chunks):
+	// stage s runs on the node of stage s mod (len(Stages)/v); 0 otherwise.
+	Chunks int         `json:"chunks,omitempty"`
+	Stages []StagePlan `json:"stages"`
 }
 
 // StagePlan is one stage, or one replica of a stage.
@@ -337,7 +346,7 @@ func (p *Plan) Replicated() bool {
 // executors, with the numbers of their micro-batches as shares unless
 // those are the equal split.
 func (p *Plan) Partition() *Partition {
-	q := &Partition{}
+	q := &Partition{Chunks: p.Chunks}
 	var execs [][]int
 	for k, s := range p.Stages {
 		if s.Replica > 0 && len(q.Stages) > 0 {
@@ -401,14 +410,24 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (
 	if sched == OneFOneB && !sg.isPath() {
 		return nil, fmt.Errorf("%w: 1f1b needs stages that form a chain s0 -> s1 -> ...; use the graph schedule", ErrPlan)
 	}
-	if sched < GPipe || sched > ZeroBubble {
+	if sched < GPipe || sched > Interleaved {
 		return nil, fmt.Errorf("%w: unknown schedule %d", ErrPlan, sched)
+	}
+	v := sg.part.Chunks
+	if (sched == Interleaved) != (v > 1) {
+		return nil, fmt.Errorf("%w: a partition with %d chunks per node under the %s schedule (chunks go with interleaved, and only there)", ErrPlan, v, sched)
+	}
+	if sched == Interleaved && (!sg.isPath() || slices.Contains(rec, true)) {
+		return nil, fmt.Errorf("%w: interleaved needs stages that form a chain, without recomputation", ErrPlan)
+	}
+	if P := sg.part.chunkNodes(); sched == Interleaved && M%P != 0 {
+		return nil, fmt.Errorf("%w: interleaved 1F1B needs micro-batches in a multiple of the %d nodes, not %d", ErrPlan, P, M)
 	}
 	if sched == ZeroBubble && (!sg.isPath() || sg.part.Replicated() || slices.Contains(rec, true)) {
 		return nil, fmt.Errorf("%w: zb needs stages that form a chain, without replicas or recomputation", ErrPlan)
 	}
 	S := len(sg.layers)
-	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated()}
+	p := &Plan{Format: 1, Graph: GraphHash(g), Schedule: sched, MicroBatches: M, MicroBatchSize: b, ChainedSums: chained && sg.part.Replicated(), Chunks: max(v, 0)}
 	// Executors: each stage's nodes in turn, IDs in order.
 	execs := make([][]int, S)  // stage -> executor IDs
 	execOf := make([][]int, S) // stage -> micro-batch -> executor ID
@@ -467,8 +486,21 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (
 				}
 				st.Outputs = append(st.Outputs, StageOutput{Name: t, To: to, Grad: g.Node(t).RequiresGrad && len(to) > 0})
 			}
-			st.Program = program(&st, progShape{sched: sched, micros: micros[id], depth: nodeDepth(s),
-				execOf: execOf, replicas: execs[s], chained: p.ChainedSums}, pos)
+			sh := progShape{sched: sched, micros: micros[id], depth: nodeDepth(s),
+				execOf: execOf, replicas: execs[s], chained: p.ChainedSums}
+			if sched == Interleaved {
+				P := sg.part.chunkNodes()
+				order, err := InterleavedOrder(P, v, s%P, M)
+				if err != nil {
+					return nil, err
+				}
+				for _, ps := range order {
+					if ps.Chunk == s/P {
+						sh.passes = append(sh.passes, ps)
+					}
+				}
+			}
+			st.Program = program(&st, sh, pos)
 			p.Stages = append(p.Stages, st)
 		}
 	}
@@ -523,6 +555,9 @@ type progShape struct {
 	execOf   [][]int
 	replicas []int
 	chained  bool
+	// passes are, under the interleaved schedule, the stage's passes in
+	// its node's order (InterleavedOrder).
+	passes []Pass
 }
 
 // program writes executor st's instruction list. The tensors of one
@@ -653,6 +688,14 @@ func program(st *StagePlan, sh progShape, pos map[string]int) []Instr {
 		for ; nw < M; nw++ {
 			prog = append(prog, Instr{Op: OpWeight, Micro: nw})
 		}
+	case Interleaved:
+		for _, ps := range sh.passes {
+			if ps.Backward {
+				bwd(ps.Micro)
+			} else {
+				fwd(ps.Micro)
+			}
+		}
 	case GPipe:
 		for m := 0; m < M; m++ {
 			pass(m, fwd)
@@ -706,6 +749,9 @@ func (p *Plan) Validate(g *nn.Graph) error {
 	if p.Graph != GraphHash(g) {
 		return fmt.Errorf("%w: plan is for graph %s, model is %s", ErrPlan, p.Graph, GraphHash(g))
 	}
+	if (p.Schedule == Interleaved) != (p.Chunks > 1) || p.Chunks < 0 {
+		return fmt.Errorf("%w: %d chunks per node under the %s schedule (interleaved has 2 or more, the others none)", ErrPlan, p.Chunks, p.Schedule)
+	}
 	var nodes []string
 	for i, s := range p.Stages {
 		if s.ID != i {
@@ -758,6 +804,11 @@ func (p *Plan) Validate(g *nn.Graph) error {
 		}
 		if err := checkProgram(p, &want.Stages[i], runs); err != nil {
 			return err
+		}
+		if p.Schedule == Interleaved && !slices.EqualFunc(a.Program, b.Program, func(x, y Instr) bool {
+			return x.Op == y.Op && x.Micro == y.Micro && x.Peer == y.Peer && slices.Equal(x.Tensors, y.Tensors)
+		}) {
+			return fmt.Errorf("%w: stage %d's program is not its chunk's share of its node's interleaved 1F1B order", ErrPlan, i)
 		}
 	}
 	// Matched transfers and no deadlock: replay with unit costs.

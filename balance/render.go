@@ -11,10 +11,15 @@ import (
 )
 
 // WriteSVG draws the simulated step of p as a Gantt chart: one row per
-// stage (per replica, "s1.0", of a stage with replicas), a box per forward
-// (blue) and backward (green) pass labelled with its micro-batch, the
-// optimizer step in grey, and one thin row per link with its transfers
-// (gradient sums in purple), on a time axis in milliseconds.
+// executor, a box per forward (blue) and backward (green) pass labelled
+// with its micro-batch, the optimizer step in grey, and one thin row per
+// link with its transfers (gradient sums in purple), on a time axis in
+// milliseconds. An executor is a stage, or a replica ("s1.0") of a stage
+// with replicas; under the interleaved schedule it is a node, whose row
+// holds all its chunks, told apart by shade and labelled "chunk.micro":
+// the node runs one pass at a time, so its row shows its bubble, where
+// rows per chunk would show as idle the time the node spends on its
+// other chunks.
 func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	const (
 		width  = 1400.0
@@ -26,6 +31,12 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 		legend = 40.0
 	)
 	S := len(p.Stages)
+	row := func(s int) int { return s }
+	rows := S
+	if p.Schedule == Interleaved && p.Chunks > 1 {
+		rows = S / p.Chunks
+		row = func(s int) int { return s % rows }
+	}
 	links := map[[2]int]int{}
 	var linkRows [][2]int
 	for _, e := range r.Events {
@@ -37,7 +48,7 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 			}
 		}
 	}
-	height := top + float64(S)*rowH + 16 + float64(len(linkRows))*linkH + 30 + legend
+	height := top + float64(rows)*rowH + 16 + float64(len(linkRows))*linkH + 30 + legend
 	span := r.StepTime
 	if span <= 0 {
 		span = 1
@@ -50,22 +61,36 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 	if p.Replicated() {
 		stages = fmt.Sprintf("%d stages on %d nodes", p.Stages[S-1].Group+1, S)
 	}
+	if rows < S {
+		stages = fmt.Sprintf("%d stages on %d nodes, %d chunks each", S, rows, p.Chunks)
+	}
 	title := fmt.Sprintf("%s %s, %s, M=%d micro-batches of %d: step %.2f ms, bubble %.1f%%, %.0f samples/s",
-		p.Model, p.Schedule, stages, p.MicroBatches, p.MicroBatchSize, r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput)
+		p.Model, p.ScheduleText(), stages, p.MicroBatches, p.MicroBatchSize, r.StepTime*1e3, 100*r.BubbleFraction, r.Throughput)
 	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(strings.TrimSpace(title)))
 	// Time axis.
 	step := niceStep(span * 1e3 / 10)
-	axisY := top + float64(S)*rowH + 4
+	axisY := top + float64(rows)*rowH + 4
 	for t := 0.0; t <= span*1e3+1e-9; t += step {
 		xx := x(t / 1e3)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", xx, top-6, xx, axisY)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s ms</text>`+"\n", xx, top-10, trimFloat(t))
 	}
-	for s, st := range p.Stages {
+	for s, st := range p.Stages[:rows] {
 		y := top + float64(s)*rowH
 		label := execName(p, s) + " @" + st.Node
-		if r.Stages != nil && s < len(r.Stages) {
-			label += fmt.Sprintf("  busy %.0f%%", 100*r.Stages[s].BusyFraction)
+		var chunks []string
+		busy := 0.0
+		for k := s; k < S; k += rows {
+			chunks = append(chunks, execName(p, k))
+			if k < len(r.Stages) {
+				busy += r.Stages[k].BusyFraction
+			}
+		}
+		if rows < S {
+			label = st.Node + ": " + strings.Join(chunks, ",")
+		}
+		if s < len(r.Stages) {
+			label += fmt.Sprintf("  busy %.0f%%", 100*busy)
 		}
 		fmt.Fprintf(&b, `<text x="8" y="%.1f">%s</text>`+"\n", y+rowH/2+4, html.EscapeString(label))
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f6f6f6"/>`+"\n", left, y+2, width-left-right, rowH-4)
@@ -74,13 +99,20 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 		if e.Link() || e.End <= e.Start {
 			continue
 		}
-		y := top + float64(e.Stage)*rowH
+		y := top + float64(row(e.Stage))*rowH
 		fill, text := "#9e9e9e", "step"
 		switch e.Op {
 		case OpForward:
 			fill, text = shade("#4e79a7", "#2f5b8a", e.Micro), fmt.Sprint(e.Micro)
 		case OpBackward, OpBackwardInput:
 			fill, text = shade("#59a14f", "#3d7f35", e.Micro), fmt.Sprint(e.Micro)
+		}
+		if c := e.Stage / rows; rows < S && e.Op != OpStep {
+			// Chunks alternate dark and light; the label names the chunk.
+			fill = map[Op][2]string{OpForward: {"#2f5b8a", "#8db3dc"}, OpBackward: {"#3d7f35", "#9fd194"}}[e.Op][c%2]
+			text = fmt.Sprintf("%d.%d", c, e.Micro)
+		}
+		switch e.Op {
 		case OpWeight:
 			fill, text = shade("#edc948", "#c9a227", e.Micro), fmt.Sprint(e.Micro)
 		case OpRecompute:
@@ -93,7 +125,7 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 			fmt.Fprintf(&b, `<text x="%.2f" y="%.1f" text-anchor="middle" fill="white">%s</text>`+"\n", (x0+x1)/2, y+rowH/2+4, text)
 		}
 	}
-	ly := top + float64(S)*rowH + 16
+	ly := top + float64(rows)*rowH + 16
 	for k, lk := range linkRows {
 		y := ly + float64(k)*linkH
 		fmt.Fprintf(&b, `<text x="8" y="%.1f" font-size="9" fill="#555">link %s→%s</text>`+"\n", y+9, execName(p, lk[0]), execName(p, lk[1]))

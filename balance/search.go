@@ -27,8 +27,11 @@ type Options struct {
 	// a partition description (see ParseSpec).
 	Partitioner string
 	// Schedule is "auto" (the default: GPipe, and 1F1B or graph), "gpipe",
-	// "1f1b", "graph" or "zb".
+	// "1f1b", "graph", "zb" or "interleaved".
 	Schedule string
+	// Chunks is, under the interleaved schedule, the chunks (stages) per
+	// node; 0 tries InterleavedChunks and keeps the fastest.
+	Chunks int
 	// Batch is the mini-batch size in samples (required).
 	Batch int
 	// MicroBatches is M; 0 tries every M that divides Batch up to
@@ -119,6 +122,12 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	l := newLayout(g, prof)
 	if o.Partitioner == "" {
 		o.Partitioner = Balanced
+	}
+	if o.Schedule == Interleaved.String() {
+		return searchInterleaved(l, net, slots, o, Ms)
+	}
+	if o.Chunks != 0 {
+		return nil, fmt.Errorf("%w: %d chunks per node under the %s schedule (chunks are for --schedule interleaved)", ErrPlan, o.Chunks, o.Schedule)
 	}
 	var fixed *Partition
 	switch o.Partitioner {
@@ -374,12 +383,18 @@ type candidate struct {
 
 func (c *candidate) fits() bool { return c.overuse() <= 1 }
 
-// overuse is the largest ratio of a stage's peak memory to its node's.
+// overuse is the largest ratio of a node's peak memory (its stages',
+// added: the chunks of an interleaved node) to its memory.
 func (c *candidate) overuse() float64 {
-	u := 0.0
+	need, limit := map[string]float64{}, map[string]int64{}
 	for _, s := range c.rep.Stages {
-		if s.MemoryLimit > 0 {
-			u = max(u, s.PeakMemory/float64(s.MemoryLimit))
+		need[s.Node] += s.PeakMemory
+		limit[s.Node] = s.MemoryLimit
+	}
+	u := 0.0
+	for n, m := range need {
+		if limit[n] > 0 {
+			u = max(u, m/float64(limit[n]))
 		}
 	}
 	return u
@@ -444,10 +459,10 @@ func scheduleKinds(s string) []Schedule {
 // CheckSchedule validates a schedule option.
 func CheckSchedule(s string) error {
 	switch s {
-	case "", "auto", "gpipe", "1f1b", "graph", "zb":
+	case "", "auto", "gpipe", "1f1b", "graph", "zb", "interleaved":
 		return nil
 	}
-	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b, graph or zb)", ErrPlan, s)
+	return fmt.Errorf("%w: unknown schedule %q (want auto, gpipe, 1f1b, graph, zb or interleaved)", ErrPlan, s)
 }
 
 // solve runs the dynamic programme and returns up to keep solutions,

@@ -309,8 +309,8 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 }
 
 type simItem struct {
-	t     float64
-	stage int
+	t    float64
+	exec int
 }
 
 type simHeap []simItem
@@ -320,7 +320,7 @@ func (h simHeap) Less(i, j int) bool {
 	if h[i].t != h[j].t {
 		return h[i].t < h[j].t
 	}
-	return h[i].stage < h[j].stage
+	return h[i].exec < h[j].exec
 }
 func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *simHeap) Push(x any)   { *h = append(*h, x.(simItem)) }
@@ -356,10 +356,17 @@ func lastReplica(p *Plan, e int) bool {
 	return e+1 >= len(p.Stages) || p.Stages[e+1].Replica == 0
 }
 
-// replay runs the plan's programs against costs in time order.
+// replay runs the plan's executors against costs in time order: each
+// stage, or under the interleaved schedule each node, runs its
+// instructions in order, one at a time.
 func replay(p *Plan, c simCosts) (*Report, error) {
 	S := len(p.Stages)
-	pcs := make([]int, S)
+	execs, err := p.executors()
+	if err != nil {
+		return nil, err
+	}
+	E := len(execs)
+	pcs := make([]int, E) // per executor, into its order
 	done := make([]float64, S)
 	busy := make([]float64, S)
 	inflight := make([]int, S)
@@ -376,30 +383,34 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 	for s := range reachedPC {
 		reachedPC[s] = -1
 	}
-	waiting := map[msgKey]int{}
-	blockedAt := make([]float64, S)
+	waiting := map[msgKey]int{} // message -> the executor waiting for it
+	blockedAt := make([]float64, E)
 	linkFree := map[[2]int]float64{}
 	linkStats := map[[2]int]*LinkReport{}
 	var events []Event
 	h := &simHeap{}
 	for s := 0; s < S; s++ {
-		heap.Push(h, simItem{0, s})
 		if len(p.Stages[s].Program) == 0 {
 			return nil, fmt.Errorf("%w: stage %d has an empty program", ErrPlan, s)
 		}
 	}
+	for e := 0; e < E; e++ {
+		heap.Push(h, simItem{0, e})
+	}
 	finished := 0
 	for h.Len() > 0 {
 		it := heap.Pop(h).(simItem)
-		s, t := it.stage, it.t
+		e, t := it.exec, it.t
+		sl := execs[e][pcs[e]]
+		s, pc := sl.Stage, sl.PC
 		prog := p.Stages[s].Program
-		in := prog[pcs[s]]
+		in := prog[pc]
 		next := t
 		if in.Op != OpSendSum {
 			fwdFrom[s] = -1
 		}
-		if reachedPC[s] != pcs[s] {
-			reachedPC[s], reached[s] = pcs[s], t
+		if reachedPC[s] != pc {
+			reachedPC[s], reached[s] = pc, t
 		}
 		switch in.Op {
 		case OpRecvAct, OpRecvGrad, OpRecvSum:
@@ -419,8 +430,8 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			}
 			arrival, ok := arrived[k]
 			if !ok {
-				waiting[k] = s
-				blockedAt[s] = t
+				waiting[k] = e
+				blockedAt[e] = t
 				continue
 			}
 			if !slices.Equal(sent[k], in.Tensors) {
@@ -428,7 +439,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			}
 			delete(arrived, k)
 			next = max(t, arrival)
-			if in.Op == OpRecvSum && pcs[s]+1 < len(prog) && prog[pcs[s]+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
+			if in.Op == OpRecvSum && pc+1 < len(prog) && prog[pc+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
 				fwdFrom[s], fwdTo[s] = max(began[k], reached[s]), arrival
 			}
 		case OpSendAct, OpSendGrad, OpSendSum:
@@ -480,19 +491,22 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			busy[s] += d
 			events = append(events, Event{Stage: s, Op: in.Op, Micro: in.Micro, Peer: noPeer, Start: t, End: next})
 		}
-		pcs[s]++
-		if pcs[s] == len(prog) {
+		if pc == len(prog)-1 {
 			done[s] = next
+		}
+		pcs[e]++
+		if pcs[e] == len(execs[e]) {
 			finished++
 			continue
 		}
-		heap.Push(h, simItem{next, s})
+		heap.Push(h, simItem{next, e})
 	}
-	if finished < S {
+	if finished < E {
 		var stuck []string
-		for s := 0; s < S; s++ {
-			if pcs[s] < len(p.Stages[s].Program) {
-				stuck = append(stuck, fmt.Sprintf("stage %d at %v", s, p.Stages[s].Program[pcs[s]]))
+		for e := 0; e < E; e++ {
+			if pcs[e] < len(execs[e]) {
+				sl := execs[e][pcs[e]]
+				stuck = append(stuck, fmt.Sprintf("stage %d at %v", sl.Stage, p.Stages[sl.Stage].Program[sl.PC]))
 			}
 		}
 		return nil, fmt.Errorf("%w: %s", ErrDeadlock, strings.Join(stuck, "; "))
@@ -517,7 +531,8 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 		r.Stages = append(r.Stages, sr)
 	}
 	if r.StepTime > 0 {
-		r.BubbleFraction = 1 - total/(float64(S)*r.StepTime)
+		// Of the executors' time: an interleaved node's chunks share it.
+		r.BubbleFraction = 1 - total/(float64(E)*r.StepTime)
 	}
 	for _, ls := range linkStats {
 		if r.StepTime > 0 {

@@ -17,13 +17,16 @@ import (
 //	conv1-layer2.3.relu3 + fc@a; layer3.0.conv1-avgpool@b
 //	fc1-fc16@a,b; fc17-fc32@c
 //	fc1-fc16@a:3,b:1; fc17-fc32@c
+//	fc1-fc8@a; fc9-fc16@b; fc17-fc24@a; fc25-fc32@b
 //
 // Stages are separated by ';', a stage is one or more ranges joined by
 // '+', optionally followed by '@' and its nodes: one, or several
 // separated by ',' (replicas, see PartStage), each optionally with its
 // share of the micro-batches after ':' (all or none). Stages without a
-// node take the nodes no stage names, in the order of nodes. The result
-// is validated (Partition.Validate).
+// node take the nodes no stage names, in the order of nodes. Stages that
+// name their nodes in a cycle, P nodes for P×v stages, are the chunks of an
+// interleaved partition (Partition.Chunks = v). The result is validated
+// (Partition.Validate).
 func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 	pos := map[string]int{}
 	for i, n := range g.Nodes {
@@ -112,6 +115,15 @@ func ParseSpec(g *nn.Graph, spec string, nodes []string) (*Partition, error) {
 			}
 		}
 		p.Stages = append(p.Stages, ps)
+	}
+	// A node named by several stages holds them as chunks (the
+	// interleaved schedule): S stages on P distinct nodes, P dividing S.
+	distinct := map[string]bool{}
+	for _, st := range p.Stages {
+		distinct[st.Node] = true
+	}
+	if P := len(distinct); P >= 2 && P < len(p.Stages) && len(p.Stages)%P == 0 {
+		p.Chunks = len(p.Stages) / P
 	}
 	idx := map[string]int{}
 	for i, n := range nodes {

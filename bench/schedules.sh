@@ -2,7 +2,7 @@
 # One pipelined job on NODES (default 3) `ppnode join` processes on
 # 127.0.0.1 (one thread each), printed as its plan, the simulator's step time and bubble,
 # and the measured ones: the median step of the run, and the median over
-# the last 8 steps of 1 - sum(stage busy) / (stages x step wall time).
+# the last 8 steps of 1 - sum(stage busy) / (nodes x step wall time).
 # The coordinator plans with node speeds it measures under whatever else
 # the machine runs.
 #
@@ -51,7 +51,9 @@ st = json.load(open(sys.argv[2]))
 bub = []
 for s in st.get("last_steps", []):
     busy = sum(x["forward_ms"] + x["backward_ms"] + x["update_ms"] for x in s["stages"])
-    bub.append(1 - busy / (len(s["stages"]) * s["wall_ms"]))
+    # Per node: an interleaved node's chunks share its time.
+    nodes = len({x["node"] for x in st["stages"]}) or len(s["stages"])
+    bub.append(1 - busy / (nodes * s["wall_ms"]))
 rec = [("s%d" % s["id"]) for s in st.get("stages", []) if s.get("recompute")]
 print("plan %s (%s, M=%d), recomputing: %s" % (res["plan"], res["schedule"], res["micro_batches"], ", ".join(rec) or "none"))
 print("step: predicted %.1f ms, measured %.1f ms (x%.2f); bubble: predicted %.1f%%, measured %.1f%%; %.1f samples/s"

@@ -53,7 +53,7 @@ func TestExactness(t *testing.T) {
 	t.Parallel()
 	type job struct {
 		partition, schedule string
-		stages              int // 0: the plan decides
+		stages              int // nodes the job runs on; 0: the plan decides
 		uno                 bool
 	}
 	bySize := [][]job{
@@ -62,6 +62,7 @@ func TestExactness(t *testing.T) {
 			{"fc1-fc16@b; fc17-fc32@a", "gpipe", 2, false},
 			{"uniform", "1f1b", 2, false},
 			{"auto", "auto", 0, false},
+			{"auto", "interleaved", 2, false},
 		},
 		3: {
 			{"uniform", "gpipe", 3, false},
@@ -71,6 +72,7 @@ func TestExactness(t *testing.T) {
 			{"fc1-fc3@a; fc4-fc20@b; fc21-fc30@c; fc31-fc32@d", "1f1b", 4, false},
 			{"uniform", "gpipe", 4, false},
 			{"auto", "auto", 0, false},
+			{"uniform", "interleaved", 4, false},
 			{"flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", "graph", 4, true},
 			{"auto", "auto", 0, true},
 		},
@@ -78,7 +80,7 @@ func TestExactness(t *testing.T) {
 	if testing.Short() {
 		bySize = [][]job{
 			1: {{"auto", "auto", 0, false}},
-			2: {{"fc1-fc16@b; fc17-fc32@a", "gpipe", 2, false}},
+			2: {{"fc1-fc16@b; fc17-fc32@a", "gpipe", 2, false}, {"auto", "interleaved", 2, false}},
 			3: {{"uniform", "1f1b", 3, false}},
 		}
 	}

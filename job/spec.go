@@ -81,8 +81,12 @@ type Spec struct {
 	// with parallel branches), "uniform", "params", "balanced", "graph",
 	// or a partition description such as "fc1-fc16@a; fc17-fc32@b".
 	Partition string `json:"partition,omitempty"`
-	// Schedule is "auto", "gpipe", "1f1b", "graph" or "zb".
+	// Schedule is "auto", "gpipe", "1f1b", "graph", "zb" or "interleaved".
 	Schedule string `json:"schedule,omitempty"`
+	// Chunks is, under the interleaved schedule, the stages (chunks) each
+	// node holds, 2 or more; 0 lets the planner choose 2, 3 or 4 by
+	// simulation. Other schedules take none.
+	Chunks int `json:"chunks,omitempty"`
 	// Recompute is "none" (empty), "auto" (stages recompute their
 	// activations at the backward pass where their node's memory requires
 	// it) or "all" (balance.Options.Recompute).
@@ -140,6 +144,7 @@ const (
 	MaxSyntheticSamples = 1 << 22
 	DefaultReplicas     = 2
 	MaxReplicas         = 8
+	MaxChunks           = 16 // interleaved stages per node
 )
 
 // ErrSpec wraps every problem with a job spec.
@@ -275,6 +280,9 @@ func (s *Spec) normalize() error {
 	if err := balance.CheckRecompute(s.Recompute); err != nil {
 		return specErr("%v", err)
 	}
+	if err := s.checkInterleaved(); err != nil {
+		return err
+	}
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
 		return specErr("%v", err)
 	}
@@ -288,6 +296,36 @@ func (s *Spec) normalize() error {
 	}
 	if err := nn.CheckBackend(s.Backend, s.Deterministic); err != nil {
 		return specErr("%v", err)
+	}
+	return nil
+}
+
+// checkInterleaved refuses what the interleaved schedule does not run:
+// fewer than 2 chunks, chunks under another schedule, replicated stages,
+// the graph partitioner's DAGs of stages, recomputation, and micro-batches
+// that are no multiple of --max-nodes. The planner refuses the rest with
+// the model and the nodes at hand: M not a multiple of the nodes, a model
+// whose stages do not form a chain, too few layers for nodes × chunks.
+func (s *Spec) checkInterleaved() error {
+	if s.Schedule != balance.Interleaved.String() {
+		if s.Chunks != 0 {
+			return specErr("%d chunks per node under the %s schedule: chunks are for the interleaved schedule", s.Chunks, s.Schedule)
+		}
+		return nil
+	}
+	switch {
+	case s.Chunks < 0 || s.Chunks == 1:
+		return specErr("interleaved with %d chunks per node: it needs 2 or more (0: chosen by the planner)", s.Chunks)
+	case s.Chunks > MaxChunks:
+		return specErr("interleaved with %d chunks per node: at most %d", s.Chunks, MaxChunks)
+	case s.Partition == balance.GraphPP || s.Partition == balance.Params:
+		return specErr("interleaved cuts the model into a chain of stages by time: partition auto, balanced or uniform, not %s", s.Partition)
+	case strings.Contains(s.Partition, ","):
+		return specErr("interleaved does not run replicated stages (the partition %q gives a stage several nodes)", s.Partition)
+	case s.Recompute != "" && s.Recompute != balance.RecomputeNone:
+		return specErr("interleaved does not recompute activations (recompute %s)", s.Recompute)
+	case s.MicroBatches > 0 && s.MaxNodes > 0 && s.MicroBatches%s.MaxNodes != 0:
+		return specErr("interleaved needs micro-batches in a multiple of the nodes: %d micro-batches on up to %d nodes", s.MicroBatches, s.MaxNodes)
 	}
 	return nil
 }

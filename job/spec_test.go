@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -80,6 +81,37 @@ func TestCheckedJSON(t *testing.T) {
 		var got Checked
 		if err := json.Unmarshal([]byte(in), &got); !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want an error wrapping ErrSpec", name, err)
+		}
+	}
+}
+
+// The interleaved schedule is checked at the edge: chunks 2 or more (0:
+// the planner's choice), and only with it; neither replicated stages, the
+// graph partitioner's DAGs, recomputation, nor micro-batches that are no
+// multiple of --max-nodes.
+func TestCheckInterleaved(t *testing.T) {
+	for _, c := range []struct {
+		mod  func(*Spec)
+		want string // "" for accepted
+	}{
+		{func(s *Spec) { s.Chunks = 2 }, ""},
+		{func(s *Spec) { s.Chunks = 0 }, ""},
+		{func(s *Spec) { s.Chunks, s.MaxNodes, s.MicroBatches = 3, 2, 4 }, ""},
+		{func(s *Spec) { s.Chunks = 1 }, "2 or more"},
+		{func(s *Spec) { s.Chunks = -2 }, "2 or more"},
+		{func(s *Spec) { s.Chunks = MaxChunks + 1 }, "at most"},
+		{func(s *Spec) { s.Schedule, s.Chunks = "1f1b", 2 }, "chunks are for the interleaved schedule"},
+		{func(s *Spec) { s.Partition = "fc1-fc16@a,b; fc17-fc32@c" }, "replicated stages"},
+		{func(s *Spec) { s.Partition = "graph" }, "chain of stages"},
+		{func(s *Spec) { s.Recompute = "auto" }, "recompute"},
+		{func(s *Spec) { s.MaxNodes, s.MicroBatches = 3, 4 }, "multiple of the nodes"},
+	} {
+		s := DefaultSpec()
+		s.Schedule, s.Batch, s.MicroBatches = "interleaved", 16, 4
+		c.mod(&s)
+		_, err := Check(s)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v, want %q", s, err, c.want)
 		}
 	}
 }

@@ -25,6 +25,7 @@ type planResult struct {
 	Spec           string          `json:"spec"`
 	Stages         []planStageJSON `json:"stages"`
 	Schedule       string          `json:"schedule"`
+	Chunks         int             `json:"chunks,omitempty"`
 	MicroBatches   int             `json:"micro_batches"`
 	MicroBatchSize int             `json:"micro_batch_size"`
 	StepTime       float64         `json:"step_time_s"`
@@ -64,7 +65,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 64, "mini-batch size in samples")
 	micro := fs.String("micro-batches", "auto", "micro-batches per mini-batch: auto or N (must divide --batch)")
 	maxMicro := fs.Int("max-micro-batches", 32, "largest micro-batch count tried by auto")
-	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
+	sched := fs.String("schedule", "auto", "schedule: auto, gpipe, 1f1b, graph, zb (zero-bubble: backward passes split into input and weight gradients) or interleaved (1F1B with --chunks stages per node, Megatron-LM)")
+	chunks := fs.Int("chunks", 0, "interleaved: stages (chunks) per node, 2 or more (default: 2, 3 or 4, whichever simulates fastest)")
 	recompute := fs.String("recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	partition := fs.String("partition", "balanced", `partitioner (balanced, uniform, params, graph) or a partition such as "fc1-fc8@a; fc9-fc32@b"`)
 	profile := fs.String("profile", "measure", "layer profile: measure (on this machine), analytic (from FLOP counts) or a profile JSON file")
@@ -92,7 +94,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	opts := balance.Options{Partitioner: *partition, Schedule: *sched, Batch: *batch, MaxMicroBatches: *maxMicro, Optimizer: *optimizer, Model: *model,
-		Replicas: *replicas, ChainedSums: *deterministic, Recompute: *recompute}
+		Replicas: *replicas, ChainedSums: *deterministic, Recompute: *recompute, Chunks: *chunks}
 	if *micro != "auto" {
 		m, err := strconv.Atoi(*micro)
 		if err != nil || m < 1 {
@@ -200,7 +202,7 @@ func search(g *nn.Graph, prof *balance.ModelProfile, c *balance.Cluster, o balan
 
 func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile) planResult {
 	p, r := res.Plan, res.Report
-	pr := planResult{Model: p.Model, Partitioner: p.Partitioner, Spec: res.Spec, Schedule: p.Schedule.String(),
+	pr := planResult{Model: p.Model, Partitioner: p.Partitioner, Spec: res.Spec, Schedule: p.Schedule.String(), Chunks: p.Chunks,
 		MicroBatches: p.MicroBatches, MicroBatchSize: p.MicroBatchSize, StepTime: r.StepTime, Bubble: r.BubbleFraction,
 		Throughput: r.Throughput, SearchTime: took.Seconds(), Simulated: res.Simulated, PlanHash: p.Hash(), Profile: prof.Source}
 	for i, s := range p.Stages {
@@ -222,7 +224,7 @@ func printPlan(w io.Writer, res *balance.Result, took time.Duration, c *balance.
 			speed[n.Name] = n.GFLOPS / prof.GFLOPS
 		}
 	}
-	fmt.Fprintf(w, "plan: %s, %s partition, %s schedule, %d micro-batches of %d samples\n", p.Model, p.Partitioner, p.Schedule, p.MicroBatches, p.MicroBatchSize)
+	fmt.Fprintf(w, "plan: %s, %s partition, %s schedule, %d micro-batches of %d samples\n", p.Model, p.Partitioner, p.ScheduleText(), p.MicroBatches, p.MicroBatchSize)
 	rep := p.Replicated()
 	if rep {
 		order := "fast order (replicas end equal, not bit-identical to one process)"

@@ -91,3 +91,42 @@ func TestPlanReplicatedPartition(t *testing.T) {
 		}
 	}
 }
+
+// `ppnode plan --schedule interleaved --chunks 2` plans mlp32 on 4 nodes
+// as 8 stages, stage s on node s mod 4, names the schedule with its
+// chunks, and draws one row per node; 6 micro-batches on 4 nodes are
+// refused with the reason.
+func TestPlanInterleaved(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "plan.svg")
+	var stdout, stderr bytes.Buffer
+	args := []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
+		"--batch", "64", "--micro-batches", "8", "--schedule", "interleaved", "--chunks", "2", "--json", "--svg", svg}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	text := stdout.String()
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	var pr planResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &pr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "interleaved (2 chunks per node) schedule") || pr.Chunks != 2 || len(pr.Stages) != 8 {
+		t.Fatalf("%d stages, %d chunks in\n%s", len(pr.Stages), pr.Chunks, text)
+	}
+	for s, st := range pr.Stages {
+		if st.Node != pr.Stages[s%4].Node {
+			t.Errorf("stage %d on %s, stage %d on %s", s, st.Node, s%4, pr.Stages[s%4].Node)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.Contains(b, []byte("8 stages on 4 nodes, 2 chunks each")) || !bytes.Contains(b, []byte(">a: s0,s4")) {
+		t.Fatalf("the chart does not draw a row per node (%v)", err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	args = []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
+		"--batch", "48", "--micro-batches", "6", "--schedule", "interleaved"}
+	if code := run(args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "6 micro-batches on 4 nodes") {
+		t.Fatalf("M=6 on 4 nodes: exit %d: %s", code, stderr.String())
+	}
+}

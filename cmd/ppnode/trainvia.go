@@ -23,6 +23,7 @@ type clusterFlags struct {
 	via       string
 	partition string
 	schedule  string
+	chunks    int
 	recompute string
 	maxNodes  int
 	ckptEvery int
@@ -37,7 +38,8 @@ type clusterFlags struct {
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.via, "via", "", "submit the job through the node whose HTTP address this is (host:port)")
 	fs.StringVar(&c.partition, "partition", "auto", `partition: auto, uniform, params, balanced, graph, or a description such as "fc1-fc16@a; fc17-fc32@b"`)
-	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b, graph or zb (zero-bubble: backward passes split into input and weight gradients)")
+	fs.StringVar(&c.schedule, "schedule", "auto", "pipeline schedule: auto, gpipe, 1f1b, graph, zb (zero-bubble: backward passes split into input and weight gradients) or interleaved (1F1B with --chunks stages per node, Megatron-LM)")
+	fs.IntVar(&c.chunks, "chunks", 0, "interleaved: stages (chunks) per node, 2 or more (0: 2, 3 or 4, whichever the planner simulates fastest); the micro-batches must be a multiple of the nodes")
 	fs.StringVar(&c.recompute, "recompute", "none", "recompute activations at the backward pass instead of keeping them: none, auto (the stages whose node's memory requires it) or all")
 	fs.IntVar(&c.maxNodes, "max-nodes", 0, "use at most this many nodes (0: as many as help)")
 	fs.IntVar(&c.ckptEvery, "checkpoint-every", 0, "take a consistent cut every N steps (0: from its cost, ~2% of the time)")
@@ -66,7 +68,7 @@ func trainVia(spec job.Spec, f *trainFlags, c *clusterFlags, stdout, stderr io.W
 	if c.replicas < 1 || c.replicas > job.MaxReplicas {
 		return usagef("--replicas %d: want 1 to %d", c.replicas, job.MaxReplicas)
 	}
-	spec.Partition, spec.Schedule, spec.MaxNodes = c.partition, c.schedule, c.maxNodes
+	spec.Partition, spec.Schedule, spec.Chunks, spec.MaxNodes = c.partition, c.schedule, c.chunks, c.maxNodes
 	if c.recompute != "none" {
 		spec.Recompute = c.recompute
 	}

@@ -492,8 +492,14 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 }
 
 // rebalances reports whether the job re-plans by itself: with a
-// partitioner that weighs node speeds.
+// partitioner that weighs node speeds, and not interleaved (whose re-plans
+// are those a failure, a leaving node or a user asks for: following
+// measured speeds would take each node's speed from its chunks' timings,
+// which the policy was not tuned for).
 func rebalances(spec job.Spec) bool {
+	if spec.Schedule == balance.Interleaved.String() {
+		return false
+	}
 	switch spec.Partition {
 	case "auto", balance.Balanced, balance.GraphPP:
 		return !spec.NoRebalance

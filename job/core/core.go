@@ -526,7 +526,9 @@ func (c *Core) finishTraining(e CutTaken) {
 	elapsed := st.run.Seconds()
 	var nodes []string
 	for _, sp := range c.plan.Stages {
-		nodes = append(nodes, sp.Node)
+		if !slices.Contains(nodes, sp.Node) { // an interleaved node's chunks: once
+			nodes = append(nodes, sp.Node)
+		}
 	}
 	res := &job.Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
@@ -535,7 +537,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: e.Accuracy,
 		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
-		WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.Schedule.String(),
+		WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
@@ -671,8 +673,28 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	if part == "auto" {
 		part = balance.GraphPP
 	}
+	if n := len(cl.Nodes); s.Schedule == balance.Interleaved.String() && c.plan.Plan != nil && s.MicroBatches > 0 && s.MicroBatches%n != 0 {
+		// A running job re-plans over nodes that do not divide its
+		// micro-batches (a node failed or left): interleaved runs on the
+		// most of the fastest nodes that do. Its first plan refuses instead.
+		for n > 2 && s.MicroBatches%n != 0 {
+			n--
+		}
+		c.log.Info("interleaved: planning over the nodes that divide the micro-batches", "nodes", n, "of", len(cl.Nodes), "micro_batches", s.MicroBatches)
+		trimmed := *cl
+		trimmed.Nodes, trimmed.Links = cl.Nodes[:n], nil
+		for _, l := range cl.Links {
+			kept := func(name string) bool {
+				return slices.ContainsFunc(trimmed.Nodes, func(np balance.NodeProfile) bool { return np.Name == name })
+			}
+			if kept(l.From) && kept(l.To) {
+				trimmed.Links = append(trimmed.Links, l)
+			}
+		}
+		cl = &trimmed
+	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
-		Partitioner: part, Schedule: s.Schedule, Batch: s.Batch, MicroBatches: s.MicroBatches,
+		Partitioner: part, Schedule: s.Schedule, Chunks: s.Chunks, Batch: s.Batch, MicroBatches: s.MicroBatches,
 		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {
@@ -701,7 +723,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan) {
 	p := &c.plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
-	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.Schedule.String(), p.MicroBatches
+	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.ScheduleText(), p.MicroBatches
 	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.Stages = nil
 	p.domain = map[string]bool{}

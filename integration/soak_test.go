@@ -35,14 +35,15 @@ var (
 // soakQuotas are the CPU quotas a quota fault chooses from.
 var soakQuotas = []float64{0.25, 0.5, 1}
 
-// TestSoak runs a cluster for -soak while deterministic jobs run back to
-// back and faults come at random times: SIGKILL and restart, SIGSTOP and
-// SIGCONT, a graceful leave and a join, a CPU quota change, and (with
-// -soak-netns) a cut of the links between a node and another. One fault at
-// a time; after it the next waits until every node sees every other alive. Every finished job's weights must equal those of the
-// same spec trained in one process. Every 30 s it records each node's RSS,
-// goroutines and open files, and at the end compares each node's medians of
-// the first and last ten minutes.
+// TestSoak runs a cluster for -soak while deterministic jobs (GPipe,
+// 1F1B, zero-bubble or interleaved) run back to back and faults come at
+// random times: SIGKILL and restart, SIGSTOP and SIGCONT, a graceful leave
+// and a join, a CPU quota change, and (with -soak-netns) a cut of the links
+// between a node and another. One fault at a time; after it the next waits
+// until every node sees every other alive. Every finished job's weights
+// must equal those of the same spec trained in one process. Every 30 s it
+// records each node's RSS, goroutines and open files, and at the end
+// compares each node's medians of the first and last ten minutes.
 func TestSoak(t *testing.T) {
 	if *soakFor == 0 {
 		t.Skip("a benchmark: set -soak DURATION")
@@ -304,8 +305,12 @@ func (s *soak) jobs(r *rand.Rand, stop <-chan struct{}) {
 		spec.ID = fmt.Sprintf("soak-%d", i)
 		spec.Steps, spec.Epochs = 60+20*r.IntN(8), 100
 		spec.CheckpointEvery = 10 * (1 + r.IntN(3))
-		spec.Schedule = []string{"1f1b", "gpipe"}[r.IntN(2)]
+		spec.Schedule = []string{"1f1b", "gpipe", "zb", "interleaved"}[r.IntN(4)]
 		spec.Partition = []string{"uniform", "auto"}[r.IntN(2)]
+		if spec.Schedule == "interleaved" {
+			// Its nodes must divide the micro-batches (4).
+			spec.Chunks, spec.MaxNodes = 2, 2*(1+r.IntN(2))
+		}
 		want, err := FaultFreeSHA(spec)
 		if err != nil {
 			s.fail(fmt.Errorf("job %s in one process: %w", spec.ID, err))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -171,6 +172,10 @@ type Cluster struct {
 	bin string
 
 	net *Network // nil: nodes run in this network namespace, on 127.0.0.1
+
+	// LogDir, if set, also receives each node process's stderr, as
+	// NAME-PID.log.
+	LogDir string
 
 	mu    sync.Mutex // guards nodes
 	nodes []*Node
@@ -369,15 +374,37 @@ func (c *Cluster) Start(o NodeOptions) (*Node, error) {
 	n.stderr = newLineLog(200, nil)
 	n.cmd = exec.Command(name, argv...)
 	n.cmd.Stdout, n.cmd.Stderr = n.stdout, n.stderr
+	var logFile *os.File
+	if c.LogDir != "" {
+		// Named once the pid is known; the process writes to both.
+		f, err := os.CreateTemp(c.LogDir, o.Name+"-*.log")
+		if err != nil {
+			RemoveCgroup(n.cgroup)
+			os.RemoveAll(dataDir)
+			return nil, fmt.Errorf("node %s: %w", o.Name, err)
+		}
+		logFile = f
+		n.cmd.Stderr = io.MultiWriter(n.stderr, f)
+	}
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	n.cmd.WaitDelay = 2 * time.Second
 	if err := n.cmd.Start(); err != nil {
 		RemoveCgroup(n.cgroup)
 		os.RemoveAll(dataDir)
+		if logFile != nil {
+			logFile.Close()
+			os.Remove(logFile.Name())
+		}
 		return nil, fmt.Errorf("node %s: %w", o.Name, err)
+	}
+	if logFile != nil {
+		os.Rename(logFile.Name(), filepath.Join(c.LogDir, fmt.Sprintf("%s-%d.log", o.Name, n.cmd.Process.Pid)))
 	}
 	go func() {
 		n.err = n.cmd.Wait()
+		if logFile != nil {
+			logFile.Close()
+		}
 		if dataDir != "" {
 			os.RemoveAll(dataDir)
 		}

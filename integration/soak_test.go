@@ -43,7 +43,8 @@ var soakQuotas = []float64{0.25, 0.5, 1}
 // until every node sees every other alive. Every finished job's weights
 // must equal those of the same spec trained in one process. Every 30 s it
 // records each node's RSS, goroutines and open files, and at the end
-// compares each node's medians of the first and last ten minutes.
+// compares each node's medians of the first and last ten minutes; every
+// node process's log is kept in the output directory's logs/.
 func TestSoak(t *testing.T) {
 	if *soakFor == 0 {
 		t.Skip("a benchmark: set -soak DURATION")
@@ -78,10 +79,14 @@ func TestSoak(t *testing.T) {
 	if *soakNetns {
 		RequireNetns(t)
 		c = NewNetCluster(t)
-		c.StartAll(opts...)
 	} else {
-		c = StartCluster(t, opts...)
+		c = NewCluster(t)
 	}
+	c.LogDir = filepath.Join(out, "logs")
+	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.StartAll(opts...)
 	s := &soak{t: t, c: c, opts: opts, logf: logf, start: time.Now()}
 	waitMembers(t, c.Node("a"), len(opts))
 

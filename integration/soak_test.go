@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nodes"
 )
 
 // The soak is a benchmark, not a timed test: it runs only when given a
@@ -379,6 +381,7 @@ func (s *soak) await(id string, stop <-chan struct{}) (job.Status, error) {
 			return job.Status{}, errSoakStopped
 		case <-tick.C:
 		}
+		coordinated := false
 		for _, n := range s.live() {
 			st, err := n.Job(id)
 			if err != nil {
@@ -387,7 +390,24 @@ func (s *soak) await(id string, stop <-chan struct{}) (job.Status, error) {
 			if st.State.Ended() {
 				return st, nil
 			}
+			coordinated = true
 			break
+		}
+		if coordinated {
+			continue
+		}
+		// No node coordinates it: a holder's record may say how it ended.
+		for _, n := range s.live() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			rec, err := n.Client().Record(ctx, id)
+			cancel()
+			switch {
+			case err != nil:
+			case rec.State == nodes.RecordFailed:
+				return job.Status{}, fmt.Errorf("its record on %s says it failed: %s", n.opts.Name, rec.Error)
+			case rec.State == nodes.RecordDone && rec.Result != nil:
+				return job.Status{State: job.StateDone, Step: rec.Result.Steps, Result: rec.Result}, nil
+			}
 		}
 	}
 	return job.Status{}, fmt.Errorf("job %s did not end within 10 min", id)

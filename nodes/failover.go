@@ -168,8 +168,9 @@ func (f *failover) takeOver(rec JobRecord) {
 
 // giveUp ends a takeover of the job of rec that could not start it: the
 // record next, which would have made this node its coordinator, goes to
-// the holders as failed, with this node no longer among them. A node that
-// is stopping gives up quietly: a holder still alive takes the job over.
+// the holders as failed, with this node no longer among them (it keeps
+// the record itself when no other holder is left). A node that is
+// stopping gives up quietly: a holder still alive takes the job over.
 func (f *failover) giveUp(rec, next JobRecord, err error) {
 	if closing := f.jobs.abandon(rec.ID); closing {
 		return
@@ -181,6 +182,9 @@ func (f *failover) giveUp(rec, next JobRecord, err error) {
 		next.Error = next.Error[:maxErrorBytes]
 	}
 	f.runner.sendRecord(&coordinated{rec: rec}, next, recordTimeout)
+	if len(next.Holders) == 0 {
+		f.jobs.keepEnded(next) // else no node would know how the job ended
+	}
 }
 
 // stillRuns reports whether rec's coordinator answers, at its last known

@@ -508,8 +508,8 @@ func notTakenOver(t *testing.T, a, b *Agent, id, what string) {
 }
 
 // A job that cannot run without the dead node (its partition names it) is
-// not taken over: the successor gives up with a clear log, keeps no job
-// and drops its copy of the record.
+// not taken over: the successor gives up with a clear log, keeps no job,
+// and, as no other holder is left, keeps the record of the failure.
 func TestTakeoverOfAnUnplannableJobGivesUp(t *testing.T) {
 	as := startCluster(t, 2)
 	a, b := as[0], as[1]
@@ -522,7 +522,17 @@ func TestTakeoverOfAnUnplannableJobGivesUp(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "b to give the job up", 30*time.Second, func() bool { _, err := b.Record(spec.ID); return err != nil })
+	// b, its only holder, keeps the record of the failure: a client
+	// looking for the job learns how it ended.
+	var rec JobRecord
+	poll(t, "b to give the job up", 30*time.Second, func() bool {
+		r, err := b.Record(spec.ID)
+		rec = r
+		return err == nil && r.State == RecordFailed
+	})
+	if !strings.Contains(rec.Error, "taking the job over on b") {
+		t.Errorf("record on b: %+v", rec)
+	}
 	if js := b.Jobs(); len(js) != 0 {
 		t.Fatalf("b runs %+v", js)
 	}

@@ -549,6 +549,19 @@ func (t *jobs) abandon(id string) (closing bool) {
 	return closing
 }
 
+// keepEnded keeps rec, the record of a job that ended here without
+// another holder to tell (a takeover that gave up), so that a client
+// looking for the job finds how it ended.
+func (t *jobs) keepEnded(rec JobRecord) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.held[rec.ID]; !ok && !t.closed {
+		r := rec.clone()
+		t.held[rec.ID] = &r
+		t.pruneLocked()
+	}
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

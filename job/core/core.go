@@ -673,10 +673,12 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 	if part == "auto" {
 		part = balance.GraphPP
 	}
-	if n := len(cl.Nodes); s.Schedule == balance.Interleaved.String() && c.plan.Plan != nil && s.MicroBatches > 0 && s.MicroBatches%n != 0 {
-		// A running job re-plans over nodes that do not divide its
-		// micro-batches (a node failed or left): interleaved runs on the
-		// most of the fastest nodes that do. Its first plan refuses instead.
+	replan := c.plan.Plan != nil || c.cfg.Takeover
+	if n := len(cl.Nodes); s.Schedule == balance.Interleaved.String() && replan && s.MicroBatches > 0 && s.MicroBatches%n != 0 {
+		// A running job, or one a successor takes over, re-plans over
+		// nodes that do not divide its micro-batches (a node failed or
+		// left): interleaved runs on the most of the fastest nodes that
+		// do. A submission's first plan refuses instead.
 		for n > 2 && s.MicroBatches%n != 0 {
 			n--
 		}

@@ -46,7 +46,7 @@ func TestCore(t *testing.T) {
 // Commands:
 //
 //	job nodes=a:1,b:1:64MB model=mlp32 width=128 batch=48 micro=4 samples=2880
-//	    steps=60 [checkpoint=K] [partition=P] [schedule=S] [optimizer=O]
+//	    steps=60 [checkpoint=K] [partition=P] [schedule=S] [chunks=V] [optimizer=O]
 //	    [no-rebalance] [eval-each-epoch] [persist] [resume=STEP] [takeover]
 //	    [generation=G] [probes]                      the job, planned (probes: the
 //	                                                   nodes answer link probes)
@@ -151,6 +151,8 @@ func newSim(t *testing.T, d *datadriven.TestData) *sim {
 			spec.Partition = v
 		case "schedule":
 			spec.Schedule = v
+		case "chunks":
+			spec.Chunks = int(s.float(v))
 		case "optimizer":
 			spec.Optimizer = v
 		case "no-rebalance":

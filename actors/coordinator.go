@@ -36,6 +36,10 @@ type CoordinatorConfig struct {
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
+	// Profile, if set, is the layer profile to plan with instead of one
+	// measured here (tests: balance.Analytic, for plans that do not
+	// depend on timing).
+	Profile *balance.ModelProfile
 	Logger  *slog.Logger
 	// Timeout bounds each control request (default 2 min); a step may take
 	// StepTimeout (default 10 min) until a few steps are measured, then ten
@@ -189,8 +193,11 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 		return nil, err
 	}
 	micro := (c.spec.Batch + M - 1) / M
-	prof, err := balance.Profile(jb.Graph, micro, be)
-	if err != nil {
+	var prof *balance.ModelProfile
+	if cfg.Profile != nil {
+		p := *cfg.Profile
+		prof = &p
+	} else if prof, err = balance.Profile(jb.Graph, micro, be); err != nil {
 		return nil, fmt.Errorf("profiling %s: %w", c.spec.Model, err)
 	}
 	prof.Model = c.spec.Model

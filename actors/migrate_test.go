@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,8 +128,16 @@ func (m *meteredTCP) settle(t *testing.T) {
 // called after every step.
 func runMoves(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int]string, viaCut bool, onStep func(c *Coordinator, step int)) (*job.Result, *Coordinator) {
 	t.Helper()
+	return runMovesWith(t, tc, spec, n, moves, viaCut, onStep, nil)
+}
+
+// runMovesWith is runMoves planning with prof, if set, as the layer
+// profile.
+func runMovesWith(t *testing.T, tc *testCluster, spec job.Spec, n int, moves map[int]string, viaCut bool, onStep func(c *Coordinator, step int), prof *balance.ModelProfile) (*job.Result, *Coordinator) {
+	t.Helper()
 	var c *Coordinator
 	cfg := tc.config(n)
+	cfg.Profile = prof
 	cfg.OnStep = func(step int) {
 		if onStep != nil {
 			onStep(c, step)
@@ -268,31 +277,45 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 
 // After one or more moves (boundaries shift, stages swap nodes, the stage
 // count changes) the weights are those of one process, bit for bit, for
-// GPipe and 1F1B on mlp32 and a graph schedule on uno, with periodic cuts
-// in between.
+// GPipe and 1F1B on mlp32, a graph schedule on uno, and under auto from a
+// zero-bubble plan to a one-stage plan (GPipe or 1F1B: zb gains nothing
+// without a pipeline), with periodic cuts in between.
 func TestMovesAreBitIdentical(t *testing.T) {
 	tc := newInmemCluster(t, 4, nil)
 	cases := []struct {
 		model, schedule, start string
 		nodes                  int
 		moves                  map[int]string
+		// schedules, if set, is the plans' schedules in turn: "zb" or
+		// "other".
+		schedules []string
 	}{
 		{"mlp32", "gpipe", "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", 3, map[int]string{
 			2: "fc1-fc12@c; fc13-fc20@a; fc21-fc32@b", // every stage changes node
 			3: "fc1-fc20@b; fc21-fc32@a",              // two stages
 			5: "fc1-fc5@a; fc6-fc25@b; fc26-fc32@c",
-		}},
+		}, nil},
 		{"mlp32", "1f1b", "fc1-fc10@a; fc11-fc20@b; fc21-fc32@c", 3, map[int]string{
 			2: "fc1-fc8@a; fc9-fc20@c; fc21-fc32@b",
 			4: "fc1-fc8@a; fc9-fc22@c; fc23-fc32@b",
-		}},
+		}, nil},
 		{"uno", "graph", "flatten + tower3.slice-tower3.fc3@a; tower2.slice-tower2.fc3@b; tower1.slice-tower1.fc3@c; concat-out@d", 4, map[int]string{
 			2: "flatten + tower3.slice-tower3.fc3@b; tower2.slice-tower2.fc3@c; tower1.slice-tower1.fc3@d; concat-out@a",
 			4: "flatten + tower3.slice-tower3.fc3 + tower2.slice-tower2.fc3@a; tower1.slice-tower1.fc3@b; concat-out@c",
-		}},
+		}, nil},
+		// (A move back to zb is not asserted: the speeds measured by
+		// then, against the analytic profile, decide it.)
+		{"mlp32", "auto", "fc1-fc8@a; fc9-fc16@b; fc17-fc24@c; fc25-fc32@d", 4, map[int]string{
+			2: "fc1-fc32@b",
+		}, []string{"zb", "other"}},
 	}
 	if testing.Short() {
-		cases = cases[1:2]
+		cases = []struct {
+			model, schedule, start string
+			nodes                  int
+			moves                  map[int]string
+			schedules              []string
+		}{cases[1], cases[3]}
 	}
 	for _, cs := range cases {
 		t.Run(cs.model+"/"+cs.schedule, func(t *testing.T) {
@@ -301,8 +324,33 @@ func TestMovesAreBitIdentical(t *testing.T) {
 			spec.Partition, spec.Schedule = cs.start, cs.schedule
 			spec.Epochs, spec.Steps, spec.CheckpointEvery = 2, 7, 3
 			want := localSHA(t, spec)
-			res, c := runMoves(t, tc, spec, cs.nodes, cs.moves, false, nil)
+			var seen []string // the plans' schedules in turn
+			onStep := func(c *Coordinator, step int) {
+				s := "other"
+				if sched := c.Status().Schedule; sched == balance.ZeroBubble.String() {
+					s = "zb"
+				} else if sched == "" || sched == balance.Interleaved.String() {
+					s = sched
+				}
+				if len(seen) == 0 || seen[len(seen)-1] != s {
+					seen = append(seen, s)
+					t.Logf("step %d: %s", step, c.Status().Schedule)
+				}
+			}
+			var prof *balance.ModelProfile
+			if cs.schedules != nil {
+				// auto's choice from FLOP counts, not from timings.
+				j, err := jobtest.Check(t, spec).Prepare()
+				if err != nil {
+					t.Fatal(err)
+				}
+				prof = balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: 0.01, ElemPerSec: 1e6})
+			}
+			res, c := runMovesWith(t, tc, spec, cs.nodes, cs.moves, false, onStep, prof)
 			st := c.Status()
+			if cs.schedules != nil && !slices.Equal(seen, cs.schedules) {
+				t.Errorf("schedules %v, want %v", seen, cs.schedules)
+			}
 			for _, r := range st.Replans {
 				t.Logf("step %d: %s; state %d B moved as %d B over the network, %d B within nodes", r.Step, r.Plan, r.StateBytes, r.MovedBytes, r.LocalBytes)
 				if r.Method != "direct" || r.MovedBytes != r.StateBytes {

@@ -26,8 +26,9 @@ type Options struct {
 	// Partitioner is Uniform, Params, Balanced (the default), GraphPP, or
 	// a partition description (see ParseSpec).
 	Partitioner string
-	// Schedule is "auto" (the default: GPipe, and 1F1B or graph), "gpipe",
-	// "1f1b", "graph", "zb" or "interleaved".
+	// Schedule is "auto" (the default: GPipe, 1F1B or graph, and
+	// zero-bubble where it applies, see scheduleKinds), "gpipe", "1f1b",
+	// "graph", "zb" or "interleaved".
 	Schedule string
 	// Chunks is, under the interleaved schedule, the chunks (stages) per
 	// node; 0 tries InterleavedChunks and keeps the fastest.
@@ -168,13 +169,25 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	for _, M := range Ms {
 		var first *pair
 		free := memoryFree(l.costsFor(o.Batch/M, slots), net, M)
+		var oneF *pair
 		for _, kind := range scheduleKinds(o.Schedule) {
+			if kind == ZeroBubble && o.Schedule != "zb" && o.Recompute == RecomputeAll {
+				continue // auto: every stage was asked to recompute, which zb cannot
+			}
 			pr := &pair{M: M, kind: kind}
-			if first != nil && free {
+			switch {
+			case first != nil && free:
 				pr.same = first
+			case kind == ZeroBubble && oneF != nil && o.Recompute == RecomputeNone:
+				// zb's partitions are 1F1B's: the same micro-batches
+				// in flight, and neither recomputes.
+				pr.same = oneF
 			}
 			if first == nil {
 				first = pr
+			}
+			if kind == OneFOneB {
+				oneF = pr
 			}
 			pairs = append(pairs, pr)
 		}
@@ -182,7 +195,7 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	solvePair := func(pr *pair) {
 		M := pr.M
 		p := newProblem(l, l.costsFor(o.Batch/M, slots), net, inflightFor(pr.kind, M), graph)
-		p.recompute = o.Recompute != RecomputeNone
+		p.recompute = o.Recompute != RecomputeNone && pr.kind != ZeroBubble // a weight pass needs the activations
 		sols := solve(p, M, o.Keep, graph)
 		var parts []*Partition
 		for _, segs := range sols {
@@ -233,7 +246,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		}
 	}
 
-	var bestFit, bestAny *candidate
+	// bestZB is the fastest zero-bubble plan that fits, kept apart: auto
+	// takes it only when it beats bestFit by zbMargin.
+	var bestFit, bestZB, bestAny *candidate
 	simulated, chains := 0, 0 // chains: partitions skipped as not a chain of stages
 	for _, pr := range pairs {
 		M, kind, parts := pr.M, pr.kind, pr.parts
@@ -241,7 +256,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 		for _, sg := range parts {
 			sched := kind
 			if kind == ZeroBubble && (!sg.isPath() || sg.part.Replicated()) {
-				chains++
+				if o.Schedule == "zb" {
+					chains++ // auto has the other schedules for it
+				}
 				continue
 			}
 			if kind != GPipe && kind != ZeroBubble {
@@ -300,8 +317,12 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 			}
 			cd := &candidate{plan: plan, rep: rep, sg: sg}
 			if cd.fits() {
-				if bestFit == nil || cd.better(bestFit) {
-					bestFit = cd
+				best := &bestFit
+				if sched == ZeroBubble {
+					best = &bestZB
+				}
+				if *best == nil || cd.better(*best) {
+					*best = cd
 				}
 			} else if bestAny == nil || cd.overuse() < bestAny.overuse() {
 				bestAny = cd
@@ -315,6 +336,9 @@ func Search(g *nn.Graph, prof *ModelProfile, c *Cluster, o Options) (*Result, er
 	}
 	if simulated == 0 {
 		return nil, fmt.Errorf("%w: the %s schedule needs stages that form a chain (zb: without replicas), and this partition is not; use --schedule graph", ErrPlan, o.Schedule)
+	}
+	if bestZB != nil && (bestFit == nil || bestZB.rep.StepTime < (1-zbMargin)*bestFit.rep.StepTime) {
+		bestFit = bestZB
 	}
 	if bestFit == nil {
 		if bestAny == nil {
@@ -444,6 +468,26 @@ func microBatchCounts(o Options) ([]int, error) {
 	return out, nil
 }
 
+// zbMargin is how much shorter auto wants the zero-bubble plan's
+// simulated step than the best other plan's before it takes it. The
+// simulator prices a weight pass at half its layer's backward pass, while
+// the split passes run two smaller GEMMs where one ran and zb keeps S
+// micro-batches in flight on every stage; measured side by side
+// (BENCHMARKS.md, "Zero-bubble schedule against 1F1B"), zb's gain was below
+// its prediction by 5 to 10 points. A plan predicted less than 5% faster
+// may well run slower, and costs more memory for nothing.
+const zbMargin = 0.05
+
+// scheduleKinds is the schedules a search tries for the option s (OneFOneB
+// stands for the graph schedule on a DAG of stages). auto tries GPipe, 1F1B
+// and zero-bubble; zero-bubble only on chains of stages without replicas,
+// without recomputation (a weight pass needs the activations; its extra
+// memory, S micro-batches in flight on every stage, is the simulator's to
+// count) and only by zbMargin. auto never tries interleaved: an
+// interleaved job does not re-plan from measured speeds (see rebalances in
+// job/core), which is what a job on unequal or changing machines most
+// needs, and a simulated gain on the speeds measured at the start would
+// not be worth losing that.
 func scheduleKinds(s string) []Schedule {
 	switch s {
 	case "gpipe":
@@ -453,7 +497,7 @@ func scheduleKinds(s string) []Schedule {
 	case "zb":
 		return []Schedule{ZeroBubble}
 	}
-	return []Schedule{GPipe, OneFOneB}
+	return []Schedule{GPipe, OneFOneB, ZeroBubble}
 }
 
 // CheckSchedule validates a schedule option.

@@ -3,6 +3,7 @@ package balance
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn/zoo"
@@ -95,6 +96,74 @@ func TestZeroBubblePlanValidates(t *testing.T) {
 		c.change(&q)
 		if err := q.Validate(g); err == nil {
 			t.Errorf("%s: Validate accepted the plan", c.name)
+		}
+	}
+}
+
+// auto tries zero-bubble beside GPipe and 1F1B and takes it only when its
+// simulated step is shorter than the best other plan's by zbMargin; it
+// never takes it where a node's memory does not hold its extra micro-batches
+// in flight, nor under --recompute all.
+func TestAutoChoosesZeroBubbleByMargin(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, M int
+		want     bool // zb beats the others by the margin
+	}{
+		{4, 4, true},  // zb 15% faster
+		{2, 8, false}, // zb about 3% faster: within the margin
+	} {
+		g := build(t, "mlp32", zoo.Options{Width: 64})
+		prof := Analytic(g, AnalyticOptions{})
+		c := equalNodes(tc.nodes)
+		o := Options{Partitioner: Uniform, Batch: 64, MicroBatches: tc.M}
+		search := func(c *Cluster, sched, recompute string) *Result {
+			t.Helper()
+			o := o
+			o.Schedule, o.Recompute = sched, recompute
+			res, err := Search(g, prof, c, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		zb, other := search(c, "zb", ""), search(c, "gpipe", "")
+		if ob := search(c, "1f1b", ""); ob.Report.StepTime < other.Report.StepTime {
+			other = ob
+		}
+		r := zb.Report.StepTime / other.Report.StepTime
+		if (r < 1-zbMargin) != tc.want || r >= 1 {
+			t.Fatalf("%d nodes, M=%d: zb/best other = %.3f; the case is not what it tests", tc.nodes, tc.M, r)
+		}
+		want := other
+		if tc.want {
+			want = zb
+		}
+		if got := search(c, "auto", ""); got.Plan.Hash() != want.Plan.Hash() {
+			t.Errorf("%d nodes, M=%d (zb/other %.3f): auto picked %s, want %s", tc.nodes, tc.M, r, got.Plan.Schedule, want.Plan.Schedule)
+		}
+		if got := search(c, "auto", RecomputeAll); got.Plan.Schedule == ZeroBubble {
+			t.Errorf("%d nodes, M=%d: auto picked zb under --recompute all", tc.nodes, tc.M)
+		}
+		if !tc.want {
+			continue
+		}
+		// Each node's memory just holds its 1F1B stage: zb's later
+		// stages, which keep S micro-batches in flight against S-k, do
+		// not fit, and auto falls back to the best plan that does.
+		ob := search(c, "1f1b", "")
+		mem := &Cluster{Nodes: slices.Clone(c.Nodes)}
+		for _, st := range ob.Report.Stages {
+			mem.Nodes[st.Node[0]-'a'].Memory = int64(st.PeakMemory * 1.001)
+		}
+		over := false
+		for _, st := range zb.Report.Stages {
+			over = over || st.PeakMemory > float64(mem.Nodes[st.Node[0]-'a'].Memory)
+		}
+		if !over {
+			t.Fatalf("zb's stages fit in 1F1B's memory: the case does not test memory")
+		}
+		if got := search(mem, "auto", ""); got.Plan.Schedule == ZeroBubble {
+			t.Errorf("auto picked zb, which does not fit its nodes' memory")
 		}
 	}
 }

@@ -2,7 +2,6 @@ package balance
 
 import (
 	"fmt"
-	"math"
 	"slices"
 )
 
@@ -188,34 +187,7 @@ func interleavedPartition(l *layout, c *costs, net *network, v int) *Partition {
 	if U < S {
 		return nil
 	}
-	inf := math.Inf(1)
-	// f[k][e]: the least largest run of the first e units in k runs.
-	f := make([][]float64, S+1)
-	arg := make([][]int, S+1)
-	for k := range f {
-		f[k] = make([]float64, U+1)
-		arg[k] = make([]int, U+1)
-		for e := range f[k] {
-			f[k][e] = inf
-		}
-	}
-	f[0][0] = 0
-	for k := 1; k <= S; k++ {
-		sp := net.nodes[(k-1)%P].Speed
-		for e := k; e <= U-(S-k); e++ {
-			for i := e - 1; i >= k-1; i-- {
-				x := max(f[k-1][i], (c.work[e]-c.work[i])/sp)
-				if x <= f[k][e] {
-					f[k][e], arg[k][e] = x, i
-				}
-			}
-		}
-	}
-	cuts := make([]int, S+1)
-	cuts[S] = U
-	for k := S; k > 0; k-- {
-		cuts[k-1] = arg[k][cuts[k]]
-	}
+	cuts := minMaxCuts(c.work, S, func(k int) float64 { return net.nodes[k%P].Speed })
 	part := &Partition{Chunks: v}
 	for k := 0; k < S; k++ {
 		part.Stages = append(part.Stages, PartStage{Node: net.nodes[k%P].Name, Layers: l.unitNames(cuts[k], cuts[k+1])})

@@ -672,7 +672,7 @@ func paramsPartition(l *layout, nodes []string) *Partition {
 			w[u+1] += float64(l.prof.Layers[i].ParamBytes)
 		}
 	}
-	cuts := minMaxCuts(w, S)
+	cuts := minMaxCuts(w, S, nil)
 	part := &Partition{}
 	for k := 0; k < S; k++ {
 		part.Stages = append(part.Stages, PartStage{Node: nodes[k], Layers: l.unitNames(cuts[k], cuts[k+1])})
@@ -682,8 +682,9 @@ func paramsPartition(l *layout, nodes []string) *Partition {
 
 // minMaxCuts splits prefix sums w (U+1 entries) into S non-empty runs
 // minimising the largest run, ties to the earliest cuts; it returns the
-// S+1 boundaries.
-func minMaxCuts(w []float64, S int) []int {
+// S+1 boundaries. speed, if not nil, divides run k's sum (its node's
+// speed).
+func minMaxCuts(w []float64, S int, speed func(k int) float64) []int {
 	U := len(w) - 1
 	inf := math.Inf(1)
 	f := make([][]float64, S+1)
@@ -697,9 +698,13 @@ func minMaxCuts(w []float64, S int) []int {
 	}
 	f[0][0] = 0
 	for k := 1; k <= S; k++ {
+		sp := 1.0
+		if speed != nil {
+			sp = speed(k - 1)
+		}
 		for e := k; e <= U-(S-k); e++ {
 			for i := e - 1; i >= k-1; i-- {
-				v := max(f[k-1][i], w[e]-w[i])
+				v := max(f[k-1][i], (w[e]-w[i])/sp)
 				if v <= f[k][e] {
 					f[k][e], arg[k][e] = v, i
 				}

@@ -23,22 +23,12 @@ func TestPlanReplicas(t *testing.T) {
 		nodes[i] = string(rune('a'+i)) + "=1"
 	}
 	svg, out := filepath.Join(dir, "plan.svg"), filepath.Join(dir, "plan.json")
-	var stdout, stderr bytes.Buffer
-	args := []string{"plan", "--model", "uno", "--width", "1", "--nodes", strings.Join(nodes, ","), "--link", "10Gbit", "--profile", "analytic",
-		"--batch", "256", "--partition", "graph", "--replicas", "--json", "--svg", svg, "--out", out}
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	text := stdout.String()
-	lines := strings.Split(strings.TrimSpace(text), "\n")
-	var pr planResult
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &pr); err != nil {
-		t.Fatal(err)
-	}
+	text, pr := planJSON(t, "--model", "uno", "--width", "1", "--nodes", strings.Join(nodes, ","), "--link", "10Gbit", "--profile", "analytic",
+		"--batch", "256", "--partition", "graph", "--replicas", "--json", "--svg", svg, "--out", out)
 	replicas := 0
 	for _, st := range pr.Stages {
 		if st.Group == nil || len(st.MicroBatches) == 0 {
-			t.Fatalf("stage %d has no group or micro-batches in %s", st.ID, lines[len(lines)-1])
+			t.Fatalf("stage %d has no group or micro-batches in\n%s", st.ID, text)
 		}
 		if st.Replica > 0 {
 			replicas++
@@ -98,18 +88,8 @@ func TestPlanReplicatedPartition(t *testing.T) {
 // refused with the reason.
 func TestPlanInterleaved(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "plan.svg")
-	var stdout, stderr bytes.Buffer
-	args := []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
-		"--batch", "64", "--micro-batches", "8", "--schedule", "interleaved", "--chunks", "2", "--json", "--svg", svg}
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	text := stdout.String()
-	lines := strings.Split(strings.TrimSpace(text), "\n")
-	var pr planResult
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &pr); err != nil {
-		t.Fatal(err)
-	}
+	text, pr := planJSON(t, "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
+		"--batch", "64", "--micro-batches", "8", "--schedule", "interleaved", "--chunks", "2", "--json", "--svg", svg)
 	if !strings.Contains(text, "interleaved (2 chunks per node) schedule") || pr.Chunks != 2 || len(pr.Stages) != 8 {
 		t.Fatalf("%d stages, %d chunks in\n%s", len(pr.Stages), pr.Chunks, text)
 	}
@@ -122,11 +102,27 @@ func TestPlanInterleaved(t *testing.T) {
 	if err != nil || !bytes.Contains(b, []byte("8 stages on 4 nodes, 2 chunks each")) || !bytes.Contains(b, []byte(">a: s0,s4")) {
 		t.Fatalf("the chart does not draw a row per node (%v)", err)
 	}
-	stdout.Reset()
-	stderr.Reset()
-	args = []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
+	var stdout, stderr bytes.Buffer
+	args := []string{"plan", "--model", "mlp32", "--width", "64", "--nodes", "a=1,b=1,c=1,d=1", "--profile", "analytic",
 		"--batch", "48", "--micro-batches", "6", "--schedule", "interleaved"}
 	if code := run(args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "6 micro-batches on 4 nodes") {
 		t.Fatalf("M=6 on 4 nodes: exit %d: %s", code, stderr.String())
 	}
+}
+
+// planJSON runs `ppnode plan` with args (which include --json) and returns
+// its output and the JSON of its last line.
+func planJSON(t *testing.T, args ...string) (string, planResult) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"plan"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	text := stdout.String()
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	var pr planResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &pr); err != nil {
+		t.Fatal(err)
+	}
+	return text, pr
 }

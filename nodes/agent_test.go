@@ -396,12 +396,14 @@ func TestCancelWhileStageNodesClose(t *testing.T) {
 }
 
 // A node keeps the final weights of its newest done jobs in memory and
-// answers 410 Gone, pointing to the job's last cut, for older ones.
-func TestOldWeightsAreReleased(t *testing.T) {
+// answers 410 Gone, pointing to the job's last cut, for older ones; older
+// still, it forgets the job (404).
+func TestOldJobsAreReleased(t *testing.T) {
 	as := startCluster(t, 1)
+	as[0].jobs.keepWeights, as[0].jobs.keepJobs = 2, 4
 	api := "http://" + as[0].HTTPAddr()
 	var ids []string
-	for i := range keptWeights + 1 {
+	for i := range 5 {
 		spec := smallSpec()
 		spec.ID = fmt.Sprintf("w%d", i)
 		body, _ := json.Marshal(spec)
@@ -416,20 +418,15 @@ func TestOldWeightsAreReleased(t *testing.T) {
 		}
 		ids = append(ids, spec.ID)
 	}
-	// The runner releases after the job's end is published: wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	code := 0
-	for ; time.Now().Before(deadline); <-time.After(10 * time.Millisecond) {
-		if code = call(t, "GET", api+"/v1/jobs/"+ids[0]+"/weights", nil, nil); code == http.StatusGone {
-			break
+	// The runner retires jobs after their end is published: wait for it.
+	weights := func(id string) int { return call(t, "GET", api+"/v1/jobs/"+id+"/weights", nil, nil) }
+	poll(t, "the oldest job forgotten", 10*time.Second, func() bool { return weights(ids[0]) == http.StatusNotFound })
+	for i, want := range []int{http.StatusNotFound, http.StatusGone, http.StatusGone, http.StatusOK, http.StatusOK} {
+		if code := weights(ids[i]); code != want {
+			t.Errorf("weights of job %s (%d of %d, oldest first): %d, want %d", ids[i], i+1, len(ids), code, want)
 		}
 	}
-	if code != http.StatusGone {
-		t.Errorf("weights of the oldest of %d done jobs: %d, want 410", len(ids), code)
-	}
-	for _, id := range ids[1:] {
-		if code := call(t, "GET", api+"/v1/jobs/"+id+"/weights", nil, nil); code != http.StatusOK {
-			t.Errorf("weights of job %s, one of the %d newest: %d, want 200", id, keptWeights, code)
-		}
+	if js := as[0].Jobs(); len(js) != 4 || js[0].ID != ids[1] {
+		t.Errorf("jobs kept: %d, oldest %+v; want the 4 newest", len(js), js[0].ID)
 	}
 }

@@ -61,6 +61,11 @@ type jobs struct {
 	// holds.
 	held map[string]*JobRecord
 
+	// keepWeights and keepJobs bound the done jobs whose final weights
+	// stay in memory and the ended jobs kept at all (keptWeights,
+	// keptEndedJobs; set before the first job).
+	keepWeights, keepJobs int
+
 	// runs counts the reservations in coord and the jobs' Run goroutines;
 	// added to under mu, after closed is checked, so that Wait is safe.
 	runs sync.WaitGroup
@@ -89,7 +94,8 @@ type coordinated struct {
 }
 
 func newJobs(self string, log *slog.Logger) *jobs {
-	return &jobs{self: self, log: log, coord: map[string]*coordinated{}, held: map[string]*JobRecord{}}
+	return &jobs{self: self, log: log, coord: map[string]*coordinated{}, held: map[string]*JobRecord{},
+		keepWeights: keptWeights, keepJobs: keptEndedJobs}
 }
 
 // reserve reserves id for a submission, an empty id for a new unique one,
@@ -144,27 +150,38 @@ func (t *jobs) start(id string, j *coordinated) error {
 // runEnded counts a started job's Run as returned.
 func (t *jobs) runEnded() { t.runs.Done() }
 
-// keptWeights is how many done jobs' final weights a node keeps in memory
-// to serve them; older ones are in their last cuts (`ppnode ckpt export`).
-const keptWeights = 8
+// A node keeps the final weights of its keptWeights newest done jobs in
+// memory to serve them (older ones are in their last cuts: `ppnode ckpt
+// export`), and the statuses of its keptEndedJobs newest ended jobs; it
+// forgets older ones, as it does the records it holds
+// (maxFinishedRecords), and their ids may be used again.
+const (
+	keptWeights   = 8
+	keptEndedJobs = 256
+)
 
-// releaseOldWeights drops the final weights of the done jobs coordinated
-// here but the keptWeights newest.
-func (t *jobs) releaseOldWeights() {
+// retire applies keepWeights and keepJobs to the ended jobs coordinated
+// here, once a job has ended.
+func (t *jobs) retire() {
 	t.mu.Lock()
-	var cs []*actors.Coordinator
+	var ended []string
 	for _, id := range slices.Backward(t.order) {
-		if j := t.coord[id]; j != nil && j.c != nil {
-			cs = append(cs, j.c)
+		if j := t.coord[id]; j != nil && isClosed(j.done) {
+			ended = append(ended, id)
+		}
+	}
+	var done []*actors.Coordinator
+	for k, id := range ended {
+		if k >= t.keepJobs {
+			delete(t.coord, id)
+			t.order = slices.DeleteFunc(t.order, func(o string) bool { return o == id })
+		} else if c := t.coord[id].c; c.Status().State == job.StateDone {
+			done = append(done, c)
 		}
 	}
 	t.mu.Unlock()
-	kept := 0
-	for _, c := range cs {
-		if c.Status().State != job.StateDone {
-			continue
-		}
-		if kept++; kept > keptWeights {
+	for k, c := range done {
+		if k >= t.keepWeights {
 			c.ReleaseWeights()
 		}
 	}

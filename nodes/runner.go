@@ -112,6 +112,7 @@ func (r *runner) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Ta
 	r.sendRecord(j, rec, recordTimeout)
 	go func() {
 		defer r.jobs.runEnded()
+		defer r.jobs.retire() // after done is closed: this job counts as ended
 		defer close(j.done)
 		defer cancel()
 		res, err := c.Run(ctx)
@@ -121,7 +122,6 @@ func (r *runner) launch(c *actors.Coordinator, prev, rec JobRecord, takeover *Ta
 			r.log.Info("nodes: job done", "job", id, "seconds", res.Seconds, "weights_sha256", res.WeightsSHA256)
 		}
 		r.finish(j, res, err)
-		r.jobs.releaseOldWeights()
 	}()
 	return nil
 }

@@ -115,6 +115,13 @@ func TestUnauthenticatedRequestsAreRefused(t *testing.T) {
 		if code := attack(t, n.client, "https", "POST", n.HTTP, "/v1/jobs", specJSON, map[string]string{"Origin": "http://attacker.example"}); code != http.StatusForbidden {
 			t.Errorf("%s: Origin attacker.example: HTTP %d, want 403", n.Name, code)
 		}
+		// A client reads job records (how a job ended), and writes none.
+		if code := attack(t, n.client, "https", "GET", n.HTTP, "/v1/jobrecords", nil, nil); code != http.StatusOK {
+			t.Errorf("%s: a client's GET /v1/jobrecords: HTTP %d, want 200", n.Name, code)
+		}
+		if code := attack(t, n.client, "https", "PUT", n.HTTP, "/v1/jobrecords/"+spec.ID, rec, nil); code != http.StatusForbidden {
+			t.Errorf("%s: a client's PUT /v1/jobrecords: HTTP %d, want 403", n.Name, code)
+		}
 		if code := attack(t, n.client, "https", "GET", n.HTTP, "/debug/pprof/", nil, nil); code != http.StatusNotFound {
 			t.Errorf("%s: /debug/pprof/ without --pprof: HTTP %d, want 404", n.Name, code)
 		}

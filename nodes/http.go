@@ -128,10 +128,12 @@ func (h *api) handler() http.Handler {
 	mux.HandleFunc("GET /v1/checkpoints/{job}", h.guard(member, h.listCheckpoints))
 	mux.HandleFunc("GET /v1/checkpoints/{job}/{step}", h.guard(member, h.getCheckpoint))
 	mux.HandleFunc("PUT /v1/jobrecords/{id}", h.guard(member, h.putRecord))
-	mux.HandleFunc("GET /v1/jobrecords", h.guard(member, func(w http.ResponseWriter, r *http.Request) {
+	// A client reads records too: how a job ended when its coordinator
+	// is gone (train --via follows it there).
+	mux.HandleFunc("GET /v1/jobrecords", h.guard(user, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, h.a.Records())
 	}))
-	mux.HandleFunc("GET /v1/jobrecords/{id}", h.guard(member, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/jobrecords/{id}", h.guard(user, func(w http.ResponseWriter, r *http.Request) {
 		rec, err := h.a.Record(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)

@@ -287,10 +287,10 @@ func (c *Coordinator) ReleaseWeights() {
 // release drops, once Run ends, what only a running job needs: the core,
 // the data, the optimizer state and the gather's buffers; the model too
 // unless the job is done with res (its weights are the job's result).
-func (c *Coordinator) release(res *job.Result) {
+func (c *Coordinator) release(res *job.Result, done bool) {
 	c.copt, c.twins, c.batches, c.labels, c.core = nil, nil, nil, nil, nil
 	c.mu.Lock()
-	if res != nil {
+	if done && res != nil {
 		c.final = &finalWeights{params: c.job.Graph.Params(), meta: c.job.WeightsMeta(*res)}
 	}
 	c.job = nil
@@ -382,11 +382,7 @@ func (c *Coordinator) Run(ctx context.Context) (*job.Result, error) {
 				c.mu.Lock()
 				c.ended, c.inbox = true, nil
 				c.mu.Unlock()
-				if a.Err != nil {
-					c.release(nil)
-				} else {
-					c.release(a.Result)
-				}
+				c.release(a.Result, a.Err == nil)
 				return a.Result, a.Err
 			case core.Wake:
 				if wake != nil {

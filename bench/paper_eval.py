@@ -33,6 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PPNODE = os.path.join(ROOT, "bin", "ppnode")
 CG = "/sys/fs/cgroup/cpu"
+# The CFS period of the nodes' quotas: a node of quota q runs q * PERIOD_US
+# and then waits out the rest of each period.
+PERIOD_US = 100000
 
 MODELS = {
     # model: (flags, steps)
@@ -48,9 +51,9 @@ class Node:
         self.cg = f"{CG}/ppnode-bench-{os.getpid()}-{name}"
         os.makedirs(self.cg, exist_ok=True)
         with open(f"{self.cg}/cpu.cfs_period_us", "w") as f:
-            f.write("100000")
+            f.write(str(PERIOD_US))
         with open(f"{self.cg}/cpu.cfs_quota_us", "w") as f:
-            f.write(str(int(100000 * quota)))
+            f.write(str(int(PERIOD_US * quota)))
         threads = max(1, round(quota))
         # A checkpoint store of its own (the default one, under the user's
         # state directory, is shared by every node of that name), removed

@@ -18,6 +18,7 @@ make at most four stages, so only replicas can use more nodes.
 Run as root (after `make build`):
   /usr/bin/python3 bench/replicas.py [--quotas 0.25x8] [--base /tmp/ppnode-base] [--rounds 3] [--steps 30]
   /usr/bin/python3 bench/replicas.py --quotas 1,0.5,0.25,0.25,0.125
+The one-node run trains the whole batch as one micro-batch (--one-micro).
 """
 import argparse
 import json
@@ -70,9 +71,9 @@ def quotas_of(s):
     return [float(q) for q in s.split(",")]
 
 
-def round_on(ppnode, quotas, models, steps, micro):
+def round_on(ppnode, quotas, models, steps, micro, one_micro):
     """Starts a cluster of ppnode nodes with quotas, runs every model on one
-    node and on all of them, stops the cluster."""
+    node (in one_micro micro-batches) and on all of them, stops the cluster."""
     paper_eval.PPNODE = ppnode
     nodes = []
     out = {}
@@ -82,7 +83,7 @@ def round_on(ppnode, quotas, models, steps, micro):
         http = nodes[0].info["http"]
         wait_members(http, len(nodes))
         for name, flags in models.items():
-            one = train(ppnode, http, flags, steps, micro, 1)
+            one = train(ppnode, http, flags, steps, one_micro, 1)
             before = throttle_stats(nodes)
             full = train(ppnode, http, flags, steps, micro, len(nodes))
             after = throttle_stats(nodes)
@@ -105,8 +106,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--micro", type=int, default=16)
+    # A node alone has no pipeline to fill: by default its run is the whole
+    # batch at once, its fastest (--one-micro 0: the same as --micro).
+    ap.add_argument("--one-micro", type=int, default=1)
     ap.add_argument("--models", default="mlp32,mlp4")
+    ap.add_argument("--period-ms", type=float, default=100, help="the CFS period of the quotas")
     a = ap.parse_args()
+    paper_eval.PERIOD_US = int(a.period_ms * 1000)
     quotas = quotas_of(a.quotas)
     d = tempfile.mkdtemp(prefix="ppnode-bench-replicas-")
     try:
@@ -122,7 +128,7 @@ def main():
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in range(a.rounds):
             for label, binary in bins:
-                for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro).items():
+                for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro, a.one_micro or a.micro).items():
                     ratio = one["measured_step_ms"] / full["measured_step_ms"]
                     whole = full["samples_per_sec"] / one["samples_per_sec"]
                     res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"], whole))

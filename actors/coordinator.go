@@ -171,6 +171,15 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 		cfg.Timeout = 2 * time.Minute
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	be, err := spec.Spec().NewBackend(cfg.Threads)
+	if err != nil {
+		return nil, err
+	}
+	if spec.AutoMicroBatches() {
+		if spec, cfg.Profile, err = chooseMicroBatches(spec, cfg, be); err != nil {
+			return nil, err
+		}
+	}
 	jb, err := spec.Prepare()
 	if err != nil {
 		return nil, err
@@ -188,33 +197,80 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 	}
 	M := c.spec.MicroBatches
 	c.batches, c.labels = make([]nn.Batch, M), make([]*nn.Tensor, M)
-	be, err := c.spec.NewBackend(cfg.Threads)
+	micro := (c.spec.Batch + M - 1) / M
+	prof, err := profileOf(jb, cfg, be, micro, micro)
 	if err != nil {
 		return nil, err
 	}
-	micro := (c.spec.Batch + M - 1) / M
-	var prof *balance.ModelProfile
-	if cfg.Profile != nil {
-		p := *cfg.Profile
-		prof = &p
-	} else if prof, err = balance.Profile(jb.Graph, micro, be); err != nil {
-		return nil, fmt.Errorf("profiling %s: %w", c.spec.Model, err)
-	}
-	prof.Model = c.spec.Model
-	// What the codecs make of the inputs, for the planner: a micro-batch of
-	// them, sampled.
-	var b nn.Batch
-	jb.Loader.Fill(0, 0, 0, &b)
-	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(b.X[0]), dataplane.DefaultRate)
-	c.core, err = core.New(core.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
-		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Resume: resume, Generation: cfg.Generation,
-		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs, Now: c.clk.Now()})
-	if err != nil {
+	cc := coreConfig(jb, prof, cfg, be)
+	cc.Resume, cc.Now = resume, c.clk.Now()
+	if c.core, err = core.New(cc); err != nil {
 		return nil, err
 	}
 	c.publish()
 	return c, nil
 }
+
+// profileOf is cfg.Profile, or else jb's layers measured on be at micro-
+// batches of lo and hi samples.
+func profileOf(jb *job.Job, cfg CoordinatorConfig, be nn.Backend, lo, hi int) (*balance.ModelProfile, error) {
+	var prof *balance.ModelProfile
+	if cfg.Profile != nil {
+		p := *cfg.Profile
+		prof = &p
+	} else {
+		var err error
+		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}}); err != nil {
+			return nil, fmt.Errorf("profiling %s: %w", jb.Spec.Model, err)
+		}
+	}
+	prof.Model = jb.Spec.Model
+	return prof, nil
+}
+
+// coreConfig is the core's configuration for jb planned with prof.
+func coreConfig(jb *job.Job, prof *balance.ModelProfile, cfg CoordinatorConfig, be nn.Backend) core.Config {
+	// What the codecs make of the inputs, for the planner: a micro-batch of
+	// them, sampled.
+	var b nn.Batch
+	jb.Loader.Fill(0, 0, 0, &b)
+	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(b.X[0]), dataplane.DefaultRate)
+	return core.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
+		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Generation: cfg.Generation,
+		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs}
+}
+
+// chooseMicroBatches gives a job whose micro-batches are auto the M of
+// its fastest plan on cfg.Nodes, and returns the profile it planned with
+// (the layers at one sample and at the whole batch), for the job's plan.
+func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) (job.Checked, *balance.ModelProfile, error) {
+	batch := spec.Spec().Batch
+	probe, err := spec.WithMicroBatches(job.MostMicroBatches(batch))
+	if err != nil {
+		return job.Checked{}, nil, err
+	}
+	jb, err := probe.Prepare()
+	if err != nil {
+		return job.Checked{}, nil, err
+	}
+	prof, err := profileOf(jb, cfg, be, batch/job.MostMicroBatches(batch), batch)
+	if err != nil {
+		return job.Checked{}, nil, err
+	}
+	jb.Spec.MicroBatches = 0
+	cc := coreConfig(jb, prof, cfg, be)
+	cc.Logger = slog.New(slog.DiscardHandler)
+	m, plan, err := core.ChooseMicroBatches(cc)
+	if err != nil {
+		return job.Checked{}, nil, err
+	}
+	cfg.Logger.Info("micro-batches chosen", "job", spec.ID(), "micro_batches", m, "plan", plan)
+	out, err := spec.WithMicroBatches(m)
+	return out, prof, err
+}
+
+// Spec is the job's spec, its micro-batches chosen if they were auto.
+func (c *Coordinator) Spec() job.Checked { return c.checked }
 
 // Plan is the job's current plan.
 func (c *Coordinator) Plan() *balance.Plan {

@@ -141,7 +141,8 @@ type ProfileOptions struct {
 	// to the size) or two (fixed cost plus cost per sample).
 	Sizes []int
 	// Each pass is repeated at least MinReps times and until MinTime has
-	// passed, at most MaxReps times; the median is kept. Defaults 3, 5 ms, 25.
+	// passed, at most MaxReps times; the fastest is kept. Defaults 5, 5 ms,
+	// 25.
 	MinReps, MaxReps int
 	MinTime          time.Duration
 }
@@ -165,7 +166,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		return nil, fmt.Errorf("%w: profile sizes %v: want one or two positive micro-batch sizes", ErrProfile, o.Sizes)
 	}
 	if o.MinReps <= 0 {
-		o.MinReps = 3
+		o.MinReps = 5
 	}
 	if o.MaxReps < o.MinReps {
 		o.MaxReps = max(25, o.MinReps)
@@ -177,8 +178,10 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	defer restore()
 
 	p := &ModelProfile{Graph: GraphHash(g), Source: "measured", Backend: be.Name(), Threads: be.Threads(), Sizes: sizes}
-	// The layer timings below are medians: under a CPU quota they are the
-	// speed between throttles, and so is this reference.
+	// The layer timings below are the fastest of their repetitions: another
+	// process or a CPU quota's throttle only makes a pass slower (under a
+	// 25% quota, medians of passes of a whole batch came out 3-4 times too
+	// slow). They are the speed between throttles, and so is this reference.
 	p.GFLOPS = MeasureGEMMBurst(be, 256, 50*time.Millisecond)
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -241,7 +244,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 			}
 		}
 		for i, n := range g.Nodes {
-			s := sample{Median(fw[i]), Median(bw[i]), slots[i]}
+			s := sample{fastest(fw[i]), fastest(bw[i]), slots[i]}
 			if !n.RequiresGrad {
 				s.bwd = 0
 			}
@@ -279,7 +282,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		lp.SlotBytes = max(ms[len(ms)-1].slot/float64(bmax), float64(lp.OutputBytes))
 		lp.Forward = fit(sizes, ms[0].fwd, ms[len(ms)-1].fwd)
 		lp.Backward = fit(sizes, ms[0].bwd, ms[len(ms)-1].bwd)
-		lp.Update = Median(upd[i])
+		lp.Update = fastest(upd[i])
 		p.Layers = append(p.Layers, lp)
 	}
 	return p, nil
@@ -299,6 +302,14 @@ func fit(sizes []int, t0, t1 float64) Timing {
 		return Timing{PerSample: t1 / b1}
 	}
 	return Timing{Fixed: f, PerSample: ps}
+}
+
+// fastest is the smallest of v (0 for none).
+func fastest(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return slices.Min(v)
 }
 
 // Median is the median of v (the upper one of an even count; 0 for none).

@@ -105,10 +105,10 @@ def main():
     ap.add_argument("--base")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--micro", default="16", help="the cluster's micro-batches: a number or auto")
     # A node alone has no pipeline to fill: by default its run is the whole
     # batch at once, its fastest (--one-micro 0: the same as --micro).
-    ap.add_argument("--one-micro", type=int, default=1)
+    ap.add_argument("--one-micro", default="1")
     ap.add_argument("--models", default="mlp32,mlp4")
     ap.add_argument("--period-ms", type=float, default=100, help="the CFS period of the quotas")
     a = ap.parse_args()
@@ -128,7 +128,7 @@ def main():
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in range(a.rounds):
             for label, binary in bins:
-                for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro, a.one_micro or a.micro).items():
+                for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro, a.one_micro if a.one_micro != "0" else a.micro).items():
                     ratio = one["measured_step_ms"] / full["measured_step_ms"]
                     whole = full["samples_per_sec"] / one["samples_per_sec"]
                     res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"], whole))

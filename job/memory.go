@@ -85,6 +85,9 @@ func (c Checked) Estimate() (Footprint, error) {
 		slots = 1
 	}
 	M := s.MicroBatches
+	if M == 0 { // auto: the least memory it may choose
+		M = MostMicroBatches(s.Batch)
+	}
 	micro := float64((s.Batch + M - 1) / M)
 	flight := M
 	if s.Recompute == "auto" || s.Recompute == "all" {

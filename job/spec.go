@@ -50,7 +50,11 @@ type Spec struct {
 	// otherwise they are opened by path.
 	files *Files
 
-	Batch        int `json:"batch"`
+	Batch int `json:"batch"`
+	// MicroBatches is M, the micro-batches a step's batch is cut into; 0
+	// (auto) lets the coordinator choose the M its plan simulates fastest
+	// on the nodes at hand (see [Checked.WithMicroBatches]). A
+	// deterministic job names its M: the sums it fixes decide the weights.
 	MicroBatches int `json:"micro_batches"`
 	// Epochs and Steps bound the job's length: it runs Epochs passes over
 	// the training set, or Steps steps, whichever ends first. Epochs 0
@@ -173,6 +177,35 @@ func Check(s Spec) (Checked, error) {
 	return Checked{s}, nil
 }
 
+// AutoMicroBatches reports whether the coordinator chooses the job's M.
+func (c Checked) AutoMicroBatches() bool { return c.s.MicroBatches == 0 }
+
+// WithMicroBatches returns c with M micro-batches, checked.
+func (c Checked) WithMicroBatches(m int) (Checked, error) {
+	if m < 1 {
+		return Checked{}, specErr("%d micro-batches", m)
+	}
+	s := c.Spec()
+	s.MicroBatches = m
+	out, err := Check(s)
+	out.s.files = c.s.files
+	return out, err
+}
+
+// MaxAutoMicroBatches is the largest M that auto micro-batches try.
+const MaxAutoMicroBatches = 32
+
+// MostMicroBatches is the largest M up to MaxAutoMicroBatches that divides
+// batch: the smallest micro-batches auto may choose.
+func MostMicroBatches(batch int) int {
+	for m := min(MaxAutoMicroBatches, batch); m > 1; m-- {
+		if batch%m == 0 {
+			return m
+		}
+	}
+	return 1
+}
+
 // ReadingFrom returns c, reading its files through f (nil: by path).
 func (c Checked) ReadingFrom(f *Files) Checked {
 	c.s.files = f
@@ -222,8 +255,14 @@ func (s *Spec) normalize() error {
 	if s.Data == "" {
 		return specErr("no data set")
 	}
-	if s.Batch < 1 || s.MicroBatches < 1 || s.MicroBatches > s.Batch {
-		return specErr("need 1 <= micro-batches (%d) <= batch (%d)", s.MicroBatches, s.Batch)
+	if s.Batch < 1 || s.MicroBatches < 0 || s.MicroBatches > s.Batch {
+		return specErr("need 1 <= micro-batches (%d) <= batch (%d), or 0: auto", s.MicroBatches, s.Batch)
+	}
+	if s.MicroBatches == 0 && s.Deterministic {
+		return specErr("a deterministic job needs its number of micro-batches, not auto: they decide its weights")
+	}
+	if s.MicroBatches == 0 && s.Schedule == balance.Interleaved.String() {
+		return specErr("interleaved needs its number of micro-batches, not auto (a multiple of the nodes)")
 	}
 	if s.Epochs < 0 || s.Steps < 0 || s.Epochs == 0 && s.Steps == 0 {
 		return specErr("epochs %d and steps %d: need epochs >= 1, or steps >= 1 (epochs 0: as many as the steps need), or both", s.Epochs, s.Steps)
@@ -390,6 +429,9 @@ func (c Checked) PrepareWithin(memory int64) (*Job, error) {
 				mean, std = m, d
 			}
 		}
+	}
+	if s.MicroBatches == 0 {
+		return nil, specErr("micro-batches auto: the coordinator chooses them on a cluster (train --via); name a number to train here")
 	}
 	g.Init(s.Seed)
 	loader, err := data.NewLoader(set.Train, s.Seed, s.Batch, s.MicroBatches)

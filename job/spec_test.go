@@ -115,3 +115,41 @@ func TestCheckInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// Micro-batches auto (0) pass the check, except where M decides the
+// result or the schedule; a job is prepared only with a number, which
+// WithMicroBatches gives; the memory check counts the smallest
+// micro-batches auto may choose.
+func TestAutoMicroBatches(t *testing.T) {
+	s := DefaultSpec()
+	s.Data, s.Batch, s.MicroBatches = "synthetic:8x8x1:4", 256, 0
+	c, err := Check(s)
+	if err != nil || !c.AutoMicroBatches() {
+		t.Fatalf("auto: %v", err)
+	}
+	if _, err := c.Prepare(); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "auto") {
+		t.Errorf("Prepare with auto micro-batches: %v", err)
+	}
+	m, err := c.WithMicroBatches(8)
+	if err != nil || m.AutoMicroBatches() || m.Spec().MicroBatches != 8 || c.Spec().MicroBatches != 0 {
+		t.Fatalf("WithMicroBatches(8): %+v %v", m.Spec(), err)
+	}
+	if _, err := c.WithMicroBatches(0); err == nil {
+		t.Error("WithMicroBatches(0): no error")
+	}
+	for _, mod := range []func(*Spec){
+		func(s *Spec) { s.Deterministic = true },
+		func(s *Spec) { s.Schedule, s.Partition = "interleaved", "balanced" },
+	} {
+		bad := s
+		mod(&bad)
+		if _, err := Check(bad); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "not auto") {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	for batch, want := range map[int]int{256: 32, 24: 24, 96: 32, 50: 25, 37: 1, 1: 1} {
+		if got := MostMicroBatches(batch); got != want {
+			t.Errorf("MostMicroBatches(%d) = %d, want %d", batch, got, want)
+		}
+	}
+}

@@ -198,6 +198,37 @@ func TestJobOverHTTPIsBitIdentical(t *testing.T) {
 	}
 }
 
+// A job whose micro-batches are auto runs with the M its coordinator
+// chose, and says which: in its status, its result and the record its
+// holders keep (a successor resumes it with that M).
+func TestAutoMicroBatches(t *testing.T) {
+	as := startCluster(t, 2)
+	spec := smallSpec()
+	spec.Deterministic, spec.MicroBatches = false, 0
+	c, err := as[0].Submit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.Spec().ID()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := as[0].Wait(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Spec().Spec().MicroBatches
+	if m < 1 || spec.Batch%m != 0 || st.MicroBatches != m || st.Result == nil || st.Result.MicroBatches != m {
+		t.Fatalf("chosen M %d; status M %d, result %+v", m, st.MicroBatches, st.Result)
+	}
+	if !strings.Contains(c.Describe(), fmt.Sprintf("M=%d:", m)) {
+		t.Errorf("plan %q does not say M=%d", c.Describe(), m)
+	}
+	rec, err := as[0].Record(id)
+	if err != nil || rec.Spec.Spec().MicroBatches != m {
+		t.Fatalf("record's micro-batches %d (%v), want %d", rec.Spec.Spec().MicroBatches, err, m)
+	}
+}
+
 // A bad job spec is refused with a clear message and starts nothing.
 func TestBadSpecIsRefused(t *testing.T) {
 	as := startCluster(t, 2)
@@ -218,6 +249,7 @@ func TestBadSpecIsRefused(t *testing.T) {
 		{"partition misses a layer", spec(func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc10-fc32@b" }), 400, "fc9"},
 		{"more stages than nodes", spec(func(s *job.Spec) { s.Partition = "fc1-fc8@a; fc9-fc20@b; fc21-fc32@c" }), 400, "c"},
 		{"micro-batches", spec(func(s *job.Spec) { s.MicroBatches = 100 }), 400, "micro-batches"},
+		{"deterministic, micro-batches auto", spec(func(s *job.Spec) { s.MicroBatches = 0 }), 400, "deterministic job needs its number of micro-batches"},
 		{"bad id", spec(func(s *job.Spec) { s.ID = "../x" }), 400, "bad job id"},
 		{"unknown field", []byte(`{"model":"mlp32","layers":3}`), 400, "unknown field"},
 		{"not JSON", []byte(`{"model":`), 400, "bad job spec"},

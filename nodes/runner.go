@@ -87,7 +87,7 @@ func (r *runner) submit(spec job.Spec) (*actors.Coordinator, error) {
 		r.jobs.release(spec.ID)
 		return nil, err
 	}
-	rec := JobRecord{ID: spec.ID, Run: run, Spec: cs, Coordinator: r.self, Generation: 1, Revision: 1, State: RecordRunning}
+	rec := JobRecord{ID: spec.ID, Run: run, Spec: c.Spec(), Coordinator: r.self, Generation: 1, Revision: 1, State: RecordRunning}
 	rec.Holders = chooseHolders(nil, peerNames(r.members.peers()), rec.replicas()-1)
 	if err := r.launch(c, rec, rec, nil); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +23,8 @@ type trainFlags struct {
 	model, data   string
 	init          string
 	width         float64
-	batch, micro  int
+	batch         int
+	micro         microBatches
 	epochs, steps int
 	lr            float64
 	momentum, wd  float64
@@ -47,7 +49,9 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.init, "init", "", "start from the weights in this safetensors file (names and shapes of the model's PyTorch state_dict, as --out writes them)")
 	fs.Float64Var(&f.width, "width", 0, "mlp32: hidden units (default 512); other models: width factor (default 1)")
 	fs.IntVar(&f.batch, "batch", 128, "mini-batch size")
-	fs.IntVar(&f.micro, "micro-batches", 4, "micro-batches per mini-batch")
+	f.micro = 4
+	fs.Var(&f.micro, "micro-batches", "micro-batches per mini-batch, or auto: the number the coordinator's plan\n"+
+		"simulates fastest on the nodes (not with --local or --deterministic)")
 	fs.IntVar(&f.epochs, "epochs", 3, "epochs; with --steps and without --epochs, as many as the steps need\n"+
 		"(with both, the smaller wins)")
 	fs.IntVar(&f.steps, "steps", 0, "train this many steps (0: all epochs)")
@@ -84,12 +88,35 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 	}
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
-		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: f.micro,
+		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
 		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
 	}
+}
+
+// microBatches is a number of micro-batches, or auto (0).
+type microBatches int
+
+func (m *microBatches) String() string {
+	if *m == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(int(*m))
+}
+
+func (m *microBatches) Set(s string) error {
+	if s == "auto" {
+		*m = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want auto or a positive number, got %q", s)
+	}
+	*m = microBatches(n)
+	return nil
 }
 
 func runTrain(args []string, stdout, stderr io.Writer) error {

@@ -165,6 +165,21 @@ func New(cfg Config) (*Core, error) {
 	return c, nil
 }
 
+// ChooseMicroBatches returns the M of the fastest plan for a job whose
+// micro-batches are auto (cfg.Job.Spec.MicroBatches 0), over cfg.Nodes,
+// and that plan's description. cfg.Profile should hold the layers at the
+// smallest and the largest micro-batch tried (1 and the whole batch).
+func ChooseMicroBatches(cfg Config) (int, string, error) {
+	if cfg.Job.Spec.MicroBatches != 0 {
+		return 0, "", specErr("the job has %d micro-batches, not auto", cfg.Job.Spec.MicroBatches)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return 0, "", err
+	}
+	return c.plan.MicroBatches, c.Describe(), nil
+}
+
 // Start begins the job: its first plan change starts the stages and loads
 // the resumed cut, if any.
 func (c *Core) Start(now time.Time) {
@@ -696,7 +711,7 @@ func (c *Core) search(cl *balance.Cluster, part string) (*balance.Result, error)
 		cl = &trimmed
 	}
 	res, err := balance.Search(c.job.Graph, c.cfg.Profile, cl, balance.Options{
-		Partitioner: part, Schedule: s.Schedule, Chunks: s.Chunks, Batch: s.Batch, MicroBatches: s.MicroBatches,
+		Partitioner: part, Schedule: s.Schedule, Chunks: s.Chunks, Batch: s.Batch, MicroBatches: s.MicroBatches, MaxMicroBatches: job.MaxAutoMicroBatches,
 		Optimizer: s.Optimizer, Model: s.Model, Workers: 1, Replicas: true, ChainedSums: s.Deterministic, Recompute: s.Recompute,
 	})
 	if errors.Is(err, balance.ErrNoFit) {

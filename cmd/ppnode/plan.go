@@ -79,7 +79,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	trace := fs.String("trace", "", "write the simulated step as a Chrome trace to this JSON file")
 	out := fs.String("out", "", "write the full plan (stages and programs) to this JSON file")
 	compare := fs.Bool("compare", false, "plan with every partitioner on the same profile and compare them")
-	replicas := fs.Bool("replicas", false, "let a stage run on several nodes (replicas), each on a share of the micro-batches: planned and simulated, not yet run by train (whose --replicas counts copies of each cut)")
+	replicas := fs.Bool("replicas", false, "let a stage run on several nodes (replicas), each on a share of the micro-batches, as a job's plans may")
 	deterministic := fs.Bool("deterministic", false, "replicas sum their gradients in the order of one process, as a --deterministic job must (their backward passes then run one after the other)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err

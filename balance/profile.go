@@ -145,6 +145,9 @@ type ProfileOptions struct {
 	// 25.
 	MinReps, MaxReps int
 	MinTime          time.Duration
+	// Memory bounds the tensors of the layers measured at once (default
+	// 256 MiB; a layer larger than it is measured alone).
+	Memory int64
 }
 
 // Profile measures every layer of g with micro-batches of microBatch
@@ -174,6 +177,9 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	if o.MinTime <= 0 {
 		o.MinTime = 5 * time.Millisecond
 	}
+	if o.Memory <= 0 {
+		o.Memory = 256 << 20
+	}
 	restore := snapshot(g)
 	defer restore()
 
@@ -198,12 +204,14 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		in, out []*nn.Tensor
 	}
 	meas := make([][]sample, len(g.Nodes))
-	for _, b := range sizes {
-		runs := make([]layerRun, len(g.Nodes))
-		for i, n := range g.Nodes {
+	// measure times layers lo..hi-1 at micro-batches of b samples.
+	measure := func(lo, hi, b int) error {
+		runs := make([]layerRun, hi-lo)
+		for i := range runs {
+			n := g.Nodes[lo+i]
 			st, err := g.Stage([]string{n.Name})
 			if err != nil {
-				return nil, err
+				return err
 			}
 			r := layerRun{st: st, in: make([]*nn.Tensor, len(st.Inputs)), out: make([]*nn.Tensor, len(st.Outputs))}
 			for k, name := range st.Inputs {
@@ -220,7 +228,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 			runs[i] = r
 		}
 		// Memory of one micro-batch in flight: what a fresh slot allocates.
-		slots := make([]float64, len(g.Nodes))
+		slots := make([]float64, len(runs))
 		for i, r := range runs {
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
@@ -229,7 +237,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 			runtime.ReadMemStats(&m1)
 			slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
 		}
-		fw, bw := make([][]float64, len(g.Nodes)), make([][]float64, len(g.Nodes))
+		fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
 		start := time.Now()
 		for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
 			for i, r := range runs {
@@ -243,12 +251,37 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 				bw[i] = append(bw[i], time.Since(t0).Seconds())
 			}
 		}
-		for i, n := range g.Nodes {
+		for i := range runs {
 			s := sample{fastest(fw[i]), fastest(bw[i]), slots[i]}
-			if !n.RequiresGrad {
+			if !g.Nodes[lo+i].RequiresGrad {
 				s.bwd = 0
 			}
-			meas[i] = append(meas[i], s)
+			meas[lo+i] = append(meas[lo+i], s)
+		}
+		return nil
+	}
+	for _, b := range sizes {
+		// The layers are measured in windows of consecutive layers whose
+		// tensors (inputs, outputs, two slots' activations: about four
+		// times inputs and outputs) fit in o.Memory, so that a node can
+		// profile a model whose whole micro-batch it could not hold.
+		lo, used := 0, int64(0)
+		for i, n := range g.Nodes {
+			var elems int64
+			for _, in := range n.Inputs {
+				elems += int64(nn.Size(shapeOf(g, in)))
+			}
+			need := 16 * int64(b) * (elems + int64(nn.Size(n.Shape)))
+			if i > lo && used+need > o.Memory {
+				if err := measure(lo, i, b); err != nil {
+					return nil, err
+				}
+				lo, used = i, 0
+			}
+			used += need
+		}
+		if err := measure(lo, len(g.Nodes), b); err != nil {
+			return nil, err
 		}
 	}
 	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 1e-12, Momentum: 0.9, Threads: be.Threads()})

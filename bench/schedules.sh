@@ -8,8 +8,10 @@
 #
 #   bench/schedules.sh BINARY PORT MEMORY [train flags...]
 #
-# MEMORY is each node's `join --memory` (none: the machine's). PORT and the
-# ports up to PORT+19 must be free (gossip PORT.., HTTP PORT+10..).
+# MEMORY is each node's `join --memory` (none: the machine's); with MEMCG=1,
+# each node's cgroup v1 memory limit instead (root; MEMORY in bytes or with
+# a K, M or G suffix). PORT and the ports up to PORT+19 must be free
+# (gossip PORT.., HTTP PORT+10..).
 set -euo pipefail
 bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
 shift 3
@@ -18,14 +20,38 @@ pids=()
 # The nodes' local token (SECURITY.md), sent by the CLI and by api below.
 export PPNODE_TOKEN_FILE="$dir/http-token"
 api() { curl -sf -H "Authorization: Bearer $(cat "$PPNODE_TOKEN_FILE" 2>/dev/null)" "$@"; }
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
+cgs=()
+cleanup() {
+	kill "${pids[@]}" 2>/dev/null || true
+	wait 2>/dev/null || true
+	for cg in "${cgs[@]}"; do
+		echo "$(basename "$cg"): peak $(($(cat "$cg/memory.max_usage_in_bytes") >> 20)) MiB, OOM kills $(grep -c . <(grep oom_kill "$cg/memory.oom_control" | grep -v ' 0$') || true)" >&2
+		rmdir "$cg" 2>/dev/null || true
+	done
+	if [ -n "${KEEP:-}" ]; then echo "logs in $dir" >&2; else rm -rf "$dir"; fi
+}
 trap cleanup EXIT
 memflag=()
-[ "$mem" != none ] && memflag=(--memory "$mem")
+[ "$mem" != none ] && [ -z "${MEMCG:-}" ] && memflag=(--memory "$mem")
+# memcg NAME: makes a memory cgroup limited to $mem and prints the command
+# prefix that runs a process in it.
+memcg() {
+	local cg=/sys/fs/cgroup/memory/ppnode-sched-$$-$1 m=${mem%B}
+	mkdir -p "$cg"
+	numfmt --from=iec "${m%i}" >"$cg/memory.limit_in_bytes"
+	echo "$cg"
+}
 start() { # name index
 	local seeds=()
 	[ "$2" -gt 0 ] && seeds=(--seeds "127.0.0.1:$port")
-	"$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
+	local run=()
+	if [ -n "${MEMCG:-}" ] && [ "$mem" != none ]; then
+		local cg
+		cg=$(memcg "$1")
+		cgs+=("$cg")
+		run=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg")
+	fi
+	"${run[@]}" "$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
 		--threads 1 --data-dir none "${memflag[@]}" "${seeds[@]}" >"$dir/$1.log" 2>&1 &
 	pids+=($!)
 }

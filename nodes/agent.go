@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -142,8 +143,16 @@ func (a *Agent) measure() error {
 	}
 	sustained, burst := balance.MeasureGEMMSpeeds(be, 256, a.cfg.ProfileFor)
 	mem := max(job.AvailableMemory(), 0)
-	if m := a.cfg.Memory; m > 0 && (mem == 0 || m < mem) {
-		mem = m
+	if lim, ok := a.MemoryLimit(); ok {
+		// What jobs may plan with under a limit: the limit less what the
+		// process holds already and an eighth for the garbage collector's
+		// headroom and what Go does not count (oneDNN's buffers).
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		usable := max(lim-int64(ms.Sys)-lim/8, 0)
+		if mem == 0 || usable < mem {
+			mem = usable
+		}
 	}
 	a.profile = cluster.Profile{GEMMGFLOPS: sustained, MemoryBytes: uint64(mem), Threads: a.cfg.Threads}
 	a.capacity = &capacity{burst: burst, threads: a.cfg.Threads}
@@ -334,6 +343,16 @@ func (a *Agent) ProbeAddr() string { return a.links.server.Addr() }
 
 // Profile is what the node measured about itself at start.
 func (a *Agent) Profile() cluster.Profile { return a.profile }
+
+// MemoryLimit is the memory this node may use, if anything limits it: its
+// cgroup's limit or Config.Memory, whichever is smaller.
+func (a *Agent) MemoryLimit() (int64, bool) {
+	m, ok := memoryLimit()
+	if c := a.cfg.Memory; c > 0 && (!ok || c < m) {
+		m, ok = c, true
+	}
+	return m, ok
+}
 
 // Store is the local checkpoint store; nil without a DataDir.
 func (a *Agent) Store() *tensorio.Store { return a.cuts.store }

@@ -61,7 +61,22 @@ func cpuLimit() (cpus float64, ok bool) {
 }
 
 // cpuLimitIn is cpuLimit on the file system root (for tests).
-func cpuLimitIn(root fs.FS) (float64, bool) {
+func cpuLimitIn(root fs.FS) (float64, bool) { return cgroupLimit(root, "cpu", readV1, readV2) }
+
+// memoryLimit returns the memory limit of this process's cgroup in bytes,
+// the smallest along the path up to the root, cgroup v2 or v1; ok is
+// false if there is none or it cannot be read.
+func memoryLimit() (bytes int64, ok bool) { return memoryLimitIn(os.DirFS("/")) }
+
+// memoryLimitIn is memoryLimit on the file system root (for tests).
+func memoryLimitIn(root fs.FS) (int64, bool) {
+	b, ok := cgroupLimit(root, "memory", readMemV1, readMemV2)
+	return int64(b), ok
+}
+
+// cgroupLimit is the smallest limit that v1 (in controller's hierarchy) or
+// v2 reads along this process's cgroup and its ancestors.
+func cgroupLimit(root fs.FS, controller string, readV1, readV2 func(fs.FS, string) (float64, bool)) (float64, bool) {
 	cg, err := fs.ReadFile(root, "proc/self/cgroup")
 	if err != nil {
 		return 0, false
@@ -81,7 +96,7 @@ func cpuLimitIn(root fs.FS) (float64, bool) {
 		}
 		if f[0] == "0" && f[1] == "" {
 			v2, haveV2 = f[2], true
-		} else if hasField(f[1], ",", "cpu") {
+		} else if hasField(f[1], ",", controller) {
 			v1, haveV1 = f[2], true
 		}
 	}
@@ -106,7 +121,7 @@ func cpuLimitIn(root fs.FS) (float64, bool) {
 		switch {
 		case fstype == "cgroup2" && haveV2:
 			cpus, ok = walkLimit(root, point, mroot, v2, readV2)
-		case fstype == "cgroup" && haveV1 && hasField(opts, ",", "cpu"):
+		case fstype == "cgroup" && haveV1 && hasField(opts, ",", controller):
 			cpus, ok = walkLimit(root, point, mroot, v1, readV1)
 		}
 		if ok && cpus < best {
@@ -162,6 +177,28 @@ func readV1(root fs.FS, dir string) (float64, bool) {
 		return 0, false
 	}
 	return quotaCPUs(strings.TrimSpace(string(q)), strings.TrimSpace(string(p)))
+}
+
+// readMemV2 reads memory.max: "max" (no limit) or bytes.
+func readMemV2(root fs.FS, dir string) (float64, bool) {
+	return memBytes(root, path.Join(dir, "memory.max"))
+}
+
+// readMemV1 reads memory.limit_in_bytes (no limit: a number near 2^63).
+func readMemV1(root fs.FS, dir string) (float64, bool) {
+	return memBytes(root, path.Join(dir, "memory.limit_in_bytes"))
+}
+
+func memBytes(root fs.FS, file string) (float64, bool) {
+	b, err := fs.ReadFile(root, file)
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v <= 0 || v >= 1<<62 {
+		return 0, false
+	}
+	return float64(v), true
 }
 
 func quotaCPUs(quota, period string) (float64, bool) {

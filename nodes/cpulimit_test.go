@@ -64,3 +64,38 @@ func TestCPULimit(t *testing.T) {
 		})
 	}
 }
+
+func TestMemoryLimit(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	for _, tc := range []struct {
+		name  string
+		files fstest.MapFS
+		want  int64 // 0: no limit
+	}{
+		{"v1, the node's own cgroup", fstest.MapFS{
+			"proc/self/cgroup":    file("5:memory:/bench/b\n1:cpu:/bench/b\n"),
+			"proc/self/mountinfo": file("33 30 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"),
+			"sys/fs/cgroup/memory/bench/b/memory.limit_in_bytes": file("1073741824\n"),
+			"sys/fs/cgroup/memory/bench/memory.limit_in_bytes":   file("9223372036854771712\n"),
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":         file("9223372036854771712\n"),
+		}, 1 << 30},
+		{"v2, a parent's", fstest.MapFS{
+			"proc/self/cgroup":    file("0::/system.slice/ppnode.service\n"),
+			"proc/self/mountinfo": file("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
+			"sys/fs/cgroup/system.slice/ppnode.service/memory.max": file("max\n"),
+			"sys/fs/cgroup/system.slice/memory.max":                file("2147483648\n"),
+		}, 2 << 30},
+		{"v1 unlimited", fstest.MapFS{
+			"proc/self/cgroup":                           file("5:memory:/\n"),
+			"proc/self/mountinfo":                        file("33 30 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"),
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": file("9223372036854771712\n"),
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := memoryLimitIn(tc.files)
+			if tc.want == 0 && ok || tc.want != 0 && (!ok || got != tc.want) {
+				t.Fatalf("memoryLimitIn = %d, %v; want %d", got, ok, tc.want)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -207,6 +208,13 @@ func runJoin(args []string, stdout, stderr io.Writer) error {
 	a, err := nodes.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if m, ok := a.MemoryLimit(); ok && os.Getenv("GOMEMLIMIT") == "" {
+		// The garbage collector works harder as the heap nears the limit,
+		// rather than let it grow to twice what is live and be killed. A
+		// tenth is left to what Go does not count (oneDNN's, OpenBLAS's).
+		debug.SetMemoryLimit(m / 10 * 9)
+		logger.Info("Go memory limit set", "bytes", m/10*9)
 	}
 	b, _ := json.Marshal(readyLine{Name: a.Name(), Gossip: a.GossipAddr(), Actors: a.ActorAddr(), HTTP: a.HTTPAddr(), Probe: a.ProbeAddr()})
 	fmt.Fprintf(stdout, "ready %s\n", b)

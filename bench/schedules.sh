@@ -10,7 +10,8 @@
 #
 # MEMORY is each node's `join --memory` (none: the machine's); with MEMCG=1,
 # each node's cgroup v1 memory limit instead (root; MEMORY in bytes or with
-# a K, M or G suffix). PORT and the ports up to PORT+19 must be free
+# a K, M or G suffix); with MEMCG=observe, `join --memory` and a cgroup of
+# its own without a limit, to report each node's peak. PORT and the ports up to PORT+19 must be free
 # (gossip PORT.., HTTP PORT+10..).
 set -euo pipefail
 bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
@@ -32,13 +33,13 @@ cleanup() {
 }
 trap cleanup EXIT
 memflag=()
-[ "$mem" != none ] && [ -z "${MEMCG:-}" ] && memflag=(--memory "$mem")
+[ "$mem" != none ] && [ "${MEMCG:-observe}" = observe ] && memflag=(--memory "$mem")
 # memcg NAME: makes a memory cgroup limited to $mem and prints the command
 # prefix that runs a process in it.
 memcg() {
 	local cg=/sys/fs/cgroup/memory/ppnode-sched-$$-$1 m=${mem%B}
 	mkdir -p "$cg"
-	numfmt --from=iec "${m%i}" >"$cg/memory.limit_in_bytes"
+	[ "$MEMCG" = observe ] || numfmt --from=iec "${m%i}" >"$cg/memory.limit_in_bytes"
 	echo "$cg"
 }
 start() { # name index

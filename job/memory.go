@@ -51,8 +51,21 @@ func (f Footprint) Local() int64 {
 	return sat(float64(f.Params) + float64(f.Grads) + float64(f.Optimizer) + float64(f.Data) + float64(f.LocalActivations))
 }
 
-// evalChunk is the samples Job.Evaluate runs at a time.
-const evalChunk = 256
+// evalChunk is the most samples Job.Evaluate runs at a time; evalMemory
+// bounds what their activations may take.
+const (
+	evalChunk  = 256
+	evalMemory = 256 << 20
+)
+
+// evalChunkOf is how many samples of perSample bytes of activations each
+// Job.Evaluate runs at a time.
+func evalChunkOf(perSample int64) int {
+	if perSample <= 0 {
+		return evalChunk
+	}
+	return int(max(1, min(evalChunk, evalMemory/perSample)))
+}
 
 // Estimate computes the spec's footprint from shapes only: the data set's
 // from its name, the model's layer by layer as nn/zoo builds it (see
@@ -103,7 +116,7 @@ func (c Checked) Estimate() (Footprint, error) {
 		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
 		Activations: sat(4 * float64(flight) * micro * perSample), MicroBatches: flight,
 		Data:             sat(4 * float64(train+test) * (sample + 1)),
-		LocalActivations: sat(4 * (2*micro*perSample + float64(min(evalChunk, test))*float64(w.outs+w.cols))),
+		LocalActivations: sat(4 * (2*micro*perSample + float64(min(evalChunkOf(4*int64(w.outs+w.cols)), test))*float64(w.outs+w.cols))),
 	}, nil
 }
 

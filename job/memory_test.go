@@ -110,7 +110,7 @@ func TestHugeJobIsRefused(t *testing.T) {
 		!strings.HasSuffix(errMembers.Error(), "the members have 16.0 GiB") {
 		t.Errorf("members: %v; want the job's need and the members' 16.0 GiB", errMembers)
 	}
-	if j != nil || !errors.Is(errLocal, ErrSpec) || !strings.Contains(errLocal.Error(), "preparing the job needs about 121.9 GiB in this process") ||
+	if j != nil || !errors.Is(errLocal, ErrSpec) || !strings.Contains(errLocal.Error(), "preparing the job needs about 121.1 GiB in this process") ||
 		!strings.HasSuffix(errLocal.Error(), "this machine has 16.0 GiB available") {
 		t.Errorf("local: %v; want the process's need and the 16.0 GiB available", errLocal)
 	}

@@ -191,74 +191,13 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	p.GFLOPS = MeasureGEMMBurst(be, 256, 50*time.Millisecond)
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
 	rng := rand.New(rand.NewPCG(1, 2))
-	// Each layer runs as a stage of its own on random inputs. The passes
-	// are timed as training runs them, one micro-batch through every layer
-	// forward and back through every layer in reverse, repeated: a layer's
-	// weights are then as cold as in a pipeline stage, where the other
-	// layers' weights and activations pass through the caches between two
-	// uses of it (timing one layer over and over keeps its weights in cache
-	// and measured skinny GEMMs up to a quarter too fast).
-	type sample struct{ fwd, bwd, slot float64 }
-	type layerRun struct {
-		st      *nn.Stage
-		in, out []*nn.Tensor
-	}
 	meas := make([][]sample, len(g.Nodes))
-	// measure times layers lo..hi-1 at micro-batches of b samples.
 	measure := func(lo, hi, b int) error {
-		runs := make([]layerRun, hi-lo)
-		for i := range runs {
-			n := g.Nodes[lo+i]
-			st, err := g.Stage([]string{n.Name})
-			if err != nil {
-				return err
-			}
-			r := layerRun{st: st, in: make([]*nn.Tensor, len(st.Inputs)), out: make([]*nn.Tensor, len(st.Outputs))}
-			for k, name := range st.Inputs {
-				r.in[k] = randomTensor(rng, append([]int{b}, shapeOf(g, name)...))
-				if limit := idLimit(n, name); limit > 0 {
-					randomIDs(rng, r.in[k], limit)
-				}
-			}
-			for k, name := range st.Outputs {
-				r.out[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
-			}
-			st.Forward(ctx, 0, r.in) // warm up slot 0
-			st.Backward(ctx, 0, r.out)
-			runs[i] = r
+		ms, err := measureLayers(g, ctx, rng, o, lo, hi, b)
+		for i, m := range ms {
+			meas[lo+i] = append(meas[lo+i], m)
 		}
-		// Memory of one micro-batch in flight: what a fresh slot allocates.
-		slots := make([]float64, len(runs))
-		for i, r := range runs {
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
-			r.st.Forward(ctx, 1, r.in)
-			r.st.Backward(ctx, 1, r.out)
-			runtime.ReadMemStats(&m1)
-			slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
-		}
-		fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
-		start := time.Now()
-		for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
-			for i, r := range runs {
-				t0 := time.Now()
-				r.st.Forward(ctx, 0, r.in)
-				fw[i] = append(fw[i], time.Since(t0).Seconds())
-			}
-			for i := len(runs) - 1; i >= 0; i-- {
-				t0 := time.Now()
-				runs[i].st.Backward(ctx, 0, runs[i].out)
-				bw[i] = append(bw[i], time.Since(t0).Seconds())
-			}
-		}
-		for i := range runs {
-			s := sample{fastest(fw[i]), fastest(bw[i]), slots[i]}
-			if !g.Nodes[lo+i].RequiresGrad {
-				s.bwd = 0
-			}
-			meas[lo+i] = append(meas[lo+i], s)
-		}
-		return nil
+		return err
 	}
 	for _, b := range sizes {
 		// The layers are measured in windows of consecutive layers whose
@@ -335,6 +274,77 @@ func fit(sizes []int, t0, t1 float64) Timing {
 		return Timing{PerSample: t1 / b1}
 	}
 	return Timing{Fixed: f, PerSample: ps}
+}
+
+// sample is one layer's pass times and the bytes of a slot, at one size.
+type sample struct{ fwd, bwd, slot float64 }
+
+// measureLayers times layers lo..hi-1 of g, each as a stage of its own on
+// random inputs, at micro-batches of b samples. The passes are timed as
+// training runs them, one micro-batch through every layer forward and
+// back through every layer in reverse, repeated: a layer's weights are
+// then as cold as in a pipeline stage, where the other layers' weights and
+// activations pass through the caches between two uses of it (timing one
+// layer over and over keeps its weights in cache and measured skinny GEMMs
+// up to a quarter too fast).
+func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, lo, hi, b int) ([]sample, error) {
+	type layerRun struct {
+		st      *nn.Stage
+		in, out []*nn.Tensor
+	}
+	runs := make([]layerRun, hi-lo)
+	for i := range runs {
+		n := g.Nodes[lo+i]
+		st, err := g.Stage([]string{n.Name})
+		if err != nil {
+			return nil, err
+		}
+		r := layerRun{st: st, in: make([]*nn.Tensor, len(st.Inputs)), out: make([]*nn.Tensor, len(st.Outputs))}
+		for k, name := range st.Inputs {
+			r.in[k] = randomTensor(rng, append([]int{b}, shapeOf(g, name)...))
+			if limit := idLimit(n, name); limit > 0 {
+				randomIDs(rng, r.in[k], limit)
+			}
+		}
+		for k, name := range st.Outputs {
+			r.out[k] = randomTensor(rng, append([]int{b}, g.Node(name).Shape...))
+		}
+		st.Forward(ctx, 0, r.in) // warm up slot 0
+		st.Backward(ctx, 0, r.out)
+		runs[i] = r
+	}
+	// Memory of one micro-batch in flight: what a fresh slot allocates.
+	slots := make([]float64, len(runs))
+	for i, r := range runs {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		r.st.Forward(ctx, 1, r.in)
+		r.st.Backward(ctx, 1, r.out)
+		runtime.ReadMemStats(&m1)
+		slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
+	}
+	fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
+	start := time.Now()
+	for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
+		for i, r := range runs {
+			t0 := time.Now()
+			r.st.Forward(ctx, 0, r.in)
+			fw[i] = append(fw[i], time.Since(t0).Seconds())
+		}
+		for i := len(runs) - 1; i >= 0; i-- {
+			t0 := time.Now()
+			runs[i].st.Backward(ctx, 0, runs[i].out)
+			bw[i] = append(bw[i], time.Since(t0).Seconds())
+		}
+	}
+	out := make([]sample, len(runs))
+	for i := range runs {
+		out[i] = sample{fastest(fw[i]), fastest(bw[i]), slots[i]}
+		if !g.Nodes[lo+i].RequiresGrad {
+			out[i].bwd = 0
+		}
+	}
+	return out, nil
 }
 
 // fastest is the smallest of v (0 for none).

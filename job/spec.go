@@ -180,16 +180,15 @@ func Check(s Spec) (Checked, error) {
 // AutoMicroBatches reports whether the coordinator chooses the job's M.
 func (c Checked) AutoMicroBatches() bool { return c.s.MicroBatches == 0 }
 
-// WithMicroBatches returns c with M micro-batches, checked.
+// WithMicroBatches returns c with m micro-batches. (What else Check
+// refuses does not depend on M: auto is refused where it would.)
 func (c Checked) WithMicroBatches(m int) (Checked, error) {
-	if m < 1 {
-		return Checked{}, specErr("%d micro-batches", m)
+	if m < 1 || m > c.s.Batch {
+		return Checked{}, specErr("need 1 <= micro-batches (%d) <= batch (%d)", m, c.s.Batch)
 	}
-	s := c.Spec()
-	s.MicroBatches = m
-	out, err := Check(s)
-	out.s.files = c.s.files
-	return out, err
+	c.s.Files = maps.Clone(c.s.Files)
+	c.s.MicroBatches = m
+	return c, nil
 }
 
 // MaxAutoMicroBatches is the largest M that auto micro-batches try.

@@ -21,7 +21,7 @@ func TestTrainLocalRefusals(t *testing.T) {
 	// 120 GiB: refused before any of it is allocated, unless this machine
 	// has it.
 	if job.AvailableMemory() < 200<<30 {
-		cases = append(cases, refusal{[]string{"train", "--local", "--width", "16384"}, 2, "preparing the job needs about 121.9 GiB in this process"})
+		cases = append(cases, refusal{[]string{"train", "--local", "--width", "16384"}, 2, "preparing the job needs about 121.1 GiB in this process"})
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -22,6 +22,7 @@ const module = "github.com/ppnode/ppnode"
 // import higher ones; docs/DESIGN.md draws the layout. "*" allows anything.
 var allowed = map[string][]string{
 	"clock":       {},
+	"cgroup":      {},
 	"admit":       {"clock"},
 	"nn":          {"nn/internal/sgemm", "nn/internal/dnnl", "nn/internal/openblas"},
 	"nn/nntest":   {"nn"},
@@ -32,7 +33,7 @@ var allowed = map[string][]string{
 	"cluster":     {"admit", "clock"},
 	"onnx":        {"nn", "onnx/onnxpb"},
 	"onnx/onnxpb": {},
-	"job":         {"balance", "data", "nn", "nn/zoo", "onnx", "onnx/onnxpb", "tensorio"},
+	"job":         {"balance", "cgroup", "data", "nn", "nn/zoo", "onnx", "onnx/onnxpb", "tensorio"},
 	"job/core":    {"balance", "job", "nn", "tensorio"},
 	"job/jobtest": {"job"},
 	"dataplane":   {"admit", "tensorio", "nn", "portrange"},
@@ -40,7 +41,7 @@ var allowed = map[string][]string{
 	"portrange":   {},
 	"trust":       {},
 	"actors":      {"admit", "job", "job/core", "clock", "balance", "dataplane", "tensorio", "nn"},
-	"nodes":       {"admit", "actors", "job", "job/core", "dataplane", "linkprobe", "portrange", "trust", "cluster", "balance", "tensorio", "nn"},
+	"nodes":       {"admit", "actors", "cgroup", "job", "job/core", "dataplane", "linkprobe", "portrange", "trust", "cluster", "balance", "tensorio", "nn"},
 	"cmd/ppnode":  {"*"},
 	"integration": {"*"},
 

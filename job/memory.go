@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppnode/ppnode/cgroup"
 	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/onnx"
 )
@@ -225,7 +226,7 @@ func checkLocal(f Footprint, avail int64) error {
 }
 
 // AvailableMemory is the memory this machine has for a job: MemAvailable,
-// bounded by the cgroup's limit (0: unknown), as nodes gossip it.
+// bounded by this process's cgroup memory limit (0: unknown).
 func AvailableMemory() int64 {
 	var avail uint64
 	if f, err := os.Open("/proc/meminfo"); err == nil {
@@ -239,14 +240,8 @@ func AvailableMemory() int64 {
 		}
 		f.Close()
 	}
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (avail == 0 || v < avail) {
-			avail = v
-		}
+	if v, ok := cgroup.Memory(); ok && (avail == 0 || uint64(v) < avail) {
+		avail = uint64(v)
 	}
 	return int64(min(avail, math.MaxInt64))
 }

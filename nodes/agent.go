@@ -19,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/ppnode/ppnode/actors"
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/cgroup"
 	"github.com/ppnode/ppnode/cluster"
 	"github.com/ppnode/ppnode/dataplane"
 	"github.com/ppnode/ppnode/job"
@@ -222,7 +223,7 @@ func (a *Agent) join(key []byte) error {
 	if a.cuts.store != nil {
 		tags[tagStore] = "1"
 	}
-	if cpus, ok := cpuLimit(); ok {
+	if cpus, ok := cgroup.CPUs(); ok {
 		tags[tagCPUs] = formatCPUs(cpus)
 	}
 	node, err := cluster.Start(cluster.Config{
@@ -347,7 +348,7 @@ func (a *Agent) Profile() cluster.Profile { return a.profile }
 // MemoryLimit is the memory this node may use, if anything limits it: its
 // cgroup's limit or Config.Memory, whichever is smaller.
 func (a *Agent) MemoryLimit() (int64, bool) {
-	m, ok := memoryLimit()
+	m, ok := cgroup.Memory()
 	if c := a.cfg.Memory; c > 0 && (!ok || c < m) {
 		m, ok = c, true
 	}
@@ -445,7 +446,7 @@ func (a *Agent) Status() Status {
 		Name: a.cfg.Name, Version: Version, Gossip: a.GossipAddr(), Actors: a.sys.Address(), HTTP: a.HTTPAddr(),
 		DataDir: a.cfg.DataDir, Profile: toProfile(a.profile), Jobs: a.Jobs(), Records: a.Records(),
 	}
-	if cpus, ok := cpuLimit(); ok {
+	if cpus, ok := cgroup.CPUs(); ok {
 		s.Profile.CPULimit = cpus
 	}
 	s.Members = a.members.statuses()

@@ -1,4 +1,4 @@
-package nodes
+package cgroup
 
 import (
 	"testing"
@@ -57,7 +57,7 @@ func TestCPULimit(t *testing.T) {
 		{"no proc", fstest.MapFS{}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := cpuLimitIn(tc.files)
+			got, ok := CPUsIn(tc.files)
 			if ok != (tc.want > 0) || got != tc.want && ok {
 				t.Errorf("cpuLimitIn = %v, %v; want %v", got, ok, tc.want)
 			}
@@ -92,9 +92,9 @@ func TestMemoryLimit(t *testing.T) {
 		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := memoryLimitIn(tc.files)
+			got, ok := MemoryIn(tc.files)
 			if tc.want == 0 && ok || tc.want != 0 && (!ok || got != tc.want) {
-				t.Fatalf("memoryLimitIn = %d, %v; want %d", got, ok, tc.want)
+				t.Fatalf("MemoryIn = %d, %v; want %d", got, ok, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,8 @@
-package nodes
+// Package cgroup reads the limits a process's control group sets on it:
+// the CPU quota and the memory limit, cgroup v2 or v1, the smallest along
+// the path from its own cgroup up to the root (the way the Go runtime
+// reads the CPU limit for GOMAXPROCS).
+package cgroup
 
 import (
 	"bufio"
@@ -9,74 +13,31 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 )
 
-// A node in a container, or in a cgroup of its own, may have a CPU limit
-// (a CFS quota: so many microseconds of CPU per period). Under it, compute
-// runs at full speed until the period's quota is used up and then not at
-// all: a stage that idles part of each step looks as fast as an
-// unlimited node when timed, though it can sustain only the limit. The
-// coordinator bounds the speeds it measures by what the limit allows now
-// (a limit may change while a job runs), read here the way the Go runtime
-// reads it for GOMAXPROCS.
-
-// capacity is the GEMM speed this node's CPU limit allows now (see
-// cpuLimit), 0 without a limit: its speed between throttles times the
-// share of its threads the limit leaves. Stages ask every step; the limit
-// is read at most once a second.
-type capacity struct {
-	// burst is the GEMM speed between the throttles of a CPU quota (the
-	// profile's GEMMGFLOPS is over whole quota periods): the reference
-	// of the profiles this node's coordinators measure.
-	burst   float64
-	threads int
-
-	mu    sync.Mutex // guards limit and at
-	limit float64
-	at    time.Time // when limit was computed
-}
-
-// now is the capacity (actors.StageHost's Capacity).
-func (c *capacity) now() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if now := time.Now(); now.Sub(c.at) >= time.Second {
-		c.at = now
-		c.limit = 0
-		if cpus, ok := cpuLimit(); ok {
-			c.limit = c.burst * min(1, cpus/float64(c.threads))
-		}
-	}
-	return c.limit
-}
-
-// cpuLimit returns the CPU limit of this process's cgroup in CPUs (1.5:
-// one and a half CPUs), the smallest along the path from its cgroup up to
-// the hierarchy's root, cgroup v2 or v1 alike; ok is false if there is no
+// CPUs returns the CPU limit of this process's cgroup in CPUs (1.5: one
+// and a half CPUs), the smallest along the path from its cgroup up to the
+// hierarchy's root, cgroup v2 or v1 alike; ok is false if there is no
 // limit or it cannot be read.
-func cpuLimit() (cpus float64, ok bool) {
-	return cpuLimitIn(os.DirFS("/"))
-}
+func CPUs() (cpus float64, ok bool) { return CPUsIn(os.DirFS("/")) }
 
-// cpuLimitIn is cpuLimit on the file system root (for tests).
-func cpuLimitIn(root fs.FS) (float64, bool) { return cgroupLimit(root, "cpu", readV1, readV2) }
+// CPUsIn is CPUs on the file system root (for tests).
+func CPUsIn(root fs.FS) (float64, bool) { return limit(root, "cpu", readV1, readV2) }
 
-// memoryLimit returns the memory limit of this process's cgroup in bytes,
-// the smallest along the path up to the root, cgroup v2 or v1; ok is
-// false if there is none or it cannot be read.
-func memoryLimit() (bytes int64, ok bool) { return memoryLimitIn(os.DirFS("/")) }
+// Memory returns the memory limit of this process's cgroup in bytes, the
+// smallest along the path up to the root, cgroup v2 or v1; ok is false if
+// there is none or it cannot be read.
+func Memory() (bytes int64, ok bool) { return MemoryIn(os.DirFS("/")) }
 
-// memoryLimitIn is memoryLimit on the file system root (for tests).
-func memoryLimitIn(root fs.FS) (int64, bool) {
-	b, ok := cgroupLimit(root, "memory", readMemV1, readMemV2)
+// MemoryIn is Memory on the file system root (for tests).
+func MemoryIn(root fs.FS) (int64, bool) {
+	b, ok := limit(root, "memory", readMemV1, readMemV2)
 	return int64(b), ok
 }
 
-// cgroupLimit is the smallest limit that v1 (in controller's hierarchy) or
-// v2 reads along this process's cgroup and its ancestors.
-func cgroupLimit(root fs.FS, controller string, readV1, readV2 func(fs.FS, string) (float64, bool)) (float64, bool) {
+// limit is the smallest limit that v1 (in controller's hierarchy) or v2
+// reads along this process's cgroup and its ancestors.
+func limit(root fs.FS, controller string, readV1, readV2 func(fs.FS, string) (float64, bool)) (float64, bool) {
 	cg, err := fs.ReadFile(root, "proc/self/cgroup")
 	if err != nil {
 		return 0, false

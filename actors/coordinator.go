@@ -242,7 +242,8 @@ func coreConfig(jb *job.Job, prof *balance.ModelProfile, cfg CoordinatorConfig, 
 
 // chooseMicroBatches gives a job whose micro-batches are auto the M of
 // its fastest plan on cfg.Nodes, and returns the profile it planned with
-// (the layers at one sample and at the whole batch), for the job's plan.
+// (the layers at the smallest micro-batch tried and at the whole batch),
+// for the job's plan.
 func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) (job.Checked, *balance.ModelProfile, error) {
 	batch := spec.Spec().Batch
 	probe, err := spec.WithMicroBatches(job.MostMicroBatches(batch))

@@ -185,9 +185,8 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 
 	p := &ModelProfile{Graph: GraphHash(g), Source: "measured", Backend: be.Name(), Threads: be.Threads(), Sizes: sizes}
 	// The layer timings below are the fastest of their repetitions: another
-	// process or a CPU quota's throttle only makes a pass slower (under a
-	// 25% quota, medians of passes of a whole batch came out 3-4 times too
-	// slow). They are the speed between throttles, and so is this reference.
+	// process or a CPU quota's throttle only makes a pass slower. They are
+	// the speed between throttles, and so is this reference.
 	p.GFLOPS = MeasureGEMMBurst(be, 256, 50*time.Millisecond)
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -168,7 +168,7 @@ func New(cfg Config) (*Core, error) {
 // ChooseMicroBatches returns the M of the fastest plan for a job whose
 // micro-batches are auto (cfg.Job.Spec.MicroBatches 0), over cfg.Nodes,
 // and that plan's description. cfg.Profile should hold the layers at the
-// smallest and the largest micro-batch tried (1 and the whole batch).
+// smallest and the largest micro-batch tried.
 func ChooseMicroBatches(cfg Config) (int, string, error) {
 	if cfg.Job.Spec.MicroBatches != 0 {
 		return 0, "", specErr("the job has %d micro-batches, not auto", cfg.Job.Spec.MicroBatches)

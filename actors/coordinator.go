@@ -180,7 +180,7 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 			return nil, err
 		}
 	}
-	jb, err := spec.Prepare()
+	jb, err := spec.PrepareToCoordinate()
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 	if err != nil {
 		return nil, err
 	}
-	cc := coreConfig(jb, prof, cfg, be)
+	cc := coreConfig(spec, jb, prof, cfg, be)
 	cc.Resume, cc.Now = resume, c.clk.Now()
 	if c.core, err = core.New(cc); err != nil {
 		return nil, err
@@ -229,15 +229,19 @@ func profileOf(jb *job.Job, cfg CoordinatorConfig, be nn.Backend, lo, hi int) (*
 }
 
 // coreConfig is the core's configuration for jb planned with prof.
-func coreConfig(jb *job.Job, prof *balance.ModelProfile, cfg CoordinatorConfig, be nn.Backend) core.Config {
+func coreConfig(spec job.Checked, jb *job.Job, prof *balance.ModelProfile, cfg CoordinatorConfig, be nn.Backend) core.Config {
 	// What the codecs make of the inputs, for the planner: a micro-batch of
 	// them, sampled.
 	var b nn.Batch
 	jb.Loader.Fill(0, 0, 0, &b)
 	inputs := tensorio.DefaultSpeeds().Estimates(nn.F32(b.X[0]), dataplane.DefaultRate)
-	return core.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
+	cc := core.Config{Job: jb, Profile: prof, Nodes: cfg.Nodes, GFLOPS: cfg.GFLOPS, Backend: nn.Describe(be),
 		Persists: cfg.Store != nil, StepTimeout: cfg.StepTimeout, Generation: cfg.Generation,
 		Takeover: cfg.Takeover, Logger: cfg.Logger, Self: cfg.Self, Inputs: inputs}
+	if f, err := spec.Estimate(); err == nil {
+		cc.SelfMemory = f.Driver()
+	}
+	return cc
 }
 
 // chooseMicroBatches gives a job whose micro-batches are auto the M of
@@ -250,7 +254,7 @@ func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) 
 	if err != nil {
 		return job.Checked{}, nil, err
 	}
-	jb, err := probe.Prepare()
+	jb, err := probe.PrepareToCoordinate()
 	if err != nil {
 		return job.Checked{}, nil, err
 	}
@@ -259,7 +263,7 @@ func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) 
 		return job.Checked{}, nil, err
 	}
 	jb.Spec.MicroBatches = 0
-	cc := coreConfig(jb, prof, cfg, be)
+	cc := coreConfig(probe, jb, prof, cfg, be)
 	cc.Logger = slog.New(slog.DiscardHandler)
 	m, plan, err := core.ChooseMicroBatches(cc)
 	if err != nil {

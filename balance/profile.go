@@ -146,7 +146,8 @@ type ProfileOptions struct {
 	MinReps, MaxReps int
 	MinTime          time.Duration
 	// Memory bounds the tensors of the layers measured at once (default
-	// 256 MiB; a layer larger than it is measured alone).
+	// 256 MiB, job.ProfileWindow; a layer larger than it is measured
+	// alone).
 	Memory int64
 }
 

@@ -37,6 +37,15 @@ type Footprint struct {
 	// two micro-batches (a coordinator profiles every layer in two slots,
 	// --local trains one) and an evaluation chunk's forward pass.
 	Data, LocalActivations int64
+	// Evaluation is an evaluation chunk's activations (in LocalActivations).
+	Evaluation int64
+}
+
+// Driver is what a pipelined job's coordinator holds on its own node: the
+// data, the model and its optimizer state (cuts are gathered into them)
+// and an evaluation chunk's activations.
+func (f Footprint) Driver() int64 {
+	return sat(float64(f.Params) + float64(f.Optimizer) + float64(f.Data) + float64(f.Evaluation))
 }
 
 // Total is what the pipelined job needs over all its nodes.
@@ -113,11 +122,13 @@ func (c Checked) Estimate() (Footprint, error) {
 		sample += float64(size64(in.Shape))
 	}
 	sample += float64(size64(d.Labels)) - 1
+	eval := 4 * float64(min(evalChunkOf(4*int64(w.outs+w.cols)), test)) * float64(w.outs+w.cols)
 	return Footprint{
 		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
 		Activations: sat(4 * float64(flight) * micro * perSample), MicroBatches: flight,
 		Data:             sat(4 * float64(train+test) * (sample + 1)),
-		LocalActivations: sat(4 * (2*micro*perSample + float64(min(evalChunkOf(4*int64(w.outs+w.cols)), test))*float64(w.outs+w.cols))),
+		LocalActivations: sat(4*2*micro*perSample + eval),
+		Evaluation:       sat(eval),
 	}, nil
 }
 
@@ -221,6 +232,21 @@ func checkLocal(f Footprint, avail int64) error {
 	if need := f.Local(); avail > 0 && need > avail {
 		return specErr("preparing the job needs about %s in this process (parameters %s, gradients %s, optimizer state %s, data %s, activations %s); this machine has %s available",
 			gib(need), gib(f.Params), gib(f.Grads), gib(f.Optimizer), gib(f.Data), gib(f.LocalActivations), gib(avail))
+	}
+	return nil
+}
+
+// ProfileWindow bounds the activations a coordinator's profile of the
+// layers holds at once (balance.ProfileOptions.Memory).
+const ProfileWindow = 256 << 20
+
+// checkDriver refuses (ErrSpec) a job whose coordinator's share of this
+// process, Driver and a profile window, is over avail bytes (0: unknown).
+func checkDriver(f Footprint, avail int64) error {
+	profile := min(f.LocalActivations-f.Evaluation, ProfileWindow)
+	if need := f.Driver() + profile; avail > 0 && need > avail {
+		return specErr("coordinating the job needs about %s in this process (parameters %s, optimizer state %s, data %s, activations %s); this node has %s available",
+			gib(need), gib(f.Params), gib(f.Optimizer), gib(f.Data), gib(f.Evaluation+profile), gib(avail))
 	}
 	return nil
 }

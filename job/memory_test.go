@@ -221,3 +221,26 @@ func TestEstimateWithRecomputation(t *testing.T) {
 		}
 	}
 }
+
+// A coordinator trains nothing itself: a job whose micro-batch of the
+// whole model would not fit this process can still be coordinated from
+// it, within the coordinator's own share (the data, the model, an
+// evaluation chunk and a profile's window).
+func TestCoordinatorShare(t *testing.T) {
+	s := DefaultSpec()
+	s.Model, s.Width, s.Data, s.SyntheticSamples = "resnet50", 0.25, "synthetic:32x32x3:10", 2048
+	s.Batch, s.MicroBatches = 256, 4
+	f, err := mustCheck(t, s).Estimate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkLocal(f, 1<<30); !errors.Is(err, ErrSpec) {
+		t.Errorf("training it in 1 GiB: %v, want refused", err)
+	}
+	if err := checkDriver(f, 1<<30); err != nil {
+		t.Errorf("coordinating it in 1 GiB: %v", err)
+	}
+	if err := checkDriver(f, f.Driver()); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "coordinating the job needs about") {
+		t.Errorf("coordinating it in its driver's share alone: %v, want refused", err)
+	}
+}

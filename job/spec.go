@@ -393,9 +393,20 @@ func (c Checked) Prepare() (*Job, error) { return c.PrepareWithin(AvailableMemor
 // before anything is allocated for it. A spec that cannot be estimated
 // goes on: loading its data or building its model says what is wrong.
 func (c Checked) PrepareWithin(memory int64) (*Job, error) {
+	return c.prepare(memory, checkLocal)
+}
+
+// PrepareToCoordinate is Prepare for a pipelined job's coordinator, which
+// trains nothing itself: its share of this process is Footprint.Driver and
+// a profile's window of layers.
+func (c Checked) PrepareToCoordinate() (*Job, error) {
+	return c.prepare(AvailableMemory(), checkDriver)
+}
+
+func (c Checked) prepare(memory int64, check func(Footprint, int64) error) (*Job, error) {
 	s := c.Spec()
 	if f, err := c.Estimate(); err == nil {
-		if err := checkLocal(f, memory); err != nil {
+		if err := check(f, memory); err != nil {
 			return nil, err
 		}
 	}

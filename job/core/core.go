@@ -55,6 +55,10 @@ type Config struct {
 	// links that have not carried any yet.
 	Self   string
 	Inputs []tensorio.Estimate
+	// SelfMemory is what the driver itself holds on Self (the data set, a
+	// copy of the model, the evaluation's activations): plans leave it to
+	// the driver.
+	SelfMemory int64
 	// Now is when the job was submitted.
 	Now time.Time
 }
@@ -670,6 +674,9 @@ func (c *Core) clusterOf(nodes []job.NodeInfo) *balance.Cluster {
 	cl := &balance.Cluster{DefaultLink: balance.DefaultLink}
 	for _, n := range nodes {
 		np := balance.NodeProfile{Name: n.Name, Memory: n.Memory, Speed: gemmSpeed(n, c.cfg.GFLOPS)}
+		if n.Name == c.cfg.Self && n.Memory > 0 {
+			np.Memory = max(1, n.Memory-c.cfg.SelfMemory)
+		}
 		if v, ok := c.nodes.speed[n.Name]; ok {
 			np.Speed = v
 		}

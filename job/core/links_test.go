@@ -3,6 +3,7 @@ package core
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -117,5 +118,37 @@ func TestProbeRefresh(t *testing.T) {
 	c.links.probeSpent = 4 * time.Second // over 0.5% of 10 min
 	if got := c.probeDue(later); len(got) != 0 {
 		t.Fatalf("over the budget: %v to probe", got)
+	}
+}
+
+// What the driver holds on its own node is kept off the plan: with all of
+// a's memory taken by the driver, every stage goes to b.
+func TestDriverMemoryIsKeptOffThePlan(t *testing.T) {
+	spec := job.DefaultSpec()
+	spec.ID, spec.Data, spec.Threads, spec.Epochs = "self", "synthetic:8x8x1:4", 1, 1
+	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples = 128, 48, 4, 480
+	j, err := prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS})
+	nodes := []job.NodeInfo{{Name: "a", Memory: 1 << 30}, {Name: "b", Memory: 1 << 30}}
+	for _, tc := range []struct {
+		self  int64
+		nodes []string
+	}{{0, []string{"a", "b"}}, {1 << 30, []string{"b"}}} {
+		c, err := New(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", SelfMemory: tc.self, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := map[string]bool{}
+		for _, st := range c.plan.Stages {
+			used[st.Node] = true
+		}
+		for _, n := range []string{"a", "b"} {
+			if want := slices.Contains(tc.nodes, n); used[n] != want {
+				t.Errorf("driver holding %d bytes on a: plan %s uses %s: %v, want %v", tc.self, c.plan.text, n, used[n], want)
+			}
+		}
 	}
 }

@@ -146,10 +146,12 @@ type ProfileOptions struct {
 	MinReps, MaxReps int
 	MinTime          time.Duration
 	// Memory bounds the tensors of the layers measured at once (default
-	// 256 MiB, job.ProfileWindow; a layer larger than it is measured
-	// alone).
+	// ProfileWindow; a layer larger than it is measured alone).
 	Memory int64
 }
+
+// ProfileWindow is the default ProfileOptions.Memory.
+const ProfileWindow = 256 << 20
 
 // Profile measures every layer of g with micro-batches of microBatch
 // samples on be: forward and backward time, optimizer-step time, output,
@@ -179,7 +181,7 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 		o.MinTime = 5 * time.Millisecond
 	}
 	if o.Memory <= 0 {
-		o.Memory = 256 << 20
+		o.Memory = ProfileWindow
 	}
 	restore := snapshot(g)
 	defer restore()

@@ -11,8 +11,9 @@
 # MEMORY is each node's `join --memory` (none: the machine's); with MEMCG=1,
 # each node's cgroup v1 memory limit instead (root; MEMORY in bytes or with
 # a K, M or G suffix); with MEMCG=observe, `join --memory` and a cgroup of
-# its own without a limit, to report each node's peak. PORT and the ports up to PORT+19 must be free
-# (gossip PORT.., HTTP PORT+10..).
+# its own without a limit, to report each node's peak. KEEP=1 keeps the
+# nodes' logs. PORT and the ports up to PORT+19 must be free (gossip
+# PORT.., HTTP PORT+10..).
 set -euo pipefail
 bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
 shift 3

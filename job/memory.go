@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/cgroup"
 	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/onnx"
@@ -33,9 +34,9 @@ type Footprint struct {
 	// MicroBatches is the number of micro-batches in flight counted.
 	MicroBatches int
 	// Data is the data set (both splits), loaded by the process that
-	// prepares the job; LocalActivations what that process runs itself:
-	// two micro-batches (a coordinator profiles every layer in two slots,
-	// --local trains one) and an evaluation chunk's forward pass.
+	// prepares the job; LocalActivations what `train --local` runs itself:
+	// two micro-batches' (one in flight and its gradients) and an
+	// evaluation chunk's forward pass.
 	Data, LocalActivations int64
 	// Evaluation is an evaluation chunk's activations (in LocalActivations).
 	Evaluation int64
@@ -236,14 +237,10 @@ func checkLocal(f Footprint, avail int64) error {
 	return nil
 }
 
-// ProfileWindow bounds the activations a coordinator's profile of the
-// layers holds at once (balance.ProfileOptions.Memory).
-const ProfileWindow = 256 << 20
-
 // checkDriver refuses (ErrSpec) a job whose coordinator's share of this
 // process, Driver and a profile window, is over avail bytes (0: unknown).
 func checkDriver(f Footprint, avail int64) error {
-	profile := min(f.LocalActivations-f.Evaluation, ProfileWindow)
+	profile := min(f.LocalActivations-f.Evaluation, balance.ProfileWindow)
 	if need := f.Driver() + profile; avail > 0 && need > avail {
 		return specErr("coordinating the job needs about %s in this process (parameters %s, optimizer state %s, data %s, activations %s); this node has %s available",
 			gib(need), gib(f.Params), gib(f.Optimizer), gib(f.Data), gib(f.Evaluation+profile), gib(avail))

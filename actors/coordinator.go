@@ -250,7 +250,8 @@ func coreConfig(spec job.Checked, jb *job.Job, prof *balance.ModelProfile, cfg C
 // for the job's plan.
 func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) (job.Checked, *balance.ModelProfile, error) {
 	batch := spec.Spec().Batch
-	probe, err := spec.WithMicroBatches(job.MostMicroBatches(batch))
+	most := job.MostMicroBatches(batch)
+	probe, err := spec.WithMicroBatches(most)
 	if err != nil {
 		return job.Checked{}, nil, err
 	}
@@ -258,11 +259,10 @@ func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) 
 	if err != nil {
 		return job.Checked{}, nil, err
 	}
-	prof, err := profileOf(jb, cfg, be, batch/job.MostMicroBatches(batch), batch)
+	prof, err := profileOf(jb, cfg, be, batch/most, batch)
 	if err != nil {
 		return job.Checked{}, nil, err
 	}
-	jb.Spec.MicroBatches = 0
 	cc := coreConfig(probe, jb, prof, cfg, be)
 	cc.Logger = slog.New(slog.DiscardHandler)
 	m, plan, err := core.ChooseMicroBatches(cc)

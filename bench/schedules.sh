@@ -27,7 +27,7 @@ cleanup() {
 	kill "${pids[@]}" 2>/dev/null || true
 	wait 2>/dev/null || true
 	for cg in "${cgs[@]}"; do
-		echo "$(basename "$cg"): peak $(($(cat "$cg/memory.max_usage_in_bytes") >> 20)) MiB, OOM kills $(grep -c . <(grep oom_kill "$cg/memory.oom_control" | grep -v ' 0$') || true)" >&2
+		echo "$(basename "$cg"): peak $(($(cat "$cg/memory.max_usage_in_bytes") >> 20)) MiB, OOM kills $(awk '$1 == "oom_kill" {print $2}' "$cg/memory.oom_control")" >&2
 		rmdir "$cg" 2>/dev/null || true
 	done
 	if [ -n "${KEEP:-}" ]; then echo "logs in $dir" >&2; else rm -rf "$dir"; fi

@@ -77,16 +77,16 @@ func limit(root fs.FS, controller string, readV1, readV2 func(fs.FS, string) (fl
 			continue
 		}
 		mroot, point, fstype, opts := f[3], f[4], f[sep+1], f[sep+3]
-		var cpus float64
+		var v float64
 		var ok bool
 		switch {
 		case fstype == "cgroup2" && haveV2:
-			cpus, ok = walkLimit(root, point, mroot, v2, readV2)
+			v, ok = walkLimit(root, point, mroot, v2, readV2)
 		case fstype == "cgroup" && haveV1 && hasField(opts, ",", controller):
-			cpus, ok = walkLimit(root, point, mroot, v1, readV1)
+			v, ok = walkLimit(root, point, mroot, v1, readV1)
 		}
-		if ok && cpus < best {
-			best, found = cpus, true
+		if ok && v < best {
+			best, found = v, true
 		}
 	}
 	return best, found
@@ -104,8 +104,8 @@ func walkLimit(root fs.FS, point, mroot, cg string, read func(fs.FS, string) (fl
 	top := path.Clean(strings.TrimPrefix(point, "/"))
 	best, found := math.Inf(1), false
 	for {
-		if cpus, ok := read(root, dir); ok && cpus < best {
-			best, found = cpus, true
+		if v, ok := read(root, dir); ok && v < best {
+			best, found = v, true
 		}
 		if dir == top || dir == "." || dir == "/" {
 			return best, found

@@ -5,11 +5,12 @@ import (
 	"testing/fstest"
 )
 
+func file(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+
 func TestCPULimit(t *testing.T) {
 	v1Mounts := "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n" +
 		"32 30 0:29 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
 	v2Mounts := "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
-	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	for _, tc := range []struct {
 		name  string
 		files fstest.MapFS
@@ -59,14 +60,13 @@ func TestCPULimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := CPUsIn(tc.files)
 			if ok != (tc.want > 0) || got != tc.want && ok {
-				t.Errorf("cpuLimitIn = %v, %v; want %v", got, ok, tc.want)
+				t.Errorf("CPUsIn = %v, %v; want %v", got, ok, tc.want)
 			}
 		})
 	}
 }
 
 func TestMemoryLimit(t *testing.T) {
-	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	for _, tc := range []struct {
 		name  string
 		files fstest.MapFS

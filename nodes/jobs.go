@@ -170,19 +170,26 @@ func (t *jobs) retire() {
 			ended = append(ended, id)
 		}
 	}
-	var done []*actors.Coordinator
-	for k, id := range ended {
-		if k >= t.keepJobs {
-			delete(t.coord, id)
-			t.order = slices.DeleteFunc(t.order, func(o string) bool { return o == id })
-		} else if c := t.coord[id].c; c.Status().State == job.StateDone {
-			done = append(done, c)
+	var kept []*actors.Coordinator
+	for _, id := range ended[:min(len(ended), t.keepJobs)] {
+		if c := t.coord[id].c; c != nil {
+			kept = append(kept, c)
 		}
 	}
+	if len(ended) > t.keepJobs {
+		gone := ended[t.keepJobs:]
+		for _, id := range gone {
+			delete(t.coord, id)
+		}
+		t.order = slices.DeleteFunc(t.order, func(id string) bool { return slices.Contains(gone, id) })
+	}
 	t.mu.Unlock()
-	for k, c := range done {
-		if k >= t.keepWeights {
-			c.ReleaseWeights()
+	done := 0
+	for _, c := range kept {
+		if c.Status().State == job.StateDone {
+			if done++; done > t.keepWeights {
+				c.ReleaseWeights()
+			}
 		}
 	}
 }

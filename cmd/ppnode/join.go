@@ -213,8 +213,9 @@ func runJoin(args []string, stdout, stderr io.Writer) error {
 		// The garbage collector works harder as the heap nears the limit,
 		// rather than let it grow to twice what is live and be killed. A
 		// tenth is left to what Go does not count (oneDNN's, OpenBLAS's).
-		debug.SetMemoryLimit(m / 10 * 9)
-		logger.Info("Go memory limit set", "bytes", m/10*9)
+		goLimit := m / 10 * 9
+		debug.SetMemoryLimit(goLimit)
+		logger.Info("Go memory limit set", "bytes", goLimit)
 	}
 	b, _ := json.Marshal(readyLine{Name: a.Name(), Gossip: a.GossipAddr(), Actors: a.ActorAddr(), HTTP: a.HTTPAddr(), Probe: a.ProbeAddr()})
 	fmt.Fprintf(stdout, "ready %s\n", b)

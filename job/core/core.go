@@ -169,14 +169,14 @@ func New(cfg Config) (*Core, error) {
 	return c, nil
 }
 
-// ChooseMicroBatches returns the M of the fastest plan for a job whose
-// micro-batches are auto (cfg.Job.Spec.MicroBatches 0), over cfg.Nodes,
-// and that plan's description. cfg.Profile should hold the layers at the
+// ChooseMicroBatches plans cfg.Job over cfg.Nodes with every M the search
+// tries, whatever the job's, and returns the M of the fastest plan and
+// that plan's description. cfg.Profile should hold the layers at the
 // smallest and the largest micro-batch tried.
 func ChooseMicroBatches(cfg Config) (int, string, error) {
-	if cfg.Job.Spec.MicroBatches != 0 {
-		return 0, "", specErr("the job has %d micro-batches, not auto", cfg.Job.Spec.MicroBatches)
-	}
+	j := *cfg.Job
+	j.Spec.MicroBatches = 0
+	cfg.Job = &j
 	c, err := New(cfg)
 	if err != nil {
 		return 0, "", err

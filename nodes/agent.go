@@ -175,6 +175,7 @@ func (a *Agent) openStore() error {
 		}
 	}
 	a.cuts = newCuts(store, a.log)
+	a.jobs.forget = a.cuts.drop
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -429,7 +430,7 @@ func TestCancelWhileStageNodesClose(t *testing.T) {
 
 // A node keeps the final weights of its newest done jobs in memory and
 // answers 410 Gone, pointing to the job's last cut, for older ones; older
-// still, it forgets the job (404).
+// still, it forgets the job (404) and removes its cuts.
 func TestOldJobsAreReleased(t *testing.T) {
 	as := startCluster(t, 1)
 	as[0].jobs.keepWeights, as[0].jobs.keepJobs = 2, 4
@@ -452,7 +453,11 @@ func TestOldJobsAreReleased(t *testing.T) {
 	}
 	// The runner retires jobs after their end is published: wait for it.
 	weights := func(id string) int { return call(t, "GET", api+"/v1/jobs/"+id+"/weights", nil, nil) }
-	poll(t, "the oldest job forgotten", 10*time.Second, func() bool { return weights(ids[0]) == http.StatusNotFound })
+	cutsOf := func(id string) string { return filepath.Join(as[0].cfg.DataDir, "checkpoints", id) }
+	poll(t, "the oldest job and its cuts forgotten", 10*time.Second, func() bool {
+		_, err := os.Stat(cutsOf(ids[0]))
+		return weights(ids[0]) == http.StatusNotFound && os.IsNotExist(err)
+	})
 	for i, want := range []int{http.StatusNotFound, http.StatusGone, http.StatusGone, http.StatusOK, http.StatusOK} {
 		if code := weights(ids[i]); code != want {
 			t.Errorf("weights of job %s (%d of %d, oldest first): %d, want %d", ids[i], i+1, len(ids), code, want)
@@ -460,5 +465,8 @@ func TestOldJobsAreReleased(t *testing.T) {
 	}
 	if js := as[0].Jobs(); len(js) != 4 || js[0].ID != ids[1] {
 		t.Errorf("jobs kept: %d, oldest %+v; want the 4 newest", len(js), js[0].ID)
+	}
+	if _, err := os.Stat(cutsOf(ids[1])); err != nil {
+		t.Errorf("cuts of job %s, whose weights were released: %v", ids[1], err)
 	}
 }

@@ -75,6 +75,26 @@ func (cs *cuts) claim(id, run string) error {
 	return nil
 }
 
+// drop removes the cuts of run of job id, a job the node no longer knows
+// (jobs.forget); the cuts of another run, or of a run it does not know,
+// stay.
+func (cs *cuts) drop(id, run string) {
+	if cs.store == nil || checkID(id) != nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if run == "" || cs.runs[id] != run {
+		return
+	}
+	delete(cs.runs, id)
+	if err := os.RemoveAll(filepath.Join(cs.store.Dir(), id)); err != nil {
+		cs.log.Warn("nodes: removing the cuts of a job this node no longer keeps", "job", id, "run", run, "err", err)
+		return
+	}
+	cs.log.Info("nodes: removed the cuts of a job this node no longer keeps", "job", id, "run", run)
+}
+
 // run is the run of job id's cuts in the local store ("": unknown).
 func (cs *cuts) run(id string) string {
 	cs.mu.Lock()

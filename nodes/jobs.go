@@ -66,6 +66,13 @@ type jobs struct {
 	// keptEndedJobs; set before the first job).
 	keepWeights, keepJobs int
 
+	// forget, if set (before the first job), is told of each run of a job
+	// the table no longer knows at all, neither coordinated nor held,
+	// outside the lock: the node drops that run's cuts. forgotten are
+	// those not told yet.
+	forget    func(id, run string)
+	forgotten [][2]string
+
 	// runs counts the reservations in coord and the jobs' Run goroutines;
 	// added to under mu, after closed is checked, so that Wait is safe.
 	runs sync.WaitGroup
@@ -153,7 +160,7 @@ func (t *jobs) runEnded() { t.runs.Done() }
 // A node keeps the final weights of its keptWeights newest done jobs in
 // memory to serve them (older ones are in their last cuts: `ppnode ckpt
 // export`), and the statuses of its keptEndedJobs newest ended jobs; it
-// forgets older ones, as it does the records it holds
+// forgets older ones and their cuts, as it does the records it holds
 // (maxFinishedRecords), and their ids may be used again.
 const (
 	keptWeights   = 8
@@ -179,6 +186,9 @@ func (t *jobs) retire() {
 	if len(ended) > t.keepJobs {
 		gone := ended[t.keepJobs:]
 		for _, id := range gone {
+			if t.held[id] == nil {
+				t.forgotten = append(t.forgotten, [2]string{id, t.coord[id].rec.Run})
+			}
 			delete(t.coord, id)
 		}
 		t.order = slices.DeleteFunc(t.order, func(id string) bool { return slices.Contains(gone, id) })
@@ -192,6 +202,7 @@ func (t *jobs) retire() {
 			}
 		}
 	}
+	t.tellForgotten()
 }
 
 // close refuses every reservation from now on.
@@ -430,6 +441,7 @@ func (t *jobs) heldRecord(id string) (rec JobRecord, ok bool) {
 // taken only from a member, and one that names a new coordinator of the
 // run only from its rightful successor (see rightful).
 func (t *jobs) hold(rec JobRecord, members map[string]bool) (kept bool, err error) {
+	defer t.tellForgotten()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j, ok := t.coord[rec.ID]; ok && (j == nil || j.rec.Run == rec.Run || !isClosed(j.done)) {
@@ -471,6 +483,9 @@ func (t *jobs) hold(rec JobRecord, members map[string]bool) (kept bool, err erro
 	if !slices.Contains(rec.Holders, t.self) {
 		if old := t.held[rec.ID]; old == nil || old.Run == rec.Run {
 			delete(t.held, rec.ID)
+			if _, ok := t.coord[rec.ID]; !ok {
+				t.forgotten = append(t.forgotten, [2]string{rec.ID, rec.Run}) // its copies of the cuts too
+			}
 		}
 		return false, nil
 	}
@@ -494,7 +509,24 @@ func (t *jobs) pruneLocked() {
 	}
 	slices.Sort(ended)
 	for _, id := range ended[:len(ended)-maxFinishedRecords] {
+		if _, ok := t.coord[id]; !ok {
+			t.forgotten = append(t.forgotten, [2]string{id, t.held[id].Run})
+		}
 		delete(t.held, id)
+	}
+}
+
+// tellForgotten tells forget of the runs forgotten since it last did; t.mu
+// must not be held.
+func (t *jobs) tellForgotten() {
+	t.mu.Lock()
+	gone := t.forgotten
+	t.forgotten = nil
+	t.mu.Unlock()
+	if t.forget != nil {
+		for _, g := range gone {
+			t.forget(g[0], g[1])
+		}
 	}
 }
 
@@ -577,6 +609,7 @@ func (t *jobs) abandon(id string) (closing bool) {
 // another holder to tell (a takeover that gave up), so that a client
 // looking for the job finds how it ended.
 func (t *jobs) keepEnded(rec JobRecord) {
+	defer t.tellForgotten()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.held[rec.ID]; !ok && !t.closed {

@@ -3,7 +3,9 @@ package nodes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,5 +124,61 @@ func TestJobTableFencing(t *testing.T) {
 	tab.runEnded()
 	if !tab.awaitRuns(time.Second) {
 		t.Error("the job's run still counted")
+	}
+}
+
+// A job the table forgets (beyond the ended jobs it keeps, coordinated or
+// held, or no longer held by this node) is told to forget with its run,
+// once, and only when the table neither coordinates nor holds it any more.
+func TestJobTableForgets(t *testing.T) {
+	tab := newJobs("b", slog.New(slog.DiscardHandler))
+	var told [][2]string
+	tab.forget = func(id, run string) { told = append(told, [2]string{id, run}) }
+	tab.keepJobs = 1
+	for i, id := range []string{"job-1", "job-2", "job-3"} {
+		if _, err := tab.reserve(id); err != nil {
+			t.Fatal(err)
+		}
+		rec := goodRecord(t)
+		rec.ID, rec.Run, rec.Coordinator, rec.Holders = id, fmt.Sprintf("run-%d", i+1), "b", []string{"c"}
+		j := &coordinated{cancel: func() {}, done: make(chan struct{}), rec: rec}
+		if err := tab.start(id, j); err != nil {
+			t.Fatal(err)
+		}
+		close(j.done)
+		tab.runEnded()
+	}
+	tab.retire()
+	if want := [][2]string{{"job-2", "run-2"}, {"job-1", "run-1"}}; !slices.Equal(told, want) {
+		t.Errorf("coordinated jobs forgotten: %v, want %v", told, want)
+	}
+
+	told = nil
+	for i := range maxFinishedRecords + 1 {
+		rec := goodRecord(t)
+		rec.ID, rec.Run, rec.State = fmt.Sprintf("held-%03d", i), fmt.Sprintf("run-h%d", i), RecordFailed
+		if kept, err := tab.hold(rec, abc); !kept || err != nil {
+			t.Fatalf("hold %s: %v, %v", rec.ID, kept, err)
+		}
+	}
+	if want := [][2]string{{"held-000", "run-h0"}}; !slices.Equal(told, want) {
+		t.Errorf("held records forgotten: %v, want %v", told, want)
+	}
+	if tab.held["held-000"] != nil || tab.held["held-001"] == nil {
+		t.Error("the oldest ended record was not the one dropped")
+	}
+
+	// A record that no longer names this node a holder.
+	told = nil
+	rec := goodRecord(t)
+	if kept, err := tab.hold(rec, abc); !kept || err != nil {
+		t.Fatalf("hold: %v, %v", kept, err)
+	}
+	rec.Holders, rec.Revision = []string{"c"}, rec.Revision+1
+	if kept, err := tab.hold(rec, abc); kept || err != nil {
+		t.Fatalf("a record without this node: kept %v, %v", kept, err)
+	}
+	if want := [][2]string{{rec.ID, rec.Run}}; !slices.Equal(told, want) {
+		t.Errorf("a job no longer held: forgotten %v, want %v", told, want)
 	}
 }

@@ -6,8 +6,10 @@ largest quota): steady (the ratio of the median step times, what a long
 job gets) and over the whole run (samples/s, start-up and planning
 included); the simulator's predicted step against the measured one; and
 the share of CPU-quota periods in which a node of the cluster used all its
-quota (median over the nodes: near 1, the cluster is bound by its CPUs). With --base, a second binary (the version before replicated stages)
-runs the same jobs on a cluster of its own; head and base clusters
+quota (median over the nodes: near 1, the cluster is bound by its CPUs);
+and the machine's CPU use during the cluster's steps (1: both cores busy).
+With --base, a second binary (the version before replicated stages) runs
+the same jobs on a cluster of its own; head and base clusters
 alternate round after round, and the script prints each round and the
 medians.
 
@@ -48,11 +50,35 @@ def mlp4_files(d):
     return ["--model", f"{d}/mlp4.onnx", "--data", f"{d}/mlp4.npz"]
 
 
+def machine_cpu():
+    """Total and idle jiffies of the machine (/proc/stat)."""
+    v = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return sum(v), v[3] + v[4]
+
+
 def train(ppnode, http, flags, steps, micro, max_nodes):
+    """Runs a job; the result has "busy": the machine's CPU use during its
+    steps (median of 0.5 s samples from the first to the last at half the
+    run's highest or more: planning and the final evaluation, which run on
+    the coordinator's node alone, are left out)."""
     cmd = [ppnode, "train", "--via", http, "--json", "--steps", str(steps), "--batch", "256", "--micro-batches", str(micro),
            "--optimizer", "sgd", "--momentum", "0.9", "--no-rebalance", "--max-nodes", str(max_nodes)] + flags
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    busy, (t0, i0) = [], machine_cpu()
+    while True:
+        try:
+            out, err = p.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            t1, i1 = machine_cpu()
+            busy.append(1 - (i1 - i0) / max(t1 - t0, 1))
+            t0, i0 = t1, i1
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: {err}")
+    res = json.loads(out.strip().splitlines()[-1])
+    hot = [i for i, b in enumerate(busy) if b >= max(busy, default=0) / 2]
+    res["busy"] = statistics.median(busy[hot[0]:hot[-1] + 1]) if hot else float("nan")
+    return res
 
 
 def throttle_stats(nodes):
@@ -124,8 +150,8 @@ def main():
         # The sum of the nodes' speeds in units of the node of the largest quota.
         speeds = sum(quotas) / max(quotas)
         res = {}
-        print("| round | binary | model | one node step ms | cluster step ms | steady ratio | x sum of speeds | whole-run samples/s, one / cluster | plan | predicted ms | throttled |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| round | binary | model | one node step ms | cluster step ms | steady ratio | x sum of speeds | whole-run samples/s, one / cluster | plan | predicted ms | throttled | machine busy |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in range(a.rounds):
             for label, binary in bins:
                 for name, (one, full) in round_on(binary, quotas, models, a.steps, a.micro, a.one_micro if a.one_micro != "0" else a.micro).items():
@@ -134,7 +160,7 @@ def main():
                     res.setdefault((label, name), []).append((ratio, full["predicted_step_ms"] / full["measured_step_ms"], whole))
                     print(f"| {r + 1} | {label} | {name} | {one['measured_step_ms']:.1f} | {full['measured_step_ms']:.1f} | {ratio:.2f} | "
                           f"{ratio / speeds:.2f} | {one['samples_per_sec']:.0f} / {full['samples_per_sec']:.0f} ({whole:.2f}) | "
-                          f"`{full['plan']}` | {full['predicted_step_ms']:.1f} | {full['throttled']:.2f} |",
+                          f"`{full['plan']}` ({full.get('schedule', '?')}, M={full.get('micro_batches', '?')}) | {full['predicted_step_ms']:.1f} | {full['throttled']:.2f} | {full['busy']:.2f} |",
                           flush=True)
         for (label, name), rs in sorted(res.items()):
             ratios = [x for x, _, _ in rs]

@@ -12,7 +12,8 @@
 # each node's cgroup v1 memory limit instead (root; MEMORY in bytes or with
 # a K, M or G suffix); with MEMCG=observe, `join --memory` and a cgroup of
 # its own without a limit, to report each node's peak. KEEP=1 keeps the
-# nodes' logs. PORT and the ports up to PORT+19 must be free (gossip
+# nodes' logs; FILES=DIR lets the nodes read model and data files there
+# (`join --files`). PORT and the ports up to PORT+19 must be free (gossip
 # PORT.., HTTP PORT+10..).
 set -euo pipefail
 bin=$1 port=$2 mem=$3 nodes=${NODES:-3}
@@ -34,7 +35,8 @@ cleanup() {
 }
 trap cleanup EXIT
 memflag=()
-[ "$mem" != none ] && [ "${MEMCG:-observe}" = observe ] && memflag=(--memory "$mem")
+[ -n "${FILES:-}" ] && memflag+=(--files "$FILES")
+[ "$mem" != none ] && [ "${MEMCG:-observe}" = observe ] && memflag+=(--memory "$mem")
 # memcg NAME: makes a memory cgroup limited to $mem and prints the command
 # prefix that runs a process in it.
 memcg() {

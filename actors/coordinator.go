@@ -175,8 +175,9 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 	if err != nil {
 		return nil, err
 	}
+	var links []core.LinkMeasure
 	if spec.AutoMicroBatches() {
-		if spec, cfg.Profile, err = chooseMicroBatches(spec, cfg, be); err != nil {
+		if spec, cfg.Profile, links, err = chooseMicroBatches(spec, cfg, be); err != nil {
 			return nil, err
 		}
 	}
@@ -203,7 +204,7 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 		return nil, err
 	}
 	cc := coreConfig(spec, jb, prof, cfg, be)
-	cc.Resume, cc.Now = resume, c.clk.Now()
+	cc.Resume, cc.Now, cc.Links = resume, c.clk.Now(), links
 	if c.core, err = core.New(cc); err != nil {
 		return nil, err
 	}
@@ -245,33 +246,36 @@ func coreConfig(spec job.Checked, jb *job.Job, prof *balance.ModelProfile, cfg C
 }
 
 // chooseMicroBatches gives a job whose micro-batches are auto the M of
-// its fastest plan on cfg.Nodes, and returns the profile it planned with
-// (the layers at the smallest micro-batch tried and at the whole batch),
-// for the job's plan.
-func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) (job.Checked, *balance.ModelProfile, error) {
+// its fastest plan on cfg.Nodes over their measured links, and returns
+// the profile it planned with (the layers at the smallest micro-batch
+// tried and at the whole batch) and the links, for the job's plan.
+func chooseMicroBatches(spec job.Checked, cfg CoordinatorConfig, be nn.Backend) (job.Checked, *balance.ModelProfile, []core.LinkMeasure, error) {
 	batch := spec.Spec().Batch
 	most := job.MostMicroBatches(batch)
 	probe, err := spec.WithMicroBatches(most)
 	if err != nil {
-		return job.Checked{}, nil, err
+		return job.Checked{}, nil, nil, err
 	}
 	jb, err := probe.PrepareToCoordinate()
 	if err != nil {
-		return job.Checked{}, nil, err
+		return job.Checked{}, nil, nil, err
 	}
 	prof, err := profileOf(jb, cfg, be, batch/most, batch)
 	if err != nil {
-		return job.Checked{}, nil, err
+		return job.Checked{}, nil, nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	links := measureLinks(ctx, cfg.Links, cfg.Logger, cfg.Nodes, core.ProbePairs(spec.Spec(), cfg.Nodes), core.LinkMaxAge)
+	cancel()
 	cc := coreConfig(probe, jb, prof, cfg, be)
-	cc.Logger = slog.New(slog.DiscardHandler)
+	cc.Logger, cc.Links, cc.Now = slog.New(slog.DiscardHandler), links, cfg.Clock.Now()
 	m, plan, err := core.ChooseMicroBatches(cc)
 	if err != nil {
-		return job.Checked{}, nil, err
+		return job.Checked{}, nil, nil, err
 	}
-	cfg.Logger.Info("micro-batches chosen", "job", spec.ID(), "micro_batches", m, "plan", plan)
+	cfg.Logger.Info("micro-batches chosen", "job", spec.ID(), "micro_batches", m, "plan", plan, "links_measured", len(links))
 	out, err := spec.WithMicroBatches(m)
-	return out, prof, err
+	return out, prof, links, err
 }
 
 // Spec is the job's spec, its micro-batches chosen if they were auto.
@@ -537,7 +541,7 @@ func (c *Coordinator) exec(ctx context.Context, a core.Action) {
 			if a.Fresh {
 				maxAge = 0
 			}
-			return outcome{ev: core.Probed{Op: a.Op, Live: live, Links: c.measureLinks(ctx, live, a.Links, maxAge)}}
+			return outcome{ev: core.Probed{Op: a.Op, Live: live, Links: measureLinks(ctx, c.cfg.Links, c.log, live, a.Links, maxAge)}}
 		})
 	case core.StartStages:
 		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -49,8 +50,8 @@ func (c *Coordinator) probe(ctx context.Context, nodes []job.NodeInfo) []job.Nod
 // its two nodes: one of them is in trouble (a cut link, a machine gone),
 // and each probe of it would wait out its timeout while the job, maybe
 // failing over, waits for the round.
-func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []core.LinkMeasure {
-	if c.cfg.Links == nil {
+func measureLinks(ctx context.Context, prober LinkProber, log *slog.Logger, live []job.NodeInfo, pairs [][2]string, maxAge time.Duration) []core.LinkMeasure {
+	if prober == nil {
 		return nil
 	}
 	byName := map[string]job.NodeInfo{}
@@ -65,9 +66,9 @@ func (c *Coordinator) measureLinks(ctx context.Context, live []job.NodeInfo, pai
 		if !ok1 || !ok2 || ctx.Err() != nil || troubled[p[0]] || troubled[p[1]] {
 			continue
 		}
-		m, err := c.cfg.Links.MeasureLink(ctx, from, to, maxAge)
+		m, err := prober.MeasureLink(ctx, from, to, maxAge)
 		if err != nil {
-			c.log.Warn("measuring a link", "from", p[0], "to", p[1], "err", err)
+			log.Warn("measuring a link", "from", p[0], "to", p[1], "err", err)
 			troubled[p[0]], troubled[p[1]] = true, true
 			continue
 		}

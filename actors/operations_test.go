@@ -31,10 +31,9 @@ func (f *failingLinks) MeasureLink(_ context.Context, from, to job.NodeInfo, _ t
 // nodes, and measures the rest.
 func TestMeasureLinksSkipsTheNodesOfAFailedLink(t *testing.T) {
 	links := &failingLinks{bad: "c"}
-	c := &Coordinator{cfg: CoordinatorConfig{Links: links}, log: slog.New(slog.DiscardHandler)}
 	live := []job.NodeInfo{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
 	pairs := [][2]string{{"a", "b"}, {"a", "c"}, {"c", "a"}, {"c", "b"}, {"b", "d"}, {"a", "d"}, {"d", "b"}}
-	got := c.measureLinks(context.Background(), live, pairs, 0)
+	got := measureLinks(context.Background(), links, slog.New(slog.DiscardHandler), live, pairs, 0)
 	wantAsked := [][2]string{{"a", "b"}, {"a", "c"}, {"b", "d"}, {"d", "b"}}
 	if !slices.Equal(links.asked, wantAsked) {
 		t.Errorf("asked for %v, want %v", links.asked, wantAsked)

@@ -224,6 +224,10 @@ func TestAutoMicroBatches(t *testing.T) {
 	if !strings.Contains(c.Describe(), fmt.Sprintf("M=%d:", m)) {
 		t.Errorf("plan %q does not say M=%d", c.Describe(), m)
 	}
+	// M was chosen over the links as measured, both ways.
+	if probed := slices.DeleteFunc(slices.Clone(st.Links), func(l job.LinkStatus) bool { return l.Source != "probe" }); len(probed) != 2 {
+		t.Errorf("links measured: %+v, want a-b and b-a", st.Links)
+	}
 	rec, err := as[0].Record(id)
 	if err != nil || rec.Spec.Spec().MicroBatches != m {
 		t.Fatalf("record's micro-batches %d (%v), want %d", rec.Spec.Spec().MicroBatches, err, m)

@@ -59,6 +59,9 @@ type Config struct {
 	// copy of the model, the evaluation's activations): plans leave it to
 	// the driver.
 	SelfMemory int64
+	// Links, if set, were measured just before (ProbePairs): the first
+	// plan uses them, and the first plan change does not probe them again.
+	Links []LinkMeasure
 	// Now is when the job was submitted.
 	Now time.Time
 }
@@ -157,6 +160,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.cuts.size = stateBytes(j.Spec, j.Graph.Params())
 	c.cuts.persisting = -1
+	c.links.probed(cfg.Now, cfg.Links, c.log)
 	cl := c.clusterOf(cfg.Nodes)
 	res, err := c.search(cl, j.Spec.Partition)
 	if errors.Is(err, balance.ErrNoFit) {
@@ -167,6 +171,14 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.adopt(res, cl, nil)
 	return c, nil
+}
+
+// ProbePairs lists the links between nodes that a job of spec measures
+// before its first plan: every ordered pair of the nodes that answer
+// probes, none if the job does not probe.
+func ProbePairs(spec job.Spec, nodes []job.NodeInfo) [][2]string {
+	t := linkTable{noProbe: spec.NoProbe}
+	return t.unmeasured(time.Time{}, nodes)
 }
 
 // ChooseMicroBatches plans cfg.Job over cfg.Nodes with every M the search

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +151,55 @@ func TestDriverMemoryIsKeptOffThePlan(t *testing.T) {
 				t.Errorf("driver holding %d bytes on a: plan %s uses %s: %v, want %v", tc.self, c.plan.text, n, used[n], want)
 			}
 		}
+	}
+}
+
+// Links measured before the core was made price its first plan, and its
+// start does not probe them again; without them it probes every pair
+// ProbePairs lists.
+func TestPlanWithLinksMeasuredBefore(t *testing.T) {
+	spec := job.DefaultSpec()
+	spec.ID, spec.Data, spec.Threads, spec.Epochs = "links", "synthetic:8x8x1:4", 1, 100
+	spec.Width, spec.Batch, spec.MicroBatches, spec.SyntheticSamples, spec.Steps = 128, 48, 4, 2880, 60
+	j, err := prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := balance.Analytic(j.Graph, balance.AnalyticOptions{GFLOPS: refGFLOPS})
+	nodes := []job.NodeInfo{{Name: "a", ActorAddr: "a:1", ProbeAddr: "a:2", GFLOPS: refGFLOPS}, {Name: "b", ActorAddr: "b:1", ProbeAddr: "b:2", GFLOPS: refGFLOPS}}
+	pairs := ProbePairs(spec, nodes)
+	if want := [][2]string{{"a", "b"}, {"b", "a"}}; !slices.Equal(pairs, want) {
+		t.Fatalf("ProbePairs: %v, want %v", pairs, want)
+	}
+	start := func(links []LinkMeasure) (*Core, []Action) {
+		c, err := New(Config{Job: j, Profile: prof, Nodes: nodes, Self: "a", Links: links, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Start(time.Unix(0, 0))
+		return c, c.Ready()
+	}
+	slow := []LinkMeasure{{From: "a", To: "b", BytesPerSec: 1e5, RTT: time.Millisecond}, {From: "b", To: "a", BytesPerSec: 1e5, RTT: time.Millisecond}}
+	c, acts := start(slow)
+	for _, a := range acts {
+		if p, ok := a.(Probe); ok {
+			t.Errorf("probes %v after the links were measured", p.Links)
+		}
+	}
+	if d := c.Describe(); strings.Contains(d, "@b") {
+		t.Errorf("plan %q uses b over a 0.8 Mbit/s link", d)
+	}
+	c, acts = start(nil)
+	if d := c.Describe(); !strings.Contains(d, "@b") {
+		t.Errorf("plan %q at the default links leaves b out", d)
+	}
+	var probed [][2]string
+	for _, a := range acts {
+		if p, ok := a.(Probe); ok {
+			probed = append(probed, p.Links...)
+		}
+	}
+	if !slices.Equal(probed, pairs) {
+		t.Errorf("without measurements the start probes %v, want %v", probed, pairs)
 	}
 }

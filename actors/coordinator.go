@@ -36,6 +36,9 @@ type CoordinatorConfig struct {
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
+	// Held, if set, reports how long a CPU quota has held this process
+	// back so far (balance.ProfileOptions.Held).
+	Held func() time.Duration
 	// Profile, if set, is the layer profile to plan with instead of one
 	// measured here (tests: balance.Analytic, for plans that do not
 	// depend on timing).
@@ -221,7 +224,7 @@ func profileOf(jb *job.Job, cfg CoordinatorConfig, be nn.Backend, lo, hi int) (*
 		prof = &p
 	} else {
 		var err error
-		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}}); err != nil {
+		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cfg.Held}); err != nil {
 			return nil, fmt.Errorf("profiling %s: %w", jb.Spec.Model, err)
 		}
 	}

@@ -148,6 +148,12 @@ type ProfileOptions struct {
 	// Memory bounds the tensors of the layers measured at once (default
 	// ProfileWindow; a layer larger than it is measured alone).
 	Memory int64
+	// Held, if set, reports how long a CPU quota has held the process back
+	// so far, summed over the CPUs it was stopped on (cgroup.Throttled): a
+	// pass's time is then taken less what was held back during it, shared
+	// among the backend's threads, so that a pass longer than the quota
+	// lets it run at once is timed at the speed between throttles too.
+	Held func() time.Duration
 }
 
 // ProfileWindow is the default ProfileOptions.Memory.
@@ -326,17 +332,18 @@ func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, l
 		slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
 	}
 	fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
+	timer := newPassTimer(o.Held, ctx.Backend.Threads())
 	start := time.Now()
 	for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
 		for i, r := range runs {
-			t0 := time.Now()
+			timer.start()
 			r.st.Forward(ctx, 0, r.in)
-			fw[i] = append(fw[i], time.Since(t0).Seconds())
+			fw[i] = append(fw[i], timer.seconds())
 		}
 		for i := len(runs) - 1; i >= 0; i-- {
-			t0 := time.Now()
+			timer.start()
 			runs[i].st.Backward(ctx, 0, runs[i].out)
-			bw[i] = append(bw[i], time.Since(t0).Seconds())
+			bw[i] = append(bw[i], timer.seconds())
 		}
 	}
 	out := make([]sample, len(runs))
@@ -347,6 +354,39 @@ func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, l
 		}
 	}
 	return out, nil
+}
+
+// passTimer times a pass: its wall time, less what a CPU quota held the
+// process back meanwhile (held, if set) shared among threads.
+type passTimer struct {
+	held    func() time.Duration
+	now     func() time.Time
+	threads int
+	t0      time.Time
+	h0      time.Duration
+}
+
+func newPassTimer(held func() time.Duration, threads int) *passTimer {
+	return &passTimer{held: held, now: time.Now, threads: max(1, threads)}
+}
+
+func (p *passTimer) start() {
+	if p.held != nil {
+		p.h0 = p.held()
+	}
+	p.t0 = p.now()
+}
+
+// seconds is the pass's time since start; a hold larger than the wall time
+// (the quota's count is not this process's alone) is ignored.
+func (p *passTimer) seconds() float64 {
+	wall := p.now().Sub(p.t0)
+	if p.held != nil {
+		if d := wall - (p.held()-p.h0)/time.Duration(p.threads); d > 0 {
+			return d.Seconds()
+		}
+	}
+	return wall.Seconds()
 }
 
 // fastest is the smallest of v (0 for none).

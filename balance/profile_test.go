@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
@@ -98,5 +99,32 @@ func TestParseCluster(t *testing.T) {
 	net, err := c.resolve(&ModelProfile{GFLOPS: 10})
 	if err != nil || net.nodes[0].Speed != 2 {
 		t.Fatalf("speed from GFLOPS: %v %v", net, err)
+	}
+}
+
+// A pass is timed less what a CPU quota held the process back during it,
+// shared among the threads; a hold the wall time cannot contain is not
+// taken off.
+func TestPassTimerTakesOffHolds(t *testing.T) {
+	var clock time.Time
+	var held time.Duration
+	pt := newPassTimer(func() time.Duration { return held }, 2)
+	pt.now = func() time.Time { return clock }
+	for _, tc := range []struct {
+		wall, held time.Duration
+		want       float64
+	}{
+		{10 * time.Millisecond, 0, 0.010},
+		{10 * time.Millisecond, 12 * time.Millisecond, 0.004},
+		{10 * time.Millisecond, 30 * time.Millisecond, 0.010},
+	} {
+		pt.start()
+		clock, held = clock.Add(tc.wall), held+tc.held
+		if got := pt.seconds(); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("pass of %v held %v: %v s, want %v", tc.wall, tc.held, got, tc.want)
+		}
+	}
+	if got := newPassTimer(nil, 1); got.held != nil || got.threads != 1 {
+		t.Errorf("without a quota: %+v", got)
 	}
 }

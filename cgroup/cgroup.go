@@ -1,7 +1,8 @@
 // Package cgroup reads the limits a process's control group sets on it:
 // the CPU quota and the memory limit, cgroup v2 or v1, the smallest along
 // the path from its own cgroup up to the root (the way the Go runtime
-// reads the CPU limit for GOMAXPROCS).
+// reads the CPU limit for GOMAXPROCS), and how long the CPU quotas have
+// held it back.
 package cgroup
 
 import (
@@ -13,6 +14,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CPUs returns the CPU limit of this process's cgroup in CPUs (1.5: one
@@ -33,6 +35,57 @@ func Memory() (bytes int64, ok bool) { return MemoryIn(os.DirFS("/")) }
 func MemoryIn(root fs.FS) (int64, bool) {
 	b, ok := limit(root, "memory", readMemV1, readMemV2)
 	return int64(b), ok
+}
+
+// Throttled returns a function that reports how long the CPU quotas of
+// this process's cgroup and its ancestors have held it back so far (cpu.stat:
+// throttled_time in v1, throttled_usec in v2; summed over the CPUs a quota
+// stopped it on), or nil if no quota applies.
+func Throttled() func() time.Duration { return ThrottledIn(os.DirFS("/")) }
+
+// ThrottledIn is Throttled on the file system root (for tests).
+func ThrottledIn(root fs.FS) func() time.Duration {
+	type stat struct{ file, key string }
+	var stats []stat
+	v1 := func(r fs.FS, dir string) (float64, bool) {
+		v, ok := readV1(r, dir)
+		if ok {
+			stats = append(stats, stat{path.Join(dir, "cpu.stat"), "throttled_time"})
+		}
+		return v, ok
+	}
+	v2 := func(r fs.FS, dir string) (float64, bool) {
+		v, ok := readV2(r, dir)
+		if ok {
+			stats = append(stats, stat{path.Join(dir, "cpu.stat"), "throttled_usec"})
+		}
+		return v, ok
+	}
+	if _, ok := limit(root, "cpu", v1, v2); !ok {
+		return nil
+	}
+	return func() time.Duration {
+		var sum time.Duration
+		for _, st := range stats {
+			b, err := fs.ReadFile(root, st.file)
+			if err != nil {
+				continue
+			}
+			for line := range strings.Lines(string(b)) {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+				if k != st.key {
+					continue
+				}
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+					if st.key == "throttled_usec" {
+						n *= 1000
+					}
+					sum += time.Duration(n)
+				}
+			}
+		}
+		return sum
+	}
 }
 
 // limit is the smallest limit that v1 (in controller's hierarchy) or v2

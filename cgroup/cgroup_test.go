@@ -3,6 +3,7 @@ package cgroup
 import (
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 func file(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
@@ -97,5 +98,38 @@ func TestMemoryLimit(t *testing.T) {
 				t.Fatalf("MemoryIn = %d, %v; want %d", got, ok, tc.want)
 			}
 		})
+	}
+}
+
+// The time held back is read, as it grows, from the cpu.stat of every
+// level that sets a quota (v1 in nanoseconds, v2 in microseconds); no
+// quota, no reader.
+func TestThrottled(t *testing.T) {
+	fsys := fstest.MapFS{
+		"proc/self/cgroup":    file("1:cpu,cpuacct:/job/b\n0::/s\n"),
+		"proc/self/mountinfo": file("31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n29 23 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"),
+		"sys/fs/cgroup/cpu,cpuacct/job/b/cpu.cfs_quota_us":  file("25000"),
+		"sys/fs/cgroup/cpu,cpuacct/job/b/cpu.cfs_period_us": file("100000"),
+		"sys/fs/cgroup/cpu,cpuacct/job/b/cpu.stat":          file("nr_periods 10\nnr_throttled 4\nthrottled_time 300000000\n"),
+		"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us":    file("-1"),
+		"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us":   file("100000"),
+		"sys/fs/cgroup/cpu,cpuacct/job/cpu.stat":            file("throttled_time 999\n"),
+		"sys/fs/cgroup/unified/s/cpu.max":                   file("50000 100000\n"),
+		"sys/fs/cgroup/unified/s/cpu.stat":                  file("usage_usec 5\nthrottled_usec 2000\n"),
+	}
+	held := ThrottledIn(fsys)
+	if held == nil {
+		t.Fatal("no reader under two quotas")
+	}
+	if got, want := held(), 302*time.Millisecond; got != want {
+		t.Errorf("held %v, want %v", got, want)
+	}
+	fsys["sys/fs/cgroup/cpu,cpuacct/job/b/cpu.stat"] = file("throttled_time 400000000\n")
+	if got, want := held(), 402*time.Millisecond; got != want {
+		t.Errorf("held %v after more throttling, want %v", got, want)
+	}
+	if ThrottledIn(fstest.MapFS{"proc/self/cgroup": file("0::/a\n"), "proc/self/mountinfo": file("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
+		"sys/fs/cgroup/a/cpu.max": file("max 100000\n")}) != nil {
+		t.Error("a reader without a quota")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
+	"github.com/ppnode/ppnode/cgroup"
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
@@ -379,7 +380,7 @@ func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, bac
 		}
 		start := time.Now()
 		g.Init(1)
-		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}})
+		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cgroup.Throttled()})
 		if err != nil {
 			return nil, err
 		}

@@ -10,7 +10,8 @@ import (
 )
 
 // BenchmarkPipelineStep trains mlp32 (width 1024, batch 128, M=8) across
-// two in-process nodes of one thread each over dataplane.TCP links, against the
+// two in-process nodes of one thread each over dataplane.TCP links, cut
+// uniformly, under 1F1B, zero-bubble and interleaved, against the
 // single-process trainer with one thread; b.N steps each.
 func BenchmarkPipelineStep(b *testing.B) {
 	spec := job.DefaultSpec()
@@ -28,21 +29,26 @@ func BenchmarkPipelineStep(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
-	b.Run("pipeline2", func(b *testing.B) {
-		tc := newSystemCluster(b, 2, &dataplane.TCP{})
-		spec := spec
-		spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "balanced", "1f1b"
-		c, err := newCoordinator(spec, tc.config(2))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ResetTimer()
-		res, err := c.Run(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(res.PredictedStepMS, "predicted-ms/step")
-		b.ReportMetric(res.MeasuredStepMS, "median-ms/step")
-		b.Logf("plan %s %s M=%d stages %+v", res.Plan, res.Schedule, res.MicroBatches, c.Status().Stages)
-	})
+	for _, sched := range []string{"1f1b", "zb", "interleaved"} {
+		b.Run("pipeline2/"+sched, func(b *testing.B) {
+			tc := newSystemCluster(b, 2, &dataplane.TCP{})
+			spec := spec
+			spec.ID, spec.Steps, spec.Partition, spec.Schedule = "bench", b.N, "uniform", sched
+			if sched == "interleaved" {
+				spec.Chunks = 2
+			}
+			c, err := newCoordinator(spec, tc.config(2))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			res, err := c.Run(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(res.PredictedStepMS, "predicted-ms/step")
+			b.ReportMetric(res.MeasuredStepMS, "median-ms/step")
+			b.Logf("plan %s %s M=%d stages %+v", res.Plan, res.Schedule, res.MicroBatches, c.Status().Stages)
+		})
+	}
 }

@@ -392,16 +392,18 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 				e.ins[m][e.inIdx[name]] = t
 			}
 		case balance.OpForward:
-			t0 := time.Now()
 			if e.reused[m] {
 				// The slot's tensors of an earlier micro-batch may still
-				// be queued for sending.
+				// be queued for sending: a wait, not compute.
+				t0 := time.Now()
 				for _, pr := range e.peers {
 					if err := pr.flush(); err != nil {
 						return res, err
 					}
 				}
+				res.waitNs += int64(time.Since(t0))
 			}
+			t0 := time.Now()
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
 			res.forwardNs += int64(time.Since(t0))
 		case balance.OpBackwardInput:

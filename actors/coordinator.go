@@ -36,9 +36,10 @@ type CoordinatorConfig struct {
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
-	// Held, if set, reports how long a CPU quota has held this process
-	// back so far (balance.ProfileOptions.Held).
-	Held func() time.Duration
+	// Held, if set, reports how long a CPU quota of Share CPUs has held
+	// this process back so far (balance.ProfileOptions).
+	Held  func() time.Duration
+	Share float64
 	// Profile, if set, is the layer profile to plan with instead of one
 	// measured here (tests: balance.Analytic, for plans that do not
 	// depend on timing).
@@ -224,7 +225,7 @@ func profileOf(jb *job.Job, cfg CoordinatorConfig, be nn.Backend, lo, hi int) (*
 		prof = &p
 	} else {
 		var err error
-		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cfg.Held}); err != nil {
+		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cfg.Held, Share: cfg.Share}); err != nil {
 			return nil, fmt.Errorf("profiling %s: %w", jb.Spec.Model, err)
 		}
 	}

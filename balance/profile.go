@@ -153,7 +153,12 @@ type ProfileOptions struct {
 	// pass's time is then taken less what was held back during it, shared
 	// among the backend's threads, so that a pass longer than the quota
 	// lets it run at once is timed at the speed between throttles too.
-	Held func() time.Duration
+	// Share is the CPUs the quota grants (cgroup.CPUs): a pass is taken
+	// to have run at least that share of its wall time, for the quota's
+	// count adds up the CPUs it stopped the process on, and another thread
+	// of the process (the garbage collector's) may have been one of them.
+	Held  func() time.Duration
+	Share float64
 }
 
 // ProfileWindow is the default ProfileOptions.Memory.
@@ -332,7 +337,7 @@ func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, l
 		slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
 	}
 	fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
-	timer := newPassTimer(o.Held, ctx.Backend.Threads())
+	timer := newPassTimer(o.Held, o.Share, ctx.Backend.Threads())
 	start := time.Now()
 	for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
 		for i, r := range runs {
@@ -362,12 +367,17 @@ type passTimer struct {
 	held    func() time.Duration
 	now     func() time.Time
 	threads int
+	floor   float64 // the least share of the wall time a pass ran
 	t0      time.Time
 	h0      time.Duration
 }
 
-func newPassTimer(held func() time.Duration, threads int) *passTimer {
-	return &passTimer{held: held, now: time.Now, threads: max(1, threads)}
+func newPassTimer(held func() time.Duration, share float64, threads int) *passTimer {
+	p := &passTimer{held: held, now: time.Now, threads: max(1, threads)}
+	if share > 0 {
+		p.floor = min(1, share/float64(p.threads))
+	}
+	return p
 }
 
 func (p *passTimer) start() {
@@ -377,16 +387,14 @@ func (p *passTimer) start() {
 	p.t0 = p.now()
 }
 
-// seconds is the pass's time since start; a hold larger than the wall time
-// (the quota's count is not this process's alone) is ignored.
+// seconds is the pass's time since start, at least floor of its wall time.
 func (p *passTimer) seconds() float64 {
 	wall := p.now().Sub(p.t0)
-	if p.held != nil {
-		if d := wall - (p.held()-p.h0)/time.Duration(p.threads); d > 0 {
-			return d.Seconds()
-		}
+	if p.held == nil {
+		return wall.Seconds()
 	}
-	return wall.Seconds()
+	d := wall - (p.held()-p.h0)/time.Duration(p.threads)
+	return max(d.Seconds(), p.floor*wall.Seconds())
 }
 
 // fastest is the smallest of v (0 for none).

@@ -103,12 +103,12 @@ func TestParseCluster(t *testing.T) {
 }
 
 // A pass is timed less what a CPU quota held the process back during it,
-// shared among the threads; a hold the wall time cannot contain is not
-// taken off.
+// shared among the threads, but at least the quota's share of its wall
+// time (the quota's count may hold another thread's stops too).
 func TestPassTimerTakesOffHolds(t *testing.T) {
 	var clock time.Time
 	var held time.Duration
-	pt := newPassTimer(func() time.Duration { return held }, 2)
+	pt := newPassTimer(func() time.Duration { return held }, 0.5, 2)
 	pt.now = func() time.Time { return clock }
 	for _, tc := range []struct {
 		wall, held time.Duration
@@ -116,7 +116,7 @@ func TestPassTimerTakesOffHolds(t *testing.T) {
 	}{
 		{10 * time.Millisecond, 0, 0.010},
 		{10 * time.Millisecond, 12 * time.Millisecond, 0.004},
-		{10 * time.Millisecond, 30 * time.Millisecond, 0.010},
+		{10 * time.Millisecond, 30 * time.Millisecond, 0.0025},
 	} {
 		pt.start()
 		clock, held = clock.Add(tc.wall), held+tc.held
@@ -124,7 +124,7 @@ func TestPassTimerTakesOffHolds(t *testing.T) {
 			t.Errorf("pass of %v held %v: %v s, want %v", tc.wall, tc.held, got, tc.want)
 		}
 	}
-	if got := newPassTimer(nil, 1); got.held != nil || got.threads != 1 {
+	if got := newPassTimer(nil, 0, 1); got.held != nil || got.threads != 1 {
 		t.Errorf("without a quota: %+v", got)
 	}
 }

@@ -380,7 +380,8 @@ func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, bac
 		}
 		start := time.Now()
 		g.Init(1)
-		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cgroup.Throttled()})
+		quota, _ := cgroup.CPUs()
+		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cgroup.Throttled(), Share: quota})
 		if err != nil {
 			return nil, err
 		}

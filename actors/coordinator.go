@@ -36,10 +36,10 @@ type CoordinatorConfig struct {
 	GFLOPS float64
 	// Threads this node profiles with (0: all CPUs).
 	Threads int
-	// Held, if set, reports how long a CPU quota of Share CPUs has held
-	// this process back so far (balance.ProfileOptions).
-	Held  func() time.Duration
-	Share float64
+	// Quota, if set, reads the CPU quota this process runs under when a
+	// profile is taken (balance.ProfileOptions.Quota); it may change while
+	// the node runs.
+	Quota func() balance.Quota
 	// Profile, if set, is the layer profile to plan with instead of one
 	// measured here (tests: balance.Analytic, for plans that do not
 	// depend on timing).
@@ -224,8 +224,12 @@ func profileOf(jb *job.Job, cfg CoordinatorConfig, be nn.Backend, lo, hi int) (*
 		p := *cfg.Profile
 		prof = &p
 	} else {
+		o := balance.ProfileOptions{Sizes: []int{lo, hi}}
+		if cfg.Quota != nil {
+			o.Quota = cfg.Quota()
+		}
 		var err error
-		if prof, err = balance.ProfileWith(jb.Graph, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cfg.Held, Share: cfg.Share}); err != nil {
+		if prof, err = balance.ProfileWith(jb.Graph, be, o); err != nil {
 			return nil, fmt.Errorf("profiling %s: %w", jb.Spec.Model, err)
 		}
 	}

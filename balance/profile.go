@@ -148,17 +148,22 @@ type ProfileOptions struct {
 	// Memory bounds the tensors of the layers measured at once (default
 	// ProfileWindow; a layer larger than it is measured alone).
 	Memory int64
-	// Held, if set, reports how long a CPU quota has held the process back
-	// so far, summed over the CPUs it was stopped on (cgroup.Throttled): a
-	// pass's time is then taken less what was held back during it, shared
-	// among the backend's threads, so that a pass longer than the quota
-	// lets it run at once is timed at the speed between throttles too.
-	// Share is the CPUs the quota grants (cgroup.CPUs): a pass is taken
-	// to have run at least that share of its wall time, for the quota's
-	// count adds up the CPUs it stopped the process on, and another thread
-	// of the process (the garbage collector's) may have been one of them.
-	Held  func() time.Duration
-	Share float64
+	// Quota, if it has a Held, is the CPU quota the process runs under:
+	// each pass is timed less what the quota held it back meanwhile, so
+	// that a pass longer than the quota lets it run at once is timed at
+	// the speed between throttles too.
+	Quota Quota
+}
+
+// Quota is a CPU quota (cgroup.Throttled): CPUs it grants, and Held, how
+// long it has held the process back so far, summed over the CPUs it
+// stopped the process on. Since another thread of the process (the
+// garbage collector's) may have been stopped beside the one that runs a
+// pass, a pass is taken to have run at least its share, CPUs over the
+// backend's threads, of its wall time.
+type Quota struct {
+	CPUs float64
+	Held func() time.Duration
 }
 
 // ProfileWindow is the default ProfileOptions.Memory.
@@ -337,7 +342,7 @@ func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, l
 		slots[i] = float64(m1.TotalAlloc - m0.TotalAlloc)
 	}
 	fw, bw := make([][]float64, len(runs)), make([][]float64, len(runs))
-	timer := newPassTimer(o.Held, o.Share, ctx.Backend.Threads())
+	timer := newPassTimer(o.Quota, ctx.Backend.Threads())
 	start := time.Now()
 	for rep := 0; rep < o.MaxReps && (rep < o.MinReps || time.Since(start) < o.MinTime); rep++ {
 		for i, r := range runs {
@@ -362,7 +367,7 @@ func measureLayers(g *nn.Graph, ctx *nn.Ctx, rng *rand.Rand, o ProfileOptions, l
 }
 
 // passTimer times a pass: its wall time, less what a CPU quota held the
-// process back meanwhile (held, if set) shared among threads.
+// process back meanwhile (held, if set) shared among threads (Quota).
 type passTimer struct {
 	held    func() time.Duration
 	now     func() time.Time
@@ -372,10 +377,10 @@ type passTimer struct {
 	h0      time.Duration
 }
 
-func newPassTimer(held func() time.Duration, share float64, threads int) *passTimer {
-	p := &passTimer{held: held, now: time.Now, threads: max(1, threads)}
-	if share > 0 {
-		p.floor = min(1, share/float64(p.threads))
+func newPassTimer(q Quota, threads int) *passTimer {
+	p := &passTimer{held: q.Held, now: time.Now, threads: max(1, threads)}
+	if q.CPUs > 0 {
+		p.floor = min(1, q.CPUs/float64(p.threads))
 	}
 	return p
 }

@@ -108,7 +108,7 @@ func TestParseCluster(t *testing.T) {
 func TestPassTimerTakesOffHolds(t *testing.T) {
 	var clock time.Time
 	var held time.Duration
-	pt := newPassTimer(func() time.Duration { return held }, 0.5, 2)
+	pt := newPassTimer(Quota{CPUs: 0.5, Held: func() time.Duration { return held }}, 2)
 	pt.now = func() time.Time { return clock }
 	for _, tc := range []struct {
 		wall, held time.Duration
@@ -124,7 +124,7 @@ func TestPassTimerTakesOffHolds(t *testing.T) {
 			t.Errorf("pass of %v held %v: %v s, want %v", tc.wall, tc.held, got, tc.want)
 		}
 	}
-	if got := newPassTimer(nil, 0, 1); got.held != nil || got.threads != 1 {
+	if got := newPassTimer(Quota{}, 1); got.held != nil || got.threads != 1 {
 		t.Errorf("without a quota: %+v", got)
 	}
 }

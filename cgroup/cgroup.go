@@ -37,34 +37,31 @@ func MemoryIn(root fs.FS) (int64, bool) {
 	return int64(b), ok
 }
 
-// Throttled returns a function that reports how long the CPU quotas of
-// this process's cgroup and its ancestors have held it back so far (cpu.stat:
-// throttled_time in v1, throttled_usec in v2; summed over the CPUs a quota
-// stopped it on), or nil if no quota applies.
-func Throttled() func() time.Duration { return ThrottledIn(os.DirFS("/")) }
+// Throttled returns the CPU limit of this process's cgroup (as CPUs does)
+// and a function that reports how long the quotas of its cgroup and its
+// ancestors have held it back so far (cpu.stat: throttled_time in v1,
+// throttled_usec in v2; summed over the CPUs a quota stopped it on); held
+// is nil if no quota applies.
+func Throttled() (cpus float64, held func() time.Duration) { return ThrottledIn(os.DirFS("/")) }
 
 // ThrottledIn is Throttled on the file system root (for tests).
-func ThrottledIn(root fs.FS) func() time.Duration {
+func ThrottledIn(root fs.FS) (float64, func() time.Duration) {
 	type stat struct{ file, key string }
 	var stats []stat
-	v1 := func(r fs.FS, dir string) (float64, bool) {
-		v, ok := readV1(r, dir)
-		if ok {
-			stats = append(stats, stat{path.Join(dir, "cpu.stat"), "throttled_time"})
+	noting := func(read func(fs.FS, string) (float64, bool), key string) func(fs.FS, string) (float64, bool) {
+		return func(r fs.FS, dir string) (float64, bool) {
+			v, ok := read(r, dir)
+			if ok {
+				stats = append(stats, stat{path.Join(dir, "cpu.stat"), key})
+			}
+			return v, ok
 		}
-		return v, ok
 	}
-	v2 := func(r fs.FS, dir string) (float64, bool) {
-		v, ok := readV2(r, dir)
-		if ok {
-			stats = append(stats, stat{path.Join(dir, "cpu.stat"), "throttled_usec"})
-		}
-		return v, ok
+	cpus, ok := limit(root, "cpu", noting(readV1, "throttled_time"), noting(readV2, "throttled_usec"))
+	if !ok {
+		return 0, nil
 	}
-	if _, ok := limit(root, "cpu", v1, v2); !ok {
-		return nil
-	}
-	return func() time.Duration {
+	return cpus, func() time.Duration {
 		var sum time.Duration
 		for _, st := range stats {
 			b, err := fs.ReadFile(root, st.file)

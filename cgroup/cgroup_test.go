@@ -117,9 +117,9 @@ func TestThrottled(t *testing.T) {
 		"sys/fs/cgroup/unified/s/cpu.max":                   file("50000 100000\n"),
 		"sys/fs/cgroup/unified/s/cpu.stat":                  file("usage_usec 5\nthrottled_usec 2000\n"),
 	}
-	held := ThrottledIn(fsys)
-	if held == nil {
-		t.Fatal("no reader under two quotas")
+	cpus, held := ThrottledIn(fsys)
+	if held == nil || cpus != 0.25 {
+		t.Fatalf("under two quotas: %v CPUs, reader %v; want the smaller, 0.25, and a reader", cpus, held != nil)
 	}
 	if got, want := held(), 302*time.Millisecond; got != want {
 		t.Errorf("held %v, want %v", got, want)
@@ -128,8 +128,8 @@ func TestThrottled(t *testing.T) {
 	if got, want := held(), 402*time.Millisecond; got != want {
 		t.Errorf("held %v after more throttling, want %v", got, want)
 	}
-	if ThrottledIn(fstest.MapFS{"proc/self/cgroup": file("0::/a\n"), "proc/self/mountinfo": file("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
-		"sys/fs/cgroup/a/cpu.max": file("max 100000\n")}) != nil {
+	if _, held := ThrottledIn(fstest.MapFS{"proc/self/cgroup": file("0::/a\n"), "proc/self/mountinfo": file("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
+		"sys/fs/cgroup/a/cpu.max": file("max 100000\n")}); held != nil {
 		t.Error("a reader without a quota")
 	}
 }

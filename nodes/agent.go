@@ -126,7 +126,7 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	base := actors.CoordinatorConfig{Control: a.sys, DataPlane: a.dp, Store: a.cuts.store, GFLOPS: a.capacity.burst,
-		Threads: cfg.Threads, Held: cgroup.Throttled(), Share: quotaCPUs(), Logger: a.log, Self: cfg.Name, Links: a.links, HandshakeTimeout: cfg.Conns.Handshake}
+		Threads: cfg.Threads, Quota: cgroupQuota, Logger: a.log, Self: cfg.Name, Links: a.links, HandshakeTimeout: cfg.Conns.Handshake}
 	a.runner = &runner{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, files: a.files, base: base}
 	a.failover = &failover{self: cfg.Name, log: a.log, ctx: a.ctx, jobs: a.jobs, members: a.members, cuts: a.cuts, runner: a.runner}
 	a.loops.Go(a.watch)
@@ -549,8 +549,8 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// quotaCPUs is the CPU quota of the node's cgroup in CPUs (0: none).
-func quotaCPUs() float64 {
-	c, _ := cgroup.CPUs()
-	return c
+// cgroupQuota is the CPU quota of the node's cgroup now.
+func cgroupQuota() balance.Quota {
+	cpus, held := cgroup.Throttled()
+	return balance.Quota{CPUs: cpus, Held: held}
 }

@@ -71,7 +71,7 @@ type jobs struct {
 	// outside the lock: the node drops that run's cuts. forgotten are
 	// those not told yet.
 	forget    func(id, run string)
-	forgotten [][2]string
+	forgotten []jobRun
 
 	// runs counts the reservations in coord and the jobs' Run goroutines;
 	// added to under mu, after closed is checked, so that Wait is safe.
@@ -187,7 +187,7 @@ func (t *jobs) retire() {
 		gone := ended[t.keepJobs:]
 		for _, id := range gone {
 			if t.held[id] == nil {
-				t.forgotten = append(t.forgotten, [2]string{id, t.coord[id].rec.Run})
+				t.forgotten = append(t.forgotten, jobRun{id, t.coord[id].rec.Run})
 			}
 			delete(t.coord, id)
 		}
@@ -484,7 +484,7 @@ func (t *jobs) hold(rec JobRecord, members map[string]bool) (kept bool, err erro
 		if old := t.held[rec.ID]; old == nil || old.Run == rec.Run {
 			delete(t.held, rec.ID)
 			if _, ok := t.coord[rec.ID]; !ok {
-				t.forgotten = append(t.forgotten, [2]string{rec.ID, rec.Run}) // its copies of the cuts too
+				t.forgotten = append(t.forgotten, jobRun{rec.ID, rec.Run}) // its copies of the cuts too
 			}
 		}
 		return false, nil
@@ -510,11 +510,14 @@ func (t *jobs) pruneLocked() {
 	slices.Sort(ended)
 	for _, id := range ended[:len(ended)-maxFinishedRecords] {
 		if _, ok := t.coord[id]; !ok {
-			t.forgotten = append(t.forgotten, [2]string{id, t.held[id].Run})
+			t.forgotten = append(t.forgotten, jobRun{id, t.held[id].Run})
 		}
 		delete(t.held, id)
 	}
 }
+
+// jobRun is a run of a job.
+type jobRun struct{ id, run string }
 
 // tellForgotten tells forget of the runs forgotten since it last did; t.mu
 // must not be held.
@@ -525,7 +528,7 @@ func (t *jobs) tellForgotten() {
 	t.mu.Unlock()
 	if t.forget != nil {
 		for _, g := range gone {
-			t.forget(g[0], g[1])
+			t.forget(g.id, g.run)
 		}
 	}
 }

@@ -380,8 +380,8 @@ func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, bac
 		}
 		start := time.Now()
 		g.Init(1)
-		quota, _ := cgroup.CPUs()
-		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Held: cgroup.Throttled(), Share: quota})
+		cpus, held := cgroup.Throttled()
+		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Quota: balance.Quota{CPUs: cpus, Held: held}})
 		if err != nil {
 			return nil, err
 		}

@@ -326,7 +326,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 			t := d.GetTimings()[0]
 			ev.Timings[k] = core.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
 				Update: time.Duration(t.GetUpdateNs()), Wait: time.Duration(t.GetWaitNs()), Wall: time.Duration(t.GetWallNs()),
-				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks())}
+				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks()), Passes: passesOf(t.GetPasses())}
 		}
 		if d.GetHasLoss() {
 			losses[k] = d
@@ -759,4 +759,21 @@ func awaitMove(ctx context.Context, replies []<-chan reply, who []string, links 
 		}
 	}
 	return out, nil
+}
+
+// maxPasses bounds the passes kept of one stage's step.
+const maxPasses = 4096
+
+// passesOf reads a stage's passes, at most maxPasses, dropping ops that
+// are not instructions.
+func passesOf(ps []*PassTiming) []core.Pass {
+	out := make([]core.Pass, 0, min(len(ps), maxPasses))
+	for _, p := range ps[:min(len(ps), maxPasses)] {
+		op := balance.Op(p.GetOp())
+		if op < balance.OpRecvAct || op > balance.OpWeight {
+			continue
+		}
+		out = append(out, core.Pass{Op: op, Micro: int(p.GetMicro()), Start: time.Duration(p.GetStartNs()), Dur: time.Duration(p.GetDurNs())})
+	}
+	return out
 }

@@ -597,8 +597,11 @@ type StageTiming struct {
 	// 0 if it has no limit.
 	CapacityGflops float64     `protobuf:"fixed64,7,opt,name=capacity_gflops,json=capacityGflops,proto3" json:"capacity_gflops,omitempty"`
 	Links          []*LinkSent `protobuf:"bytes,8,rep,name=links,proto3" json:"links,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The step's passes in the order they ran (compute only; waits are the
+	// gaps between them).
+	Passes        []*PassTiming `protobuf:"bytes,9,rep,name=passes,proto3" json:"passes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StageTiming) Reset() {
@@ -687,6 +690,84 @@ func (x *StageTiming) GetLinks() []*LinkSent {
 	return nil
 }
 
+func (x *StageTiming) GetPasses() []*PassTiming {
+	if x != nil {
+		return x.Passes
+	}
+	return nil
+}
+
+// PassTiming is one compute instruction of a stage's step: its op (as
+// the plan's programs number them), its micro-batch, and when it began
+// after the stage's step began and how long it took.
+type PassTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            int32                  `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
+	Micro         int32                  `protobuf:"varint,2,opt,name=micro,proto3" json:"micro,omitempty"`
+	StartNs       int64                  `protobuf:"varint,3,opt,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
+	DurNs         int64                  `protobuf:"varint,4,opt,name=dur_ns,json=durNs,proto3" json:"dur_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PassTiming) Reset() {
+	*x = PassTiming{}
+	mi := &file_ppnode_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PassTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PassTiming) ProtoMessage() {}
+
+func (x *PassTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PassTiming.ProtoReflect.Descriptor instead.
+func (*PassTiming) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PassTiming) GetOp() int32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *PassTiming) GetMicro() int32 {
+	if x != nil {
+		return x.Micro
+	}
+	return 0
+}
+
+func (x *PassTiming) GetStartNs() int64 {
+	if x != nil {
+		return x.StartNs
+	}
+	return 0
+}
+
+func (x *PassTiming) GetDurNs() int64 {
+	if x != nil {
+		return x.DurNs
+	}
+	return 0
+}
+
 // StepDone reports the end of a step: per-stage timings and, from the loss
 // stage, the mean loss over the step's micro-batches.
 type StepDone struct {
@@ -705,7 +786,7 @@ type StepDone struct {
 
 func (x *StepDone) Reset() {
 	*x = StepDone{}
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +798,7 @@ func (x *StepDone) String() string {
 func (*StepDone) ProtoMessage() {}
 
 func (x *StepDone) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +811,7 @@ func (x *StepDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDone.ProtoReflect.Descriptor instead.
 func (*StepDone) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{8}
+	return file_ppnode_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepDone) GetHeader() *Header {
@@ -804,7 +885,7 @@ type LinkAddr struct {
 
 func (x *LinkAddr) Reset() {
 	*x = LinkAddr{}
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +897,7 @@ func (x *LinkAddr) String() string {
 func (*LinkAddr) ProtoMessage() {}
 
 func (x *LinkAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +910,7 @@ func (x *LinkAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkAddr.ProtoReflect.Descriptor instead.
 func (*LinkAddr) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{9}
+	return file_ppnode_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LinkAddr) GetLink() uint32 {
@@ -874,7 +955,7 @@ type SetupStage struct {
 
 func (x *SetupStage) Reset() {
 	*x = SetupStage{}
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +967,7 @@ func (x *SetupStage) String() string {
 func (*SetupStage) ProtoMessage() {}
 
 func (x *SetupStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +980,7 @@ func (x *SetupStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStage.ProtoReflect.Descriptor instead.
 func (*SetupStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{10}
+	return file_ppnode_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetupStage) GetHeader() *Header {
@@ -932,7 +1013,7 @@ type SetupStageReply struct {
 
 func (x *SetupStageReply) Reset() {
 	*x = SetupStageReply{}
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1025,7 @@ func (x *SetupStageReply) String() string {
 func (*SetupStageReply) ProtoMessage() {}
 
 func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1038,7 @@ func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStageReply.ProtoReflect.Descriptor instead.
 func (*SetupStageReply) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{11}
+	return file_ppnode_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetupStageReply) GetHeader() *Header {
@@ -1008,7 +1089,7 @@ type ConnectStage struct {
 
 func (x *ConnectStage) Reset() {
 	*x = ConnectStage{}
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1101,7 @@ func (x *ConnectStage) String() string {
 func (*ConnectStage) ProtoMessage() {}
 
 func (x *ConnectStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1114,7 @@ func (x *ConnectStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectStage.ProtoReflect.Descriptor instead.
 func (*ConnectStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{12}
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConnectStage) GetHeader() *Header {
@@ -1064,7 +1145,7 @@ type GatherWeights struct {
 
 func (x *GatherWeights) Reset() {
 	*x = GatherWeights{}
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1157,7 @@ func (x *GatherWeights) String() string {
 func (*GatherWeights) ProtoMessage() {}
 
 func (x *GatherWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1170,7 @@ func (x *GatherWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatherWeights.ProtoReflect.Descriptor instead.
 func (*GatherWeights) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{13}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GatherWeights) GetHeader() *Header {
@@ -1119,7 +1200,7 @@ type RestoreStage struct {
 
 func (x *RestoreStage) Reset() {
 	*x = RestoreStage{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1212,7 @@ func (x *RestoreStage) String() string {
 func (*RestoreStage) ProtoMessage() {}
 
 func (x *RestoreStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1225,7 @@ func (x *RestoreStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreStage.ProtoReflect.Descriptor instead.
 func (*RestoreStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RestoreStage) GetHeader() *Header {
@@ -1178,7 +1259,7 @@ type StateTransfer struct {
 
 func (x *StateTransfer) Reset() {
 	*x = StateTransfer{}
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1271,7 @@ func (x *StateTransfer) String() string {
 func (*StateTransfer) ProtoMessage() {}
 
 func (x *StateTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1284,7 @@ func (x *StateTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTransfer.ProtoReflect.Descriptor instead.
 func (*StateTransfer) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{15}
+	return file_ppnode_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateTransfer) GetFrom() int32 {
@@ -1252,7 +1333,7 @@ type SendState struct {
 
 func (x *SendState) Reset() {
 	*x = SendState{}
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1345,7 @@ func (x *SendState) String() string {
 func (*SendState) ProtoMessage() {}
 
 func (x *SendState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1358,7 @@ func (x *SendState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendState.ProtoReflect.Descriptor instead.
 func (*SendState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{16}
+	return file_ppnode_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendState) GetHeader() *Header {
@@ -1322,7 +1403,7 @@ type ReceiveState struct {
 
 func (x *ReceiveState) Reset() {
 	*x = ReceiveState{}
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1415,7 @@ func (x *ReceiveState) String() string {
 func (*ReceiveState) ProtoMessage() {}
 
 func (x *ReceiveState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1428,7 @@ func (x *ReceiveState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveState.ProtoReflect.Descriptor instead.
 func (*ReceiveState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{17}
+	return file_ppnode_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReceiveState) GetHeader() *Header {
@@ -1386,7 +1467,7 @@ type TransferStats struct {
 
 func (x *TransferStats) Reset() {
 	*x = TransferStats{}
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1479,7 @@ func (x *TransferStats) String() string {
 func (*TransferStats) ProtoMessage() {}
 
 func (x *TransferStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1492,7 @@ func (x *TransferStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStats.ProtoReflect.Descriptor instead.
 func (*TransferStats) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{18}
+	return file_ppnode_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TransferStats) GetFrom() int32 {
@@ -1467,7 +1548,7 @@ type StateMoved struct {
 
 func (x *StateMoved) Reset() {
 	*x = StateMoved{}
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1560,7 @@ func (x *StateMoved) String() string {
 func (*StateMoved) ProtoMessage() {}
 
 func (x *StateMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1573,7 @@ func (x *StateMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMoved.ProtoReflect.Descriptor instead.
 func (*StateMoved) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{19}
+	return file_ppnode_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StateMoved) GetHeader() *Header {
@@ -1526,7 +1607,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1619,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1632,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{20}
+	return file_ppnode_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -1573,7 +1654,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1666,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1679,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{21}
+	return file_ppnode_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1672,7 +1753,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"wire_bytes\x18\x06 \x01(\x03R\twireBytes\x12\x1b\n" +
 	"\tencode_ns\x18\a \x01(\x03R\bencodeNs\x12\x19\n" +
 	"\bwrite_ns\x18\b \x01(\x03R\awriteNs\x12\x1b\n" +
-	"\tsample_ns\x18\t \x01(\x03R\bsampleNs\"\x8a\x02\n" +
+	"\tsample_ns\x18\t \x01(\x03R\bsampleNs\"\xbd\x02\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -1683,7 +1764,14 @@ const file_ppnode_proto_rawDesc = "" +
 	"\await_ns\x18\x05 \x01(\x03R\x06waitNs\x12\x17\n" +
 	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\x12'\n" +
 	"\x0fcapacity_gflops\x18\a \x01(\x01R\x0ecapacityGflops\x12-\n" +
-	"\x05links\x18\b \x03(\v2\x17.ppnode.actors.LinkSentR\x05links\"\xfc\x01\n" +
+	"\x05links\x18\b \x03(\v2\x17.ppnode.actors.LinkSentR\x05links\x121\n" +
+	"\x06passes\x18\t \x03(\v2\x19.ppnode.actors.PassTimingR\x06passes\"d\n" +
+	"\n" +
+	"PassTiming\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\x05R\x02op\x12\x14\n" +
+	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x19\n" +
+	"\bstart_ns\x18\x03 \x01(\x03R\astartNs\x12\x15\n" +
+	"\x06dur_ns\x18\x04 \x01(\x03R\x05durNs\"\xfc\x01\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +
@@ -1772,7 +1860,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1783,21 +1871,22 @@ var file_ppnode_proto_goTypes = []any{
 	(*StepBegin)(nil),       // 6: ppnode.actors.StepBegin
 	(*LinkSent)(nil),        // 7: ppnode.actors.LinkSent
 	(*StageTiming)(nil),     // 8: ppnode.actors.StageTiming
-	(*StepDone)(nil),        // 9: ppnode.actors.StepDone
-	(*LinkAddr)(nil),        // 10: ppnode.actors.LinkAddr
-	(*SetupStage)(nil),      // 11: ppnode.actors.SetupStage
-	(*SetupStageReply)(nil), // 12: ppnode.actors.SetupStageReply
-	(*ConnectStage)(nil),    // 13: ppnode.actors.ConnectStage
-	(*GatherWeights)(nil),   // 14: ppnode.actors.GatherWeights
-	(*RestoreStage)(nil),    // 15: ppnode.actors.RestoreStage
-	(*StateTransfer)(nil),   // 16: ppnode.actors.StateTransfer
-	(*SendState)(nil),       // 17: ppnode.actors.SendState
-	(*ReceiveState)(nil),    // 18: ppnode.actors.ReceiveState
-	(*TransferStats)(nil),   // 19: ppnode.actors.TransferStats
-	(*StateMoved)(nil),      // 20: ppnode.actors.StateMoved
-	(*StopStage)(nil),       // 21: ppnode.actors.StopStage
-	(*Ack)(nil),             // 22: ppnode.actors.Ack
-	nil,                     // 23: ppnode.actors.StepBegin.LinkRatesEntry
+	(*PassTiming)(nil),      // 9: ppnode.actors.PassTiming
+	(*StepDone)(nil),        // 10: ppnode.actors.StepDone
+	(*LinkAddr)(nil),        // 11: ppnode.actors.LinkAddr
+	(*SetupStage)(nil),      // 12: ppnode.actors.SetupStage
+	(*SetupStageReply)(nil), // 13: ppnode.actors.SetupStageReply
+	(*ConnectStage)(nil),    // 14: ppnode.actors.ConnectStage
+	(*GatherWeights)(nil),   // 15: ppnode.actors.GatherWeights
+	(*RestoreStage)(nil),    // 16: ppnode.actors.RestoreStage
+	(*StateTransfer)(nil),   // 17: ppnode.actors.StateTransfer
+	(*SendState)(nil),       // 18: ppnode.actors.SendState
+	(*ReceiveState)(nil),    // 19: ppnode.actors.ReceiveState
+	(*TransferStats)(nil),   // 20: ppnode.actors.TransferStats
+	(*StateMoved)(nil),      // 21: ppnode.actors.StateMoved
+	(*StopStage)(nil),       // 22: ppnode.actors.StopStage
+	(*Ack)(nil),             // 23: ppnode.actors.Ack
+	nil,                     // 24: ppnode.actors.StepBegin.LinkRatesEntry
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -1806,30 +1895,31 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
 	0,  // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
 	1,  // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
-	23, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
+	24, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
 	7,  // 7: ppnode.actors.StageTiming.links:type_name -> ppnode.actors.LinkSent
-	1,  // 8: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
-	8,  // 9: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
-	1,  // 10: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
-	1,  // 11: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
-	10, // 12: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
-	10, // 13: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
-	1,  // 14: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
-	10, // 15: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
-	1,  // 16: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 17: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
-	1,  // 18: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
-	16, // 19: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
-	1,  // 20: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
-	1,  // 21: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
-	19, // 22: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
-	1,  // 23: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 24: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	9,  // 8: ppnode.actors.StageTiming.passes:type_name -> ppnode.actors.PassTiming
+	1,  // 9: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
+	8,  // 10: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
+	1,  // 11: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
+	1,  // 12: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
+	11, // 13: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
+	11, // 14: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
+	1,  // 15: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	11, // 16: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 17: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 18: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 19: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
+	17, // 20: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
+	1,  // 21: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
+	1,  // 22: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
+	20, // 23: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
+	1,  // 24: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 25: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -1843,7 +1933,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -227,7 +227,70 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 			if res.WeightsSHA256 != want[c.model] {
 				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[c.model][:16])
 			}
+			checkPasses(t, co)
 		})
+	}
+}
+
+// checkPasses checks the newest step's passes in co's status: each stage
+// ran the update and then its program's compute instructions in order,
+// one at a time, and they add up to its forward and backward times; older
+// steps keep none, and the simulator's passes are there for every stage.
+func checkPasses(t *testing.T, co *Coordinator) {
+	t.Helper()
+	st, plan := co.Status(), co.Plan()
+	if len(st.LastSteps) == 0 {
+		t.Fatal("no last steps")
+	}
+	for _, ls := range st.LastSteps[:len(st.LastSteps)-1] {
+		for k, sg := range ls.Stages {
+			if len(sg.Passes) > 0 {
+				t.Fatalf("step %d stage %d keeps %d passes; only the newest step should", ls.Step, k, len(sg.Passes))
+			}
+		}
+	}
+	if len(st.PredictedPasses) != len(plan.Stages) {
+		t.Fatalf("predicted passes for %d stages, plan has %d", len(st.PredictedPasses), len(plan.Stages))
+	}
+	newest := st.LastSteps[len(st.LastSteps)-1]
+	for k, sp := range plan.Stages {
+		want := []string{"step 0"}
+		for _, in := range sp.Program {
+			switch in.Op {
+			case balance.OpForward, balance.OpLoss, balance.OpBackward, balance.OpBackwardInput, balance.OpWeight, balance.OpRecompute:
+				want = append(want, fmt.Sprintf("%s %d", in.Op, in.Micro))
+			}
+		}
+		sg := newest.Stages[k]
+		var got []string
+		var fwd, bwd, upd, end float64
+		for _, p := range sg.Passes {
+			got = append(got, fmt.Sprintf("%s %d", p.Op, p.Micro))
+			if p.StartMS < end-1e-3 || p.MS < 0 {
+				t.Errorf("stage %d: %s %d at %.3f ms for %.3f ms, before the pass before it ended at %.3f", k, p.Op, p.Micro, p.StartMS, p.MS, end)
+			}
+			end = p.StartMS + p.MS
+			switch p.Op {
+			case "forward", "loss", "recompute":
+				fwd += p.MS
+			case "step":
+				upd += p.MS
+			default:
+				bwd += p.MS
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("stage %d ran %v, its program %v", k, got, want)
+		}
+		if end > sg.WallMS+1e-3 {
+			t.Errorf("stage %d: passes end at %.3f ms, its step at %.3f", k, end, sg.WallMS)
+		}
+		// Each figure is rounded to the microsecond.
+		tol := 1e-3 * float64(len(got)+1)
+		if math.Abs(fwd-sg.ForwardMS) > tol || math.Abs(bwd-sg.BackwardMS) > tol || math.Abs(upd-sg.UpdateMS) > tol {
+			t.Errorf("stage %d: passes add up to forward %.3f backward %.3f update %.3f ms, the stage measured %.3f %.3f %.3f",
+				k, fwd, bwd, upd, sg.ForwardMS, sg.BackwardMS, sg.UpdateMS)
+		}
 	}
 }
 

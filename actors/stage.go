@@ -336,6 +336,18 @@ type stepResult struct {
 	forwardNs, backwardNs, updateNs, waitNs, wallNs int64
 	loss                                            float64
 	correct, samples                                int64
+	// passes are the step's compute instructions as they ran, their
+	// times from the step's start.
+	passes []*PassTiming
+	start  time.Time
+}
+
+// pass records compute instruction op of micro-batch m, begun at t0, and
+// returns its duration.
+func (r *stepResult) pass(op balance.Op, m int, t0 time.Time) int64 {
+	d := time.Since(t0)
+	r.passes = append(r.passes, &PassTiming{Op: int32(op), Micro: int32(m), StartNs: int64(t0.Sub(r.start)), DurNs: int64(d)})
+	return int64(d)
 }
 
 // step runs the program once: one training step with learning rate lr.
@@ -356,13 +368,13 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
 		}
 	}()
-	start := time.Now()
-	defer func() { res.wallNs = int64(time.Since(start)) }()
+	res.start = time.Now()
+	defer func() { res.wallNs = int64(time.Since(res.start)) }()
 	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.job.Seed, Step: global}
 	p := e.spec.Plan
 	t0 := time.Now()
 	e.settle(global)
-	res.updateNs += int64(time.Since(t0))
+	res.updateNs += res.pass(balance.OpStep, 0, t0)
 	e.gradStep, e.sumSent = global, e.sumSent[:0]
 	backwards := 0
 	for pc := 0; pc < len(p.Program); pc++ {
@@ -405,21 +417,21 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			t0 := time.Now()
 			e.outs[m] = e.st.Forward(&ctx, e.slot[m], e.ins[m])
-			res.forwardNs += int64(time.Since(t0))
+			res.forwardNs += res.pass(in.Op, m, t0)
 		case balance.OpBackwardInput:
 			t0 := time.Now()
 			e.backwardInput(&ctx, m)
-			res.backwardNs += int64(time.Since(t0))
+			res.backwardNs += res.pass(in.Op, m, t0)
 		case balance.OpWeight:
 			t0 := time.Now()
 			e.st.BackwardWeight(&ctx, e.slot[m])
-			res.backwardNs += int64(time.Since(t0))
+			res.backwardNs += res.pass(in.Op, m, t0)
 		case balance.OpRecompute:
 			t0 := time.Now()
 			if err := e.recompute(&ctx, m); err != nil {
 				return res, err
 			}
-			res.forwardNs += int64(time.Since(t0))
+			res.forwardNs += res.pass(in.Op, m, t0)
 		case balance.OpLoss:
 			t0 := time.Now()
 			y, err := e.box.wait(boxKey{int32(balance.Coordinator), dataplane.KindInput, uint32(m), labelsTensor})
@@ -440,7 +452,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			res.loss += l
 			res.correct += int64(c)
 			res.samples += int64(len(e.labels[m]))
-			res.forwardNs += int64(time.Since(t0))
+			res.forwardNs += res.pass(in.Op, m, t0)
 		case balance.OpSendAct:
 			for _, name := range in.Tensors {
 				if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindActivation, MicroBatch: uint32(m), Tensor: e.id[name]}, e.outs[m][e.outIdx[name]]); err != nil {
@@ -469,7 +481,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			}
 			e.gin[m] = e.st.Backward(&ctx, e.slot[m], e.dout)
 			backwards++
-			res.backwardNs += int64(time.Since(t0))
+			res.backwardNs += res.pass(in.Op, m, t0)
 		case balance.OpSendGrad:
 			for _, name := range in.Tensors {
 				k := e.inIdx[name]

@@ -217,7 +217,7 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
 			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr())
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs,
-				Links: a.eng.sent()}
+				Links: a.eng.sent(), Passes: res.passes}
 			if a.host.Capacity != nil {
 				t.CapacityGflops = a.host.Capacity()
 			}

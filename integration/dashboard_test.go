@@ -201,6 +201,13 @@ func TestDashboard(t *testing.T) {
 	if rows := eval[int](t, b, `document.querySelectorAll('`+jobSel+` .gantt g.cell').length`); rows < 3 {
 		t.Errorf("the Gantt chart has %d cells, want a row per stage", rows)
 	}
+	// The newest step's schedule: per stage, at least a forward and a
+	// backward pass of each of the job's micro-batches, run and simulated.
+	for _, cls := range []string{"ran", "sim"} {
+		if n := eval[int](t, b, `document.querySelectorAll('`+jobSel+` .passes svg rect.`+cls+`').length`); n < 3*2*4 {
+			t.Errorf("the schedule has %d %s passes, want at least a forward and a backward per micro-batch and stage", n, cls)
+		}
+	}
 	b.screenshot(t, "dashboard-3-nodes")
 
 	// Node c leaves: its layers move to a and b.
@@ -273,6 +280,21 @@ func syntheticStatus(n, step int) nodes.Status {
 		}
 		js.LastSteps = append(js.LastSteps, ls)
 	}
+	// The newest step's passes, as run and as simulated: 1F1B's 2 x 64 a
+	// stage.
+	newest := &js.LastSteps[len(js.LastSteps)-1]
+	js.PredictedPasses = make([][]job.PassTiming, n)
+	for k := range n {
+		for m := range 2 * js.MicroBatches {
+			op := "forward"
+			if m%2 == 1 {
+				op = "backward"
+			}
+			p := job.PassTiming{Op: op, Micro: m / 2, StartMS: 3 * float64(k+m), MS: 2}
+			newest.Stages[k].Passes = append(newest.Stages[k].Passes, p)
+			js.PredictedPasses[k] = append(js.PredictedPasses[k], p)
+		}
+	}
 	for i := range job.MaxLossPoints {
 		s := (i + 1) * step / job.MaxLossPoints
 		js.LossHistory = append(js.LossHistory, job.LossPoint{Step: s, Loss: 2.3*math.Exp(-float64(s)/3000) + 0.05*math.Sin(float64(i))})
@@ -332,6 +354,9 @@ func TestDashboard64Nodes(t *testing.T) {
 		{`tr[data-member]`, n, n},
 		{`.job[data-job="big"] .plan g.stagebox`, n, n},
 		{`.job[data-job="big"] .gantt g.cell`, n, 256},
+		{`.job[data-job="big"] .passes rect.ran`, 1, 2048},
+		{`.job[data-job="big"] .passes rect.sim`, 1, 2048},
+		{`.job[data-job="big"] .passes rect`, 1, 2048},
 		{`.job[data-job="big"] .events tbody tr`, 1, 12},
 		{`.job[data-job="big"] .timeline polygon.ev-replan`, 60, 60},
 		{`.job[data-job="big"] .links tbody tr`, 64, 64},

@@ -761,6 +761,7 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	p.Plan, p.report, p.text, p.cl = res.Plan, res.Report, res.Spec, cl
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.ScheduleText(), p.MicroBatches
 	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
+	c.status.PredictedPasses = predictedPasses(p.report, len(p.Stages))
 	c.status.Stages = nil
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {

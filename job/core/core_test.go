@@ -536,6 +536,12 @@ func (s *sim) exec(a Action) {
 			busy := time.Duration(st.Busy * float64(time.Second))
 			timings[k] = StageTiming{Forward: busy / 3, Backward: busy - busy/3, Wall: time.Duration(rep.StepTime * float64(time.Second))}
 		}
+		for _, e := range rep.Events {
+			if !e.Link() && e.Stage >= 0 {
+				timings[e.Stage].Passes = append(timings[e.Stage].Passes, Pass{Op: e.Op, Micro: e.Micro,
+					Start: time.Duration(e.Start * float64(time.Second)), Dur: time.Duration((e.End - e.Start) * float64(time.Second))})
+			}
+		}
 		// The senders wait for their links as long as the links are busy.
 		for _, l := range rep.Links {
 			kind := "activation"

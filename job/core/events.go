@@ -106,6 +106,16 @@ type StageTiming struct {
 	CapacityGFLOPS float64
 	// Links is what it sent to each peer stage, by kind.
 	Links []LinkSent
+	// Passes are its compute passes as they ran.
+	Passes []Pass
+}
+
+// Pass is one compute instruction of a stage's step, Start after the
+// stage's step began.
+type Pass struct {
+	Op         balance.Op
+	Micro      int
+	Start, Dur time.Duration
 }
 
 // LinkSent is what a sender put on its link to one peer during a step, of

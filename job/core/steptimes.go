@@ -19,11 +19,33 @@ func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
 			send += l.Encode + l.Write
 		}
 		st.Stages[k] = job.StageStepTiming{ForwardMS: job.Millis(t.Forward), BackwardMS: job.Millis(t.Backward), UpdateMS: job.Millis(t.Update),
-			WaitMS: job.Millis(t.Wait), SendMS: job.Millis(send), WallMS: job.Millis(t.Wall)}
+			WaitMS: job.Millis(t.Wait), SendMS: job.Millis(send), WallMS: job.Millis(t.Wall), Passes: make([]job.PassTiming, len(t.Passes))}
+		for i, p := range t.Passes {
+			st.Stages[k].Passes[i] = job.PassTiming{Op: p.Op.String(), Micro: p.Micro, StartMS: job.Millis(p.Start), MS: job.Millis(p.Dur)}
+		}
 	}
-	// A new slice each time: statuses handed out share the old one.
-	last := c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):]
-	c.status.LastSteps = append(slices.Clip(last), st)
+	// A new slice each time: statuses handed out share the old one. Only
+	// the newest step keeps its passes.
+	last := slices.Clone(c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):])
+	if n := len(last); n > 0 {
+		last[n-1].Stages = slices.Clone(last[n-1].Stages)
+		for k := range last[n-1].Stages {
+			last[n-1].Stages[k].Passes = nil
+		}
+	}
+	c.status.LastSteps = append(last, st)
+}
+
+// predictedPasses are the compute passes of r's simulated step, per stage.
+func predictedPasses(r *balance.Report, stages int) [][]job.PassTiming {
+	ps := make([][]job.PassTiming, stages)
+	for _, e := range r.Events {
+		if e.Link() || e.Stage < 0 || e.Stage >= stages || e.End <= e.Start {
+			continue
+		}
+		ps[e.Stage] = append(ps[e.Stage], job.PassTiming{Op: e.Op.String(), Micro: e.Micro, StartMS: e.Start * 1e3, MS: (e.End - e.Start) * 1e3})
+	}
+	return ps
 }
 
 // stageTargets are the stages that sp sends activations to, in

@@ -39,6 +39,10 @@ func TestLastSteps(t *testing.T) {
 			if sg.WallMS <= 0 || sg.ForwardMS <= 0 || sg.BackwardMS <= 0 {
 				t.Errorf("step %d stage %d: %+v", ls.Step, k, sg)
 			}
+			// Only the newest step keeps its passes.
+			if newest := i == len(st.LastSteps)-1; newest != (len(sg.Passes) > 0) {
+				t.Errorf("step %d stage %d (newest %v): %d passes", ls.Step, k, newest, len(sg.Passes))
+			}
 		}
 		if ls.WallMS <= 0 {
 			t.Errorf("step %d: wall %v ms", ls.Step, ls.WallMS)
@@ -49,6 +53,15 @@ func TestLastSteps(t *testing.T) {
 			if ls.AtMS < prev.AtMS+prev.WallMS-1e-3 {
 				t.Errorf("step %d starts at %v ms, before step %d ends at %v ms", ls.Step, ls.AtMS, prev.Step, prev.AtMS+prev.WallMS)
 			}
+		}
+	}
+	if len(st.PredictedPasses) != len(st.Stages) {
+		t.Errorf("predicted passes of %d stages, want %d", len(st.PredictedPasses), len(st.Stages))
+	}
+	for k, ps := range st.PredictedPasses {
+		// mlp32's stages run a forward and a backward pass per micro-batch.
+		if n := 2 * st.MicroBatches; len(ps) < n {
+			t.Errorf("stage %d: %d predicted passes, want at least %d", k, len(ps), n)
 		}
 	}
 	for k, sg := range st.Stages {
@@ -64,5 +77,8 @@ func TestLastSteps(t *testing.T) {
 	s.command(t, cmd("run", arg("to", "25")))
 	if st.LastSteps[0].Step != before {
 		t.Errorf("a status handed out changed: its oldest step %d is now %d", before, st.LastSteps[0].Step)
+	}
+	if len(st.LastSteps[len(st.LastSteps)-1].Stages[0].Passes) == 0 {
+		t.Error("a status handed out lost its newest step's passes")
 	}
 }

@@ -2,7 +2,7 @@
 // Plain JavaScript and SVG, no dependency. Every update redraws at a cost
 // bounded whatever the cluster's size or the job's length: at most
 // MAX_MEMBERS members, MAX_JOBS jobs, MAX_GANTT_CELLS cells of the Gantt
-// chart, MAX_POINTS points per curve, MAX_EVENTS rows of events and
+// chart, MAX_PASS_BOXES passes of the schedule, MAX_POINTS points per curve, MAX_EVENTS rows of events and
 // MAX_LINKS links; a part whose HTML did not change is not touched.
 'use strict';
 (() => {
@@ -12,6 +12,8 @@
   const MAX_POINTS = 400; // drawn per curve
   const MAX_HISTORY = 4000; // points a page keeps per curve
   const MAX_GANTT_CELLS = 256; // steps × stages drawn
+  const MAX_PASS_BOXES = 2048; // passes drawn, measured and simulated
+  const MAX_PASS_STAGES = 24; // stages drawn in the schedule
   const MAX_MARKS = 200; // marks per kind on a timeline
 
   const stats = { updates: 0, renderMS: 0, maxRenderMS: 0, fetches: 0, fetchErrors: 0, lastError: '', pollMS: POLL_MS };
@@ -145,7 +147,7 @@
   }
 
   // --- a job ----------------------------------------------------------------
-  const PARTS = ['head', 'plan', 'gantt', 'loss', 'acc', 'sps', 'timeline', 'events', 'links'];
+  const PARTS = ['head', 'plan', 'gantt', 'passes', 'loss', 'acc', 'sps', 'timeline', 'events', 'links'];
   function jobView(key) {
     const el = document.createElement('section');
     el.className = 'job';
@@ -155,6 +157,10 @@
       '<div class="legend"><span><i class="fwd"></i>forward</span><span><i class="bwd"></i>backward</span><span><i class="upd"></i>update</span>' +
       '<span><i class="wait"></i>waiting (data plane)</span><span><i class="send"></i>sending on its links (overlaps)</span>' +
       '<span>each stage\'s times are totals over the step\'s micro-batches; gaps between steps are cuts and probes</span></div></div>' +
+      '<div class="wide"><h3>The newest step\'s schedule, as it ran and as simulated</h3><div data-part="passes" class="passes"></div>' +
+      '<div class="legend"><span><i class="fwd"></i>forward (and loss)</span><span><i class="bwd"></i>backward (input gradients, under zero-bubble)</span>' +
+      '<span><i class="wgt"></i>weight gradients</span><span><i class="rec"></i>recomputation</span><span><i class="upd"></i>update</span>' +
+      '<span>per stage, the measured row above the simulated one; numbers are micro-batches</span></div></div>' +
       '<div><h3>Training loss</h3><div data-part="loss" class="losschart"></div></div>' +
       '<div><h3>Test accuracy</h3><div data-part="acc" class="accchart"></div></div>' +
       '<div><h3>Samples/s</h3><div data-part="sps" class="spschart"></div></div>' +
@@ -314,6 +320,55 @@
     return s;
   }
 
+  // PASS_CLASS colours a pass by its instruction.
+  const PASS_CLASS = { forward: 'fwd', loss: 'fwd', backward: 'bwd', backward_input: 'bwd', weight: 'wgt', recompute: 'rec', step: 'upd' };
+
+  // passesSVG draws the newest step's passes per stage as they ran (from
+  // the stage's start of the step) above the simulator's: the schedule, its
+  // bubbles, and where the prediction and the run part.
+  function passesSVG(j) {
+    const all = j.last_steps || [];
+    const newest = all[all.length - 1];
+    const measured = newest ? (newest.stages || []).map((c) => c.passes || []) : [];
+    const predicted = j.predicted_passes || [];
+    const nst = Math.min(MAX_PASS_STAGES, Math.max(measured.length, predicted.length));
+    if (!measured.some((ps) => ps.length)) return '<p class="muted">no step measured yet</p>';
+    const rows = [];
+    let boxes = 0;
+    for (let k = 0; k < nst; k++) {
+      for (const [ps, cls] of [[measured[k] || [], 'ran'], [predicted[k] || [], 'sim']]) {
+        const take = ps.slice(0, Math.max(0, MAX_PASS_BOXES - boxes));
+        boxes += take.length;
+        rows.push({ k, cls, ps: take });
+      }
+    }
+    const end = (ps) => Math.max(0, ...ps.map((p) => p.start_ms + p.ms));
+    const span = Math.max(1e-3, ...rows.map((r) => end(r.ps)), ...(newest.stages || []).slice(0, nst).map((c) => c.wall_ms || 0));
+    const W = 960, L = 120, R = 24, T = 8, rowH = nst > 12 ? 8 : 14, gap = nst > 12 ? 2 : 6, H = T + nst * (2 * rowH + gap) + 24;
+    const sx = (t) => L + (t / span) * (W - L - R);
+    let s = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="the newest step's passes per stage, measured and simulated">`;
+    for (const r of rows) {
+      const y = T + r.k * (2 * rowH + gap) + (r.cls === 'sim' ? rowH : 0);
+      const sg = (j.stages || [])[r.k];
+      if (r.cls === 'ran') s += `<text x="${L - 6}" y="${f1(y + rowH)}" text-anchor="end">${esc(sg ? `stage ${r.k} · ${short(sg.node, 10)}` : `stage ${r.k}`)}</text>`;
+      for (const p of r.ps) {
+        const x = sx(p.start_ms), wd = Math.max(0.5, (p.ms / span) * (W - L - R));
+        s += `<rect class="${PASS_CLASS[p.op] || 'wait'} ${r.cls}" x="${f1(x)}" y="${f1(y + 1)}" width="${f1(wd)}" height="${rowH - 2}">` +
+          `<title>stage ${esc(r.k)}, ${r.cls === 'ran' ? 'measured' : 'simulated'}: ${esc(p.op)} of micro-batch ${esc(p.micro)} at ${ms(p.start_ms)} for ${ms(p.ms)}</title></rect>`;
+        if (wd > 14 && rowH >= 14 && p.op !== 'step') s += `<text class="passlabel" x="${f1(x + wd / 2)}" y="${f1(y + rowH - 3)}" text-anchor="middle">${esc(p.micro)}</text>`;
+      }
+    }
+    const yb = T + nst * (2 * rowH + gap);
+    s += `<line class="axis" x1="${L}" x2="${W - R}" y1="${yb}" y2="${yb}"/>`;
+    for (const v of ticks(0, span, 6)) s += `<text class="muted" x="${f1(sx(v))}" y="${yb + 14}" text-anchor="middle">${esc(tick(v))}</text>`;
+    s += `<text class="muted" x="${W - R}" y="${H - 2}" text-anchor="end">ms after the step began</text>`;
+    s += '</svg>';
+    const more = Math.max(measured.length, predicted.length) - nst;
+    if (more > 0) s += `<p class="muted">and ${more} more stages</p>`;
+    if (boxes >= MAX_PASS_BOXES) s += `<p class="muted">the first ${MAX_PASS_BOXES} passes drawn</p>`;
+    return s;
+  }
+
   // timelineSVG marks re-plans, recoveries, cuts and a takeover on the
   // job's steps.
   function timelineSVG(j, v) {
@@ -404,6 +459,7 @@
     setPart(v, 'head', head(j));
     setPart(v, 'plan', planSVG(j));
     setPart(v, 'gantt', ganttSVG(j));
+    setPart(v, 'passes', passesSVG(j));
     setPart(v, 'loss', chart([{ pts: lossHistory(j, v), cls: 'loss' }], { xLabel: 'step', label: 'training loss', empty: 'no step done yet', x0: 0 }));
     const acc = (j.accuracy || []).map((a) => [a.epoch, a.accuracy]);
     if (j.result && isNum(j.result.test_accuracy) && j.result.test_accuracy > 0) acc.push([j.result.epochs, j.result.test_accuracy]);

@@ -66,10 +66,10 @@ type Status struct {
 	// PredictedPasses are the simulated step's compute passes, per stage
 	// in the order of Stages, to set beside the newest of LastSteps.
 	PredictedPasses [][]PassTiming `json:"predicted_passes,omitempty"`
-	Stages          []StageStatus `json:"stages,omitempty"`
-	Accuracy        []EpochAcc    `json:"accuracy,omitempty"`
-	Result          *Result       `json:"result,omitempty"`
-	Started         time.Time     `json:"started"`
+	Stages          []StageStatus  `json:"stages,omitempty"`
+	Accuracy        []EpochAcc     `json:"accuracy,omitempty"`
+	Result          *Result        `json:"result,omitempty"`
+	Started         time.Time      `json:"started"`
 	// LatestCut is the step of the latest consistent cut; Cuts counts them.
 	LatestCut int `json:"latest_cut"`
 	Cuts      int `json:"cuts"`

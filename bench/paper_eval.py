@@ -36,6 +36,10 @@ CG = "/sys/fs/cgroup/cpu"
 # The CFS period of the nodes' quotas: a node of quota q runs q * PERIOD_US
 # and then waits out the rest of each period.
 PERIOD_US = 100000
+# PIN: a node holds to one CPU, the n-th node started to CPU n mod nproc
+# (taskset), so that the kernel does not move nodes between cores.
+PIN = bool(os.environ.get("PIN"))
+_started = 0
 
 MODELS = {
     # model: (flags, steps)
@@ -67,6 +71,10 @@ class Node:
             cmd += ["--log-level", "debug"]
         # The child moves itself into the cgroup before exec, so every
         # thread it starts is limited.
+        global _started
+        if PIN:
+            cmd = ["taskset", "-c", str(_started % os.cpu_count())] + cmd
+        _started += 1
         self.p = subprocess.Popen(["sh", "-c", f'echo $$ > {self.cg}/cgroup.procs && exec "$@"', "sh"] + cmd,
                                   stdout=subprocess.PIPE, stderr=open(os.environ.get("PPNODE_NODE_LOG", os.devnull) + (("." + name) if os.environ.get("PPNODE_NODE_LOG") else ""), "w"), text=True,
                                   env=dict(os.environ, GOMAXPROCS=str(threads)))

@@ -4,7 +4,7 @@ bubble, measured against predicted, its step over 1F1B's per round against
 the simulator's ratio, and in how many runs the prediction was within 15%.
 
 Run as root (after `make build`):
-  /usr/bin/python3 bench/schedule_rounds.py --rounds 5 --nodes 2 \\
+  /usr/bin/python3 bench/schedule_rounds.py --rounds 5 --nodes 2 --pin \\
       --schedules '1f1b;zb;interleaved --chunks 2;gpipe' -- TRAIN FLAGS...
 """
 import argparse
@@ -18,8 +18,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LINE = re.compile(r"step: predicted ([\d.]+) ms, measured ([\d.]+) ms .*bubble: predicted ([\d.]+)%, measured ([\d.]+)%")
 
 
-def run(binary, port, nodes, flags, schedule):
+def run(binary, port, nodes, flags, schedule, pin):
     env = dict(os.environ, NODES=str(nodes))
+    if pin:
+        env["PIN"] = "1"
     out = subprocess.run([f"{HERE}/schedules.sh", binary, str(port), "none"] + flags + ["--schedule"] + schedule.split(),
                          env=env, capture_output=True, text=True)
     m = LINE.search(out.stdout)
@@ -36,6 +38,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--schedules", default="1f1b;zb;interleaved --chunks 2;gpipe")
+    ap.add_argument("--pin", action="store_true", help="node i on CPU i mod nproc only (schedules.sh PIN=1)")
     ap.add_argument("flags", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     flags = [f for f in a.flags if f != "--"]
@@ -45,7 +48,7 @@ def main():
     print("|---|---|---|---|---|")
     for r in range(a.rounds):
         for s in scheds:
-            x = run(a.binary, a.port, a.nodes, flags, s)
+            x = run(a.binary, a.port, a.nodes, flags, s, a.pin)
             res[s].append(x)
             print(f"| {r + 1} | {s} | {x['meas']:.1f} ms ({x['pred']:.1f}) | {x['mbub']:.1f}% ({x['pbub']:.1f}%) | `{x['plan']}` |", flush=True)
     base = scheds[0]

@@ -11,8 +11,12 @@
 # MEMORY is each node's `join --memory` (none: the machine's); with MEMCG=1,
 # each node's cgroup v1 memory limit instead (root; MEMORY in bytes or with
 # a K, M or G suffix); with MEMCG=observe, `join --memory` and a cgroup of
-# its own without a limit, to report each node's peak. KEEP=1 keeps the
-# nodes' logs; FILES=DIR lets the nodes read model and data files there
+# its own without a limit, to report each node's peak. PIN=1 holds node
+# i to CPU i mod nproc (taskset), one core per node as on separate
+# machines: unpinned, the kernel at times runs two nodes' compute on one
+# core while the other idles. CPU=F holds each node to F of a CPU (a
+# cgroup v1 CFS quota of F x PERIOD_US, default 100000, per period; root).
+# KEEP=1 keeps the nodes' logs; FILES=DIR lets the nodes read model and data files there
 # (`join --files`). PORT and the ports up to PORT+19 must be free (gossip
 # PORT.., HTTP PORT+10..).
 set -euo pipefail
@@ -23,7 +27,7 @@ pids=()
 # The nodes' local token (SECURITY.md), sent by the CLI and by api below.
 export PPNODE_TOKEN_FILE="$dir/http-token"
 api() { curl -sf -H "Authorization: Bearer $(cat "$PPNODE_TOKEN_FILE" 2>/dev/null)" "$@"; }
-cgs=()
+cgs=() cpucgs=()
 cleanup() {
 	kill "${pids[@]}" 2>/dev/null || true
 	wait 2>/dev/null || true
@@ -31,6 +35,7 @@ cleanup() {
 		echo "$(basename "$cg"): peak $(($(cat "$cg/memory.max_usage_in_bytes") >> 20)) MiB, OOM kills $(awk '$1 == "oom_kill" {print $2}' "$cg/memory.oom_control")" >&2
 		rmdir "$cg" 2>/dev/null || true
 	done
+	for cg in "${cpucgs[@]}"; do rmdir "$cg" 2>/dev/null || true; done
 	if [ -n "${KEEP:-}" ]; then echo "logs in $dir" >&2; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
@@ -48,13 +53,24 @@ memcg() {
 start() { # name index
 	local seeds=()
 	[ "$2" -gt 0 ] && seeds=(--seeds "127.0.0.1:$port")
-	local run=()
+	local run=() into=()
 	if [ -n "${MEMCG:-}" ] && [ "$mem" != none ]; then
 		local cg
 		cg=$(memcg "$1")
 		cgs+=("$cg")
-		run=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg")
+		into+=("$cg")
 	fi
+	if [ -n "${CPU:-}" ]; then
+		local cg=/sys/fs/cgroup/cpu/ppnode-sched-$$-$1 period=${PERIOD_US:-100000}
+		mkdir -p "$cg"
+		cpucgs+=("$cg")
+		echo "$period" >"$cg/cpu.cfs_period_us"
+		awk -v f="$CPU" -v p="$period" 'BEGIN { printf "%d\n", f * p }' >"$cg/cpu.cfs_quota_us"
+		into+=("$cg")
+	fi
+	# The child moves itself into the cgroups before exec.
+	[ ${#into[@]} -gt 0 ] && run=(sh -c 'for cg in $0; do echo $$ > "$cg/cgroup.procs"; done && exec "$@"' "${into[*]}")
+	[ -n "${PIN:-}" ] && run+=(taskset -c "$(($2 % $(nproc)))")
 	"${run[@]}" "$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
 		--threads 1 --data-dir none "${memflag[@]}" "${seeds[@]}" >"$dir/$1.log" 2>&1 &
 	pids+=($!)

@@ -483,11 +483,9 @@ const zbMargin = 0.05
 // and zero-bubble; zero-bubble only on chains of stages without replicas,
 // without recomputation (a weight pass needs the activations; its extra
 // memory, S micro-batches in flight on every stage, is the simulator's to
-// count) and only by zbMargin. auto never tries interleaved: an
-// interleaved job does not re-plan from measured speeds (see rebalances in
-// job/core), which is what a job on unequal or changing machines most
-// needs, and a simulated gain on the speeds measured at the start would
-// not be worth losing that.
+// count) and only by zbMargin. auto does not try interleaved: on nodes
+// that share cores it ran slower than simulated (each micro-batch crosses
+// every node v times), and a job asks for it with --schedule interleaved.
 func scheduleKinds(s string) []Schedule {
 	switch s {
 	case "gpipe":

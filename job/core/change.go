@@ -492,14 +492,9 @@ func (c *Core) maybeRebalance(now time.Time) bool {
 }
 
 // rebalances reports whether the job re-plans by itself: with a
-// partitioner that weighs node speeds, and not interleaved (whose re-plans
-// are those a failure, a leaving node or a user asks for: following
-// measured speeds would take each node's speed from its chunks' timings,
-// which the policy was not tuned for).
+// partitioner that weighs node speeds (an interleaved node's speed comes
+// from its chunks' timings together, see observe).
 func rebalances(spec job.Spec) bool {
-	if spec.Schedule == balance.Interleaved.String() {
-		return false
-	}
 	switch spec.Partition {
 	case "auto", balance.Balanced, balance.GraphPP:
 		return !spec.NoRebalance

@@ -631,13 +631,35 @@ func (c *Core) recordStep(loss float64, timings []StageTiming) {
 // the plan expected to be busy for p seconds at speed v that was busy b
 // seconds ran at v·p/b.
 func (c *Core) observe(timings []StageTiming) {
+	// A node's stages (an interleaved node's chunks) together: what the
+	// simulation gave them against what they took, and the lowest
+	// capacity they report.
+	type sum struct {
+		busy, pred float64
+		capacity   float64
+	}
+	var order []string
+	per := map[string]*sum{}
 	for k, t := range timings {
-		if k >= len(c.plan.report.Stages) {
+		if k >= len(c.plan.report.Stages) || k >= len(c.plan.Stages) {
 			continue
 		}
-		busy := (t.Forward + t.Backward + t.Update).Seconds()
-		pred := c.plan.report.Stages[k].Busy
 		node := c.plan.Stages[k].Node
+		s := per[node]
+		if s == nil {
+			s = &sum{}
+			per[node] = s
+			order = append(order, node)
+		}
+		s.busy += (t.Forward + t.Backward + t.Update).Seconds()
+		s.pred += c.plan.report.Stages[k].Busy
+		if t.CapacityGFLOPS > 0 && (s.capacity == 0 || t.CapacityGFLOPS < s.capacity) {
+			s.capacity = t.CapacityGFLOPS
+		}
+	}
+	for _, node := range order {
+		s := per[node]
+		busy, pred := s.busy, s.pred
 		i := slices.IndexFunc(c.plan.cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == node })
 		if busy <= 0 || pred <= 0 || i < 0 {
 			continue
@@ -648,8 +670,8 @@ func (c *Core) observe(timings []StageTiming) {
 		// run at full speed until the quota is used up. What its CPU limit
 		// allows now bounds it, or else, a little above, its GEMM speed
 		// measured over whole quota periods at its start.
-		if t.CapacityGFLOPS > 0 && c.cfg.GFLOPS > 0 {
-			v = min(v, t.CapacityGFLOPS/c.cfg.GFLOPS)
+		if s.capacity > 0 && c.cfg.GFLOPS > 0 {
+			v = min(v, s.capacity/c.cfg.GFLOPS)
 		} else if n := c.nodes.known[node]; n.GFLOPS > 0 {
 			v = min(v, speedCap*gemmSpeed(n, c.cfg.GFLOPS))
 		}

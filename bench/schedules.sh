@@ -16,8 +16,8 @@
 # machines: unpinned, the kernel at times runs two nodes' compute on one
 # core while the other idles. CPU=F holds each node to F of a CPU (a
 # cgroup v1 CFS quota of F x PERIOD_US, default 100000, per period; root).
-# KEEP=1 keeps the nodes' logs; FILES=DIR lets the nodes read model and data files there
-# (`join --files`). PORT and the ports up to PORT+19 must be free (gossip
+# KEEP=1 keeps the nodes' logs; FILES=DIR lets the nodes read model and
+# data files there (`join --files`). PORT and the ports up to PORT+19 must be free (gossip
 # PORT.., HTTP PORT+10..).
 set -euo pipefail
 bin=$1 port=$2 mem=$3 nodes=${NODES:-3}

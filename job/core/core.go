@@ -627,14 +627,12 @@ func (c *Core) recordStep(loss float64, timings []StageTiming) {
 	}
 }
 
-// observe turns a step's stage timings into measured node speeds: a stage
-// the plan expected to be busy for p seconds at speed v that was busy b
-// seconds ran at v·p/b.
+// observe turns a step's stage timings into measured node speeds: a node
+// whose stages (an interleaved node's chunks) the plan expected to be busy
+// for p seconds in all at speed v, and that were busy b seconds, ran at
+// v·p/b.
 func (c *Core) observe(timings []StageTiming) {
-	// A node's stages (an interleaved node's chunks) together: what the
-	// simulation gave them against what they took, and the lowest
-	// capacity they report.
-	type sum struct {
+	type sum struct { // a node's stages: busy, predicted, lowest capacity
 		busy, pred float64
 		capacity   float64
 	}

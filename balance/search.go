@@ -484,8 +484,9 @@ const zbMargin = 0.05
 // without recomputation (a weight pass needs the activations; its extra
 // memory, S micro-batches in flight on every stage, is the simulator's to
 // count) and only by zbMargin. auto does not try interleaved: on nodes
-// that share cores it ran slower than simulated (each micro-batch crosses
-// every node v times), and a job asks for it with --schedule interleaved.
+// that share cores or run under CPU quotas it ran slower than simulated
+// (each micro-batch crosses every node v times), and a job asks for it
+// with --schedule interleaved.
 func scheduleKinds(s string) []Schedule {
 	switch s {
 	case "gpipe":

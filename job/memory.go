@@ -78,6 +78,10 @@ func evalChunkOf(perSample int64) int {
 	return int(max(1, min(evalChunk, evalMemory/perSample)))
 }
 
+// evalBytes is what a sample's forward pass holds at once when w's model
+// evaluates it: every layer's output and a convolution's columns.
+func (w *shapes) evalBytes() int64 { return 4 * (w.outs + w.cols) }
+
 // Estimate computes the spec's footprint from shapes only: the data set's
 // from its name, the model's layer by layer as nn/zoo builds it (see
 // modelShapes), so that nothing in proportion to the model is allocated.
@@ -123,7 +127,7 @@ func (c Checked) Estimate() (Footprint, error) {
 		sample += float64(size64(in.Shape))
 	}
 	sample += float64(size64(d.Labels)) - 1
-	eval := 4 * float64(min(evalChunkOf(4*int64(w.outs+w.cols)), test)) * float64(w.outs+w.cols)
+	eval := float64(min(evalChunkOf(w.evalBytes()), test)) * float64(w.evalBytes())
 	return Footprint{
 		Params: sat(4 * float64(w.params)), Grads: sat(4 * float64(w.trainable)), Optimizer: sat(4 * slots * float64(w.trainable)),
 		Activations: sat(4 * float64(flight) * micro * perSample), MicroBatches: flight,

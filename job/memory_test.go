@@ -59,6 +59,13 @@ func TestModelShapes(t *testing.T) {
 			t.Errorf("%s: estimated %d values (%d trainable), %d outputs per sample; built %d (%d), %d", name,
 				w.params, w.trainable, w.outs, params, trainable, outs)
 		}
+		// Job.Evaluate sizes its chunks from the built graph, the estimate
+		// from the shapes: the same bytes a sample.
+		var built shapes
+		built.graph(g)
+		if w.evalBytes() != built.evalBytes() {
+			t.Errorf("%s: evaluation %d bytes a sample estimated, %d built", name, w.evalBytes(), built.evalBytes())
+		}
 	}
 	for _, m := range zoo.Names() {
 		if !covered[m] {

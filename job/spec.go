@@ -736,13 +736,11 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 // job's test split (per label: per sample, or per position).
 func (j *Job) Evaluate(tr *nn.Trainer) (accuracy, loss float64) {
 	test := j.Set.Test
-	// Every layer's output of a chunk may be live at once (and as much
-	// again in convolutions' buffers).
-	var perSample int64
-	for _, n := range j.Graph.Nodes {
-		perSample += 8 * int64(nn.Size(n.Shape))
-	}
-	chunk := evalChunkOf(perSample)
+	// Chunks as Estimate counts them: every layer's output of a chunk may
+	// be live at once, and a convolution's columns.
+	var w shapes
+	w.graph(j.Graph)
+	chunk := evalChunkOf(w.evalBytes())
 	i := 0
 	return tr.Evaluate(func(b *nn.Batch) bool {
 		if i >= test.EvalChunks(chunk) {

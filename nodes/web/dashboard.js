@@ -2,8 +2,9 @@
 // Plain JavaScript and SVG, no dependency. Every update redraws at a cost
 // bounded whatever the cluster's size or the job's length: at most
 // MAX_MEMBERS members, MAX_JOBS jobs, MAX_GANTT_CELLS cells of the Gantt
-// chart, MAX_PASS_BOXES passes of the schedule, MAX_POINTS points per curve, MAX_EVENTS rows of events and
-// MAX_LINKS links; a part whose HTML did not change is not touched.
+// chart, MAX_PASS_BOXES passes of the schedule, MAX_POINTS points per
+// curve, MAX_EVENTS rows of events and MAX_LINKS links; a part whose HTML
+// did not change is not touched.
 'use strict';
 (() => {
   const params = new URLSearchParams(location.search);

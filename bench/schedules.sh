@@ -106,3 +106,9 @@ print("step: predicted %.1f ms, measured %.1f ms (x%.2f); bubble: predicted %.1f
       % (res["predicted_step_ms"], res["measured_step_ms"], res["measured_step_ms"] / res["predicted_step_ms"],
          100 * st.get("predicted_bubble", 0), 100 * statistics.median(bub) if bub else float("nan"), res["samples_per_sec"]))
 PY
+# Each node's CPU time and its threads' waits for a CPU over its life
+# (/proc/PID/task/*/schedstat: nanoseconds on a CPU, on a run queue).
+for k in "${!pids[@]}"; do
+	cat /proc/"${pids[$k]}"/task/*/schedstat 2>/dev/null | awk -v n="${names[$k]}" '{ c += $1; w += $2 }
+		END { if (c > 0) printf "node %s: %.1f s of CPU, %.1f s waiting for one (%.0f%%)\n", n, c / 1e9, w / 1e9, 100 * w / c }'
+done

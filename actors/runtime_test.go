@@ -234,23 +234,16 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 
 // checkPasses checks the newest step's passes in co's status: each stage
 // ran the update and then its program's compute instructions in order,
-// one at a time, and they add up to its forward and backward times; older
-// steps keep none, and the simulator's passes are there for every stage.
+// one at a time, and they add up to its forward and backward times; the
+// simulator's passes are there for every stage.
 func checkPasses(t *testing.T, co *Coordinator) {
 	t.Helper()
 	st, plan := co.Status(), co.Plan()
 	if len(st.LastSteps) == 0 {
 		t.Fatal("no last steps")
 	}
-	for _, ls := range st.LastSteps[:len(st.LastSteps)-1] {
-		for k, sg := range ls.Stages {
-			if len(sg.Passes) > 0 {
-				t.Fatalf("step %d stage %d keeps %d passes; only the newest step should", ls.Step, k, len(sg.Passes))
-			}
-		}
-	}
-	if len(st.PredictedPasses) != len(plan.Stages) {
-		t.Fatalf("predicted passes for %d stages, plan has %d", len(st.PredictedPasses), len(plan.Stages))
+	if len(st.Passes) != len(plan.Stages) || len(st.PredictedPasses) != len(plan.Stages) {
+		t.Fatalf("passes for %d stages, predicted for %d, the plan has %d", len(st.Passes), len(st.PredictedPasses), len(plan.Stages))
 	}
 	newest := st.LastSteps[len(st.LastSteps)-1]
 	for k, sp := range plan.Stages {
@@ -264,7 +257,7 @@ func checkPasses(t *testing.T, co *Coordinator) {
 		sg := newest.Stages[k]
 		var got []string
 		var fwd, bwd, upd, end float64
-		for _, p := range sg.Passes {
+		for _, p := range st.Passes[k] {
 			got = append(got, fmt.Sprintf("%s %d", p.Op, p.Micro))
 			if p.StartMS < end-1e-3 || p.MS < 0 {
 				t.Errorf("stage %d: %s %d at %.3f ms for %.3f ms, before the pass before it ended at %.3f", k, p.Op, p.Micro, p.StartMS, p.MS, end)

@@ -337,8 +337,10 @@ type stepResult struct {
 	loss                                            float64
 	correct, samples                                int64
 	// passes are the step's compute instructions as they ran, their
-	// times from the step's start.
+	// times from the step's start; they point into block, allocated once
+	// a step for at most every instruction and the update.
 	passes []*PassTiming
+	block  []PassTiming
 	start  time.Time
 }
 
@@ -346,7 +348,12 @@ type stepResult struct {
 // returns its duration.
 func (r *stepResult) pass(op balance.Op, m int, t0 time.Time) int64 {
 	d := time.Since(t0)
-	r.passes = append(r.passes, &PassTiming{Op: int32(op), Micro: int32(m), StartNs: int64(t0.Sub(r.start)), DurNs: int64(d)})
+	if n := len(r.block); n < cap(r.block) {
+		r.block = r.block[:n+1]
+		pt := &r.block[n]
+		pt.Op, pt.Micro, pt.StartNs, pt.DurNs = int32(op), int32(m), int64(t0.Sub(r.start)), int64(d)
+		r.passes = append(r.passes, pt)
+	}
 	return int64(d)
 }
 
@@ -372,6 +379,8 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	defer func() { res.wallNs = int64(time.Since(res.start)) }()
 	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.job.Seed, Step: global}
 	p := e.spec.Plan
+	res.block = make([]PassTiming, 0, len(p.Program)+1)
+	res.passes = make([]*PassTiming, 0, len(p.Program)+1)
 	t0 := time.Now()
 	e.settle(global)
 	res.updateNs += res.pass(balance.OpStep, 0, t0)

@@ -282,8 +282,7 @@ func syntheticStatus(n, step int) nodes.Status {
 	}
 	// The newest step's passes, as run and as simulated: 1F1B's 2 x 64 a
 	// stage.
-	newest := &js.LastSteps[len(js.LastSteps)-1]
-	js.PredictedPasses = make([][]job.PassTiming, n)
+	js.Passes, js.PredictedPasses = make([][]job.PassTiming, n), make([][]job.PassTiming, n)
 	for k := range n {
 		for m := range 2 * js.MicroBatches {
 			op := "forward"
@@ -291,7 +290,7 @@ func syntheticStatus(n, step int) nodes.Status {
 				op = "backward"
 			}
 			p := job.PassTiming{Op: op, Micro: m / 2, StartMS: 3 * float64(k+m), MS: 2}
-			newest.Stages[k].Passes = append(newest.Stages[k].Passes, p)
+			js.Passes[k] = append(js.Passes[k], p)
 			js.PredictedPasses[k] = append(js.PredictedPasses[k], p)
 		}
 	}

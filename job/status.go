@@ -63,8 +63,10 @@ type Status struct {
 	PredictedMS   float64     `json:"predicted_step_ms,omitempty"`
 	// PredictedBubble is the simulator's idle share of the stages' time.
 	PredictedBubble float64 `json:"predicted_bubble,omitempty"`
-	// PredictedPasses are the simulated step's compute passes, per stage
-	// in the order of Stages, to set beside the newest of LastSteps.
+	// Passes are the newest of LastSteps' compute passes, per stage in
+	// the order of Stages, each stage's in the order they ran;
+	// PredictedPasses the simulated step's.
+	Passes          [][]PassTiming `json:"passes,omitempty"`
 	PredictedPasses [][]PassTiming `json:"predicted_passes,omitempty"`
 	Stages          []StageStatus  `json:"stages,omitempty"`
 	Accuracy        []EpochAcc     `json:"accuracy,omitempty"`
@@ -294,15 +296,13 @@ type StageStepTiming struct {
 	SendMS float64 `json:"send_ms"`
 	// WallMS is the stage's whole step.
 	WallMS float64 `json:"wall_ms"`
-	// Passes are its compute passes in the order they ran, on the newest
-	// step only: the schedule as it ran.
-	Passes []PassTiming `json:"passes,omitempty"`
 }
 
 // PassTiming is one compute pass of a stage in a step: Op is the plan's
 // instruction (forward, loss, backward, backward_input, weight,
 // recompute, or step for the optimizer's update), Micro its micro-batch,
-// StartMS when it began after the stage's step began.
+// StartMS when it began after the stage's step began (after the step's
+// start, simulated).
 type PassTiming struct {
 	Op      string  `json:"op"`
 	Micro   int     `json:"micro"`

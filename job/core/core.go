@@ -632,44 +632,30 @@ func (c *Core) recordStep(loss float64, timings []StageTiming) {
 // for p seconds in all at speed v, and that were busy b seconds, ran at
 // v·p/b.
 func (c *Core) observe(timings []StageTiming) {
-	type sum struct { // a node's stages: busy, predicted, lowest capacity
-		busy, pred float64
-		capacity   float64
-	}
-	var order []string
-	per := map[string]*sum{}
-	for k, t := range timings {
-		if k >= len(c.plan.report.Stages) || k >= len(c.plan.Stages) {
+	for _, np := range c.plan.cl.Nodes {
+		var busy, pred, capacity float64 // over its stages; the lowest capacity
+		for k, t := range timings {
+			if k >= len(c.plan.report.Stages) || k >= len(c.plan.Stages) || c.plan.Stages[k].Node != np.Name {
+				continue
+			}
+			busy += (t.Forward + t.Backward + t.Update).Seconds()
+			pred += c.plan.report.Stages[k].Busy
+			if t.CapacityGFLOPS > 0 && (capacity == 0 || t.CapacityGFLOPS < capacity) {
+				capacity = t.CapacityGFLOPS
+			}
+		}
+		if busy <= 0 || pred <= 0 {
 			continue
 		}
-		node := c.plan.Stages[k].Node
-		s := per[node]
-		if s == nil {
-			s = &sum{}
-			per[node] = s
-			order = append(order, node)
-		}
-		s.busy += (t.Forward + t.Backward + t.Update).Seconds()
-		s.pred += c.plan.report.Stages[k].Busy
-		if t.CapacityGFLOPS > 0 && (s.capacity == 0 || t.CapacityGFLOPS < s.capacity) {
-			s.capacity = t.CapacityGFLOPS
-		}
-	}
-	for _, node := range order {
-		s := per[node]
-		busy, pred := s.busy, s.pred
-		i := slices.IndexFunc(c.plan.cl.Nodes, func(n balance.NodeProfile) bool { return n.Name == node })
-		if busy <= 0 || pred <= 0 || i < 0 {
-			continue
-		}
-		v := c.plan.cl.Nodes[i].Speed * pred / busy
+		node := np.Name
+		v := np.Speed * pred / busy
 		// A node whose stage idles part of the time can look faster than
 		// it is: under a CPU quota (or a share of a machine) short bursts
 		// run at full speed until the quota is used up. What its CPU limit
 		// allows now bounds it, or else, a little above, its GEMM speed
 		// measured over whole quota periods at its start.
-		if s.capacity > 0 && c.cfg.GFLOPS > 0 {
-			v = min(v, s.capacity/c.cfg.GFLOPS)
+		if capacity > 0 && c.cfg.GFLOPS > 0 {
+			v = min(v, capacity/c.cfg.GFLOPS)
 		} else if n := c.nodes.known[node]; n.GFLOPS > 0 {
 			v = min(v, speedCap*gemmSpeed(n, c.cfg.GFLOPS))
 		}

@@ -13,27 +13,22 @@ import (
 func (c *Core) recordTimes(start, now time.Time, timings []StageTiming) {
 	st := job.StepTiming{Step: c.steps.next, AtMS: job.Millis(start.Sub(c.status.Started)), WallMS: job.Millis(now.Sub(start)),
 		Stages: make([]job.StageStepTiming, len(timings))}
+	passes := make([][]job.PassTiming, len(timings))
 	for k, t := range timings {
 		var send time.Duration
 		for _, l := range t.Links {
 			send += l.Encode + l.Write
 		}
 		st.Stages[k] = job.StageStepTiming{ForwardMS: job.Millis(t.Forward), BackwardMS: job.Millis(t.Backward), UpdateMS: job.Millis(t.Update),
-			WaitMS: job.Millis(t.Wait), SendMS: job.Millis(send), WallMS: job.Millis(t.Wall), Passes: make([]job.PassTiming, len(t.Passes))}
+			WaitMS: job.Millis(t.Wait), SendMS: job.Millis(send), WallMS: job.Millis(t.Wall)}
+		passes[k] = make([]job.PassTiming, len(t.Passes))
 		for i, p := range t.Passes {
-			st.Stages[k].Passes[i] = job.PassTiming{Op: p.Op.String(), Micro: p.Micro, StartMS: job.Millis(p.Start), MS: job.Millis(p.Dur)}
+			passes[k][i] = job.PassTiming{Op: p.Op.String(), Micro: p.Micro, StartMS: job.Millis(p.Start), MS: job.Millis(p.Dur)}
 		}
 	}
-	// A new slice each time: statuses handed out share the old one. Only
-	// the newest step keeps its passes.
-	last := slices.Clone(c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):])
-	if n := len(last); n > 0 {
-		last[n-1].Stages = slices.Clone(last[n-1].Stages)
-		for k := range last[n-1].Stages {
-			last[n-1].Stages[k].Passes = nil
-		}
-	}
-	c.status.LastSteps = append(last, st)
+	// A new slice each time: statuses handed out share the old one.
+	last := c.status.LastSteps[max(0, len(c.status.LastSteps)-(job.LastSteps-1)):]
+	c.status.LastSteps, c.status.Passes = append(slices.Clip(last), st), passes
 }
 
 // predictedPasses are the compute passes of r's simulated step, per stage.

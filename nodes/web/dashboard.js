@@ -330,7 +330,7 @@
   function passesSVG(j) {
     const all = j.last_steps || [];
     const newest = all[all.length - 1];
-    const measured = newest ? (newest.stages || []).map((c) => c.passes || []) : [];
+    const measured = newest ? j.passes || [] : [];
     const predicted = j.predicted_passes || [];
     const nst = Math.min(MAX_PASS_STAGES, Math.max(measured.length, predicted.length));
     if (!measured.some((ps) => ps.length)) return '<p class="muted">no step measured yet</p>';

@@ -2,7 +2,7 @@
 bench/schedules.sh starts them; PIN=1: node a on CPU 0, b on CPU 1), one
 job per schedule in turn, and for each:
 
-- per step, between step 15 and STEPS-10: each node's CPU time and its
+- per step, from step 15 to the last polled before STEPS-10: each node's CPU time and its
   threads' waits on a run queue (/proc/PID/task/*/schedstat);
 - over 5 s of steady steps from step 30: each busy thread's CPU and wait,
   in ms per second;
@@ -15,6 +15,7 @@ Run as root (after `make build`):
   [PIN=1] [ROUNDS=3] [STEPS=100] /usr/bin/python3 bench/node_waits.py [SCHEDULE...] [-- TRAIN FLAGS]
 Schedules default to 1f1b and zb; train flags to mlp32 width 512, batch 256, 4 micro-batches.
 """
+import contextlib
 import glob
 import json
 import os
@@ -76,9 +77,11 @@ def show(ps):
     return " ".join(f"{short.get(p['op'], p['op'][0])}{p['micro']}@{p['start_ms']:.1f}+{p['ms']:.1f}" for p in ps)
 
 
-def run(http, nodes, sched, flags):
-    cmd = [BIN, "train", "--via", http, "--json", "--steps", str(STEPS)] + flags + ["--schedule"] + sched.split()
-    pr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def submit(http, args):
+    """Starts `ppnode train --via http --json ARGS`; returns the process and
+    a dict that gets the job's id as "id" once train prints it."""
+    pr = subprocess.Popen([BIN, "train", "--via", http, "--json"] + args, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
     box = {}
 
     def read_id():
@@ -87,8 +90,13 @@ def run(http, nodes, sched, flags):
             if m:
                 box["id"] = m.group(1)
     threading.Thread(target=read_id, daemon=True).start()
+    return pr, box
+
+
+def run(http, nodes, sched, flags):
+    pr, box = submit(http, ["--steps", str(STEPS)] + flags + ["--schedule"] + sched.split())
     mark = end = None
-    while pr.poll() is None and end is None:
+    while pr.poll() is None:
         time.sleep(0.2)
         if "id" not in box:
             continue
@@ -107,21 +115,22 @@ def run(http, nodes, sched, flags):
             st = api(http, f"/v1/jobs/{box['id']}")
             for k, (ran, sim) in enumerate(zip(st.get("passes", []), st.get("predicted_passes", []))):
                 print(f"  s{k} ran: {show(ran)}\n  s{k} sim: {show(sim)}")
-        if mark and step >= STEPS - 10:
+            continue  # step is from before the snapshot
+        if mark and mark[0] < step <= STEPS - 10:
             end = (step, time.time(), [totals(p) for p in nodes])
     res = json.loads(pr.communicate()[0].splitlines()[-1])
+    if end is None:
+        raise SystemExit(f"{sched}: too few steps polled between step 15 and step {STEPS - 10}; raise STEPS")
     n = end[0] - mark[0]
     per = " ".join(f"{name} {(e[0] - m[0]) / n:.1f} / {(e[1] - m[1]) / n:.1f}" for name, m, e in zip("ab", mark[2], end[2]))
     print(f"{sched}: step {res['measured_step_ms']:.1f} ms (predicted {res['predicted_step_ms']:.1f}), {res['plan']}; "
           f"per step, CPU / run-queue wait (ms): {per}", flush=True)
 
 
-def main():
-    args = sys.argv[1:]
-    flags = FLAGS
-    if "--" in args:
-        flags, args = args[args.index("--") + 1:], args[:args.index("--")]
-    scheds = args or ["1f1b", "zb"]
+@contextlib.contextmanager
+def two_nodes():
+    """Starts nodes a and b, waits until they see each other and yields
+    a's HTTP address and the two processes; stops them after."""
     d = tempfile.mkdtemp()
     os.environ["PPNODE_TOKEN_FILE"] = d + "/http-token"
     nodes = []
@@ -133,14 +142,24 @@ def main():
         http = ia["http"]
         while sum(m["state"] == "alive" for m in api(http, "/v1/status")["members"]) < 2:
             time.sleep(0.1)
-        for _ in range(ROUNDS):
-            for s in scheds:
-                run(http, nodes, s, flags)
+        yield http, nodes
     finally:
         for p in nodes:
             p.terminate()
         for p in nodes:
             p.wait()
+
+
+def main():
+    args = sys.argv[1:]
+    flags = FLAGS
+    if "--" in args:
+        flags, args = args[args.index("--") + 1:], args[:args.index("--")]
+    scheds = args or ["1f1b", "zb"]
+    with two_nodes() as (http, nodes):
+        for _ in range(ROUNDS):
+            for s in scheds:
+                run(http, nodes, s, flags)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,13 @@ job per schedule in turn, and for each:
   start + duration in ms (f forward, l loss, b backward, I input
   gradients, w weight gradients, r recomputation, s update).
 
+CPU=F holds each node to F of a CPU (a cgroup v1 CFS quota of F x
+PERIOD_US, default 100000, per period); then each step's line also gives
+the CPU each node's stages computed (the newest step's passes) beside the
+CPU the node used.
+
 Run as root (after `make build`):
-  [PIN=1] [ROUNDS=3] [STEPS=100] /usr/bin/python3 bench/node_waits.py [SCHEDULE...] [-- TRAIN FLAGS]
+  [PIN=1] [CPU=F [PERIOD_US=P]] [ROUNDS=3] [STEPS=100] /usr/bin/python3 bench/node_waits.py [SCHEDULE...] [-- TRAIN FLAGS]
 Schedules default to 1f1b and zb; train flags to mlp32 width 512, batch 256, 4 micro-batches.
 """
 import contextlib
@@ -35,6 +40,9 @@ FLAGS = ("--model mlp32 --width 512 --data synthetic:28x28x1:10 --synthetic-samp
          "--micro-batches 4 --partition uniform --threads 1 --optimizer sgd --momentum 0.9").split()
 STEPS = int(os.environ.get("STEPS", "100"))
 ROUNDS = int(os.environ.get("ROUNDS", "1"))
+CPU = float(os.environ.get("CPU", "0"))
+PERIOD_US = int(os.environ.get("PERIOD_US", "100000"))
+CGROUPS = []
 
 
 def start(d, name, cpu, seeds):
@@ -42,6 +50,15 @@ def start(d, name, cpu, seeds):
            "--data-dir", "none", "--files", tempfile.gettempdir()]
     if os.environ.get("PIN"):
         cmd = ["taskset", "-c", str(cpu)] + cmd
+    if CPU:
+        cg = f"/sys/fs/cgroup/cpu/ppnode-waits-{os.getpid()}-{name}"
+        os.makedirs(cg, exist_ok=True)
+        CGROUPS.append(cg)
+        with open(f"{cg}/cpu.cfs_period_us", "w") as f:
+            f.write(str(PERIOD_US))
+        with open(f"{cg}/cpu.cfs_quota_us", "w") as f:
+            f.write(str(int(CPU * PERIOD_US)))
+        cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + cmd
     if seeds:
         cmd += ["--seeds", seeds]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(f"{d}/{name}.log", "w"), text=True)
@@ -115,6 +132,7 @@ def run(http, nodes, sched, flags):
             st = api(http, f"/v1/jobs/{box['id']}")
             for k, (ran, sim) in enumerate(zip(st.get("passes", []), st.get("predicted_passes", []))):
                 print(f"  s{k} ran: {show(ran)}\n  s{k} sim: {show(sim)}")
+                print(f"  s{k} computed {sum(p['ms'] for p in ran):.1f} ms of a {st['last_steps'][-1]['wall_ms']:.1f} ms step (simulated {sum(p['ms'] for p in sim):.1f})")
             continue  # step is from before the snapshot
         if mark and mark[0] < step <= STEPS - 10:
             end = (step, time.time(), [totals(p) for p in nodes])
@@ -148,6 +166,8 @@ def two_nodes():
             p.terminate()
         for p in nodes:
             p.wait()
+        for cg in CGROUPS:
+            os.rmdir(cg)
 
 
 def main():

@@ -149,15 +149,23 @@ func (GELU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x, out := F32(in[0]), s.Buf(0, in[0].Shape()...)
 	y, cdf, pdf := F32(out), F32(s.Buf(2, in[0].Shape()...)), F32(s.Buf(3, in[0].Shape()...))
 	parallel(threadsOf(c), len(x), mathGrain, func(lo, hi int) {
-		xs, ys, ps, ds := x[lo:hi], y[lo:hi], cdf[lo:hi], pdf[lo:hi]
-		for i, v := range xs {
-			u := float64(v)
+		geluRange(x[lo:hi], y[lo:hi], cdf[lo:hi], pdf[lo:hi])
+	})
+	return out
+}
+
+// geluRange is GELU's y = x·Φ(x), Φ and φ of xs: the vector kernel's
+// where it has one, else, and for the four values it leaves, normal's.
+func geluRange(xs, ys, ps, ds []float32) {
+	for i := 0; i < len(xs); {
+		i += geluVector(xs[i:], ys[i:], ps[i:], ds[i:])
+		for end := min(i+4, len(xs)); i < end; i++ {
+			u := float64(xs[i])
 			p, d := normal(u)
 			ps[i], ds[i] = float32(p), float32(d)
 			ys[i] = float32(u * p)
 		}
-	})
-	return out
+	}
 }
 
 // Backward is dy·(Φ(x) + x·φ(x)), Φ and φ as the forward pass kept them.

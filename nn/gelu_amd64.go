@@ -1,0 +1,84 @@
+//go:build !purego
+
+package nn
+
+import (
+	"math"
+	"unsafe"
+)
+
+// geluAVX2 computes GELU's output, Φ and φ (see GELU.Forward) of x[0:n],
+// n a positive multiple of 4, four values at a time with normal's and
+// expFast's operations in their order, and returns how many it did: it
+// stops before the first four with a value whose magnitude is not below
+// 12 (or NaN), which normal's other branches take.
+//
+//go:noescape
+func geluAVX2(x, y, cdf, pdf *float32, n int, k *geluCoef) int
+
+// geluCoef are the kernel's constants, each broadcast to four lanes, and
+// millsCoef transposed (mills[j][k] = millsCoef[k][j]): Go computes them,
+// so they are normal's bits.
+type geluCoef struct {
+	v     [geluConsts][4]float64
+	mills [9][12]float64
+}
+
+// The rows of geluCoef.v (gelu_amd64.s names their offsets).
+const (
+	gAbs = iota
+	gTwelve
+	gMinusHalf
+	gLog2e
+	gHalf
+	gLn2Hi
+	gLn2Lo
+	gTaylor     // 11 rows: the first coefficient, then the 10 added
+	gInvSqrt2Pi = gTaylor + 11
+	gOne        = gInvSqrt2Pi + 1
+	gBias       = gOne + 1 // int64 1023 in each lane
+	geluConsts  = gBias + 1
+)
+
+// The offsets gelu_amd64.s uses.
+var (
+	_ [224]struct{} = [gTaylor * 32]struct{}{}
+	_ [576]struct{} = [gInvSqrt2Pi * 32]struct{}{}
+	_ [608]struct{} = [gOne * 32]struct{}{}
+	_ [640]struct{} = [gBias * 32]struct{}{}
+	_ [672]struct{} = [unsafe.Offsetof(geluCoef{}.mills)]struct{}{}
+)
+
+var geluK = func() *geluCoef {
+	k := &geluCoef{}
+	set := func(i int, v float64) { k.v[i] = [4]float64{v, v, v, v} }
+	set(gAbs, math.Float64frombits(1<<63-1))
+	set(gTwelve, 12)
+	set(gMinusHalf, -0.5)
+	set(gLog2e, 1.4426950408889634)
+	set(gHalf, 0.5)
+	set(gLn2Hi, 6.93147180369123816490e-01)
+	set(gLn2Lo, 1.90821492927058770002e-10)
+	for i, c := range [11]float64{1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1} {
+		set(gTaylor+i, c)
+	}
+	set(gInvSqrt2Pi, 0.3989422804014327)
+	set(gOne, 1)
+	set(gBias, math.Float64frombits(1023))
+	for j := range k.mills {
+		for i := range millsCoef {
+			k.mills[j][i] = millsCoef[i][j]
+		}
+	}
+	return k
+}()
+
+// geluVector is how many leading values of x geluAVX2 computed (0
+// without AVX2).
+func geluVector(x, y, cdf, pdf []float32) int {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	return geluAVX2(&x[0], &y[0], &cdf[0], &pdf[0], n, geluK)
+}

@@ -1,0 +1,130 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// GELU's forward pass four values at a time (gelu_amd64.go), with the
+// float64 operations of normal and expFast (fastmath.go) in their order
+// and no FMA, so that it gives their bits. Go's operand order is the
+// reverse of Intel's: VSUBPD a, b, c is c = b − a.
+
+// func geluAVX2(x, y, cdf, pdf *float32, n int, k *geluCoef) int
+TEXT ·geluAVX2(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ cdf+16(FP), R8
+	MOVQ pdf+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ k+40(FP), R11
+	LEAQ 672(R11), R10 // mills
+	XORQ AX, AX
+
+loop:
+	CMPQ AX, CX
+	JGE done
+	VCVTPS2PD (SI)(AX*4), Y0 // u
+	VANDPD 0(R11), Y0, Y1    // t = |u|
+	VCMPPD $0x11, 32(R11), Y1, Y2 // t < 12, false for NaN
+	VMOVMSKPD Y2, DX
+	CMPL DX, $15
+	JNE done
+
+	// φ(u) = invSqrt2Pi·expFast(−0.5·u·u); e^e with e = k·ln2 + r
+	VMULPD 64(R11), Y0, Y3
+	VMULPD Y0, Y3, Y3        // e
+	VMULPD 96(R11), Y3, Y4
+	VADDPD 128(R11), Y4, Y4
+	VROUNDPD $1, Y4, Y4      // k = floor(e·log2e + 0.5)
+	VMULPD 160(R11), Y4, Y5
+	VSUBPD Y5, Y3, Y5
+	VMULPD 192(R11), Y4, Y6
+	VSUBPD Y6, Y5, Y5        // r = (e − k·ln2Hi) − k·ln2Lo
+	VMOVUPD 224(R11), Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 256(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 288(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 320(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 352(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 384(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 416(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 448(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 480(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 512(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 544(R11), Y6, Y6
+	VCVTTPD2DQY Y4, X7       // 2^k: (k + 1023) << 52
+	VPMOVSXDQ X7, Y7
+	VPADDQ 640(R11), Y7, Y7
+	VPSLLQ $52, Y7, Y7
+	VMULPD Y7, Y6, Y6
+	VMULPD 576(R11), Y6, Y6  // φ
+
+	// R(t) on [k, k+1): Horner in w = t − (k + 0.5), k = int(t)
+	VCVTTPD2DQY Y1, X8
+	VCVTDQ2PD X8, Y9
+	VADDPD 128(R11), Y9, Y9
+	VSUBPD Y9, Y1, Y9
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 768(R10)(X8*8), Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 672(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 576(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 480(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 384(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 288(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 192(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 96(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10
+	VGATHERDPD Y10, 0(R10)(X8*8), Y12
+	VMULPD Y9, Y11, Y11
+	VADDPD Y12, Y11, Y11
+
+	// q = φ·R; Φ = 1 − q for u >= 0, q below
+	VMULPD Y11, Y6, Y11
+	VMOVUPD 608(R11), Y12
+	VSUBPD Y11, Y12, Y12
+	VXORPD Y13, Y13, Y13
+	VCMPPD $0x1D, Y13, Y0, Y13
+	VBLENDVPD Y13, Y12, Y11, Y14
+	VMULPD Y14, Y0, Y15      // y = u·Φ
+
+	VCVTPD2PSY Y15, X15
+	VMOVUPS X15, (DI)(AX*4)
+	VCVTPD2PSY Y14, X14
+	VMOVUPS X14, (R8)(AX*4)
+	VCVTPD2PSY Y6, X6
+	VMOVUPS X6, (R9)(AX*4)
+	ADDQ $4, AX
+	JMP loop
+
+done:
+	MOVQ AX, ret+48(FP)
+	VZEROUPPER
+	RET

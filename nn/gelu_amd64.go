@@ -36,8 +36,12 @@ const (
 	gTaylor     // 11 rows: the first coefficient, then the 10 added
 	gInvSqrt2Pi = gTaylor + 11
 	gOne        = gInvSqrt2Pi + 1
-	gBias       = gOne + 1 // int64 1023 in each lane
-	geluConsts  = gBias + 1
+	gBias       = gOne + 1  // int64 1023 in each lane
+	gMod4       = gBias + 1 // int64 3
+	gHigh1      = gMod4 + 1 // int64 1<<32
+	gFour       = gHigh1 + 1
+	gEight      = gFour + 1 // int64 4 and 8
+	geluConsts  = gEight + 1
 )
 
 // The offsets gelu_amd64.s uses.
@@ -46,7 +50,9 @@ var (
 	_ [576]struct{} = [gInvSqrt2Pi * 32]struct{}{}
 	_ [608]struct{} = [gOne * 32]struct{}{}
 	_ [640]struct{} = [gBias * 32]struct{}{}
-	_ [672]struct{} = [unsafe.Offsetof(geluCoef{}.mills)]struct{}{}
+	_ [672]struct{} = [gMod4 * 32]struct{}{}
+	_ [768]struct{} = [gEight * 32]struct{}{}
+	_ [800]struct{} = [unsafe.Offsetof(geluCoef{}.mills)]struct{}{}
 )
 
 var geluK = func() *geluCoef {
@@ -64,7 +70,11 @@ var geluK = func() *geluCoef {
 	}
 	set(gInvSqrt2Pi, 0.3989422804014327)
 	set(gOne, 1)
-	set(gBias, math.Float64frombits(1023))
+	for i, v := range [...]uint64{gBias: 1023, gMod4: 3, gHigh1: 1 << 32, gFour: 4, gEight: 8} {
+		if v != 0 {
+			set(i, math.Float64frombits(v))
+		}
+	}
 	for j := range k.mills {
 		for i := range millsCoef {
 			k.mills[j][i] = millsCoef[i][j]

@@ -230,13 +230,7 @@ func (Softmax) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	w := lastDim(in[0])
 	eachRow(c, len(x)/w, w, func(r int) {
 		xs, ys := x[r*w:(r+1)*w], yd[r*w:(r+1)*w]
-		m := rowMax(xs)
-		var sum float64
-		for i, v := range xs {
-			e := math.Exp(float64(v) - m)
-			ys[i] = float32(e)
-			sum += e
-		}
+		sum := expRow(xs, ys, rowMax(xs))
 		// The float32 exponentials round twice in all: within 1 ulp.
 		// Probabilities below float32's smallest normal number are 0: a
 		// subnormal operand slows every product it meets tenfold (the
@@ -325,6 +319,22 @@ func (LogSoftmax) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, nee
 	})
 	g[0] = dx
 	return g
+}
+
+// expRow sets ys[i] = float32(e), e = e^(xs[i] − m) by expFast, and
+// returns the sum of the e's in row order: the vector kernel's where it
+// has one, else, and for the four values it leaves, expFast's.
+func expRow(xs, ys []float32, m float64) float64 {
+	var sum float64
+	for i := 0; i < len(xs); {
+		i += expVector(xs[i:], ys[i:], m, &sum)
+		for end := min(i+4, len(xs)); i < end; i++ {
+			e := expFast(float64(xs[i]) - m)
+			ys[i] = float32(e)
+			sum += e
+		}
+	}
+	return sum
 }
 
 // rowInput checks the one input of a layer that works on rows of the last

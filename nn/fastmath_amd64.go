@@ -7,6 +7,8 @@ import (
 	"unsafe"
 )
 
+// The AVX2 kernels of fastmath.go's loops (fastmath_amd64.s).
+
 // geluAVX2 computes GELU's output, Φ and φ (see GELU.Forward) of x[0:n],
 // n a positive multiple of 4, four values at a time with normal's and
 // expFast's operations in their order, and returns how many it did: it
@@ -14,17 +16,27 @@ import (
 // 12 (or NaN), which normal's other branches take.
 //
 //go:noescape
-func geluAVX2(x, y, cdf, pdf *float32, n int, k *geluCoef) int
+func geluAVX2(x, y, cdf, pdf *float32, n int, k *vecCoef) int
 
-// geluCoef are the kernel's constants, each broadcast to four lanes, and
+// softmaxExpAVX2 sets y[i] = float32(e) for e = expFast(float64(x[i]) −
+// m), i < n, n a positive multiple of 4, four at a time with expFast's
+// operations in their order, adds the e's to *sum in order, and returns
+// how many it did: it stops before the first four with an exponent
+// outside [−708, 709] that is not below −745.1 (or NaN), which expFast's
+// other branches take.
+//
+//go:noescape
+func softmaxExpAVX2(x, y *float32, n int, m float64, sum *float64, k *vecCoef) int
+
+// vecCoef are the kernels' constants, each broadcast to four lanes, and
 // millsCoef transposed (mills[j][k] = millsCoef[k][j]): Go computes them,
 // so they are normal's bits.
-type geluCoef struct {
-	v     [geluConsts][4]float64
+type vecCoef struct {
+	v     [vecConsts][4]float64
 	mills [9][12]float64
 }
 
-// The rows of geluCoef.v (gelu_amd64.s names their offsets).
+// The rows of vecCoef.v (fastmath_amd64.s names their offsets).
 const (
 	gAbs = iota
 	gTwelve
@@ -41,10 +53,13 @@ const (
 	gHigh1      = gMod4 + 1 // int64 1<<32
 	gFour       = gHigh1 + 1
 	gEight      = gFour + 1 // int64 4 and 8
-	geluConsts  = gEight + 1
+	gExpLow     = gEight + 1
+	gExpHigh    = gExpLow + 1
+	gExpZero    = gExpHigh + 1 // the exponents expFast takes here, and below which e^x is 0
+	vecConsts   = gExpZero + 1
 )
 
-// The offsets gelu_amd64.s uses.
+// The offsets fastmath_amd64.s uses.
 var (
 	_ [224]struct{} = [gTaylor * 32]struct{}{}
 	_ [576]struct{} = [gInvSqrt2Pi * 32]struct{}{}
@@ -52,11 +67,13 @@ var (
 	_ [640]struct{} = [gBias * 32]struct{}{}
 	_ [672]struct{} = [gMod4 * 32]struct{}{}
 	_ [768]struct{} = [gEight * 32]struct{}{}
-	_ [800]struct{} = [unsafe.Offsetof(geluCoef{}.mills)]struct{}{}
+	_ [800]struct{} = [gExpLow * 32]struct{}{}
+	_ [864]struct{} = [gExpZero * 32]struct{}{}
+	_ [896]struct{} = [unsafe.Offsetof(vecCoef{}.mills)]struct{}{}
 )
 
-var geluK = func() *geluCoef {
-	k := &geluCoef{}
+var vecK = func() *vecCoef {
+	k := &vecCoef{}
 	set := func(i int, v float64) { k.v[i] = [4]float64{v, v, v, v} }
 	set(gAbs, math.Float64frombits(1<<63-1))
 	set(gTwelve, 12)
@@ -70,6 +87,9 @@ var geluK = func() *geluCoef {
 	}
 	set(gInvSqrt2Pi, 0.3989422804014327)
 	set(gOne, 1)
+	set(gExpLow, -708)
+	set(gExpHigh, 709)
+	set(gExpZero, -745.1)
 	for i, v := range [...]uint64{gBias: 1023, gMod4: 3, gHigh1: 1 << 32, gFour: 4, gEight: 8} {
 		if v != 0 {
 			set(i, math.Float64frombits(v))
@@ -83,6 +103,16 @@ var geluK = func() *geluCoef {
 	return k
 }()
 
+// expVector is softmaxExpAVX2 on the leading values of x (none without
+// AVX2).
+func expVector(x, y []float32, m float64, sum *float64) int {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	return softmaxExpAVX2(&x[0], &y[0], n, m, sum, vecK)
+}
+
 // geluVector is how many leading values of x geluAVX2 computed (0
 // without AVX2).
 func geluVector(x, y, cdf, pdf []float32) int {
@@ -90,5 +120,5 @@ func geluVector(x, y, cdf, pdf []float32) int {
 	if !hasAVX2 || n == 0 {
 		return 0
 	}
-	return geluAVX2(&x[0], &y[0], &cdf[0], &pdf[0], n, geluK)
+	return geluAVX2(&x[0], &y[0], &cdf[0], &pdf[0], n, vecK)
 }

@@ -2,12 +2,12 @@
 
 #include "textflag.h"
 
-// GELU's forward pass four values at a time (gelu_amd64.go), with the
-// float64 operations of normal and expFast (fastmath.go) in their order
-// and no FMA, so that it gives their bits. Go's operand order is the
+// GELU's forward pass and softmax's exponentials four values at a time
+// (fastmath_amd64.go), with the float64 operations of normal and expFast
+// (fastmath.go) in their order and no FMA, so that they give their bits. Go's operand order is the
 // reverse of Intel's: VSUBPD a, b, c is c = b − a.
 
-// func geluAVX2(x, y, cdf, pdf *float32, n int, k *geluCoef) int
+// func geluAVX2(x, y, cdf, pdf *float32, n int, k *vecCoef) int
 TEXT ·geluAVX2(SB), NOSPLIT, $0-56
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), DI
@@ -15,7 +15,7 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-56
 	MOVQ pdf+24(FP), R9
 	MOVQ n+32(FP), CX
 	MOVQ k+40(FP), R11
-	LEAQ 800(R11), R10 // mills
+	LEAQ 896(R11), R10 // mills
 	XORQ AX, AX
 
 loop:
@@ -165,6 +165,84 @@ loop:
 	JMP loop
 
 done:
+	MOVQ AX, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// func softmaxExpAVX2(x, y *float32, n int, m float64, sum *float64, k *vecCoef) int
+TEXT ·softmaxExpAVX2(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	VBROADCASTSD m+24(FP), Y15
+	MOVQ sum+32(FP), R8
+	MOVQ k+40(FP), R11
+	VMOVSD (R8), X14
+	XORQ AX, AX
+
+sloop:
+	CMPQ AX, CX
+	JGE sdone
+	VCVTPS2PD (SI)(AX*4), Y3
+	VSUBPD Y15, Y3, Y3            // e
+	VCMPPD $0x1D, 800(R11), Y3, Y1 // e >= −708
+	VCMPPD $0x12, 832(R11), Y3, Y2 // e <= 709
+	VANDPD Y2, Y1, Y1
+	VCMPPD $0x11, 864(R11), Y3, Y2 // e < −745.1: 0
+	VORPD Y2, Y1, Y1
+	VMOVMSKPD Y1, DX
+	CMPL DX, $15
+	JNE sdone
+
+	VMULPD 96(R11), Y3, Y4
+	VADDPD 128(R11), Y4, Y4
+	VROUNDPD $1, Y4, Y4           // k = floor(e·log2e + 0.5)
+	VMULPD 160(R11), Y4, Y5
+	VSUBPD Y5, Y3, Y5
+	VMULPD 192(R11), Y4, Y6
+	VSUBPD Y6, Y5, Y5             // r = (e − k·ln2Hi) − k·ln2Lo
+	VMOVUPD 224(R11), Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 256(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 288(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 320(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 352(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 384(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 416(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 448(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 480(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 512(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 544(R11), Y6, Y6
+	VCVTTPD2DQY Y4, X7            // 2^k: (k + 1023) << 52
+	VPMOVSXDQ X7, Y7
+	VPADDQ 640(R11), Y7, Y7
+	VPSLLQ $52, Y7, Y7
+	VMULPD Y7, Y6, Y6
+	VANDNPD Y6, Y2, Y6            // 0 below −745.1
+
+	VCVTPD2PSY Y6, X7
+	VMOVUPS X7, (DI)(AX*4)
+	VADDSD X6, X14, X14           // the sum, lane after lane
+	VPERMILPD $1, X6, X7
+	VADDSD X7, X14, X14
+	VEXTRACTF128 $1, Y6, X7
+	VADDSD X7, X14, X14
+	VPERMILPD $1, X7, X7
+	VADDSD X7, X14, X14
+	ADDQ $4, AX
+	JMP sloop
+
+sdone:
+	VMOVSD X14, (R8)
 	MOVQ AX, ret+48(FP)
 	VZEROUPPER
 	RET

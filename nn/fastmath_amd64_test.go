@@ -53,6 +53,49 @@ func TestGELUKernelMatchesLoop(t *testing.T) {
 	}
 }
 
+// Softmax's exponentials by the AVX2 kernel are expFast's bits, and so is
+// their sum in row order, with masked (−Inf) values, exponents in
+// expFast's subnormal range and beyond it, NaN, at every position of a
+// block of four.
+func TestSoftmaxExpKernelMatchesLoop(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, 0, 1<<12)
+	for range 1 << 11 {
+		x = append(x, float32(r.NormFloat64()*8))
+	}
+	for k, v := range []float32{float32(math.Inf(-1)), -700, -708.5, -720, -745, -746, -1e9, float32(math.NaN()), 0, 3} {
+		x = append(x, make([]float32, k%5)...)
+		x = append(x, v)
+	}
+	for _, n := range []int{len(x), len(x) - 3, 4, 7, 2} {
+		for _, m := range []float64{0, 10, -3.5} {
+			var ys [2][]float32
+			var sums [2]float64
+			for k, vector := range []bool{false, true} {
+				hasAVX2 = vector
+				ys[k] = make([]float32, n)
+				sums[k] = expRow(x[:n], ys[k], m)
+				hasAVX2 = true
+			}
+			if math.Float64bits(sums[0]) != math.Float64bits(sums[1]) && !(math.IsNaN(sums[0]) && math.IsNaN(sums[1])) {
+				t.Errorf("n=%d m=%v: sum %v by the loop, %v by the kernel", n, m, sums[0], sums[1])
+			}
+			for i := range ys[0] {
+				if math.Float32bits(ys[0][i]) != math.Float32bits(ys[1][i]) {
+					t.Fatalf("n=%d m=%v: e^(%g−m): loop %g, kernel %g", n, m, x[i], ys[0][i], ys[1][i])
+				}
+			}
+		}
+	}
+	var sum float64
+	if done := expVector([]float32{-1, -2, float32(math.Inf(-1)), 0}, make([]float32, 4), 0, &sum); done != 4 {
+		t.Errorf("the kernel did %d of four ordinary values, want 4", done)
+	}
+}
+
 // BenchmarkGELU is GELU's forward pass over a transformer block's
 // hidden activations (128 tokens × 1024), with and without the kernel.
 func BenchmarkGELU(b *testing.B) {
@@ -71,6 +114,30 @@ func BenchmarkGELU(b *testing.B) {
 			b.SetBytes(int64(4 * len(x)))
 			for b.Loop() {
 				geluRange(x, y, p, d)
+			}
+		})
+	}
+}
+
+// BenchmarkSoftmaxExp is softmax's exponentials over 128 attention rows
+// of 128, with and without the kernel.
+func BenchmarkSoftmaxExp(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, 128*128)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 2)
+	}
+	y := make([]float32, len(x))
+	vector := hasAVX2
+	defer func() { hasAVX2 = vector }()
+	for _, v := range []bool{false, vector} {
+		b.Run(map[bool]string{false: "loop", true: "kernel"}[v], func(b *testing.B) {
+			hasAVX2 = v
+			b.SetBytes(int64(4 * len(x)))
+			for b.Loop() {
+				for row := range 128 {
+					expRow(x[row*128:(row+1)*128], y[row*128:(row+1)*128], 8)
+				}
 			}
 		})
 	}

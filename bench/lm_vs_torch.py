@@ -13,7 +13,8 @@ Run:
   /usr/bin/python3 python/export_models.py gpt /tmp/gpt --seed 1
   /usr/bin/python3 bench/lm_vs_torch.py --ppnode /tmp/ppnode --model gpt --dir /tmp/gpt --data /tmp/fortunes.npz
 (ppnode built with `make build` or `go build -tags 'openblas dnnl'`).
---torch lists PyTorch's configurations as torch-threads:blas-threads.
+--torch lists PyTorch's configurations as torch-threads:blas-threads;
+--ppnode may list several binaries (comma-separated), each run in turn.
 """
 import argparse
 import json
@@ -48,8 +49,8 @@ def small_test(data, keep=32):
     return f.name
 
 
-def run_ppnode(a, data, opt):
-    cmd = [a.ppnode, "train", "--local", "--model", os.path.join(a.dir, "model.onnx"), "--data", data,
+def run_ppnode(a, binary, data, opt):
+    cmd = [binary, "train", "--local", "--model", os.path.join(a.dir, "model.onnx"), "--data", data,
            "--steps", str(a.steps), "--batch", str(a.batch), "--micro-batches", str(a.micro), "--optimizer", opt,
            "--threads", str(a.threads), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -83,22 +84,25 @@ def main():
     data = small_test(a.data)
     try:
         for opt in a.optimizers.split(","):
-            runs = {"ppnode": []}
+            binaries = a.ppnode.split(",")
+            runs = {f"ppnode {b}" if len(binaries) > 1 else "ppnode": [] for b in binaries}
             for cfg in a.torch.split(","):
                 runs["torch " + cfg] = []
             for r in range(a.rounds):
-                v = run_ppnode(a, data, opt)
-                runs["ppnode"].append(v)
-                print(f"{opt} round {r + 1}: ppnode {v:.1f}", end="", flush=True)
+                print(f"{opt} round {r + 1}:", end="", flush=True)
+                for b, key in zip(binaries, runs):
+                    v = run_ppnode(a, b, data, opt)
+                    runs[key].append(v)
+                    print(f" {key} {v:.1f},", end="", flush=True)
                 for cfg in a.torch.split(","):
                     v = run_torch(a, data, opt, cfg)
                     runs["torch " + cfg].append(v)
-                    print(f", torch {cfg} {v:.1f}", end="", flush=True)
+                    print(f" torch {cfg} {v:.1f}", end="", flush=True)
                 print(" samples/s")
             med = {k: statistics.median(v) for k, v in runs.items()}
-            best = max(v for k, v in med.items() if k != "ppnode")
-            print(f"{opt} medians: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) +
-                  f"; ppnode / best PyTorch = {med['ppnode'] / best:.2f}x")
+            best = max(v for k, v in med.items() if k.startswith("torch"))
+            print(f"{opt} medians: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) + "; over the best PyTorch: " +
+                  ", ".join(f"{k} {v / best:.2f}x" for k, v in med.items() if k.startswith("ppnode")))
     finally:
         os.unlink(data)
 

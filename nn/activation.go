@@ -45,7 +45,8 @@ func unaryBackward(c *Ctx, s *Slot, dout *Tensor, a []float32, need []bool, grai
 	return g
 }
 
-// Sigmoid is y = 1/(1+exp(-x)), computed in float64 and rounded once.
+// Sigmoid is y = 1/(1+exp(-x)), computed in float64 (sigmoidFast) and
+// rounded once.
 type Sigmoid struct{}
 
 func (Sigmoid) Kind() string                    { return "sigmoid" }
@@ -54,10 +55,7 @@ func (Sigmoid) Build(in [][]int) ([]int, error) { return oneInput(in) }
 
 func (Sigmoid) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	return unaryForward(c, s, in[0], mathGrain, func(y, x, _ []float32) {
-		y = y[:len(x)]
-		for i, v := range x {
-			y[i] = float32(1 / (1 + math.Exp(-float64(v))))
-		}
+		sigmoidRange(x, y[:len(x)])
 	})
 }
 
@@ -72,7 +70,7 @@ func (Sigmoid) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need [
 	})
 }
 
-// Tanh is y = tanh(x), computed in float64 and rounded once.
+// Tanh is y = tanh(x), computed in float64 (tanhFast) and rounded once.
 type Tanh struct{}
 
 func (Tanh) Kind() string                    { return "tanh" }
@@ -81,10 +79,7 @@ func (Tanh) Build(in [][]int) ([]int, error) { return oneInput(in) }
 
 func (Tanh) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	return unaryForward(c, s, in[0], mathGrain, func(y, x, _ []float32) {
-		y = y[:len(x)]
-		for i, v := range x {
-			y[i] = float32(math.Tanh(float64(v)))
-		}
+		tanhRange(x, y[:len(x)])
 	})
 }
 

@@ -28,6 +28,19 @@ func geluAVX2(x, y, cdf, pdf *float32, n int, k *vecCoef) int
 //go:noescape
 func softmaxExpAVX2(x, y *float32, n int, m float64, sum *float64, k *vecCoef) int
 
+// sigmoidAVX2 sets y[i] = float32(sigmoidFast(float64(x[i]))) and
+// tanhAVX2 y[i] = float32(tanhFast(float64(x[i]))), i < n, n a positive
+// multiple of 4, four at a time with those functions' operations in their
+// order (x and y may be the same); they return how many they did,
+// stopping before the first four with a value beyond ±708 (sigmoid), ±20
+// (tanh) or NaN, which the functions' other branches take.
+//
+//go:noescape
+func sigmoidAVX2(x, y *float32, n int, k *vecCoef) int
+
+//go:noescape
+func tanhAVX2(x, y *float32, n int, k *vecCoef) int
+
 // vecCoef are the kernels' constants, each broadcast to four lanes, and
 // millsCoef transposed (mills[j][k] = millsCoef[k][j]): Go computes them,
 // so they are normal's bits.
@@ -56,7 +69,9 @@ const (
 	gExpLow     = gEight + 1
 	gExpHigh    = gExpLow + 1
 	gExpZero    = gExpHigh + 1 // the exponents expFast takes here, and below which e^x is 0
-	vecConsts   = gExpZero + 1
+	gTanhMax    = gExpZero + 1 // 20
+	gTwo        = gTanhMax + 1
+	vecConsts   = gTwo + 1
 )
 
 // The offsets fastmath_amd64.s uses.
@@ -69,7 +84,9 @@ var (
 	_ [768]struct{} = [gEight * 32]struct{}{}
 	_ [800]struct{} = [gExpLow * 32]struct{}{}
 	_ [864]struct{} = [gExpZero * 32]struct{}{}
-	_ [896]struct{} = [unsafe.Offsetof(vecCoef{}.mills)]struct{}{}
+	_ [896]struct{} = [gTanhMax * 32]struct{}{}
+	_ [928]struct{} = [gTwo * 32]struct{}{}
+	_ [960]struct{} = [unsafe.Offsetof(vecCoef{}.mills)]struct{}{}
 )
 
 var vecK = func() *vecCoef {
@@ -90,6 +107,8 @@ var vecK = func() *vecCoef {
 	set(gExpLow, -708)
 	set(gExpHigh, 709)
 	set(gExpZero, -745.1)
+	set(gTanhMax, 20)
+	set(gTwo, 2)
 	for i, v := range [...]uint64{gBias: 1023, gMod4: 3, gHigh1: 1 << 32, gFour: 4, gEight: 8} {
 		if v != 0 {
 			set(i, math.Float64frombits(v))
@@ -111,6 +130,24 @@ func expVector(x, y []float32, m float64, sum *float64) int {
 		return 0
 	}
 	return softmaxExpAVX2(&x[0], &y[0], n, m, sum, vecK)
+}
+
+// sigmoidVector and tanhVector are sigmoidAVX2 and tanhAVX2 on the
+// leading values of x (none without AVX2).
+func sigmoidVector(x, y []float32) int {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	return sigmoidAVX2(&x[0], &y[0], n, vecK)
+}
+
+func tanhVector(x, y []float32) int {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	return tanhAVX2(&x[0], &y[0], n, vecK)
 }
 
 // geluVector is how many leading values of x geluAVX2 computed (0

@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// GELU's forward pass and softmax's exponentials four values at a time
+// GELU's forward pass, softmax's exponentials, sigmoid and tanh four values at a time
 // (fastmath_amd64.go), with the float64 operations of normal and expFast
 // (fastmath.go) in their order and no FMA, so that they give their bits. Go's operand order is the
 // reverse of Intel's: VSUBPD a, b, c is c = b − a.
@@ -15,7 +15,7 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-56
 	MOVQ pdf+24(FP), R9
 	MOVQ n+32(FP), CX
 	MOVQ k+40(FP), R11
-	LEAQ 896(R11), R10 // mills
+	LEAQ 960(R11), R10 // mills
 	XORQ AX, AX
 
 loop:
@@ -244,5 +244,141 @@ sloop:
 sdone:
 	VMOVSD X14, (R8)
 	MOVQ AX, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// EXP_KR computes k = floor(e·log2e + 0.5) into Y4 and r = (e − k·ln2Hi) −
+// k·ln2Lo into Y5 for e in Y3, and starts the series in Y6.
+#define EXP_KR \
+	VMULPD 96(R11), Y3, Y4 \
+	VADDPD 128(R11), Y4, Y4 \
+	VROUNDPD $1, Y4, Y4 \
+	VMULPD 160(R11), Y4, Y5 \
+	VSUBPD Y5, Y3, Y5 \
+	VMULPD 192(R11), Y4, Y6 \
+	VSUBPD Y6, Y5, Y5 \
+	VMOVUPD 224(R11), Y6
+
+// POW2K sets Y7 to 2^k for k in Y4: (k + 1023) << 52.
+#define POW2K \
+	VCVTTPD2DQY Y4, X7 \
+	VPMOVSXDQ X7, Y7 \
+	VPADDQ 640(R11), Y7, Y7 \
+	VPSLLQ $52, Y7, Y7
+
+// func sigmoidAVX2(x, y *float32, n int, k *vecCoef) int
+//
+//	y = float32(1 / (1 + expFast(−x)))
+TEXT ·sigmoidAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVQ k+24(FP), R11
+	XORQ AX, AX
+	VXORPD Y15, Y15, Y15
+
+gloop:
+	CMPQ AX, CX
+	JGE gdone
+	VCVTPS2PD (SI)(AX*4), Y3
+	VSUBPD Y3, Y15, Y3             // e = −x
+	VCMPPD $0x1D, 800(R11), Y3, Y1 // e >= −708
+	VCMPPD $0x12, 832(R11), Y3, Y2 // e <= 709
+	VANDPD Y2, Y1, Y1
+	VMOVMSKPD Y1, DX
+	CMPL DX, $15
+	JNE gdone
+	EXP_KR
+	VMULPD Y5, Y6, Y6
+	VADDPD 256(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 288(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 320(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 352(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 384(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 416(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 448(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 480(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 512(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 544(R11), Y6, Y6
+	POW2K
+	VMULPD Y7, Y6, Y6             // e^−x
+	VADDPD 608(R11), Y6, Y6
+	VMOVUPD 608(R11), Y0
+	VDIVPD Y6, Y0, Y6              // 1 / (1 + e^−x)
+	VCVTPD2PSY Y6, X6
+	VMOVUPS X6, (DI)(AX*4)
+	ADDQ $4, AX
+	JMP gloop
+
+gdone:
+	MOVQ AX, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func tanhAVX2(x, y *float32, n int, k *vecCoef) int
+//
+//	t = |x|; e = expm1Fast(2t); y = float32(copysign(e / (e + 2), x))
+TEXT ·tanhAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVQ k+24(FP), R11
+	XORQ AX, AX
+
+tloop:
+	CMPQ AX, CX
+	JGE tdone
+	VCVTPS2PD (SI)(AX*4), Y0       // x
+	VANDPD 0(R11), Y0, Y1          // t = |x|
+	VCMPPD $0x12, 896(R11), Y1, Y2 // t <= 20, false for NaN
+	VMOVMSKPD Y2, DX
+	CMPL DX, $15
+	JNE tdone
+	VADDPD Y1, Y1, Y3              // 2t
+	EXP_KR
+	VMULPD Y5, Y6, Y6
+	VADDPD 256(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 288(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 320(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 352(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 384(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 416(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 448(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 480(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VADDPD 512(R11), Y6, Y6
+	VMULPD Y5, Y6, Y6              // q = e^r − 1
+	POW2K
+	VMULPD Y7, Y6, Y6
+	VSUBPD 608(R11), Y7, Y7
+	VADDPD Y7, Y6, Y6              // e = 2^k·q + (2^k − 1)
+	VADDPD 928(R11), Y6, Y8
+	VDIVPD Y8, Y6, Y6              // e / (e + 2)
+	VMOVUPD 0(R11), Y9
+	VANDNPD Y0, Y9, Y9             // x's sign
+	VORPD Y9, Y6, Y6
+	VCVTPD2PSY Y6, X6
+	VMOVUPS X6, (DI)(AX*4)
+	ADDQ $4, AX
+	JMP tloop
+
+tdone:
+	MOVQ AX, ret+32(FP)
 	VZEROUPPER
 	RET

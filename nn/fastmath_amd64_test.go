@@ -96,6 +96,50 @@ func TestSoftmaxExpKernelMatchesLoop(t *testing.T) {
 	}
 }
 
+// Sigmoid's and tanh's AVX2 kernels give the bits of sigmoidFast and
+// tanhFast for every value they take, in place too, and leave the others
+// (beyond ±708 and ±20, NaN, infinities, signed zeros at the edges) to the
+// loop, at every position of a block of four.
+func TestSigmoidTanhKernelsMatchLoop(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	x := make([]float32, 0, 1<<15)
+	for range 1 << 13 {
+		x = append(x, float32(r.NormFloat64()*4), float32(r.Float64()*50-25), float32(r.NormFloat64()*1e-6))
+	}
+	for k, v := range []float32{0, float32(math.Copysign(0, -1)), 20, -20, 20.001, -20.001, 707.9, -707.9, 708.1, -708.1,
+		800, -800, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.SmallestNonzeroFloat32, 1e-30} {
+		x = append(x, make([]float32, k%5)...)
+		x = append(x, v)
+	}
+	for _, f := range []struct {
+		name  string
+		apply func(xs, ys []float32)
+	}{{"sigmoid", sigmoidRange}, {"tanh", tanhRange}} {
+		for _, n := range []int{len(x), len(x) - 1, 6, 3} {
+			var ys [2][]float32
+			for k, vector := range []bool{false, true} {
+				hasAVX2 = vector
+				ys[k] = make([]float32, n)
+				f.apply(x[:n], ys[k])
+				hasAVX2 = true
+			}
+			inPlace := append([]float32(nil), x[:n]...)
+			f.apply(inPlace, inPlace)
+			for i := range ys[0] {
+				if math.Float32bits(ys[0][i]) != math.Float32bits(ys[1][i]) || math.Float32bits(ys[0][i]) != math.Float32bits(inPlace[i]) {
+					t.Fatalf("%s(%g), n=%d: loop %g, kernel %g, in place %g", f.name, x[i], n, ys[0][i], ys[1][i], inPlace[i])
+				}
+			}
+		}
+		if done := map[string]func(x, y []float32) int{"sigmoid": sigmoidVector, "tanh": tanhVector}[f.name](x[:4], make([]float32, 4)); done != 4 {
+			t.Errorf("%s: the kernel did %d of four ordinary values, want 4", f.name, done)
+		}
+	}
+}
+
 // BenchmarkGELU is GELU's forward pass over a transformer block's
 // hidden activations (128 tokens × 1024), with and without the kernel.
 func BenchmarkGELU(b *testing.B) {
@@ -116,6 +160,33 @@ func BenchmarkGELU(b *testing.B) {
 				geluRange(x, y, p, d)
 			}
 		})
+	}
+}
+
+// BenchmarkSigmoidTanh is the two over an LSTM step's gates (64 samples
+// × 4 × 256), with and without the kernels.
+func BenchmarkSigmoidTanh(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, 64*4*256)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 2)
+	}
+	y := make([]float32, len(x))
+	vector := hasAVX2
+	defer func() { hasAVX2 = vector }()
+	for _, f := range []struct {
+		name  string
+		apply func(xs, ys []float32)
+	}{{"sigmoid", sigmoidRange}, {"tanh", tanhRange}} {
+		for _, v := range []bool{false, vector} {
+			b.Run(f.name+"/"+map[bool]string{false: "loop", true: "kernel"}[v], func(b *testing.B) {
+				hasAVX2 = v
+				b.SetBytes(int64(4 * len(x)))
+				for b.Loop() {
+					f.apply(x, y)
+				}
+			})
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 	"sync"
 )
 
@@ -163,9 +162,6 @@ func (p *rnnPass) release() {
 	rnnPasses.Put(p)
 }
 
-func sigmoid32(v float32) float32 { return float32(1 / (1 + math.Exp(-float64(v)))) }
-func tanh32(v float32) float32    { return float32(math.Tanh(float64(v))) }
-
 func (l *LSTM) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x := in[0]
 	n, steps := rnnDims(x, l.In)
@@ -209,15 +205,19 @@ func (p *rnnPass) lstmForward(lo, hi int) {
 		if t > 0 {
 			cp = p.cs[(r-1)*h : r*h]
 		}
+		sigmoidRange(gs[:2*h], gs[:2*h])
+		tanhRange(gg, gg)
+		sigmoidRange(gOut, gOut)
 		for j := range cs {
-			i, f, gv, o := sigmoid32(gi[j]), sigmoid32(gf[j]), tanh32(gg[j]), sigmoid32(gOut[j])
-			cv := float32(i * gv)
+			cv := float32(gi[j] * gg[j])
 			if cp != nil {
-				cv = float32(f*cp[j]) + cv
+				cv = float32(gf[j]*cp[j]) + cv
 			}
-			tc := tanh32(cv)
-			gi[j], gf[j], gg[j], gOut[j] = i, f, gv, o
-			cs[j], tcs[j], y[j] = cv, tc, o*tc
+			cs[j] = cv
+		}
+		tanhRange(cs, tcs)
+		for j, tc := range tcs {
+			y[j] = gOut[j] * tc
 		}
 	}
 }
@@ -323,21 +323,26 @@ func (p *rnnPass) gruForward(lo, hi int) {
 		r := b*p.steps + t
 		gs, hs := p.gates[r*3*h:(r+1)*3*h], p.hp[r*3*h:(r+1)*3*h]
 		gr, gz, gn := gs[:h], gs[h:2*h], gs[2*h:3*h]
-		hr, hz, hn := hs[:h], hs[h:2*h], hs[2*h:3*h]
+		hn := hs[2*h : 3*h]
 		y := p.y[r*h : (r+1)*h]
 		var hprev []float32
 		if t > 0 {
 			hprev = p.y[(r-1)*h : r*h]
 		}
-		for j := range y {
-			rv := sigmoid32(gr[j] + hr[j])
-			zv := sigmoid32(gz[j] + hz[j])
-			nv := tanh32(gn[j] + float32(rv*hn[j]))
-			hv := float32((1 - zv) * nv)
+		rz := gs[:2*h]
+		for j, v := range hs[:2*h] {
+			rz[j] += v
+		}
+		sigmoidRange(rz, rz)
+		for j, rv := range gr {
+			gn[j] += float32(rv * hn[j])
+		}
+		tanhRange(gn, gn)
+		for j, zv := range gz {
+			hv := float32((1 - zv) * gn[j])
 			if hprev != nil {
 				hv = hv + float32(zv*hprev[j])
 			}
-			gr[j], gz[j], gn[j] = rv, zv, nv
 			y[j] = hv
 		}
 	}

@@ -5,7 +5,8 @@
 // next to the same training in this process.
 //
 // mlp32 (20 steps, width 64) takes 15-20 s under qemu on a 2-core machine
-// (about 40 s with the cross-compilation) and runs unless -short; resnet50
+// (about 40 s with the cross-compilation) and runs unless -short, as do
+// the GPT, LSTM and GRU of onnx/testdata (a second each); resnet50
 // (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
 // PPNODE_CROSSARCH_RESNET=1.
 package crossarch
@@ -14,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,15 +26,63 @@ import (
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
 )
 
 // trainCase is a deterministic run, as `ppnode train --local
-// --deterministic` with these flags would do it.
+// --deterministic` with these flags would do it. data, if set, writes the
+// run's data file into a directory both sides share and returns its path.
 type trainCase struct {
 	name  string
 	flags string // for the report
 	spec  func() job.Spec
+	data  func(dir string) (string, error)
 	slow  bool
+}
+
+// onnxCase trains one of onnx/testdata's models (exported from PyTorch:
+// softmax and GELU in the GPT, sigmoid and tanh in the recurrent cells) for
+// 20 steps on a data file of 96 samples that data writes.
+func onnxCase(name string, data func(dir string) (string, error)) trainCase {
+	return trainCase{
+		name:  name,
+		flags: "--model onnx/testdata/" + name + ".onnx --batch 12 --steps 20",
+		spec: func() job.Spec {
+			s := job.DefaultSpec()
+			s.Model, s.Batch, s.MicroBatches, s.Steps, s.Epochs = "../../onnx/testdata/"+name+".onnx", 12, 1, 20, 0
+			return s
+		},
+		data: data,
+	}
+}
+
+// tokens writes 96 windows of 6 tokens below 5 and the next tokens.
+func tokens(dir string) (string, error) {
+	ids := make([]int64, 97*6)
+	for i := range ids {
+		ids[i] = int64(i*i%7) % 5
+	}
+	path := filepath.Join(dir, "tokens.safetensors")
+	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{
+		tensorio.I64Entry("x", ids[:96*6], 96, 6), tensorio.I64Entry("y", ids[6:], 96, 6)}, nil)
+}
+
+// sequences writes 96 sequences of 5 steps of 3 features, labels below 5.
+func sequences(dir string) (string, error) {
+	x := nn.New(96, 5, 3)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i)*0.7)) * 2
+	}
+	y := make([]int64, 96)
+	for i := range y {
+		y[i] = int64(i % 5)
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "sequences.safetensors")
+	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, tensorio.I64Entry("y", y, 96)}, nil)
 }
 
 var cases = []trainCase{
@@ -57,14 +107,23 @@ var cases = []trainCase{
 		},
 		slow: true,
 	},
+	onnxCase("gpt", tokens),
+	onnxCase("lstm", sequences),
+	onnxCase("gru", sequences),
 }
 
 // weightsSHA trains c as TrainLocal does, without the evaluation on the
 // test split that the fingerprint does not depend on (it would be most of
 // the time under qemu), and returns the weights' fingerprint.
-func weightsSHA(c trainCase, threads int) (string, error) {
+func weightsSHA(c trainCase, threads int, dir string) (string, error) {
 	s := c.spec()
 	s.Deterministic, s.Threads = true, threads
+	if c.data != nil {
+		var err error
+		if s.Data, err = c.data(dir); err != nil {
+			return "", err
+		}
+	}
 	cs, err := job.Check(s)
 	if err != nil {
 		return "", err
@@ -92,7 +151,10 @@ func weightsSHA(c trainCase, threads int) (string, error) {
 	return nn.WeightsSHA256(j.Graph.Params()), nil
 }
 
-const workerEnv = "PPNODE_CROSSARCH_CASE"
+const (
+	workerEnv = "PPNODE_CROSSARCH_CASE"
+	dataEnv   = "PPNODE_CROSSARCH_DATA" // the directory of the cases' data files
+)
 
 // TestWorker is what the arm64 binary runs: it prints the fingerprint of
 // the case named by $PPNODE_CROSSARCH_CASE.
@@ -103,7 +165,7 @@ func TestWorker(t *testing.T) {
 	}
 	for _, c := range cases {
 		if c.name == name {
-			sha, err := weightsSHA(c, 2)
+			sha, err := weightsSHA(c, 2, os.Getenv(dataEnv))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,13 +213,14 @@ func TestArm64WeightsAreAmd64Weights(t *testing.T) {
 			if c.slow && os.Getenv("PPNODE_CROSSARCH_RESNET") == "" {
 				t.Skip("takes 7-8 minutes under qemu; set PPNODE_CROSSARCH_RESNET=1")
 			}
-			want, err := weightsSHA(c, 2)
+			dir := t.TempDir()
+			want, err := weightsSHA(c, 2, dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			start := time.Now()
 			cmd := exec.Command(qemuPath, bin, "-test.run=^TestWorker$", "-test.count=1")
-			cmd.Env = append(os.Environ(), workerEnv+"="+c.name)
+			cmd.Env = append(os.Environ(), workerEnv+"="+c.name, dataEnv+"="+dir)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

@@ -281,11 +281,7 @@ func (LogSoftmax) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	eachRow(c, len(x)/w, w, func(r int) {
 		xs, ys := x[r*w:(r+1)*w], yd[r*w:(r+1)*w]
 		m := rowMax(xs)
-		var sum float64
-		for _, v := range xs {
-			sum += math.Exp(float64(v) - m)
-		}
-		shift := m + math.Log(sum)
+		shift := m + logFast(expRow(xs, ys, m)) // ys holds the exponentials until overwritten
 		for i, v := range xs {
 			ys[i] = float32(float64(v) - shift)
 		}
@@ -309,7 +305,7 @@ func (LogSoftmax) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, nee
 			sum += float64(v)
 		}
 		for i, v := range ys {
-			ds[i] = float32(float64(dys[i]) - float64(math.Exp(float64(v))*sum))
+			ds[i] = float32(float64(dys[i]) - float64(expFast(float64(v))*sum))
 		}
 	})
 	g[0] = dx

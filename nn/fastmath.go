@@ -2,9 +2,9 @@ package nn
 
 import "math"
 
-// Elementwise math for the hot loops (softmax, GELU, sigmoid, tanh, the
-// recurrent cells): exp, e^x − 1, tanh, the sigmoid and the normal
-// distribution in float64 from additions, multiplications and divisions
+// Elementwise math for the hot loops (softmax, the cross-entropy, GELU,
+// sigmoid, tanh, the recurrent cells): exp, e^x − 1, log, tanh, the sigmoid
+// and the normal distribution in float64 from additions, multiplications and divisions
 // alone, each product rounded before it is added, so that the bits are the
 // same on every architecture (unlike the math package's, which Go may fuse
 // into multiply-adds on arm64). Their relative error is below 1e-8, far
@@ -84,6 +84,34 @@ func tanhFast(x float64) float64 {
 		y = e / (e + 2)
 	}
 	return math.Copysign(y, x)
+}
+
+// logFast is ln x: x = 2^e·m with m in [√½, √2), ln m = 2·atanh(s) for
+// s = (m − 1)/(m + 1), |s| < 0.172, by its series to s^21 (relative error
+// below 1e-15).
+func logFast(x float64) float64 {
+	switch {
+	case x == 0:
+		return math.Inf(-1)
+	case !(x > 0) || math.IsInf(x, 1):
+		return math.Log(x) // NaN, or +Inf
+	}
+	const (
+		ln2Hi = 6.93147180369123816490e-01
+		ln2Lo = 1.90821492927058770002e-10
+	)
+	m, e := math.Frexp(x)
+	if m < math.Sqrt2/2 {
+		m, e = 2*m, e-1
+	}
+	s := (m - 1) / (m + 1)
+	s2 := float64(s * s)
+	p := 1.0 / 21
+	for _, c := range [...]float64{1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1} {
+		p = float64(p*s2) + c
+	}
+	k := float64(e)
+	return float64(k*ln2Hi) + (float64(k*ln2Lo) + float64(2*float64(s*p)))
 }
 
 // sigmoidFast is 1/(1 + e^−x) by expFast.

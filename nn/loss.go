@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 )
 
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
@@ -76,14 +75,12 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 				m, arg = v, j
 			}
 		}
-		var sum float64
-		for _, v := range zs {
-			sum += math.Exp(float64(v - m))
-		}
-		lse := float64(m) + math.Log(sum)
+		// The first exponentials go to gs only to be summed.
+		lse := float64(m) + logFast(expRow(zs, gs, float64(m)))
 		l.rows[i], l.hits[i] = lse-float64(zs[y]), arg == y
-		for j, v := range zs {
-			gs[j] = float32(math.Exp(float64(v)-lse)) * scale
+		expRow(zs, gs, lse)
+		for j := range gs {
+			gs[j] *= scale
 		}
 		gs[y] -= scale
 	}

@@ -410,6 +410,10 @@ func waitAll(ctx context.Context, replies []<-chan reply, check func(k int, r pr
 	return nil
 }
 
+// evalNewsEvery bounds how often an evaluation tells the core how far it
+// has got.
+const evalNewsEvery = 250 * time.Millisecond
+
 // takeCut gathers the state of the stages of s after a.Step into the
 // coordinator's model, as the latest cut (the pipeline is drained between
 // steps, so the cut is consistent); with a store it is then written and
@@ -431,7 +435,14 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 			return ev
 		}
 		opt, _ := c.spec.NewOptimizer(1)
-		ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed))
+		var said time.Time
+		progress := func(done, samples int) {
+			if now := c.clk.Now(); done == samples || now.Sub(said) >= evalNewsEvery {
+				said = now
+				c.post(core.Evaluating{Step: a.Step, Done: done, Samples: samples})
+			}
+		}
+		ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed), progress)
 		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())
 	}
 	if c.cfg.Store == nil {

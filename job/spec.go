@@ -733,8 +733,9 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 }
 
 // Evaluate returns the accuracy and the mean loss of tr's model on the
-// job's test split (per label: per sample, or per position).
-func (j *Job) Evaluate(tr *nn.Trainer) (accuracy, loss float64) {
+// job's test split (per label: per sample, or per position). progress, if
+// set, hears after each chunk how many of the split's samples are done.
+func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accuracy, loss float64) {
 	test := j.Set.Test
 	// Chunks as Estimate counts them: every layer's output of a chunk may
 	// be live at once, and a convolution's columns.
@@ -743,6 +744,9 @@ func (j *Job) Evaluate(tr *nn.Trainer) (accuracy, loss float64) {
 	chunk := evalChunkOf(w.evalBytes())
 	i := 0
 	return tr.Evaluate(func(b *nn.Batch) bool {
+		if progress != nil && i > 0 {
+			progress(min(i*chunk, test.N), test.N)
+		}
 		if i >= test.EvalChunks(chunk) {
 			return false
 		}
@@ -828,7 +832,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	acc, testLoss := j.Evaluate(tr)
+	acc, testLoss := j.Evaluate(tr, nil)
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,

@@ -70,8 +70,11 @@ type Status struct {
 	PredictedPasses [][]PassTiming `json:"predicted_passes,omitempty"`
 	Stages          []StageStatus  `json:"stages,omitempty"`
 	Accuracy        []EpochAcc     `json:"accuracy,omitempty"`
-	Result          *Result        `json:"result,omitempty"`
-	Started         time.Time      `json:"started"`
+	// Evaluation is the test-split evaluation in progress (at an epoch's
+	// end or the job's), if one is.
+	Evaluation *Evaluation `json:"evaluation,omitempty"`
+	Result     *Result     `json:"result,omitempty"`
+	Started    time.Time   `json:"started"`
 	// LatestCut is the step of the latest consistent cut; Cuts counts them.
 	LatestCut int `json:"latest_cut"`
 	Cuts      int `json:"cuts"`
@@ -96,6 +99,14 @@ type Status struct {
 	// LastSteps are the last steps as measured (at most [LastSteps]),
 	// oldest first.
 	LastSteps []StepTiming `json:"last_steps,omitempty"`
+}
+
+// Evaluation is how far the evaluation of the weights after Step has got:
+// Done of the test split's Samples.
+type Evaluation struct {
+	Step    int `json:"step"`
+	Done    int `json:"done"`
+	Samples int `json:"samples"`
 }
 
 // LinkStatus is one directed link between two nodes.

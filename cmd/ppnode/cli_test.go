@@ -327,6 +327,38 @@ func TestProgressTerminal(t *testing.T) {
 	}
 }
 
+// An evaluation in progress shows as plain lines when it starts, every
+// printEvery and when done (the same news again prints nothing), and on a
+// terminal in the line, with a bar of the samples done.
+func TestProgressEvaluating(t *testing.T) {
+	var w bytes.Buffer
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := newProgress(&w, 10, 4, false, t0)
+	for i, done := range []int{100, 100, 400, 900, 1000} {
+		p.evaluating(t0.Add(time.Duration(i)*3*time.Second), 10, done, 1000)
+	}
+	want := `  evaluating the weights after step 10: 100/1000 test samples
+  evaluating the weights after step 10: 400/1000 test samples
+  evaluating the weights after step 10: 1000/1000 test samples
+`
+	if w.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", w.String(), want)
+	}
+
+	w.Reset()
+	p = newProgress(&w, 10, 4, false, t0)
+	p.tty = true
+	p.update(t0.Add(time.Second), 10, 1, 4)
+	p.evaluating(t0.Add(2*time.Second), 10, 500, 1000)
+	p.evaluating(t0.Add(2*time.Second+time.Millisecond), 10, 600, 1000) // too soon
+	p.done()
+	want = "\r[==============================] 10/10  loss 1.0000  4 samples/s\033[K" +
+		"\r[===============>              ] evaluating the weights after step 10: 500/1000 test samples\033[K\n"
+	if w.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", w.String(), want)
+	}
+}
+
 func TestFormatETA(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		1500 * time.Millisecond:         "2s",

@@ -39,6 +39,10 @@ type progress struct {
 	last      time.Time
 	lastStep  int
 	lastPrint time.Time
+	// The evaluation last printed as a plain line: its step, samples done
+	// and when.
+	evalStep, evalDone int
+	evalPrint          time.Time
 }
 
 // progressUpdate is what a job reported at a time.
@@ -52,7 +56,7 @@ type progressUpdate struct {
 // samples, starting at now.
 func newProgress(w io.Writer, total, batch int, quiet bool, now time.Time) *progress {
 	return &progress{w: w, total: max(total, 1), batch: batch, tty: isTerminal(w), quiet: quiet,
-		from: now, last: now, lastStep: -1}
+		from: now, last: now, lastStep: -1, evalStep: -1}
 }
 
 // update shows that the job has done step of its steps at now, with the
@@ -119,8 +123,35 @@ func formatETA(d time.Duration) string {
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
-func (p *progress) bar(step int) string {
-	done := barWidth * min(step, p.total) / p.total
+// evaluating shows how far the evaluation of the weights after step has
+// got at now: done of the test split's samples; on a terminal in the line
+// (at most every redrawEvery), otherwise as a plain line when one starts,
+// every printEvery, and when one is done.
+func (p *progress) evaluating(now time.Time, step, done, samples int) {
+	if p == nil || p.quiet || samples <= 0 {
+		return
+	}
+	line := fmt.Sprintf("evaluating the weights after step %d: %d/%d test samples", step, done, samples)
+	if p.tty {
+		if p.drawn && done < samples && now.Sub(p.last) < redrawEvery {
+			return
+		}
+		p.last, p.drawn = now, true
+		fmt.Fprintf(p.w, "\r%s %s\033[K", barOf(done, samples), line)
+		return
+	}
+	if step == p.evalStep && (done == p.evalDone || done < samples && now.Sub(p.evalPrint) < printEvery) {
+		return
+	}
+	p.evalStep, p.evalDone, p.evalPrint = step, done, now
+	fmt.Fprintln(p.w, "  "+line)
+}
+
+func (p *progress) bar(step int) string { return barOf(step, p.total) }
+
+// barOf is a bar barWidth wide, done of total full.
+func barOf(step, total int) string {
+	done := barWidth * min(step, total) / max(total, 1)
 	var b strings.Builder
 	b.WriteByte('[')
 	for i := range barWidth {

@@ -300,6 +300,11 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case CutPersisted:
 		c.cuts.persisted(now, e, c.log)
 		return
+	case Evaluating:
+		if c.ops.wait != 0 && c.ops.kind == opEvaluate && e.Step == c.steps.next {
+			c.status.Evaluation = &job.Evaluation{Step: e.Step, Done: e.Done, Samples: e.Samples}
+		}
+		return
 	default:
 		op, err := opOf(ev)
 		if err != nil {
@@ -311,6 +316,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 			return
 		}
 		c.ops.wait = 0
+		c.status.Evaluation = nil // an evaluation in progress ended with it
 	}
 	switch ch := c.change; {
 	case c.end != nil:

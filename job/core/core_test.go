@@ -317,6 +317,9 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 		if st.Error != "" {
 			fmt.Fprintf(&s.out, "error %s\n", st.Error)
 		}
+		if e := st.Evaluation; e != nil {
+			fmt.Fprintf(&s.out, "evaluating the weights after step %d: %d of %d samples\n", e.Step, e.Done, e.Samples)
+		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
@@ -573,6 +576,11 @@ func (s *sim) exec(a Action) {
 			return
 		}
 		pause := s.stateTime(s.core.cuts.size)
+		if a.Evaluate {
+			// The evaluation's news halfway, and a stale one of another step.
+			s.after(pause/2, Evaluating{Step: a.Step, Done: 50, Samples: 100})
+			s.after(pause/2, Evaluating{Step: a.Step - 1, Done: 70, Samples: 100})
+		}
 		s.after(pause, CutTaken{Op: a.Op, Accuracy: 0.5, WeightsSHA256: "sim"})
 		if s.core.cfg.Persists {
 			s.after(pause+4*pause, CutPersisted{Step: a.Step})
@@ -802,6 +810,8 @@ func describe(x any) string {
 		return "cut taken" + errText(x.Err)
 	case CutPersisted:
 		return fmt.Sprintf("cut %d persisted%s", x.Step, errText(x.Err))
+	case Evaluating:
+		return fmt.Sprintf("evaluated %d of %d samples of the weights after step %d", x.Done, x.Samples, x.Step)
 	case NodeFailed:
 		return "node failed: " + x.Name
 	case Members:

@@ -61,6 +61,12 @@ type (
 		WeightsSHA256 string
 		Err           error
 	}
+	// Evaluating says how many of the test split's Samples the
+	// evaluation of the cut after Step has done. It is not an operation's
+	// answer: the coordinator sends it while it evaluates.
+	Evaluating struct {
+		Step, Done, Samples int
+	}
 	// CutPersisted says that the cut after Step has been written and
 	// copied (Err: or failed to be). It is not an operation's answer: a
 	// cut persists in the background while the job trains.
@@ -92,6 +98,7 @@ func (StateLoaded) event()     {}
 func (StepFinished) event()    {}
 func (CutTaken) event()        {}
 func (CutPersisted) event()    {}
+func (Evaluating) event()      {}
 func (Members) event()         {}
 func (NodeFailed) event()      {}
 func (ReplanRequested) event() {}

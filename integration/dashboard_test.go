@@ -301,6 +301,7 @@ func syntheticStatus(n, step int) nodes.Status {
 	for e := range 40 {
 		js.Accuracy = append(js.Accuracy, job.EpochAcc{Epoch: e + 1, Accuracy: 1 - 0.9*math.Exp(-float64(e)/8)})
 	}
+	js.Evaluation = &job.Evaluation{Step: step, Done: 700, Samples: 1997} // an epoch's end
 	for r := range 60 {
 		js.Replans = append(js.Replans, job.Replan{Step: 100 + 800*r, Reason: "measured speeds drifted", Trigger: job.TriggerSpeeds, Gain: 0.12,
 			BeforeMS: 480, AfterMS: 420, MeasuredBeforeMS: 470, MeasuredAfterMS: 425, MovedMS: 800, Plan: js.Plan, Method: "direct", StateBytes: 1 << 28,
@@ -364,6 +365,9 @@ func TestDashboard64Nodes(t *testing.T) {
 		if got := eval[int](t, b, `document.querySelectorAll('`+tc.sel+`').length`); got < tc.min || got > tc.max {
 			t.Errorf("%s: %d elements, want %d to %d", tc.sel, got, tc.min, tc.max)
 		}
+	}
+	if !eval[bool](t, b, `document.querySelector('.job[data-job="big"]').textContent.includes('700 / 1997 test samples')`) {
+		t.Errorf("the page does not show the evaluation in progress")
 	}
 	elems := eval[int](t, b, `document.getElementsByTagName('*').length`)
 	st := eval[dashStats](t, b, statsJS)

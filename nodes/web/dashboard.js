@@ -198,6 +198,8 @@
       `<rect class="bar" width="${pct.toFixed(1)}" height="8"/></svg> step <b>${esc(j.step)}</b> / ${esc(j.total)}</span>`;
     h += `<span class="kv">loss <b>${num(j.loss, 4)}</b></span>`;
     h += `<span class="kv"><b>${num(j.samples_per_sec)}</b> samples/s</span>`;
+    const ev = j.evaluation;
+    if (ev && ev.samples > 0) h += `<span class="kv">evaluating the weights after step ${esc(ev.step)}: <b>${esc(ev.done)}</b> / ${esc(ev.samples)} test samples</span>`;
     if (r && isNum(r.test_accuracy) && r.test_accuracy > 0) h += `<span class="kv">test accuracy <b>${num(r.test_accuracy, 4)}</b></span>`;
     else if (acc) h += `<span class="kv">accuracy <b>${num(acc.accuracy, 4)}</b> (epoch ${esc(acc.epoch)})</span>`;
     h += `<span class="kv muted">coordinator ${esc(j.coordinator)}${(j.holders || []).length ? ', copies on ' + esc(j.holders.join(', ')) : ''}</span>`;

@@ -3,14 +3,43 @@ package nn
 import "math"
 
 // Elementwise math for the hot loops (softmax, the cross-entropy, GELU,
-// sigmoid, tanh, the recurrent cells): exp, e^x − 1, log, tanh, the sigmoid
-// and the normal distribution in float64 from additions, multiplications and divisions
-// alone, each product rounded before it is added, so that the bits are the
-// same on every architecture (unlike the math package's, which Go may fuse
-// into multiply-adds on arm64). Their relative error is below 1e-8, far
-// inside float32's 6e-8, the precision the layers store. On amd64 the
-// kernels of fastmath_amd64.s run the same operations four values at a
-// time.
+// sigmoid, tanh, the recurrent cells): exp, e^x − 1, log, tanh, the
+// sigmoid and the normal distribution in float64 from additions,
+// multiplications and divisions alone, each product rounded before it is
+// added, so that the bits are the same on every architecture (unlike the
+// math package's, which Go may fuse into multiply-adds on arm64). Their
+// relative error is below 1e-8, far inside float32's 6e-8, the precision
+// the layers store. On amd64 the kernels of fastmath_amd64.s run the same
+// operations four values at a time.
+
+// ln 2 in two parts (the first with trailing zero bits, so that k·ln2Hi is
+// exact for the k that exp meets), and log2(e).
+const (
+	ln2Hi = 6.93147180369123816490e-01
+	ln2Lo = 1.90821492927058770002e-10
+	log2e = 1.4426950408889634
+)
+
+// expReduce is x = k·ln2 + r with k an integer and |r| <= ln2/2.
+func expReduce(x float64) (k, r float64) {
+	k = math.Floor(float64(x*log2e) + 0.5)
+	return k, float64(x-float64(k*ln2Hi)) - float64(k*ln2Lo)
+}
+
+// expSeries is (e^r − 1)/r by its Taylor series to r^9/10!: 1 + r/2 +
+// r²/6 + ...
+func expSeries(r float64) float64 {
+	p := 1.0 / 3628800
+	p = float64(p*r) + 1.0/362880
+	p = float64(p*r) + 1.0/40320
+	p = float64(p*r) + 1.0/5040
+	p = float64(p*r) + 1.0/720
+	p = float64(p*r) + 1.0/120
+	p = float64(p*r) + 1.0/24
+	p = float64(p*r) + 1.0/6
+	p = float64(p*r) + 0.5
+	return float64(p*r) + 1
+}
 
 // expFast is e^x: x = k·ln2 + r with |r| <= ln2/2, e^r by its Taylor
 // series to r^10/10! (relative error below 1e-11), times 2^k.
@@ -23,24 +52,8 @@ func expFast(x float64) float64 {
 	case x < -745.1:
 		return 0
 	}
-	const (
-		log2e = 1.4426950408889634
-		ln2Hi = 6.93147180369123816490e-01
-		ln2Lo = 1.90821492927058770002e-10
-	)
-	k := math.Floor(float64(x*log2e) + 0.5)
-	r := float64(x-float64(k*ln2Hi)) - float64(k*ln2Lo)
-	p := 1.0 / 3628800
-	p = float64(p*r) + 1.0/362880
-	p = float64(p*r) + 1.0/40320
-	p = float64(p*r) + 1.0/5040
-	p = float64(p*r) + 1.0/720
-	p = float64(p*r) + 1.0/120
-	p = float64(p*r) + 1.0/24
-	p = float64(p*r) + 1.0/6
-	p = float64(p*r) + 0.5
-	p = float64(p*r) + 1
-	p = float64(p*r) + 1
+	k, r := expReduce(x)
+	p := float64(expSeries(r)*r) + 1
 	ki := int(k)
 	if ki < -1022 { // subnormal results: scale in two steps
 		return float64(p*math.Float64frombits(uint64(ki+1022+1023)<<52)) * 0x1p-1022
@@ -52,24 +65,8 @@ func expFast(x float64) float64 {
 // last term, so that it keeps its precision near 0: with x = k·ln2 + r,
 // 2^k·q + (2^k − 1) where q = e^r − 1.
 func expm1Fast(x float64) float64 {
-	const (
-		log2e = 1.4426950408889634
-		ln2Hi = 6.93147180369123816490e-01
-		ln2Lo = 1.90821492927058770002e-10
-	)
-	k := math.Floor(float64(x*log2e) + 0.5)
-	r := float64(x-float64(k*ln2Hi)) - float64(k*ln2Lo)
-	p := 1.0 / 3628800
-	p = float64(p*r) + 1.0/362880
-	p = float64(p*r) + 1.0/40320
-	p = float64(p*r) + 1.0/5040
-	p = float64(p*r) + 1.0/720
-	p = float64(p*r) + 1.0/120
-	p = float64(p*r) + 1.0/24
-	p = float64(p*r) + 1.0/6
-	p = float64(p*r) + 0.5
-	p = float64(p*r) + 1
-	q := float64(p * r)
+	k, r := expReduce(x)
+	q := float64(expSeries(r) * r)
 	s := math.Float64frombits(uint64(int(k)+1023) << 52)
 	return float64(s*q) + (s - 1)
 }
@@ -96,10 +93,6 @@ func logFast(x float64) float64 {
 	case !(x > 0) || math.IsInf(x, 1):
 		return math.Log(x) // NaN, or +Inf
 	}
-	const (
-		ln2Hi = 6.93147180369123816490e-01
-		ln2Lo = 1.90821492927058770002e-10
-	)
 	m, e := math.Frexp(x)
 	if m < math.Sqrt2/2 {
 		m, e = 2*m, e-1

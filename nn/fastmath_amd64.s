@@ -7,6 +7,47 @@
 // (fastmath.go) in their order and no FMA, so that they give their bits. Go's operand order is the
 // reverse of Intel's: VSUBPD a, b, c is c = b − a.
 
+// EXP_KR computes k = floor(e·log2e + 0.5) into Y4 and r = (e − k·ln2Hi) −
+// k·ln2Lo into Y5 for e in Y3, and starts the series in Y6.
+#define EXP_KR \
+	VMULPD 96(R11), Y3, Y4 \
+	VADDPD 128(R11), Y4, Y4 \
+	VROUNDPD $1, Y4, Y4 \
+	VMULPD 160(R11), Y4, Y5 \
+	VSUBPD Y5, Y3, Y5 \
+	VMULPD 192(R11), Y4, Y6 \
+	VSUBPD Y6, Y5, Y5 \
+	VMOVUPD 224(R11), Y6
+
+// SERIES takes the series in Y6 (EXP_KR's start) in r (Y5) to (e^r − 1)/r:
+// expSeries.
+#define SERIES \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 256(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 288(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 320(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 352(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 384(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 416(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 448(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 480(R11), Y6, Y6 \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD 512(R11), Y6, Y6
+
+// POW2K sets Y7 to 2^k for k in Y4: (k + 1023) << 52.
+#define POW2K \
+	VCVTTPD2DQY Y4, X7 \
+	VPMOVSXDQ X7, Y7 \
+	VPADDQ 640(R11), Y7, Y7 \
+	VPSLLQ $52, Y7, Y7
+
 // func geluAVX2(x, y, cdf, pdf *float32, n int, k *vecCoef) int
 TEXT ·geluAVX2(SB), NOSPLIT, $0-56
 	MOVQ x+0(FP), SI
@@ -194,38 +235,11 @@ sloop:
 	CMPL DX, $15
 	JNE sdone
 
-	VMULPD 96(R11), Y3, Y4
-	VADDPD 128(R11), Y4, Y4
-	VROUNDPD $1, Y4, Y4           // k = floor(e·log2e + 0.5)
-	VMULPD 160(R11), Y4, Y5
-	VSUBPD Y5, Y3, Y5
-	VMULPD 192(R11), Y4, Y6
-	VSUBPD Y6, Y5, Y5             // r = (e − k·ln2Hi) − k·ln2Lo
-	VMOVUPD 224(R11), Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 256(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 288(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 320(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 352(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 384(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 416(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 448(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 480(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 512(R11), Y6, Y6
+	EXP_KR
+	SERIES
 	VMULPD Y5, Y6, Y6
 	VADDPD 544(R11), Y6, Y6
-	VCVTTPD2DQY Y4, X7            // 2^k: (k + 1023) << 52
-	VPMOVSXDQ X7, Y7
-	VPADDQ 640(R11), Y7, Y7
-	VPSLLQ $52, Y7, Y7
+	POW2K
 	VMULPD Y7, Y6, Y6
 	VANDNPD Y6, Y2, Y6            // 0 below −745.1
 
@@ -246,25 +260,6 @@ sdone:
 	MOVQ AX, ret+48(FP)
 	VZEROUPPER
 	RET
-
-// EXP_KR computes k = floor(e·log2e + 0.5) into Y4 and r = (e − k·ln2Hi) −
-// k·ln2Lo into Y5 for e in Y3, and starts the series in Y6.
-#define EXP_KR \
-	VMULPD 96(R11), Y3, Y4 \
-	VADDPD 128(R11), Y4, Y4 \
-	VROUNDPD $1, Y4, Y4 \
-	VMULPD 160(R11), Y4, Y5 \
-	VSUBPD Y5, Y3, Y5 \
-	VMULPD 192(R11), Y4, Y6 \
-	VSUBPD Y6, Y5, Y5 \
-	VMOVUPD 224(R11), Y6
-
-// POW2K sets Y7 to 2^k for k in Y4: (k + 1023) << 52.
-#define POW2K \
-	VCVTTPD2DQY Y4, X7 \
-	VPMOVSXDQ X7, Y7 \
-	VPADDQ 640(R11), Y7, Y7 \
-	VPSLLQ $52, Y7, Y7
 
 // func sigmoidAVX2(x, y *float32, n int, k *vecCoef) int
 //
@@ -289,24 +284,7 @@ gloop:
 	CMPL DX, $15
 	JNE gdone
 	EXP_KR
-	VMULPD Y5, Y6, Y6
-	VADDPD 256(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 288(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 320(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 352(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 384(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 416(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 448(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 480(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 512(R11), Y6, Y6
+	SERIES
 	VMULPD Y5, Y6, Y6
 	VADDPD 544(R11), Y6, Y6
 	POW2K
@@ -345,24 +323,7 @@ tloop:
 	JNE tdone
 	VADDPD Y1, Y1, Y3              // 2t
 	EXP_KR
-	VMULPD Y5, Y6, Y6
-	VADDPD 256(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 288(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 320(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 352(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 384(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 416(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 448(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 480(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 512(R11), Y6, Y6
+	SERIES
 	VMULPD Y5, Y6, Y6              // q = e^r − 1
 	POW2K
 	VMULPD Y7, Y6, Y6

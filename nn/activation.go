@@ -230,16 +230,22 @@ func (Softmax) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		// Probabilities below float32's smallest normal number are 0: a
 		// subnormal operand slows every product it meets tenfold (the
 		// attention·values GEMM) for a change below 1.2e-38.
-		inv := 1 / sum
-		for i, v := range ys {
-			p := float64(v) * inv
-			if p < 0x1p-126 {
-				p = 0
-			}
-			ys[i] = float32(p)
-		}
+		normalizeRow(ys, 1/sum)
 	})
 	return y
+}
+
+// normalizeRow sets ys[i] = float32(p), p = float64(ys[i])·inv, or 0 where
+// p is below float32's smallest normal number: the vector kernel's where
+// it has one, else, and for the values it leaves, the loop's.
+func normalizeRow(ys []float32, inv float64) {
+	for i := normalizeVector(ys, inv); i < len(ys); i++ {
+		p := float64(ys[i]) * inv
+		if p < 0x1p-126 {
+			p = 0
+		}
+		ys[i] = float32(p)
+	}
 }
 
 // Backward is dx = y·(dy − Σ dy·y), the sum in float64 in row order.

@@ -41,6 +41,12 @@ func sigmoidAVX2(x, y *float32, n int, k *vecCoef) int
 //go:noescape
 func tanhAVX2(x, y *float32, n int, k *vecCoef) int
 
+// normalizeAVX2 is normalizeRow on y[0:n], n a positive multiple of 4,
+// four values at a time.
+//
+//go:noescape
+func normalizeAVX2(y *float32, n int, inv float64, k *vecCoef)
+
 // vecCoef are the kernels' constants, each broadcast to four lanes, and
 // millsCoef transposed (mills[j][k] = millsCoef[k][j]): Go computes them,
 // so they are normal's bits.
@@ -71,7 +77,8 @@ const (
 	gExpZero    = gExpHigh + 1 // the exponents expFast takes here, and below which e^x is 0
 	gTanhMax    = gExpZero + 1 // 20
 	gTwo        = gTanhMax + 1
-	vecConsts   = gTwo + 1
+	gTiny       = gTwo + 1 // 2^-126, float32's smallest normal number
+	vecConsts   = gTiny + 1
 )
 
 // The offsets fastmath_amd64.s uses.
@@ -86,7 +93,8 @@ var (
 	_ [864]struct{} = [gExpZero * 32]struct{}{}
 	_ [896]struct{} = [gTanhMax * 32]struct{}{}
 	_ [928]struct{} = [gTwo * 32]struct{}{}
-	_ [960]struct{} = [unsafe.Offsetof(vecCoef{}.mills)]struct{}{}
+	_ [960]struct{} = [gTiny * 32]struct{}{}
+	_ [992]struct{} = [unsafe.Offsetof(vecCoef{}.mills)]struct{}{}
 )
 
 var vecK = func() *vecCoef {
@@ -109,6 +117,7 @@ var vecK = func() *vecCoef {
 	set(gExpZero, -745.1)
 	set(gTanhMax, 20)
 	set(gTwo, 2)
+	set(gTiny, 0x1p-126)
 	for i, v := range [...]uint64{gBias: 1023, gMod4: 3, gHigh1: 1 << 32, gFour: 4, gEight: 8} {
 		if v != 0 {
 			set(i, math.Float64frombits(v))
@@ -148,6 +157,17 @@ func tanhVector(x, y []float32) int {
 		return 0
 	}
 	return tanhAVX2(&x[0], &y[0], n, vecK)
+}
+
+// normalizeVector is normalizeAVX2 on the leading values of y; it
+// returns how many it did (none without AVX2).
+func normalizeVector(y []float32, inv float64) int {
+	n := len(y) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	normalizeAVX2(&y[0], n, inv, vecK)
+	return n
 }
 
 // geluVector is how many leading values of x geluAVX2 computed (0

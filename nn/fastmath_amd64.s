@@ -56,7 +56,7 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-56
 	MOVQ pdf+24(FP), R9
 	MOVQ n+32(FP), CX
 	MOVQ k+40(FP), R11
-	LEAQ 960(R11), R10 // mills
+	LEAQ 992(R11), R10 // mills
 	XORQ AX, AX
 
 loop:
@@ -341,5 +341,31 @@ tloop:
 
 tdone:
 	MOVQ AX, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func normalizeAVX2(y *float32, n int, inv float64, k *vecCoef)
+//
+//	p = float64(y)·inv; y = float32(p), or 0 where p < 2^−126
+TEXT ·normalizeAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSD inv+16(FP), Y15
+	MOVQ k+24(FP), R11
+	XORQ AX, AX
+
+nloop:
+	CMPQ AX, CX
+	JGE ndone
+	VCVTPS2PD (DI)(AX*4), Y0
+	VMULPD Y15, Y0, Y0
+	VCMPPD $0x11, 960(R11), Y0, Y1 // p < 2^−126, false for NaN
+	VANDNPD Y0, Y1, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS X0, (DI)(AX*4)
+	ADDQ $4, AX
+	JMP nloop
+
+ndone:
 	VZEROUPPER
 	RET

@@ -54,7 +54,7 @@ func TestGELUKernelMatchesLoop(t *testing.T) {
 }
 
 // Softmax's exponentials by the AVX2 kernel are expFast's bits, and so is
-// their sum in row order, with masked (−Inf) values, exponents in
+// their sum in row order, and so are the probabilities it scales them to, with masked (−Inf) values, exponents in
 // expFast's subnormal range and beyond it, NaN, at every position of a
 // block of four.
 func TestSoftmaxExpKernelMatchesLoop(t *testing.T) {
@@ -86,6 +86,22 @@ func TestSoftmaxExpKernelMatchesLoop(t *testing.T) {
 			for i := range ys[0] {
 				if math.Float32bits(ys[0][i]) != math.Float32bits(ys[1][i]) {
 					t.Fatalf("n=%d m=%v: e^(%g−m): loop %g, kernel %g", n, m, x[i], ys[0][i], ys[1][i])
+				}
+			}
+		}
+	}
+	for _, inv := range []float64{1 / 3.0, 1e-40, 0x1p-120, 2} {
+		for _, n := range []int{len(x), len(x) - 3, 4, 2} {
+			var ys [2][]float32
+			for k, vector := range []bool{false, true} {
+				hasAVX2 = vector
+				ys[k] = append([]float32(nil), x[:n]...)
+				normalizeRow(ys[k], inv)
+				hasAVX2 = true
+			}
+			for i := range ys[0] {
+				if math.Float32bits(ys[0][i]) != math.Float32bits(ys[1][i]) {
+					t.Fatalf("n=%d: %g·%g: loop %g, kernel %g", n, x[i], inv, ys[0][i], ys[1][i])
 				}
 			}
 		}

@@ -27,4 +27,5 @@ func addAVX2(a, b, y *float32, n int)        { panic("nn: no kernels") }
 func geluVector(x, y, cdf, pdf []float32) int               { return 0 }
 func expVector(x, y []float32, m float64, sum *float64) int { return 0 }
 func sigmoidVector(x, y []float32) int                      { return 0 }
+func normalizeVector(y []float32, inv float64) int          { return 0 }
 func tanhVector(x, y []float32) int                         { return 0 }

@@ -798,9 +798,10 @@ type Result struct {
 // TrainLocal trains the job in this process with the single-process
 // reference trainer (`ppnode train --local`): the result a pipelined run of
 // the same spec must reproduce. progress, if set, is called after every
-// step. A loss that becomes NaN or infinite ends it with an error wrapping
+// step, evaluated after every chunk of the final evaluation (Evaluate). A
+// loss that becomes NaN or infinite ends it with an error wrapping
 // ErrDiverged (see CheckLoss).
-func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64)) (*Result, error) {
+func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64), evaluated func(done, samples int)) (*Result, error) {
 	s := j.Spec
 	be, err := s.NewBackend(threads)
 	if err != nil {
@@ -832,7 +833,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	acc, testLoss := j.Evaluate(tr, nil)
+	acc, testLoss := j.Evaluate(tr, evaluated)
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,

@@ -327,19 +327,30 @@ func TestProgressTerminal(t *testing.T) {
 	}
 }
 
-// An evaluation in progress shows as plain lines when it starts, every
-// printEvery and when done (the same news again prints nothing), and on a
-// terminal in the line, with a bar of the samples done.
+// An evaluation in progress shows as plain lines once it has run
+// printEvery, then every printEvery and when done (the same news again
+// prints nothing), after the line of the step whose weights it evaluates;
+// the steps show again from the next step on. A short one prints nothing.
+// On a terminal it shows in the line at once, with a bar of the samples
+// done. Polling calls update and then evaluating, as train does.
 func TestProgressEvaluating(t *testing.T) {
 	var w bytes.Buffer
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := newProgress(&w, 10, 4, false, t0)
+	p := newProgress(&w, 20, 4, false, t0)
+	p.update(t0.Add(time.Second), 9, 1, 4)
 	for i, done := range []int{100, 100, 400, 900, 1000} {
-		p.evaluating(t0.Add(time.Duration(i)*3*time.Second), 10, done, 1000)
+		now := t0.Add(time.Duration(i+1) * 3 * time.Second)
+		p.update(now, 10, 0.5, 4)
+		p.evaluating(now, 10, done, 1000)
 	}
-	want := `  evaluating the weights after step 10: 100/1000 test samples
+	p.update(t0.Add(20*time.Second), 20, 0.25, 4)
+	p.evaluating(t0.Add(21*time.Second), 20, 500, 1000)
+	p.evaluating(t0.Add(22*time.Second), 20, 1000, 1000)
+	p.done()
+	want := `  step 10/20  loss 0.5000  4 samples/s  ETA 9s
   evaluating the weights after step 10: 400/1000 test samples
   evaluating the weights after step 10: 1000/1000 test samples
+  step 20/20  loss 0.2500  4 samples/s (4 samples/s since the last line)
 `
 	if w.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", w.String(), want)
@@ -349,8 +360,9 @@ func TestProgressEvaluating(t *testing.T) {
 	p = newProgress(&w, 10, 4, false, t0)
 	p.tty = true
 	p.update(t0.Add(time.Second), 10, 1, 4)
-	p.evaluating(t0.Add(2*time.Second), 10, 500, 1000)
-	p.evaluating(t0.Add(2*time.Second+time.Millisecond), 10, 600, 1000) // too soon
+	p.evaluating(t0.Add(time.Second), 10, 500, 1000)
+	p.update(t0.Add(time.Second+time.Millisecond), 10, 1, 4)
+	p.evaluating(t0.Add(time.Second+time.Millisecond), 10, 600, 1000) // too soon
 	p.done()
 	want = "\r[==============================] 10/10  loss 1.0000  4 samples/s\033[K" +
 		"\r[===============>              ] evaluating the weights after step 10: 500/1000 test samples\033[K\n"

@@ -39,10 +39,12 @@ type progress struct {
 	last      time.Time
 	lastStep  int
 	lastPrint time.Time
-	// The evaluation last printed as a plain line: its step, samples done
-	// and when.
-	evalStep, evalDone int
-	evalPrint          time.Time
+	// The evaluation last shown: the step of its weights, when first
+	// seen, and as plain lines whether printed, the samples done and when;
+	// inEval while it is what is shown (the steps wait for a later step).
+	evalStep, evalDone  int
+	evalFrom, evalPrint time.Time
+	evalPrinted, inEval bool
 }
 
 // progressUpdate is what a job reported at a time.
@@ -70,6 +72,10 @@ func (p *progress) update(now time.Time, step int, loss, rate float64) {
 		p.fromStep, p.from = step, now
 	}
 	p.cur = progressUpdate{step: step, loss: loss, rate: rate, at: now}
+	if p.inEval && step <= p.evalStep {
+		return
+	}
+	p.inEval = false
 	if p.tty {
 		if step < p.total && p.drawn && now.Sub(p.last) < redrawEvery {
 			return
@@ -125,25 +131,36 @@ func formatETA(d time.Duration) string {
 
 // evaluating shows how far the evaluation of the weights after step has
 // got at now: done of the test split's samples; on a terminal in the line
-// (at most every redrawEvery), otherwise as a plain line when one starts,
-// every printEvery, and when one is done.
+// (at most every redrawEvery), otherwise, once it has run printEvery, as a
+// plain line every printEvery and when it is done. Until a later step,
+// update only records the steps.
 func (p *progress) evaluating(now time.Time, step, done, samples int) {
 	if p == nil || p.quiet || samples <= 0 {
 		return
 	}
+	shown := p.inEval && step == p.evalStep
+	p.inEval = true
 	line := fmt.Sprintf("evaluating the weights after step %d: %d/%d test samples", step, done, samples)
 	if p.tty {
-		if p.drawn && done < samples && now.Sub(p.last) < redrawEvery {
+		if shown && p.drawn && done < samples && now.Sub(p.last) < redrawEvery {
 			return
 		}
-		p.last, p.drawn = now, true
+		p.evalStep, p.last, p.drawn = step, now, true
 		fmt.Fprintf(p.w, "\r%s %s\033[K", barOf(done, samples), line)
 		return
 	}
-	if step == p.evalStep && (done == p.evalDone || done < samples && now.Sub(p.evalPrint) < printEvery) {
-		return
+	if !shown {
+		p.evalStep, p.evalFrom, p.evalPrinted = step, now, false
 	}
-	p.evalStep, p.evalDone, p.evalPrint = step, done, now
+	switch {
+	case !p.evalPrinted && now.Sub(p.evalFrom) < printEvery:
+		return // a short evaluation prints nothing
+	case p.evalPrinted && (done == p.evalDone || done < samples && now.Sub(p.evalPrint) < printEvery):
+		return
+	case !p.evalPrinted && p.cur.step > 0 && p.cur.step != p.lastStep:
+		p.print() // the step whose weights these are, first
+	}
+	p.evalDone, p.evalPrint, p.evalPrinted = done, now, true
 	fmt.Fprintln(p.w, "  "+line)
 }
 

@@ -159,7 +159,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	bar := newProgress(stderr, jb.Total, f.batch, f.json, time.Now())
-	res, err := jb.TrainLocal(threads, func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) })
+	res, err := jb.TrainLocal(threads, func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) },
+		func(done, samples int) { bar.evaluating(time.Now(), jb.Total, done, samples) })
 	bar.done()
 	if err != nil {
 		return err

@@ -221,11 +221,11 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 			bar.note(fmt.Sprintf("re-plan at step %d: median step %.1f ms before, %.1f ms after (predicted %.1f -> %.1f ms)",
 				r.Step, r.MeasuredBeforeMS, r.MeasuredAfterMS, r.BeforeMS, r.AfterMS))
 		}
-		switch e := st.Evaluation; {
-		case e != nil:
-			bar.evaluating(time.Now(), e.Step, e.Done, e.Samples)
-		case st.Step > 0:
+		if st.Step > 0 {
 			bar.update(time.Now(), st.Step, st.Loss, st.SamplesPerSec)
+		}
+		if e := st.Evaluation; e != nil {
+			bar.evaluating(time.Now(), e.Step, e.Done, e.Samples)
 		}
 		switch st.State {
 		case job.StateDone:

@@ -26,7 +26,7 @@ func LocalSHA(t testing.TB, spec job.Spec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := j.TrainLocal(1, nil)
+	res, err := j.TrainLocal(1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

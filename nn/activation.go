@@ -205,7 +205,7 @@ func (Erf) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []boo
 		k := 2 / math.Sqrt(math.Pi)
 		for i, d := range dy {
 			u := float64(x[i])
-			dx[i] = float32(float64(d) * k * math.Exp(-u*u))
+			dx[i] = float32(float64(d) * k * expFast(-u*u))
 		}
 	})
 }

@@ -75,7 +75,7 @@ var unaryOps = map[string]unaryOp{
 		mapF64(math.Sqrt),
 		gradF64(func(u float64) float64 { return 0.5 / math.Sqrt(u) }),
 		mathGrain},
-	"exp": {mapF64(math.Exp), gradF64(math.Exp), mathGrain},
+	"exp": {mapF64(expFast), gradF64(expFast), mathGrain},
 	"log": {
 		mapF64(math.Log),
 		gradF64(func(u float64) float64 { return 1 / u }),
@@ -114,11 +114,11 @@ var unaryOps = map[string]unaryOp{
 	"softplus": {
 		mapF64(func(u float64) float64 {
 			if u > 0 {
-				return u + math.Log1p(math.Exp(-u))
+				return u + math.Log1p(expFast(-u))
 			}
-			return math.Log1p(math.Exp(u))
+			return math.Log1p(expFast(u))
 		}),
-		gradF64(func(u float64) float64 { return 1 / (1 + math.Exp(-u)) }),
+		gradF64(sigmoidFast),
 		mathGrain},
 	"hardsigmoid": {
 		mapF64(func(u float64) float64 { return max(0, min(1, float64(hsAlpha*u)+0.5)) }),
@@ -130,9 +130,9 @@ var unaryOps = map[string]unaryOp{
 		}),
 		cheapGrain},
 	"silu": {
-		mapF64(func(u float64) float64 { return u / (1 + math.Exp(-u)) }),
+		mapF64(func(u float64) float64 { return u / (1 + expFast(-u)) }),
 		gradF64(func(u float64) float64 {
-			s := 1 / (1 + math.Exp(-u))
+			s := sigmoidFast(u)
 			return s * (1 + float64(u*(1-s)))
 		}),
 		mathGrain},

@@ -7,7 +7,9 @@ import (
 	"unsafe"
 )
 
-// The AVX2 kernels of fastmath.go's loops (fastmath_amd64.s).
+// The AVX2 kernels of fastmath.go's loops (fastmath_amd64.s), and the
+// functions that call them on a slice's leading values, none beyond the
+// shortest slice's end.
 
 // geluAVX2 computes GELU's output, Φ and φ (see GELU.Forward) of x[0:n],
 // n a positive multiple of 4, four values at a time with normal's and
@@ -134,7 +136,7 @@ var vecK = func() *vecCoef {
 // expVector is softmaxExpAVX2 on the leading values of x (none without
 // AVX2).
 func expVector(x, y []float32, m float64, sum *float64) int {
-	n := len(x) &^ 3
+	n := min(len(x), len(y)) &^ 3
 	if !hasAVX2 || n == 0 {
 		return 0
 	}
@@ -144,7 +146,7 @@ func expVector(x, y []float32, m float64, sum *float64) int {
 // sigmoidVector and tanhVector are sigmoidAVX2 and tanhAVX2 on the
 // leading values of x (none without AVX2).
 func sigmoidVector(x, y []float32) int {
-	n := len(x) &^ 3
+	n := min(len(x), len(y)) &^ 3
 	if !hasAVX2 || n == 0 {
 		return 0
 	}
@@ -152,7 +154,7 @@ func sigmoidVector(x, y []float32) int {
 }
 
 func tanhVector(x, y []float32) int {
-	n := len(x) &^ 3
+	n := min(len(x), len(y)) &^ 3
 	if !hasAVX2 || n == 0 {
 		return 0
 	}
@@ -173,7 +175,7 @@ func normalizeVector(y []float32, inv float64) int {
 // geluVector is how many leading values of x geluAVX2 computed (0
 // without AVX2).
 func geluVector(x, y, cdf, pdf []float32) int {
-	n := len(x) &^ 3
+	n := min(len(x), len(y), len(cdf), len(pdf)) &^ 3
 	if !hasAVX2 || n == 0 {
 		return 0
 	}

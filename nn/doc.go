@@ -40,15 +40,15 @@
 // may fuse x*y + z into one multiply-add on arm64 (and on amd64 from
 // GOAMD64=v3), which rounds once instead of twice. Softmax, LogSoftmax,
 // the softmax cross-entropy, GELU, sigmoid, tanh, SiLU, Exp and the LSTM
-// and GRU cells take their exp and log from fastmath.go, built the same way (its
-// AVX2 kernels give its bits). One caveat: the math package's Exp, Log,
-// Cos, Tanh, Erf and Pow are not bit-identical across architectures (nor
-// is Exp across amd64 CPUs with and without FMA). What still uses them
-// (Erf's forward pass, ONNX's Log, Sin, Cos, Pow and Softplus's log1p, the
-// cosine schedule) calls them in float64 and rounds the result to float32
-// (or uses one value a step), where a last-bit difference survives only
-// when the value lies within a float64 ulp of a float32 rounding boundary:
-// rare, but not impossible.
+// and GRU cells take their exp and log from fastmath.go, built the same
+// way (its AVX2 kernels give its bits). One caveat: the math package's
+// Exp, Log, Cos, Tanh, Erf and Pow are not bit-identical across
+// architectures (nor is Exp across amd64 CPUs with and without FMA). What
+// still uses them (Erf's forward pass, ONNX's Log, Sin, Cos, Pow and
+// Softplus's log1p, the cosine schedule) calls them in float64 and rounds
+// the result to float32 (or uses one value a step), where a last-bit
+// difference survives only when the value lies within a float64 ulp of a
+// float32 rounding boundary: rare, but not impossible.
 // integration/crossarch checks mlp32, resnet50, and a GPT, an LSTM and a
 // GRU exported from PyTorch under qemu.
 //

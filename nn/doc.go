@@ -45,10 +45,10 @@
 // Exp, Log, Cos, Tanh, Erf and Pow are not bit-identical across
 // architectures (nor is Exp across amd64 CPUs with and without FMA). What
 // still uses them (Erf's forward pass, ONNX's Log, Sin, Cos, Pow and
-// Softplus's log1p, the cosine schedule) calls them in float64 and rounds
-// the result to float32 (or uses one value a step), where a last-bit
-// difference survives only when the value lies within a float64 ulp of a
-// float32 rounding boundary: rare, but not impossible.
+// Softplus's log1p) calls them in float64 and rounds the result to
+// float32, where a last-bit difference survives only when the value lies
+// within a float64 ulp of a float32 rounding boundary: rare, but not
+// impossible. The cosine schedule's rates come from fastmath.go's cosPi.
 // integration/crossarch checks mlp32, resnet50, and a GPT, an LSTM and a
 // GRU exported from PyTorch under qemu.
 //

@@ -39,5 +39,5 @@ func (s Schedule) At(step int) float64 {
 		return s.Base
 	}
 	t := math.Min(float64(step-s.Warmup)/float64(span), 1)
-	return s.Base * 0.5 * (1 + math.Cos(math.Pi*t))
+	return s.Base * 0.5 * (1 + cosPi(t))
 }

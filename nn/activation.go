@@ -152,15 +152,12 @@ func (GELU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 // geluRange is GELU's y = x·Φ(x), Φ and φ of xs: the vector kernel's
 // where it has one, else, and for the four values it leaves, normal's.
 func geluRange(xs, ys, ps, ds []float32) {
-	for i := 0; i < len(xs); {
-		i += geluVector(xs[i:], ys[i:], ps[i:], ds[i:])
-		for end := min(i+4, len(xs)); i < end; i++ {
-			u := float64(xs[i])
-			p, d := normal(u)
-			ps[i], ds[i] = float32(p), float32(d)
-			ys[i] = float32(u * p)
-		}
-	}
+	kernelThenLoop(len(xs), func(i int) int { return geluVector(xs[i:], ys[i:], ps[i:], ds[i:]) }, func(i int) {
+		u := float64(xs[i])
+		p, d := normal(u)
+		ps[i], ds[i] = float32(p), float32(d)
+		ys[i] = float32(u * p)
+	})
 }
 
 // Backward is dy·(Φ(x) + x·φ(x)), Φ and φ as the forward pass kept them.
@@ -323,14 +320,11 @@ func (LogSoftmax) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, nee
 // has one, else, and for the four values it leaves, expFast's.
 func expRow(xs, ys []float32, m float64) float64 {
 	var sum float64
-	for i := 0; i < len(xs); {
-		i += expVector(xs[i:], ys[i:], m, &sum)
-		for end := min(i+4, len(xs)); i < end; i++ {
-			e := expFast(float64(xs[i]) - m)
-			ys[i] = float32(e)
-			sum += e
-		}
-	}
+	kernelThenLoop(len(xs), func(i int) int { return expVector(xs[i:], ys[i:], m, &sum) }, func(i int) {
+		e := expFast(float64(xs[i]) - m)
+		ys[i] = float32(e)
+		sum += e
+	})
 	return sum
 }
 

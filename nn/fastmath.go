@@ -116,24 +116,30 @@ func cosPi(t float64) float64 {
 	if t > 0.5 {
 		t, sign = 1-t, -1 // exact
 	}
-	x := float64(math.Pi * t)
 	if t > 0.25 {
-		x = float64(math.Pi * (0.5 - t)) // sin(π(½ − t)); 0.5 − t is exact
+		return sign * sinTaylor(float64(math.Pi*(0.5-t))) // 0.5 − t is exact
 	}
+	return sign * cosTaylor(float64(math.Pi*t))
+}
+
+// sinTaylor is sin x to x^15/15! and cosTaylor cos x to x^16/16!, for
+// |x| <= π/4.
+func sinTaylor(x float64) float64 {
 	x2 := float64(x * x)
-	p := 0.0
-	if t > 0.25 { // x − x³/3! + ... − x^15/15!
-		p = -1.0 / 1307674368000
-		for _, c := range [...]float64{1.0 / 6227020800, -1.0 / 39916800, 1.0 / 362880, -1.0 / 5040, 1.0 / 120, -1.0 / 6, 1} {
-			p = float64(p*x2) + c
-		}
-		return sign * float64(p*x)
+	p := -1.0 / 1307674368000
+	for _, c := range [...]float64{1.0 / 6227020800, -1.0 / 39916800, 1.0 / 362880, -1.0 / 5040, 1.0 / 120, -1.0 / 6, 1} {
+		p = float64(p*x2) + c
 	}
-	p = 1.0 / 20922789888000 // 1 − x²/2! + ... + x^16/16!
+	return float64(p * x)
+}
+
+func cosTaylor(x float64) float64 {
+	x2 := float64(x * x)
+	p := 1.0 / 20922789888000
 	for _, c := range [...]float64{-1.0 / 87178291200, 1.0 / 479001600, -1.0 / 3628800, 1.0 / 40320, -1.0 / 720, 1.0 / 24, -0.5, 1} {
 		p = float64(p*x2) + c
 	}
-	return sign * p
+	return p
 }
 
 // sigmoidFast is 1/(1 + e^−x) by expFast.
@@ -144,19 +150,23 @@ func sigmoidFast(x float64) float64 { return 1 / (1 + expFast(-x)) }
 // the same): the vector kernels' where they have them, else, and for the
 // four values they leave, the functions'.
 func sigmoidRange(xs, ys []float32) {
-	for i := 0; i < len(xs); {
-		i += sigmoidVector(xs[i:], ys[i:])
-		for end := min(i+4, len(xs)); i < end; i++ {
-			ys[i] = float32(sigmoidFast(float64(xs[i])))
-		}
-	}
+	kernelThenLoop(len(xs), func(i int) int { return sigmoidVector(xs[i:], ys[i:]) },
+		func(i int) { ys[i] = float32(sigmoidFast(float64(xs[i]))) })
 }
 
 func tanhRange(xs, ys []float32) {
-	for i := 0; i < len(xs); {
-		i += tanhVector(xs[i:], ys[i:])
-		for end := min(i+4, len(xs)); i < end; i++ {
-			ys[i] = float32(tanhFast(float64(xs[i])))
+	kernelThenLoop(len(xs), func(i int) int { return tanhVector(xs[i:], ys[i:]) },
+		func(i int) { ys[i] = float32(tanhFast(float64(xs[i]))) })
+}
+
+// kernelThenLoop runs n values from 0: kernel(i) on the values from i,
+// which does as many as it takes and says how many, then loop on each of
+// the (up to four) values it leaves, and so on to the end.
+func kernelThenLoop(n int, kernel func(i int) int, loop func(i int)) {
+	for i := 0; i < n; {
+		i += kernel(i)
+		for end := min(i+4, n); i < end; i++ {
+			loop(i)
 		}
 	}
 }

@@ -133,11 +133,20 @@ var vecK = func() *vecCoef {
 	return k
 }()
 
+// vector4 is how many leading values of n the four-lane kernels take (0
+// without AVX2), as vector8 is for the eight-lane ones.
+func vector4(n int) int {
+	if !hasAVX2 {
+		return 0
+	}
+	return n &^ 3
+}
+
 // expVector is softmaxExpAVX2 on the leading values of x (none without
 // AVX2).
 func expVector(x, y []float32, m float64, sum *float64) int {
-	n := min(len(x), len(y)) &^ 3
-	if !hasAVX2 || n == 0 {
+	n := vector4(min(len(x), len(y)))
+	if n == 0 {
 		return 0
 	}
 	return softmaxExpAVX2(&x[0], &y[0], n, m, sum, vecK)
@@ -146,16 +155,16 @@ func expVector(x, y []float32, m float64, sum *float64) int {
 // sigmoidVector and tanhVector are sigmoidAVX2 and tanhAVX2 on the
 // leading values of x (none without AVX2).
 func sigmoidVector(x, y []float32) int {
-	n := min(len(x), len(y)) &^ 3
-	if !hasAVX2 || n == 0 {
+	n := vector4(min(len(x), len(y)))
+	if n == 0 {
 		return 0
 	}
 	return sigmoidAVX2(&x[0], &y[0], n, vecK)
 }
 
 func tanhVector(x, y []float32) int {
-	n := min(len(x), len(y)) &^ 3
-	if !hasAVX2 || n == 0 {
+	n := vector4(min(len(x), len(y)))
+	if n == 0 {
 		return 0
 	}
 	return tanhAVX2(&x[0], &y[0], n, vecK)
@@ -164,19 +173,18 @@ func tanhVector(x, y []float32) int {
 // normalizeVector is normalizeAVX2 on the leading values of y; it
 // returns how many it did (none without AVX2).
 func normalizeVector(y []float32, inv float64) int {
-	n := len(y) &^ 3
-	if !hasAVX2 || n == 0 {
-		return 0
+	n := vector4(len(y))
+	if n > 0 {
+		normalizeAVX2(&y[0], n, inv, vecK)
 	}
-	normalizeAVX2(&y[0], n, inv, vecK)
 	return n
 }
 
 // geluVector is how many leading values of x geluAVX2 computed (0
 // without AVX2).
 func geluVector(x, y, cdf, pdf []float32) int {
-	n := min(len(x), len(y), len(cdf), len(pdf)) &^ 3
-	if !hasAVX2 || n == 0 {
+	n := vector4(min(len(x), len(y), len(cdf), len(pdf)))
+	if n == 0 {
 		return 0
 	}
 	return geluAVX2(&x[0], &y[0], &cdf[0], &pdf[0], n, vecK)

@@ -19,27 +19,24 @@
 	VSUBPD Y6, Y5, Y5 \
 	VMOVUPD 224(R11), Y6
 
+// EXP_STEP is a Horner step of the series in Y6 in r (Y5): Y6 = Y6·r +
+// the coefficient at off.
+#define EXP_STEP(off) \
+	VMULPD Y5, Y6, Y6 \
+	VADDPD off(R11), Y6, Y6
+
 // SERIES takes the series in Y6 (EXP_KR's start) in r (Y5) to (e^r − 1)/r:
 // expSeries.
 #define SERIES \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 256(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 288(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 320(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 352(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 384(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 416(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 448(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 480(R11), Y6, Y6 \
-	VMULPD Y5, Y6, Y6 \
-	VADDPD 512(R11), Y6, Y6
+	EXP_STEP(256) \
+	EXP_STEP(288) \
+	EXP_STEP(320) \
+	EXP_STEP(352) \
+	EXP_STEP(384) \
+	EXP_STEP(416) \
+	EXP_STEP(448) \
+	EXP_STEP(480) \
+	EXP_STEP(512)
 
 // MILLS sets dst to the Mills coefficient at off in the table (R10) of
 // each lane's k' (Y2: VPERMPS's indices, Y3: k' < 4, Y1: k' < 8): the
@@ -93,14 +90,7 @@ loop:
 	// gathers are slower).
 	VMULPD 64(R11), Y0, Y3
 	VMULPD Y0, Y3, Y3        // e
-	VMULPD 96(R11), Y3, Y4
-	VADDPD 128(R11), Y4, Y4
-	VROUNDPD $1, Y4, Y4      // k = floor(e·log2e + 0.5)
-	VMULPD 160(R11), Y4, Y5
-	VSUBPD Y5, Y3, Y5
-	VMULPD 192(R11), Y4, Y6
-	VSUBPD Y6, Y5, Y5        // r = (e − k·ln2Hi) − k·ln2Lo
-	VMOVUPD 224(R11), Y6     // p
+	EXP_KR
 
 	VCVTTPD2DQY Y1, X8
 	VCVTDQ2PD X8, Y9
@@ -117,34 +107,24 @@ loop:
 	VMOVDQU 768(R11), Y1
 	VPCMPGTQ Y10, Y1, Y1     // k' < 8 (t is w now)
 	MILLS(768, Y11)
-	VMULPD Y5, Y6, Y6
-	VADDPD 256(R11), Y6, Y6
+	EXP_STEP(256)
 	MILLS_STEP(672)
-	VMULPD Y5, Y6, Y6
-	VADDPD 288(R11), Y6, Y6
+	EXP_STEP(288)
 	MILLS_STEP(576)
-	VMULPD Y5, Y6, Y6
-	VADDPD 320(R11), Y6, Y6
+	EXP_STEP(320)
 	MILLS_STEP(480)
-	VMULPD Y5, Y6, Y6
-	VADDPD 352(R11), Y6, Y6
+	EXP_STEP(352)
 	MILLS_STEP(384)
-	VMULPD Y5, Y6, Y6
-	VADDPD 384(R11), Y6, Y6
+	EXP_STEP(384)
 	MILLS_STEP(288)
-	VMULPD Y5, Y6, Y6
-	VADDPD 416(R11), Y6, Y6
+	EXP_STEP(416)
 	MILLS_STEP(192)
-	VMULPD Y5, Y6, Y6
-	VADDPD 448(R11), Y6, Y6
+	EXP_STEP(448)
 	MILLS_STEP(96)
-	VMULPD Y5, Y6, Y6
-	VADDPD 480(R11), Y6, Y6
+	EXP_STEP(480)
 	MILLS_STEP(0)
-	VMULPD Y5, Y6, Y6
-	VADDPD 512(R11), Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VADDPD 544(R11), Y6, Y6
+	EXP_STEP(512)
+	EXP_STEP(544)
 	POW2K
 	VMULPD Y7, Y6, Y6
 	VMULPD 576(R11), Y6, Y6  // φ
@@ -199,8 +179,7 @@ sloop:
 
 	EXP_KR
 	SERIES
-	VMULPD Y5, Y6, Y6
-	VADDPD 544(R11), Y6, Y6
+	EXP_STEP(544)
 	POW2K
 	VMULPD Y7, Y6, Y6
 	VANDNPD Y6, Y2, Y6            // 0 below −745.1
@@ -247,8 +226,7 @@ gloop:
 	JNE gdone
 	EXP_KR
 	SERIES
-	VMULPD Y5, Y6, Y6
-	VADDPD 544(R11), Y6, Y6
+	EXP_STEP(544)
 	POW2K
 	VMULPD Y7, Y6, Y6             // e^−x
 	VADDPD 608(R11), Y6, Y6

@@ -151,76 +151,57 @@ func TestSigmoidTanhKernelsMatchLoop(t *testing.T) {
 	}
 }
 
-// BenchmarkGELU is GELU's forward pass over a transformer block's
-// hidden activations (128 tokens × 1024), with and without the kernel.
-func BenchmarkGELU(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, 128*1024)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 2)
-	}
-	y, p, d := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
+// benchLoopAndKernel runs f on x as the sub-benchmarks name/loop and
+// name/kernel (if the CPU has the kernels).
+func benchLoopAndKernel(b *testing.B, name string, x []float32, f func()) {
 	vector := hasAVX2
 	defer func() { hasAVX2 = vector }()
 	for _, v := range []bool{false, vector} {
-		name := map[bool]string{false: "loop", true: "kernel"}[v]
-		b.Run(name, func(b *testing.B) {
+		b.Run(name+map[bool]string{false: "loop", true: "kernel"}[v], func(b *testing.B) {
 			hasAVX2 = v
 			b.SetBytes(int64(4 * len(x)))
 			for b.Loop() {
-				geluRange(x, y, p, d)
+				f()
 			}
 		})
 	}
+}
+
+// normals is n values of a normal distribution of deviation 2.
+func normals(n int) []float32 {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 2)
+	}
+	return x
+}
+
+// BenchmarkGELU is GELU's forward pass over a transformer block's
+// hidden activations (128 tokens × 1024), with and without the kernel.
+func BenchmarkGELU(b *testing.B) {
+	x := normals(128 * 1024)
+	y, p, d := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
+	benchLoopAndKernel(b, "", x, func() { geluRange(x, y, p, d) })
 }
 
 // BenchmarkSigmoidTanh is the two over an LSTM step's gates (64 samples
 // × 4 × 256), with and without the kernels.
 func BenchmarkSigmoidTanh(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, 64*4*256)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 2)
-	}
+	x := normals(64 * 4 * 256)
 	y := make([]float32, len(x))
-	vector := hasAVX2
-	defer func() { hasAVX2 = vector }()
-	for _, f := range []struct {
-		name  string
-		apply func(xs, ys []float32)
-	}{{"sigmoid", sigmoidRange}, {"tanh", tanhRange}} {
-		for _, v := range []bool{false, vector} {
-			b.Run(f.name+"/"+map[bool]string{false: "loop", true: "kernel"}[v], func(b *testing.B) {
-				hasAVX2 = v
-				b.SetBytes(int64(4 * len(x)))
-				for b.Loop() {
-					f.apply(x, y)
-				}
-			})
-		}
-	}
+	benchLoopAndKernel(b, "sigmoid/", x, func() { sigmoidRange(x, y) })
+	benchLoopAndKernel(b, "tanh/", x, func() { tanhRange(x, y) })
 }
 
 // BenchmarkSoftmaxExp is softmax's exponentials over 128 attention rows
 // of 128, with and without the kernel.
 func BenchmarkSoftmaxExp(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, 128*128)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 2)
-	}
+	x := normals(128 * 128)
 	y := make([]float32, len(x))
-	vector := hasAVX2
-	defer func() { hasAVX2 = vector }()
-	for _, v := range []bool{false, vector} {
-		b.Run(map[bool]string{false: "loop", true: "kernel"}[v], func(b *testing.B) {
-			hasAVX2 = v
-			b.SetBytes(int64(4 * len(x)))
-			for b.Loop() {
-				for row := range 128 {
-					expRow(x[row*128:(row+1)*128], y[row*128:(row+1)*128], 8)
-				}
-			}
-		})
-	}
+	benchLoopAndKernel(b, "", x, func() {
+		for row := range 128 {
+			expRow(x[row*128:(row+1)*128], y[row*128:(row+1)*128], 8)
+		}
+	})
 }

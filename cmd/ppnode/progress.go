@@ -40,11 +40,11 @@ type progress struct {
 	lastStep  int
 	lastPrint time.Time
 	// The evaluation last shown: the step of its weights, when first
-	// seen, and as plain lines whether printed, the samples done and when;
+	// seen, the samples done and when as a plain line (zero: not yet);
 	// inEval while it is what is shown (the steps wait for a later step).
 	evalStep, evalDone  int
 	evalFrom, evalPrint time.Time
-	evalPrinted, inEval bool
+	inEval              bool
 }
 
 // progressUpdate is what a job reported at a time.
@@ -139,28 +139,28 @@ func (p *progress) evaluating(now time.Time, step, done, samples int) {
 		return
 	}
 	shown := p.inEval && step == p.evalStep
-	p.inEval = true
+	if !shown {
+		p.inEval, p.evalStep, p.evalFrom, p.evalPrint = true, step, now, time.Time{}
+	}
 	line := fmt.Sprintf("evaluating the weights after step %d: %d/%d test samples", step, done, samples)
 	if p.tty {
 		if shown && p.drawn && done < samples && now.Sub(p.last) < redrawEvery {
 			return
 		}
-		p.evalStep, p.last, p.drawn = step, now, true
+		p.last, p.drawn = now, true
 		fmt.Fprintf(p.w, "\r%s %s\033[K", barOf(done, samples), line)
 		return
 	}
-	if !shown {
-		p.evalStep, p.evalFrom, p.evalPrinted = step, now, false
-	}
+	printed := !p.evalPrint.IsZero()
 	switch {
-	case !p.evalPrinted && now.Sub(p.evalFrom) < printEvery:
+	case !printed && now.Sub(p.evalFrom) < printEvery:
 		return // a short evaluation prints nothing
-	case p.evalPrinted && (done == p.evalDone || done < samples && now.Sub(p.evalPrint) < printEvery):
+	case printed && (done == p.evalDone || done < samples && now.Sub(p.evalPrint) < printEvery):
 		return
-	case !p.evalPrinted && p.cur.step > 0 && p.cur.step != p.lastStep:
+	case !printed && p.cur.step > 0 && p.cur.step != p.lastStep:
 		p.print() // the step whose weights these are, first
 	}
-	p.evalDone, p.evalPrint, p.evalPrinted = done, now, true
+	p.evalDone, p.evalPrint = done, now
 	fmt.Fprintln(p.w, "  "+line)
 }
 

@@ -574,7 +574,7 @@ func (c *Coordinator) exec(ctx context.Context, a core.Action) {
 		c.op.step = a.Step
 	case core.TakeCut:
 		s := c.sets[a.Gen]
-		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome { return outcome{ev: c.takeCut(s, a)} })
+		c.start(ctx, []uint64{a.Gen}, func(ctx context.Context) outcome { return outcome{ev: c.takeCut(ctx, s, a)} })
 	default:
 		c.log.Error("actors: an action the coordinator does not know", "action", fmt.Sprintf("%T", a))
 	}

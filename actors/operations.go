@@ -417,9 +417,9 @@ const evalNewsEvery = 250 * time.Millisecond
 // takeCut gathers the state of the stages of s after a.Step into the
 // coordinator's model, as the latest cut (the pipeline is drained between
 // steps, so the cut is consistent); with a store it is then written and
-// copied in the background (CutPersisted). With a.Evaluate the test
-// accuracy of the weights is measured too.
-func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
+// copied in the background (CutPersisted). With a.Evaluate the stages
+// measure the test accuracy of the weights too (evaluate).
+func (c *Coordinator) takeCut(ctx context.Context, s *stageSet, a core.TakeCut) core.Event {
 	ev := core.CutTaken{Op: a.Op}
 	t0 := c.clk.Now()
 	c.persisting.Wait() // the model's tensors are the previous cut's until written
@@ -429,12 +429,6 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 	}
 	c.meter.cut(c.clk.Now().Sub(t0))
 	if a.Evaluate {
-		be, err := c.spec.NewBackend(c.cfg.Threads)
-		if err != nil {
-			ev.Err = err
-			return ev
-		}
-		opt, _ := c.spec.NewOptimizer(1)
 		var said time.Time
 		progress := func(done, samples int) {
 			if now := c.clk.Now(); done == samples || now.Sub(said) >= evalNewsEvery {
@@ -442,7 +436,25 @@ func (c *Coordinator) takeCut(s *stageSet, a core.TakeCut) core.Event {
 				c.post(core.Evaluating{Step: a.Step, Done: done, Samples: samples})
 			}
 		}
-		ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed), progress)
+		t0 := c.clk.Now()
+		var err error
+		ev.Accuracy, ev.TestLoss, err = c.evaluate(ctx, s, a.Step, progress)
+		if ev.OnStages = err == nil; err != nil {
+			if ctx.Err() != nil {
+				ev.Err = err
+				return ev
+			}
+			// The cut is whole: the coordinator evaluates its weights.
+			c.log.Warn("the stages' evaluation failed; evaluating on the coordinator", "step", a.Step, "err", err)
+			be, err := c.spec.NewBackend(c.cfg.Threads)
+			if err != nil {
+				ev.Err = err
+				return ev
+			}
+			opt, _ := c.spec.NewOptimizer(1)
+			ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed), progress)
+		}
+		ev.Evaluated = c.clk.Now().Sub(t0)
 		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())
 	}
 	if c.cfg.Store == nil {

@@ -474,6 +474,80 @@ func (x *StepBegin) GetLinkRates() map[int32]float64 {
 	return nil
 }
 
+// EvalBegin makes a stage run its layers' forward passes over the test
+// split with the weights after step: chunks chunks of it flow through the
+// pipeline as micro-batches do (chunk c as micro-batch c mod M of the
+// plan), tagged MicroBatch evalTag|c. A stage sends a credit back for each
+// chunk it has read, and sends at most window chunks ahead of a peer's
+// credits. It answers with a StepDone; the loss stage's has chunk_loss.
+type EvalBegin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Chunks        uint32                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	Window        uint32                 `protobuf:"varint,4,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvalBegin) Reset() {
+	*x = EvalBegin{}
+	mi := &file_ppnode_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvalBegin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvalBegin) ProtoMessage() {}
+
+func (x *EvalBegin) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvalBegin.ProtoReflect.Descriptor instead.
+func (*EvalBegin) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EvalBegin) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *EvalBegin) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *EvalBegin) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *EvalBegin) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
 // LinkSent is what a stage sent to one peer during a step, of one kind
 // (dataplane.Kind), as its link counted it.
 type LinkSent struct {
@@ -493,7 +567,7 @@ type LinkSent struct {
 
 func (x *LinkSent) Reset() {
 	*x = LinkSent{}
-	mi := &file_ppnode_proto_msgTypes[6]
+	mi := &file_ppnode_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +579,7 @@ func (x *LinkSent) String() string {
 func (*LinkSent) ProtoMessage() {}
 
 func (x *LinkSent) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[6]
+	mi := &file_ppnode_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +592,7 @@ func (x *LinkSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkSent.ProtoReflect.Descriptor instead.
 func (*LinkSent) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{6}
+	return file_ppnode_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LinkSent) GetPeer() int32 {
@@ -606,7 +680,7 @@ type StageTiming struct {
 
 func (x *StageTiming) Reset() {
 	*x = StageTiming{}
-	mi := &file_ppnode_proto_msgTypes[7]
+	mi := &file_ppnode_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +692,7 @@ func (x *StageTiming) String() string {
 func (*StageTiming) ProtoMessage() {}
 
 func (x *StageTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[7]
+	mi := &file_ppnode_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +705,7 @@ func (x *StageTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
 func (*StageTiming) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{7}
+	return file_ppnode_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StageTiming) GetStage() int32 {
@@ -712,7 +786,7 @@ type PassTiming struct {
 
 func (x *PassTiming) Reset() {
 	*x = PassTiming{}
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +798,7 @@ func (x *PassTiming) String() string {
 func (*PassTiming) ProtoMessage() {}
 
 func (x *PassTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[8]
+	mi := &file_ppnode_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +811,7 @@ func (x *PassTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassTiming.ProtoReflect.Descriptor instead.
 func (*PassTiming) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{8}
+	return file_ppnode_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PassTiming) GetOp() int32 {
@@ -771,22 +845,25 @@ func (x *PassTiming) GetDurNs() int64 {
 // StepDone reports the end of a step: per-stage timings and, from the loss
 // stage, the mean loss over the step's micro-batches.
 type StepDone struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	Timings       []*StageTiming         `protobuf:"bytes,3,rep,name=timings,proto3" json:"timings,omitempty"`
-	Loss          float64                `protobuf:"fixed64,4,opt,name=loss,proto3" json:"loss,omitempty"` // sum over the step's samples (loss stage only)
-	HasLoss       bool                   `protobuf:"varint,5,opt,name=has_loss,json=hasLoss,proto3" json:"has_loss,omitempty"`
-	Correct       int64                  `protobuf:"varint,6,opt,name=correct,proto3" json:"correct,omitempty"` // correctly classified samples (loss stage only)
-	Samples       int64                  `protobuf:"varint,7,opt,name=samples,proto3" json:"samples,omitempty"`
-	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"` // non-empty: the step failed on this stage
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Step    uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Timings []*StageTiming         `protobuf:"bytes,3,rep,name=timings,proto3" json:"timings,omitempty"`
+	Loss    float64                `protobuf:"fixed64,4,opt,name=loss,proto3" json:"loss,omitempty"` // sum over the step's samples (loss stage only)
+	HasLoss bool                   `protobuf:"varint,5,opt,name=has_loss,json=hasLoss,proto3" json:"has_loss,omitempty"`
+	Correct int64                  `protobuf:"varint,6,opt,name=correct,proto3" json:"correct,omitempty"` // correctly classified samples (loss stage only)
+	Samples int64                  `protobuf:"varint,7,opt,name=samples,proto3" json:"samples,omitempty"`
+	Error   string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"` // non-empty: the step failed on this stage
+	// An evaluation's loss stage: the loss summed over each chunk it ran, in
+	// chunk order.
+	ChunkLoss     []float64 `protobuf:"fixed64,9,rep,packed,name=chunk_loss,json=chunkLoss,proto3" json:"chunk_loss,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepDone) Reset() {
 	*x = StepDone{}
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +875,7 @@ func (x *StepDone) String() string {
 func (*StepDone) ProtoMessage() {}
 
 func (x *StepDone) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[9]
+	mi := &file_ppnode_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +888,7 @@ func (x *StepDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDone.ProtoReflect.Descriptor instead.
 func (*StepDone) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{9}
+	return file_ppnode_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepDone) GetHeader() *Header {
@@ -870,6 +947,13 @@ func (x *StepDone) GetError() string {
 	return ""
 }
 
+func (x *StepDone) GetChunkLoss() []float64 {
+	if x != nil {
+		return x.ChunkLoss
+	}
+	return nil
+}
+
 // LinkAddr is one data-plane link of a plan: stage from sends activations
 // to stage to (from = -1: the coordinator feeds inputs and labels), the
 // receiver listens at addr.
@@ -885,7 +969,7 @@ type LinkAddr struct {
 
 func (x *LinkAddr) Reset() {
 	*x = LinkAddr{}
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +981,7 @@ func (x *LinkAddr) String() string {
 func (*LinkAddr) ProtoMessage() {}
 
 func (x *LinkAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[10]
+	mi := &file_ppnode_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +994,7 @@ func (x *LinkAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkAddr.ProtoReflect.Descriptor instead.
 func (*LinkAddr) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{10}
+	return file_ppnode_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkAddr) GetLink() uint32 {
@@ -955,7 +1039,7 @@ type SetupStage struct {
 
 func (x *SetupStage) Reset() {
 	*x = SetupStage{}
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1051,7 @@ func (x *SetupStage) String() string {
 func (*SetupStage) ProtoMessage() {}
 
 func (x *SetupStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1064,7 @@ func (x *SetupStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStage.ProtoReflect.Descriptor instead.
 func (*SetupStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{11}
+	return file_ppnode_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetupStage) GetHeader() *Header {
@@ -1013,7 +1097,7 @@ type SetupStageReply struct {
 
 func (x *SetupStageReply) Reset() {
 	*x = SetupStageReply{}
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1109,7 @@ func (x *SetupStageReply) String() string {
 func (*SetupStageReply) ProtoMessage() {}
 
 func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1122,7 @@ func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStageReply.ProtoReflect.Descriptor instead.
 func (*SetupStageReply) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{12}
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetupStageReply) GetHeader() *Header {
@@ -1089,7 +1173,7 @@ type ConnectStage struct {
 
 func (x *ConnectStage) Reset() {
 	*x = ConnectStage{}
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1185,7 @@ func (x *ConnectStage) String() string {
 func (*ConnectStage) ProtoMessage() {}
 
 func (x *ConnectStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1198,7 @@ func (x *ConnectStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectStage.ProtoReflect.Descriptor instead.
 func (*ConnectStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{13}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConnectStage) GetHeader() *Header {
@@ -1145,7 +1229,7 @@ type GatherWeights struct {
 
 func (x *GatherWeights) Reset() {
 	*x = GatherWeights{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1241,7 @@ func (x *GatherWeights) String() string {
 func (*GatherWeights) ProtoMessage() {}
 
 func (x *GatherWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1254,7 @@ func (x *GatherWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatherWeights.ProtoReflect.Descriptor instead.
 func (*GatherWeights) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GatherWeights) GetHeader() *Header {
@@ -1200,7 +1284,7 @@ type RestoreStage struct {
 
 func (x *RestoreStage) Reset() {
 	*x = RestoreStage{}
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1296,7 @@ func (x *RestoreStage) String() string {
 func (*RestoreStage) ProtoMessage() {}
 
 func (x *RestoreStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1309,7 @@ func (x *RestoreStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreStage.ProtoReflect.Descriptor instead.
 func (*RestoreStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{15}
+	return file_ppnode_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RestoreStage) GetHeader() *Header {
@@ -1259,7 +1343,7 @@ type StateTransfer struct {
 
 func (x *StateTransfer) Reset() {
 	*x = StateTransfer{}
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1355,7 @@ func (x *StateTransfer) String() string {
 func (*StateTransfer) ProtoMessage() {}
 
 func (x *StateTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1368,7 @@ func (x *StateTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTransfer.ProtoReflect.Descriptor instead.
 func (*StateTransfer) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{16}
+	return file_ppnode_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateTransfer) GetFrom() int32 {
@@ -1333,7 +1417,7 @@ type SendState struct {
 
 func (x *SendState) Reset() {
 	*x = SendState{}
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1429,7 @@ func (x *SendState) String() string {
 func (*SendState) ProtoMessage() {}
 
 func (x *SendState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1442,7 @@ func (x *SendState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendState.ProtoReflect.Descriptor instead.
 func (*SendState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{17}
+	return file_ppnode_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendState) GetHeader() *Header {
@@ -1403,7 +1487,7 @@ type ReceiveState struct {
 
 func (x *ReceiveState) Reset() {
 	*x = ReceiveState{}
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1499,7 @@ func (x *ReceiveState) String() string {
 func (*ReceiveState) ProtoMessage() {}
 
 func (x *ReceiveState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1512,7 @@ func (x *ReceiveState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveState.ProtoReflect.Descriptor instead.
 func (*ReceiveState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{18}
+	return file_ppnode_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReceiveState) GetHeader() *Header {
@@ -1467,7 +1551,7 @@ type TransferStats struct {
 
 func (x *TransferStats) Reset() {
 	*x = TransferStats{}
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1563,7 @@ func (x *TransferStats) String() string {
 func (*TransferStats) ProtoMessage() {}
 
 func (x *TransferStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1576,7 @@ func (x *TransferStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStats.ProtoReflect.Descriptor instead.
 func (*TransferStats) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{19}
+	return file_ppnode_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TransferStats) GetFrom() int32 {
@@ -1548,7 +1632,7 @@ type StateMoved struct {
 
 func (x *StateMoved) Reset() {
 	*x = StateMoved{}
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1644,7 @@ func (x *StateMoved) String() string {
 func (*StateMoved) ProtoMessage() {}
 
 func (x *StateMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1657,7 @@ func (x *StateMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMoved.ProtoReflect.Descriptor instead.
 func (*StateMoved) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{20}
+	return file_ppnode_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StateMoved) GetHeader() *Header {
@@ -1607,7 +1691,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1703,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1716,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{21}
+	return file_ppnode_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -1654,7 +1738,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[22]
+	mi := &file_ppnode_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1750,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[22]
+	mi := &file_ppnode_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1763,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{22}
+	return file_ppnode_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1742,7 +1826,12 @@ const file_ppnode_proto_rawDesc = "" +
 	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x1a<\n" +
 	"\x0eLinkRatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf1\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"~\n" +
+	"\tEvalBegin\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x16\n" +
+	"\x06chunks\x18\x03 \x01(\rR\x06chunks\x12\x16\n" +
+	"\x06window\x18\x04 \x01(\rR\x06window\"\xf1\x01\n" +
 	"\bLinkSent\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\x05R\x04peer\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x14\n" +
@@ -1771,7 +1860,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\x05R\x02op\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x19\n" +
 	"\bstart_ns\x18\x03 \x01(\x03R\astartNs\x12\x15\n" +
-	"\x06dur_ns\x18\x04 \x01(\x03R\x05durNs\"\xfc\x01\n" +
+	"\x06dur_ns\x18\x04 \x01(\x03R\x05durNs\"\x9b\x02\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +
@@ -1780,7 +1869,9 @@ const file_ppnode_proto_rawDesc = "" +
 	"\bhas_loss\x18\x05 \x01(\bR\ahasLoss\x12\x18\n" +
 	"\acorrect\x18\x06 \x01(\x03R\acorrect\x12\x18\n" +
 	"\asamples\x18\a \x01(\x03R\asamples\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"V\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"chunk_loss\x18\t \x03(\x01R\tchunkLoss\"V\n" +
 	"\bLinkAddr\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\rR\x04link\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x05R\x04from\x12\x0e\n" +
@@ -1860,7 +1951,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1869,24 +1960,25 @@ var file_ppnode_proto_goTypes = []any{
 	(*SpawnStage)(nil),      // 4: ppnode.actors.SpawnStage
 	(*SpawnStageReply)(nil), // 5: ppnode.actors.SpawnStageReply
 	(*StepBegin)(nil),       // 6: ppnode.actors.StepBegin
-	(*LinkSent)(nil),        // 7: ppnode.actors.LinkSent
-	(*StageTiming)(nil),     // 8: ppnode.actors.StageTiming
-	(*PassTiming)(nil),      // 9: ppnode.actors.PassTiming
-	(*StepDone)(nil),        // 10: ppnode.actors.StepDone
-	(*LinkAddr)(nil),        // 11: ppnode.actors.LinkAddr
-	(*SetupStage)(nil),      // 12: ppnode.actors.SetupStage
-	(*SetupStageReply)(nil), // 13: ppnode.actors.SetupStageReply
-	(*ConnectStage)(nil),    // 14: ppnode.actors.ConnectStage
-	(*GatherWeights)(nil),   // 15: ppnode.actors.GatherWeights
-	(*RestoreStage)(nil),    // 16: ppnode.actors.RestoreStage
-	(*StateTransfer)(nil),   // 17: ppnode.actors.StateTransfer
-	(*SendState)(nil),       // 18: ppnode.actors.SendState
-	(*ReceiveState)(nil),    // 19: ppnode.actors.ReceiveState
-	(*TransferStats)(nil),   // 20: ppnode.actors.TransferStats
-	(*StateMoved)(nil),      // 21: ppnode.actors.StateMoved
-	(*StopStage)(nil),       // 22: ppnode.actors.StopStage
-	(*Ack)(nil),             // 23: ppnode.actors.Ack
-	nil,                     // 24: ppnode.actors.StepBegin.LinkRatesEntry
+	(*EvalBegin)(nil),       // 7: ppnode.actors.EvalBegin
+	(*LinkSent)(nil),        // 8: ppnode.actors.LinkSent
+	(*StageTiming)(nil),     // 9: ppnode.actors.StageTiming
+	(*PassTiming)(nil),      // 10: ppnode.actors.PassTiming
+	(*StepDone)(nil),        // 11: ppnode.actors.StepDone
+	(*LinkAddr)(nil),        // 12: ppnode.actors.LinkAddr
+	(*SetupStage)(nil),      // 13: ppnode.actors.SetupStage
+	(*SetupStageReply)(nil), // 14: ppnode.actors.SetupStageReply
+	(*ConnectStage)(nil),    // 15: ppnode.actors.ConnectStage
+	(*GatherWeights)(nil),   // 16: ppnode.actors.GatherWeights
+	(*RestoreStage)(nil),    // 17: ppnode.actors.RestoreStage
+	(*StateTransfer)(nil),   // 18: ppnode.actors.StateTransfer
+	(*SendState)(nil),       // 19: ppnode.actors.SendState
+	(*ReceiveState)(nil),    // 20: ppnode.actors.ReceiveState
+	(*TransferStats)(nil),   // 21: ppnode.actors.TransferStats
+	(*StateMoved)(nil),      // 22: ppnode.actors.StateMoved
+	(*StopStage)(nil),       // 23: ppnode.actors.StopStage
+	(*Ack)(nil),             // 24: ppnode.actors.Ack
+	nil,                     // 25: ppnode.actors.StepBegin.LinkRatesEntry
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -1895,31 +1987,32 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
 	0,  // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
 	1,  // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
-	24, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
-	7,  // 7: ppnode.actors.StageTiming.links:type_name -> ppnode.actors.LinkSent
-	9,  // 8: ppnode.actors.StageTiming.passes:type_name -> ppnode.actors.PassTiming
-	1,  // 9: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
-	8,  // 10: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
-	1,  // 11: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
-	1,  // 12: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
-	11, // 13: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
-	11, // 14: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
-	1,  // 15: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
-	11, // 16: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
-	1,  // 17: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 18: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
-	1,  // 19: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
-	17, // 20: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
-	1,  // 21: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
-	1,  // 22: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
-	20, // 23: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
-	1,  // 24: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 25: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	25, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
+	1,  // 7: ppnode.actors.EvalBegin.header:type_name -> ppnode.actors.Header
+	8,  // 8: ppnode.actors.StageTiming.links:type_name -> ppnode.actors.LinkSent
+	10, // 9: ppnode.actors.StageTiming.passes:type_name -> ppnode.actors.PassTiming
+	1,  // 10: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
+	9,  // 11: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
+	1,  // 12: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
+	1,  // 13: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
+	12, // 14: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
+	12, // 15: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
+	1,  // 16: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	12, // 17: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 18: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 19: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 20: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
+	18, // 21: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
+	1,  // 22: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
+	1,  // 23: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
+	21, // 24: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
+	1,  // 25: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 26: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -1933,7 +2026,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

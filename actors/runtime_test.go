@@ -201,13 +201,13 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 		all := cases
 		cases = append(all[0:1:1], all[3], all[7], all[8], all[9], all[18], all[19])
 	}
-	want := map[string]string{}
+	want := map[string]*job.Result{}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%s/%d/%s/%d", c.model, c.partition, c.schedule, c.nodes, c.recompute, c.chunks), func(t *testing.T) {
 			spec := smallSpec(c.model)
 			spec.Partition, spec.Schedule, spec.Recompute, spec.Chunks = c.partition, c.schedule, c.recompute, c.chunks
-			if want[c.model] == "" {
-				want[c.model] = localSHA(t, spec)
+			if want[c.model] == nil {
+				want[c.model] = jobtest.Local(t, spec)
 			}
 			spec.ID = strings.NewReplacer(" ", "", ";", "_", "@", "_", "/", "-", ".", "-", "+", "-").Replace(t.Name())
 			res, co := tc.run(t, spec, c.nodes)
@@ -224,8 +224,13 @@ func TestPipelinedJobIsBitIdentical(t *testing.T) {
 					t.Fatalf("stage %d recomputes %v under --recompute %q", st.ID, st.Recompute, c.recompute)
 				}
 			}
-			if res.WeightsSHA256 != want[c.model] {
-				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], want[c.model][:16])
+			local := want[c.model]
+			if res.WeightsSHA256 != local.WeightsSHA256 {
+				t.Fatalf("pipelined weights %s, single process %s", res.WeightsSHA256[:16], local.WeightsSHA256[:16])
+			}
+			// The stages evaluate the test split in the chunks and order of one process.
+			if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.EvaluatedOn != "stages" {
+				t.Fatalf("test accuracy %v and loss %v on the %s, single process %v and %v", res.TestAccuracy, res.TestLoss, res.EvaluatedOn, local.TestAccuracy, local.TestLoss)
 			}
 			checkPasses(t, co)
 		})

@@ -810,6 +810,14 @@ func (b *inbox) deliver(k boxKey, t *nn.Tensor) {
 	b.cond.Broadcast()
 }
 
+// drop forgets key k, received and read once (an evaluation's keys are
+// used once each).
+func (b *inbox) drop(k boxKey) {
+	b.mu.Lock()
+	delete(b.m, k)
+	b.mu.Unlock()
+}
+
 // stepDone marks the end of a step's reads of what it received: a reader
 // that next hands out one of its buffers (buffer) then happens after them.
 func (b *inbox) stepDone() {

@@ -228,6 +228,20 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			}
 			return d
 		})
+	case *EvalBegin:
+		if !a.admit(msg, reply) {
+			return false
+		}
+		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
+			res, err := a.eng.evaluate(int(msg.GetStep()), int(msg.GetChunks()), int(msg.GetWindow()))
+			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, WaitNs: res.waitNs, WallNs: res.wallNs}
+			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t}, HasLoss: a.eng.spec.Plan.Loss,
+				Correct: res.correct, Samples: res.samples, ChunkLoss: res.losses}
+			if err != nil {
+				d.Error = err.Error()
+			}
+			return d
+		})
 	case *GatherWeights:
 		if !a.admit(msg, reply) {
 			return false

@@ -67,6 +67,9 @@ np.savez(sys.argv[1], x=x, y=y)`
 			if via.WeightsSHA256 != local.WeightsSHA256 {
 				t.Errorf("three nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
 			}
+			if via.TestAccuracy != local.TestAccuracy || via.TestLoss != local.TestLoss || via.EvaluatedOn != "stages" {
+				t.Errorf("three nodes: test accuracy %v, loss %v, evaluated on the %s; --local %v, %v", via.TestAccuracy, via.TestLoss, via.EvaluatedOn, local.TestAccuracy, local.TestLoss)
+			}
 			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", c.model, via.Plan, via.WeightsSHA256, len(via.Nodes))
 		})
 	}

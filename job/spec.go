@@ -737,11 +737,7 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 // set, hears after each chunk how many of the split's samples are done.
 func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accuracy, loss float64) {
 	test := j.Set.Test
-	// Chunks as Estimate counts them: every layer's output of a chunk may
-	// be live at once, and a convolution's columns.
-	var w shapes
-	w.graph(j.Graph)
-	chunk := evalChunkOf(w.evalBytes())
+	chunk := j.EvalChunk()
 	i := 0
 	return tr.Evaluate(func(b *nn.Batch) bool {
 		if progress != nil && i > 0 {
@@ -754,6 +750,16 @@ func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accura
 		i++
 		return true
 	})
+}
+
+// EvalChunk is how many test samples Evaluate runs at a time, as Estimate
+// counts them: every layer's output of a chunk may be live at once, and a
+// convolution's columns. A pipelined evaluation cuts the split the same
+// way and sums the chunks' losses in the same order.
+func (j *Job) EvalChunk() int {
+	var w shapes
+	w.graph(j.Graph)
+	return evalChunkOf(w.evalBytes())
 }
 
 // Result is the outcome of a job: the final JSON line of `ppnode train`
@@ -774,12 +780,18 @@ type Result struct {
 	// TestLoss is the mean loss over the test split's labels; Perplexity
 	// its exponential, for models with a label a position (language
 	// models).
-	TestLoss      float64  `json:"test_loss"`
-	Perplexity    float64  `json:"perplexity,omitempty"`
-	Backend       string   `json:"backend"`
-	Threads       int      `json:"threads"`
-	Deterministic bool     `json:"deterministic"`
-	Seconds       float64  `json:"seconds"`
+	TestLoss      float64 `json:"test_loss"`
+	Perplexity    float64 `json:"perplexity,omitempty"`
+	Backend       string  `json:"backend"`
+	Threads       int     `json:"threads"`
+	Deterministic bool    `json:"deterministic"`
+	Seconds       float64 `json:"seconds"`
+	// EvalSeconds is how long the final evaluation of the test split
+	// took; EvaluatedOn where it ran on a cluster: "stages" (the pipeline,
+	// forward only) or "coordinator" (its node alone, when the stages
+	// could not).
+	EvalSeconds   float64  `json:"eval_seconds,omitempty"`
+	EvaluatedOn   string   `json:"evaluated_on,omitempty"`
 	WeightsSHA256 string   `json:"weights_sha256"`
 	Plan          string   `json:"plan,omitempty"`
 	Schedule      string   `json:"schedule,omitempty"`
@@ -833,7 +845,9 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		}
 	}
 	elapsed := time.Since(start).Seconds()
+	t0 := time.Now()
 	acc, testLoss := j.Evaluate(tr, evaluated)
+	evalSeconds := time.Since(t0).Seconds()
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
@@ -841,7 +855,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc, TestLoss: testLoss,
 		Perplexity: j.Perplexity(testLoss),
 		Backend:    nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
-		WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
+		EvalSeconds: evalSeconds, WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(),
 	}, nil
 }

@@ -190,6 +190,9 @@ func (s *Stage) WantInputGrads() {
 		s.fused[k] = -1
 	}
 	for _, ss := range s.slots {
+		if ss == nil {
+			continue
+		}
 		for j := range ss.layer {
 			ss.layer[j].reluAfter = false
 		}
@@ -217,25 +220,40 @@ func (s *Stage) Params() []*Param {
 }
 
 func (s *Stage) slot(i int) *stageSlot {
+	if i < len(s.slots) && s.slots[i] == nil {
+		s.slots[i] = s.newSlot()
+	}
 	for len(s.slots) <= i {
-		n, m := len(s.nodes), len(s.Inputs)
-		ss := &stageSlot{
-			ins: make([]*Tensor, m), vals: make([]*Tensor, n), argv: make([][]*Tensor, n),
-			layer: make([]Slot, n), grad: make([]*Tensor, n), inGrad: make([]*Tensor, m),
-			owned: make([]bool, n), inOwned: make([]bool, m), acc: make([]Slot, n), inAcc: make([]Slot, m),
-			outs: make([]*Tensor, len(s.Outputs)), split: make([]bool, n),
-		}
-		for k, refs := range s.args {
-			ss.argv[k] = make([]*Tensor, len(refs))
-		}
-		for _, j := range s.fused {
-			if j >= 0 {
-				ss.layer[j].reluAfter = true
-			}
-		}
-		s.slots = append(s.slots, ss)
+		s.slots = append(s.slots, s.newSlot())
 	}
 	return s.slots[i]
+}
+
+// ReleaseSlot drops slot i's activations and buffers (a later Forward
+// into it allocates them again).
+func (s *Stage) ReleaseSlot(i int) {
+	if i < len(s.slots) {
+		s.slots[i] = nil
+	}
+}
+
+func (s *Stage) newSlot() *stageSlot {
+	n, m := len(s.nodes), len(s.Inputs)
+	ss := &stageSlot{
+		ins: make([]*Tensor, m), vals: make([]*Tensor, n), argv: make([][]*Tensor, n),
+		layer: make([]Slot, n), grad: make([]*Tensor, n), inGrad: make([]*Tensor, m),
+		owned: make([]bool, n), inOwned: make([]bool, m), acc: make([]Slot, n), inAcc: make([]Slot, m),
+		outs: make([]*Tensor, len(s.Outputs)), split: make([]bool, n),
+	}
+	for k, refs := range s.args {
+		ss.argv[k] = make([]*Tensor, len(refs))
+	}
+	for _, j := range s.fused {
+		if j >= 0 {
+			ss.layer[j].reluAfter = true
+		}
+	}
+	return ss
 }
 
 // Forward runs micro-batch slot through the stage. in holds one tensor per

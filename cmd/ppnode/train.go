@@ -176,8 +176,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 // printResult prints a job's result: a summary, and with asJSON one JSON
 // object as the last line of stdout.
 func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f, test loss %.4f%s\n",
-		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res))
+	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f, test loss %.4f%s%s\n",
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res), evaluated(res))
 	if asJSON {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -189,6 +189,14 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  test loss %.4f%s  weights %s\n",
 		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res), res.WeightsSHA256[:16])
 	return nil
+}
+
+// evaluated shows how long the final evaluation took, and where.
+func evaluated(res *job.Result) string {
+	if res.EvaluatedOn == "" {
+		return fmt.Sprintf(", evaluated in %.1f s", res.EvalSeconds)
+	}
+	return fmt.Sprintf(", evaluated on the %s in %.1f s", res.EvaluatedOn, res.EvalSeconds)
 }
 
 // perplexity shows a language model's test perplexity.

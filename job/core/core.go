@@ -574,13 +574,20 @@ func (c *Core) finishTraining(e CutTaken) {
 		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: e.Accuracy,
 		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
-		WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
+		EvalSeconds: e.Evaluated.Seconds(), EvaluatedOn: evaluatedOn(e.OnStages), WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
 	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
 	c.stopAll(true)
 	c.finish(res, nil)
+}
+
+func evaluatedOn(stages bool) string {
+	if stages {
+		return "stages"
+	}
+	return "coordinator"
 }
 
 // finish ends the job: done with res, else failed (diverged) with err.

@@ -53,12 +53,16 @@ type (
 		Err     error
 	}
 	// CutTaken answers [TakeCut] once the stages' state is gathered: with
-	// Evaluate, the test accuracy and loss of its weights and their SHA-256.
+	// Evaluate, the test accuracy and loss of its weights and their
+	// SHA-256, how long the evaluation took and whether the stages ran it
+	// (else the coordinator did).
 	CutTaken struct {
 		Op            Op
 		Accuracy      float64
 		TestLoss      float64
 		WeightsSHA256 string
+		Evaluated     time.Duration
+		OnStages      bool
 		Err           error
 	}
 	// Evaluating says how many of the test split's Samples the

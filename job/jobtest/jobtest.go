@@ -22,6 +22,12 @@ func SmallSpec() job.Spec {
 // thread (`ppnode train --local`).
 func LocalSHA(t testing.TB, spec job.Spec) string {
 	t.Helper()
+	return Local(t, spec).WeightsSHA256
+}
+
+// Local is the result of spec trained in this process, with one thread.
+func Local(t testing.TB, spec job.Spec) *job.Result {
+	t.Helper()
 	j, err := Check(t, spec).Prepare()
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +36,7 @@ func LocalSHA(t testing.TB, spec job.Spec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res.WeightsSHA256
+	return res
 }
 
 // Check is job.Check of a spec the test knows is good.

@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ppnode/ppnode/job/jobtest"
+	"google.golang.org/protobuf/proto"
+)
+
+// evalControl records the stages' answers to EvalBegin; kill, if set, is
+// called before each EvalBegin is sent.
+type evalControl struct {
+	Control
+	mu      sync.Mutex
+	replies []*StepDone
+	errs    []error
+	kill    func(to StageRef)
+}
+
+func (e *evalControl) Request(to StageRef, msg proto.Message, timeout time.Duration) (proto.Message, error) {
+	_, eval := msg.(*EvalBegin)
+	if eval && e.kill != nil {
+		e.kill(to)
+	}
+	r, err := e.Control.Request(to, msg, timeout)
+	if eval {
+		e.mu.Lock()
+		d, _ := r.(*StepDone)
+		e.replies, e.errs = append(e.replies, d), append(e.errs, err)
+		e.mu.Unlock()
+	}
+	return r, err
+}
+
+// The stages evaluate the test split themselves, at the first epoch's end
+// and the job's: more chunks than micro-batches, a stage with replicas,
+// the accuracy and loss of one process, bit for bit, and training goes on
+// after the first evaluation to the weights of one process.
+func TestEvaluationRunsOnTheStages(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.MicroBatches, spec.Partition = "job-eval", 2, "fc1-fc12@a,b; fc13-fc32@c"
+	spec.Epochs, spec.Steps, spec.EvalEachEpoch = 2, 0, true
+	local := jobtest.Local(t, spec)
+	ctl := &evalControl{Control: tc.ctl}
+	cfg := tc.config(3)
+	cfg.Control = ctl
+	res, co := runJob(t, spec, cfg, nil)
+	if n := len(co.Plan().Stages); len(ctl.replies) != 2*n {
+		t.Fatalf("%d answers to EvalBegin, want two from each of %d stages", len(ctl.replies), n)
+	}
+	if res.WeightsSHA256 != local.WeightsSHA256 {
+		t.Fatalf("weights %.16s, single process %.16s", res.WeightsSHA256, local.WeightsSHA256)
+	}
+	chunks := 0
+	for k, d := range ctl.replies {
+		if ctl.errs[k] != nil || d == nil || d.GetError() != "" {
+			t.Fatalf("stage answer %d: %v, %v", k, d, ctl.errs[k])
+		}
+		chunks += len(d.GetChunkLoss())
+	}
+	j, err := jobtest.Check(t, spec).Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * j.Set.Test.EvalChunks(j.EvalChunk()); chunks != want || want <= 2*spec.MicroBatches {
+		t.Fatalf("the loss stage reported %d chunks, the test split has %d (want more than %d micro-batches)", chunks, want, spec.MicroBatches)
+	}
+	if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.EvaluatedOn != "stages" {
+		t.Fatalf("test accuracy %v and loss %v on the %s, single process %v and %v", res.TestAccuracy, res.TestLoss, res.EvaluatedOn, local.TestAccuracy, local.TestLoss)
+	}
+}
+
+// A stage that dies as the evaluation begins leaves the coordinator to
+// evaluate the gathered weights itself: the job still ends with one
+// process's figures.
+func TestEvaluationFallsBackToTheCoordinator(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition = "job-eval-dies", "uniform"
+	local := jobtest.Local(t, spec)
+	ctl := &evalControl{Control: tc.ctl}
+	var once sync.Once
+	ctl.kill = func(StageRef) { once.Do(func() { tc.kill(2) }) }
+	cfg := tc.config(3)
+	cfg.Control = ctl
+	res, _ := runJob(t, spec, cfg, nil)
+	if res.EvaluatedOn != "coordinator" {
+		t.Errorf("evaluated on the %s, want the coordinator", res.EvaluatedOn)
+	}
+	if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.WeightsSHA256 != local.WeightsSHA256 {
+		t.Fatalf("result %+v, single process %+v", res, local)
+	}
+}

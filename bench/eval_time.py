@@ -1,11 +1,12 @@
 """How long a job's end takes: two one-thread nodes on 127.0.0.1, one job
 (TRAIN FLAGS), and the times at which the coordinator's node first reports
 each state of it (starting, training, evaluating, done), polled every 50 ms:
-the time from evaluating to done is the final test-set evaluation, which
-the coordinator runs on its own node; and how its progress showed in the
-status (`evaluation`: samples done of the test split).
+the time from evaluating to done is the final test-set evaluation (on the
+stages, or on the coordinator's node alone in builds before the stages
+evaluated); and how its progress showed in the status (`evaluation`:
+samples done of the test split).
 
-Run (after `make build`):
+Run (after `make build`; BIN=path picks another build):
   /usr/bin/python3 bench/eval_time.py TRAIN FLAGS...
 """
 import json
@@ -40,7 +41,8 @@ def main():
         if news:
             print(f"evaluation in the status: {len(news)} updates, from {news[0][1]}/{news[0][2]} samples at "
                   f"{news[0][0] - t0:.2f} s to {news[-1][1]}/{news[-1][2]} at {news[-1][0] - t0:.2f} s")
-        print(f"step {res['measured_step_ms']:.1f} ms, test accuracy {res.get('test_accuracy')}")
+        print(f"step {res['measured_step_ms']:.1f} ms, test accuracy {res.get('test_accuracy')}, "
+              f"evaluated in {res.get('eval_seconds', '?')} s on the {res.get('evaluated_on', '?')}")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,16 @@
 #                                           # steps: samples/s and the median step
 #   bench/three_nodes.sh BINARY PORT crossarch  # integration/crossarch's two runs:
 #                                           # --local and 3 nodes
+#   bench/three_nodes.sh BINARY PORT gpt MODEL DATA  # the README's GPT (300 steps,
+#                                           # automatic plan): wall time, training time,
+#                                           # test loss and the final evaluation's time
 #
 # PORT and the nine ports after it must be free (gossip PORT..PORT+2,
 # HTTP PORT+10..PORT+12).
 set -euo pipefail
 bin=$1 port=$2 what=$3
+files=()
+[ "$what" = gpt ] && files=(--files "$(dirname "$(realpath "$4")")" --files "$(dirname "$(realpath "$5")")")
 dir=$(mktemp -d)
 pids=()
 # The nodes' local token (SECURITY.md), sent by the CLI and by api below.
@@ -25,7 +30,7 @@ start() { # name index [seed]
 	local seeds=()
 	[ "$2" -gt 0 ] && seeds=(--seeds "127.0.0.1:$port")
 	"$bin" join --name "$1" --bind "127.0.0.1:$((port + $2))" --http "127.0.0.1:$((port + 10 + $2))" \
-		--threads 1 --data-dir "$dir/$1" "${seeds[@]}" >"$dir/$1.log" 2>&1 &
+		--threads 1 --data-dir "$dir/$1" "${seeds[@]}" "${files[@]}" >"$dir/$1.log" 2>&1 &
 	pids+=($!)
 }
 start a 0
@@ -60,8 +65,15 @@ crossarch)
 		echo "  via   $("$bin" train "${via[@]}" "${args[@]}" 2>/dev/null | tail -1 | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["weights_sha256"][:16], d["plan"])')"
 	done
 	;;
+gpt)
+	t0=$(date +%s.%N)
+	"$bin" train --via "127.0.0.1:$((port + 10))" --model "$(realpath "$4")" --data "$(realpath "$5")" --steps 300 --batch 16 \
+		--micro-batches 4 --optimizer adam --json 2>/dev/null | tail -1 |
+		python3 -c 'import json,sys,time; d=json.load(sys.stdin); print("wall %.1f s: trained %.1f s, %.1f samples/s, test loss %.6f, evaluated in %s s on the %s; plan %s" % (time.time() - float(sys.argv[1]), d["seconds"], d["samples_per_sec"], d["test_loss"], d.get("eval_seconds", "?"), d.get("evaluated_on", "?"), d["plan"]))' \
+			"$t0"
+	;;
 *)
-	echo "usage: $0 BINARY PORT sha|speed|crossarch" >&2
+	echo "usage: $0 BINARY PORT sha|speed|crossarch|gpt" >&2
 	exit 2
 	;;
 esac

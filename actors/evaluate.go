@@ -38,8 +38,10 @@ const (
 	evalCredit = math.MaxUint32 - 1
 	// evalWindow is how many chunks a sender may have in flight to one
 	// receiver: enough that neither waits for the other in a balanced
-	// pipeline, few enough that a receiver holds little.
-	evalWindow = 3
+	// pipeline, few enough that a receiver holds little. A stage takes at
+	// most maxEvalWindow.
+	evalWindow    = 3
+	maxEvalWindow = 64
 )
 
 // evalProgram is the forward part of a stage's program (receive, forward,
@@ -76,7 +78,7 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 			err = fmt.Errorf("stage %d evaluation: %v\n%s", e.spec.Plan.ID, r, debug.Stack())
 		}
 	}()
-	if chunks < 0 || chunks >= evalTag || window < 1 {
+	if chunks < 0 || chunks >= evalTag || window < 1 || window > maxEvalWindow {
 		return res, fmt.Errorf("evaluation of %d chunks, %d in flight", chunks, window)
 	}
 	start := time.Now()

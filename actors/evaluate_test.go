@@ -95,3 +95,25 @@ func TestEvaluationFallsBackToTheCoordinator(t *testing.T) {
 		t.Fatalf("result %+v, single process %+v", res, local)
 	}
 }
+
+// An EvalBegin out of bounds gets an error, and the stage stays usable.
+func TestEvaluationRefusesBadRequests(t *testing.T) {
+	tc := newInmemCluster(t, 2, nil)
+	c, s, _ := startUniform(t, tc, "eval-bad")
+	defer c.stopStages(s, true)
+	h := &Header{JobId: "eval-bad", Generation: s.gen}
+	for _, bad := range []*EvalBegin{
+		{Header: h, Chunks: 4, Window: 0},
+		{Header: h, Chunks: 4, Window: maxEvalWindow + 1},
+		{Header: h, Chunks: evalTag, Window: 1},
+	} {
+		r, err := tc.ctl.Request(s.refs[0], bad, 5*time.Second)
+		d, _ := r.(*StepDone)
+		if err != nil || d == nil || d.GetError() == "" {
+			t.Errorf("EvalBegin %v: reply %v, %v; want an error", bad, r, err)
+		}
+	}
+	if _, _, err := c.evaluate(t.Context(), s, 0, nil); err != nil {
+		t.Fatalf("an evaluation after the bad requests: %v", err)
+	}
+}

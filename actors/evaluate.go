@@ -325,8 +325,10 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		abort(err)
 	}
 	wg.Wait()
-	if first != nil {
+	select {
+	case <-aborted: // closed after first is set
 		return 0, 0, first
+	default:
 	}
 	if c.log.Enabled(ctx, slog.LevelInfo) {
 		var per []string

@@ -37,40 +37,48 @@ func (e *evalControl) Request(to StageRef, msg proto.Message, timeout time.Durat
 
 // The stages evaluate the test split themselves, at the first epoch's end
 // and the job's: more chunks than micro-batches, a stage with replicas,
-// the accuracy and loss of one process, bit for bit, and training goes on
-// after the first evaluation to the weights of one process.
+// stages that recompute (vgg16: BatchNorm and dropout), the accuracy and
+// loss of one process, bit for bit, and training goes on after the first
+// evaluation to the weights of one process.
 func TestEvaluationRunsOnTheStages(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
-	spec := smallSpec("mlp32")
-	spec.ID, spec.MicroBatches, spec.Partition = "job-eval", 2, "fc1-fc12@a,b; fc13-fc32@c"
-	spec.Epochs, spec.Steps, spec.EvalEachEpoch = 2, 0, true
-	local := jobtest.Local(t, spec)
-	ctl := &evalControl{Control: tc.ctl}
-	cfg := tc.config(3)
-	cfg.Control = ctl
-	res, co := runJob(t, spec, cfg, nil)
-	if n := len(co.Plan().Stages); len(ctl.replies) != 2*n {
-		t.Fatalf("%d answers to EvalBegin, want two from each of %d stages", len(ctl.replies), n)
-	}
-	if res.WeightsSHA256 != local.WeightsSHA256 {
-		t.Fatalf("weights %.16s, single process %.16s", res.WeightsSHA256, local.WeightsSHA256)
-	}
-	chunks := 0
-	for k, d := range ctl.replies {
-		if ctl.errs[k] != nil || d == nil || d.GetError() != "" {
-			t.Fatalf("stage answer %d: %v, %v", k, d, ctl.errs[k])
-		}
-		chunks += len(d.GetChunkLoss())
-	}
-	j, err := jobtest.Check(t, spec).Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 2 * j.Set.Test.EvalChunks(j.EvalChunk()); chunks != want || want <= 2*spec.MicroBatches {
-		t.Fatalf("the loss stage reported %d chunks, the test split has %d (want more than %d micro-batches)", chunks, want, spec.MicroBatches)
-	}
-	if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.EvaluatedOn != "stages" {
-		t.Fatalf("test accuracy %v and loss %v on the %s, single process %v and %v", res.TestAccuracy, res.TestLoss, res.EvaluatedOn, local.TestAccuracy, local.TestLoss)
+	for _, c := range []struct{ model, partition, recompute string }{
+		{"mlp32", "fc1-fc12@a,b; fc13-fc32@c", ""},
+		{"vgg16", "uniform", "all"},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			spec := smallSpec(c.model)
+			spec.ID, spec.MicroBatches, spec.Partition, spec.Recompute = "job-eval-"+c.model, 2, c.partition, c.recompute
+			spec.Epochs, spec.Steps, spec.EvalEachEpoch = 2, 0, true
+			local := jobtest.Local(t, spec)
+			ctl := &evalControl{Control: tc.ctl}
+			cfg := tc.config(3)
+			cfg.Control = ctl
+			res, co := runJob(t, spec, cfg, nil)
+			if n := len(co.Plan().Stages); len(ctl.replies) != 2*n {
+				t.Fatalf("%d answers to EvalBegin, want two from each of %d stages", len(ctl.replies), n)
+			}
+			if res.WeightsSHA256 != local.WeightsSHA256 {
+				t.Fatalf("weights %.16s, single process %.16s", res.WeightsSHA256, local.WeightsSHA256)
+			}
+			chunks := 0
+			for k, d := range ctl.replies {
+				if ctl.errs[k] != nil || d == nil || d.GetError() != "" {
+					t.Fatalf("stage answer %d: %v, %v", k, d, ctl.errs[k])
+				}
+				chunks += len(d.GetChunkLoss())
+			}
+			j, err := jobtest.Check(t, spec).Prepare()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 2 * j.Set.Test.EvalChunks(j.EvalChunk()); chunks != want || want <= 2*spec.MicroBatches {
+				t.Fatalf("the loss stage reported %d chunks, the test split has %d (want more than %d micro-batches)", chunks, want, 2*spec.MicroBatches)
+			}
+			if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.EvaluatedOn != "stages" {
+				t.Fatalf("test accuracy %v and loss %v on the %s, single process %v and %v", res.TestAccuracy, res.TestLoss, res.EvaluatedOn, local.TestAccuracy, local.TestLoss)
+			}
+		})
 	}
 }
 

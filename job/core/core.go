@@ -667,15 +667,19 @@ func (c *Core) observe(timings []StageTiming) {
 		// run at full speed until the quota is used up. What its CPU limit
 		// allows now bounds it, or else, a little above, its GEMM speed
 		// measured over whole quota periods at its start.
+		bound := math.Inf(1)
 		if capacity > 0 && c.cfg.GFLOPS > 0 {
-			v = min(v, capacity/c.cfg.GFLOPS)
+			bound = capacity / c.cfg.GFLOPS
 		} else if n := c.nodes.known[node]; n.GFLOPS > 0 {
-			v = min(v, speedCap*gemmSpeed(n, c.cfg.GFLOPS))
+			bound = speedCap * gemmSpeed(n, c.cfg.GFLOPS)
 		}
+		v = min(v, bound)
 		if old, ok := c.nodes.speed[node]; ok {
 			v = (1-speedSmoothing)*old + speedSmoothing*v
 		}
-		c.nodes.speed[node] = v
+		// The smoothing is for noisy measurements: a limit that falls (a
+		// quota cut) holds at once.
+		c.nodes.speed[node] = min(v, bound)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -70,13 +71,19 @@ func TestCore(t *testing.T) {
 //	                                                   STEP on) report loss V (NaN, +Inf...); else 1
 //	status                                             the job's status
 type sim struct {
-	t        *testing.T
-	job      *job.Job
-	prof     *balance.ModelProfile
-	core     *Core
-	now      time.Time
-	started  bool
-	speed    map[string]float64
+	t       *testing.T
+	job     *job.Job
+	prof    *balance.ModelProfile
+	core    *Core
+	now     time.Time
+	started bool
+	speed   map[string]float64
+	// quota is, for a node under a CPU quota, its share of a CPU: it
+	// computes at that speed over a step, but its passes, run in bursts
+	// between throttles, look as fast as its speed without the quota
+	// (burst), and it reports the quota's capacity.
+	quota    map[string]float64
+	burst    map[string]float64
 	flicker  map[string][2]float64
 	every    int
 	extra    time.Duration
@@ -109,7 +116,7 @@ type stepLoss struct {
 const refGFLOPS = 10
 
 func newSim(t *testing.T, d *datadriven.TestData) *sim {
-	s := &sim{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), speed: map[string]float64{}, flicker: map[string][2]float64{},
+	s := &sim{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), speed: map[string]float64{}, quota: map[string]float64{}, burst: map[string]float64{}, flicker: map[string][2]float64{},
 		nodes: map[string]job.NodeInfo{}, dead: map[string]bool{}, killAt: map[int]killing{}, failNext: map[string]int{},
 		stages: map[uint64]*balance.Plan{}, ops: map[Op]uint64{}, timeout: map[Op]time.Duration{}, simCache: map[string]*balance.Report{},
 		rates: map[[2]string]float64{}}
@@ -262,6 +269,14 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 					s.flicker[a.Key] = [2]float64{s.speed[a.Key], s.float(v)}
 				}
 			}
+		}
+	case "quota":
+		for _, a := range d.CmdArgs {
+			q := s.float(a.Vals[0])
+			if _, ok := s.burst[a.Key]; !ok {
+				s.burst[a.Key] = s.speed[a.Key]
+			}
+			s.quota[a.Key], s.speed[a.Key] = q, q
 		}
 	case "extra":
 		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
@@ -537,7 +552,12 @@ func (s *sim) exec(a Action) {
 		timings := make([]StageTiming, len(rep.Stages))
 		for k, st := range rep.Stages {
 			busy := time.Duration(st.Busy * float64(time.Second))
-			timings[k] = StageTiming{Forward: busy / 3, Backward: busy - busy/3, Wall: time.Duration(rep.StepTime * float64(time.Second))}
+			var capacity float64
+			if q, ok := s.quota[st.Node]; ok {
+				busy = time.Duration(float64(busy) * q / s.burst[st.Node])
+				capacity = q * refGFLOPS
+			}
+			timings[k] = StageTiming{Forward: busy / 3, Backward: busy - busy/3, Wall: time.Duration(rep.StepTime * float64(time.Second)), CapacityGFLOPS: capacity}
 		}
 		for _, e := range rep.Events {
 			if !e.Link() && e.Stage >= 0 {
@@ -877,6 +897,13 @@ func (h evalLog) Handle(_ context.Context, r slog.Record) error {
 			parts = append(parts, fmt.Sprintf("%s %v", a.Key, a.Value))
 		case "gain", "realism":
 			parts = append(parts, fmt.Sprintf("%s %.2f", a.Key, a.Value.Float64()))
+		case "speeds":
+			sp := a.Value.Any().(map[string]float64)
+			var ss []string
+			for _, n := range slices.Sorted(maps.Keys(sp)) {
+				ss = append(ss, fmt.Sprintf("%s=%.2f", n, sp[n]))
+			}
+			parts = append(parts, "speeds "+strings.Join(ss, " "))
 		}
 		return true
 	})

@@ -56,6 +56,8 @@ func TestCore(t *testing.T) {
 //	                                                   every operation, with evals every
 //	                                                   rebalancing evaluation
 //	speed NODE=V ... [flicker=V2] [every=N]            true speeds from now
+//	quota NODE=Q ...                                   a CPU quota of Q from now: speed Q, the
+//	                                                   passes as fast as before, capacity Q reported
 //	extra D                                            a step costs D more than the model says
 //	kill NODE [at=STEP] [silent]                       NODE dies now or when step STEP starts;
 //	                                                   silent: the cluster does not notice (a hung node)
@@ -80,10 +82,10 @@ type sim struct {
 	speed   map[string]float64
 	// quota is, for a node under a CPU quota, its share of a CPU: it
 	// computes at that speed over a step, but its passes, run in bursts
-	// between throttles, look as fast as its speed without the quota
+	// between throttles, look as fast as at its speed before the quota
 	// (burst), and it reports the quota's capacity.
-	quota    map[string]float64
-	burst    map[string]float64
+	quota map[string]float64
+	burst map[string]float64
 	flicker  map[string][2]float64
 	every    int
 	extra    time.Duration

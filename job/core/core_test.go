@@ -84,8 +84,8 @@ type sim struct {
 	// computes at that speed over a step, but its passes, run in bursts
 	// between throttles, look as fast as at its speed before the quota
 	// (burst), and it reports the quota's capacity.
-	quota map[string]float64
-	burst map[string]float64
+	quota    map[string]float64
+	burst    map[string]float64
 	flicker  map[string][2]float64
 	every    int
 	extra    time.Duration

@@ -326,7 +326,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 			t := d.GetTimings()[0]
 			ev.Timings[k] = core.StageTiming{Forward: time.Duration(t.GetForwardNs()), Backward: time.Duration(t.GetBackwardNs()),
 				Update: time.Duration(t.GetUpdateNs()), Wait: time.Duration(t.GetWaitNs()), Wall: time.Duration(t.GetWallNs()),
-				CapacityGFLOPS: t.GetCapacityGflops(), Links: jobSent(t.GetLinks()), Passes: passesOf(t.GetPasses())}
+				CapacityGFLOPS: t.GetCapacityGflops(), CPU: time.Duration(t.GetCpuNs()), CPUs: t.GetCpus(), Links: jobSent(t.GetLinks()), Passes: passesOf(t.GetPasses())}
 		}
 		if d.GetHasLoss() {
 			losses[k] = d

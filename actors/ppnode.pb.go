@@ -673,7 +673,11 @@ type StageTiming struct {
 	Links          []*LinkSent `protobuf:"bytes,8,rep,name=links,proto3" json:"links,omitempty"`
 	// The step's passes in the order they ran (compute only; waits are the
 	// gaps between them).
-	Passes        []*PassTiming `protobuf:"bytes,9,rep,name=passes,proto3" json:"passes,omitempty"`
+	Passes []*PassTiming `protobuf:"bytes,9,rep,name=passes,proto3" json:"passes,omitempty"`
+	// The CPU time the node's process used during the step (0: unknown),
+	// and the node's CPU limit in CPUs, at most its threads (0: none).
+	CpuNs         int64   `protobuf:"varint,10,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	Cpus          float64 `protobuf:"fixed64,11,opt,name=cpus,proto3" json:"cpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +773,20 @@ func (x *StageTiming) GetPasses() []*PassTiming {
 		return x.Passes
 	}
 	return nil
+}
+
+func (x *StageTiming) GetCpuNs() int64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *StageTiming) GetCpus() float64 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
 }
 
 // PassTiming is one compute instruction of a stage's step: its op (as
@@ -1842,7 +1860,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"wire_bytes\x18\x06 \x01(\x03R\twireBytes\x12\x1b\n" +
 	"\tencode_ns\x18\a \x01(\x03R\bencodeNs\x12\x19\n" +
 	"\bwrite_ns\x18\b \x01(\x03R\awriteNs\x12\x1b\n" +
-	"\tsample_ns\x18\t \x01(\x03R\bsampleNs\"\xbd\x02\n" +
+	"\tsample_ns\x18\t \x01(\x03R\bsampleNs\"\xe8\x02\n" +
 	"\vStageTiming\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12\x1d\n" +
 	"\n" +
@@ -1854,7 +1872,10 @@ const file_ppnode_proto_rawDesc = "" +
 	"\awall_ns\x18\x06 \x01(\x03R\x06wallNs\x12'\n" +
 	"\x0fcapacity_gflops\x18\a \x01(\x01R\x0ecapacityGflops\x12-\n" +
 	"\x05links\x18\b \x03(\v2\x17.ppnode.actors.LinkSentR\x05links\x121\n" +
-	"\x06passes\x18\t \x03(\v2\x19.ppnode.actors.PassTimingR\x06passes\"d\n" +
+	"\x06passes\x18\t \x03(\v2\x19.ppnode.actors.PassTimingR\x06passes\x12\x15\n" +
+	"\x06cpu_ns\x18\n" +
+	" \x01(\x03R\x05cpuNs\x12\x12\n" +
+	"\x04cpus\x18\v \x01(\x01R\x04cpus\"d\n" +
 	"\n" +
 	"PassTiming\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\x05R\x02op\x12\x14\n" +

@@ -334,8 +334,10 @@ func (e *stageEngine) close() {
 // stepResult is what a step reports.
 type stepResult struct {
 	forwardNs, backwardNs, updateNs, waitNs, wallNs int64
-	loss                                            float64
-	correct, samples                                int64
+	// cpuNs is the CPU time the process used during the step (0: unknown).
+	cpuNs            int64
+	loss             float64
+	correct, samples int64
 	// passes are the step's compute instructions as they ran, their
 	// times from the step's start; they point into block, allocated once
 	// a step for at most every instruction and the update.
@@ -376,7 +378,13 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 		}
 	}()
 	res.start = time.Now()
-	defer func() { res.wallNs = int64(time.Since(res.start)) }()
+	cpu0 := processCPU()
+	defer func() {
+		res.wallNs = int64(time.Since(res.start))
+		if cpu0 > 0 {
+			res.cpuNs = int64(processCPU() - cpu0)
+		}
+	}()
 	ctx := nn.Ctx{Backend: e.be, Train: true, Seed: e.job.Seed, Step: global}
 	p := e.spec.Plan
 	res.block = make([]PassTiming, 0, len(p.Program)+1)

@@ -30,9 +30,9 @@ type StageHost struct {
 	Threads int
 	Logger  *slog.Logger
 	// Capacity, if set, returns the GEMM speed (GFLOP/s) the node's CPU
-	// limit allows now, 0 without a limit; stages report it with their
-	// timings every step.
-	Capacity func() float64
+	// limit allows now and the CPUs it leaves the node's threads, 0 and 0
+	// without a limit; stages report them with their timings every step.
+	Capacity func() (gflops, cpus float64)
 	// Files, if set, is the directory a job's files must be in and are
 	// read from: a stage whose spec names one outside it is refused.
 	Files *job.Files
@@ -219,8 +219,9 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs,
 				Links: a.eng.sent(), Passes: res.passes}
 			if a.host.Capacity != nil {
-				t.CapacityGflops = a.host.Capacity()
+				t.CapacityGflops, t.Cpus = a.host.Capacity()
 			}
+			t.CpuNs = res.cpuNs
 			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
 				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples}
 			if err != nil {

@@ -27,21 +27,24 @@ type capacity struct {
 	burst   float64
 	threads int
 
-	mu    sync.Mutex // guards limit and at
+	mu    sync.Mutex // guards limit, cpus and at
 	limit float64
+	cpus  float64
 	at    time.Time // when limit was computed
 }
 
-// now is the capacity (actors.StageHost's Capacity).
-func (c *capacity) now() float64 {
+// now is the capacity (actors.StageHost's Capacity) and the CPUs the
+// limit leaves the node's threads (its CPULimit), both 0 without a limit.
+func (c *capacity) now() (gflops, cpus float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now := time.Now(); now.Sub(c.at) >= time.Second {
 		c.at = now
-		c.limit = 0
+		c.limit, c.cpus = 0, 0
 		if cpus, ok := cgroup.CPUs(); ok {
-			c.limit = c.burst * min(1, cpus/float64(c.threads))
+			c.cpus = min(cpus, float64(c.threads))
+			c.limit = c.burst * c.cpus / float64(c.threads)
 		}
 	}
-	return c.limit
+	return c.limit, c.cpus
 }

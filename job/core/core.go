@@ -134,7 +134,7 @@ func New(cfg Config) (*Core, error) {
 		cfg.StepTimeout = 10 * time.Minute
 	}
 	c := &Core{cfg: cfg, job: j, log: cfg.Logger.With("job", j.Spec.ID),
-		nodes: nodeSet{members: map[string]job.NodeInfo{}, known: map[string]job.NodeInfo{}, speed: map[string]float64{}},
+		nodes: nodeSet{members: map[string]job.NodeInfo{}, known: map[string]job.NodeInfo{}, speed: map[string]float64{}, perCPU: map[string]float64{}},
 		links: linkTable{m: map[[2]string]*linkState{}}, plan: planState{domain: map[string]bool{}}}
 	c.links.noProbe = j.Spec.NoProbe
 	if j.Spec.AutoCodecs() {
@@ -646,7 +646,9 @@ func (c *Core) recordStep(loss float64, timings []StageTiming) {
 // v·p/b.
 func (c *Core) observe(timings []StageTiming) {
 	for _, np := range c.plan.cl.Nodes {
-		var busy, pred, capacity float64 // over its stages; the lowest capacity
+		// Over its stages: the lowest capacity and CPUs; the process's CPU
+		// time, which each stage measured over its own step.
+		var busy, pred, capacity, cpus, cpu float64
 		for k, t := range timings {
 			if k >= len(c.plan.report.Stages) || k >= len(c.plan.Stages) || c.plan.Stages[k].Node != np.Name {
 				continue
@@ -656,6 +658,10 @@ func (c *Core) observe(timings []StageTiming) {
 			if t.CapacityGFLOPS > 0 && (capacity == 0 || t.CapacityGFLOPS < capacity) {
 				capacity = t.CapacityGFLOPS
 			}
+			if t.CPUs > 0 && (cpus == 0 || t.CPUs < cpus) {
+				cpus = t.CPUs
+			}
+			cpu = max(cpu, t.CPU.Seconds())
 		}
 		if busy <= 0 || pred <= 0 {
 			continue
@@ -672,6 +678,16 @@ func (c *Core) observe(timings []StageTiming) {
 			bound = capacity / c.cfg.GFLOPS
 		} else if n := c.nodes.known[node]; n.GFLOPS > 0 {
 			bound = speedCap * gemmSpeed(n, c.cfg.GFLOPS)
+		}
+		// Under a limit, the node does at most its CPUs' worth of the work
+		// its process does per CPU second.
+		if cpus > 0 && cpu > 0 {
+			e := np.Speed * pred / cpu
+			if old, ok := c.nodes.perCPU[node]; ok {
+				e = (1-speedSmoothing)*old + speedSmoothing*e
+			}
+			c.nodes.perCPU[node] = e
+			bound = min(bound, cpus*e)
 		}
 		v = min(v, bound)
 		if old, ok := c.nodes.speed[node]; ok {

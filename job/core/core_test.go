@@ -56,8 +56,10 @@ func TestCore(t *testing.T) {
 //	                                                   every operation, with evals every
 //	                                                   rebalancing evaluation
 //	speed NODE=V ... [flicker=V2] [every=N]            true speeds from now
-//	quota NODE=Q ...                                   a CPU quota of Q from now: speed Q, the
-//	                                                   passes as fast as before, capacity Q reported
+//	quota NODE=Q ... [cpu=F]                           a CPU quota of Q from now, under which its
+//	                                                   passes take F times the CPU (default 1):
+//	                                                   speed Q/F, the passes as fast as before
+//	                                                   (times F), capacity Q and CPU time reported
 //	extra D                                            a step costs D more than the model says
 //	kill NODE [at=STEP] [silent]                       NODE dies now or when step STEP starts;
 //	                                                   silent: the cluster does not notice (a hung node)
@@ -80,10 +82,11 @@ type sim struct {
 	now     time.Time
 	started bool
 	speed   map[string]float64
-	// quota is, for a node under a CPU quota, its share of a CPU: it
-	// computes at that speed over a step, but its passes, run in bursts
-	// between throttles, look as fast as at its speed before the quota
-	// (burst), and it reports the quota's capacity.
+	// quota is, for a node under a CPU quota, its share of a CPU: its
+	// passes, run in bursts between throttles, look as fast as at its
+	// speed before the quota (burst), it reports the quota's capacity and
+	// its CPU time (its passes'), and it computes at its speed over a
+	// step.
 	quota    map[string]float64
 	burst    map[string]float64
 	flicker  map[string][2]float64
@@ -273,12 +276,19 @@ func (s *sim) command(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 	case "quota":
+		f := 1.0
+		if v, ok := arg("cpu"); ok {
+			f = s.float(v)
+		}
 		for _, a := range d.CmdArgs {
+			if a.Key == "cpu" {
+				continue
+			}
 			q := s.float(a.Vals[0])
 			if _, ok := s.burst[a.Key]; !ok {
 				s.burst[a.Key] = s.speed[a.Key]
 			}
-			s.quota[a.Key], s.speed[a.Key] = q, q
+			s.quota[a.Key], s.speed[a.Key] = q, q/f
 		}
 	case "extra":
 		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
@@ -552,14 +562,18 @@ func (s *sim) exec(a Action) {
 		}
 		rep := s.simulate(plan)
 		timings := make([]StageTiming, len(rep.Stages))
+		cpu := map[string]time.Duration{} // a quota node's passes, all its stages'
 		for k, st := range rep.Stages {
 			busy := time.Duration(st.Busy * float64(time.Second))
-			var capacity float64
 			if q, ok := s.quota[st.Node]; ok {
 				busy = time.Duration(float64(busy) * q / s.burst[st.Node])
-				capacity = q * refGFLOPS
+				cpu[st.Node] += busy
+				timings[k].CapacityGFLOPS, timings[k].CPUs = q*refGFLOPS, q
 			}
-			timings[k] = StageTiming{Forward: busy / 3, Backward: busy - busy/3, Wall: time.Duration(rep.StepTime * float64(time.Second)), CapacityGFLOPS: capacity}
+			timings[k].Forward, timings[k].Backward, timings[k].Wall = busy/3, busy-busy/3, time.Duration(rep.StepTime*float64(time.Second))
+		}
+		for k, st := range rep.Stages {
+			timings[k].CPU = cpu[st.Node]
 		}
 		for _, e := range rep.Events {
 			if !e.Link() && e.Stage >= 0 {

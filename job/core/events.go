@@ -113,8 +113,12 @@ type StageTiming struct {
 	// Wall is the stage's whole step.
 	Wall time.Duration
 	// CapacityGFLOPS is the GEMM speed its node's CPU limit allows now (0:
-	// no limit).
+	// no limit), CPUs the CPUs the limit leaves the node's threads (0: no
+	// limit), and CPU the CPU time the node's process used during the
+	// step (0: unknown).
 	CapacityGFLOPS float64
+	CPUs           float64
+	CPU            time.Duration
 	// Links is what it sent to each peer stage, by kind.
 	Links []LinkSent
 	// Passes are its compute passes as they ran.

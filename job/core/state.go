@@ -57,6 +57,10 @@ type nodeSet struct {
 	members map[string]job.NodeInfo // the live members the job may use now
 	known   map[string]job.NodeInfo // every node seen
 	speed   map[string]float64      // measured speeds of the nodes that ran a stage
+	// perCPU is, for a node under a CPU limit, the work its process does
+	// per CPU second, as a speed: a node under a quota spends more CPU on
+	// the same passes, and its process's other work takes from the quota.
+	perCPU map[string]float64
 }
 
 // candidates are the live members a plan may use, by name.

@@ -1,0 +1,18 @@
+//go:build unix
+
+package actors
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU is the CPU time this process has used, user and system (0:
+// unknown).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

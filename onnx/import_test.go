@@ -30,6 +30,8 @@ var models = map[string][]onnx.Input{
 	"testdata/vit.onnx":         feats([]int{2, 8, 8}),
 	"testdata/lstm.onnx":        feats([]int{5, 3}),
 	"testdata/gru.onnx":         feats([]int{5, 3}),
+	"testdata/bilstm.onnx":      feats([]int{5, 3}),
+	"testdata/bigru.onnx":       feats([]int{5, 3}),
 	"testdata/autoencoder.onnx": feats([]int{2, 16, 16}),
 	"testdata/misc.onnx":        feats([]int{2, 6, 6}),
 }

@@ -687,9 +687,19 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 		return err
 	}
 	lstm := n.GetOpType() == "LSTM"
-	if d := attrString(n, "direction", "forward"); d != "forward" {
-		return fmt.Errorf("direction %s: only forward (unidirectional) recurrences are supported", d)
+	// reversed lists the directions: whether each runs backwards in time.
+	var reversed []bool
+	switch d := attrString(n, "direction", "forward"); d {
+	case "forward":
+		reversed = []bool{false}
+	case "reverse":
+		reversed = []bool{true}
+	case "bidirectional":
+		reversed = []bool{false, true}
+	default:
+		return fmt.Errorf("direction %s: want forward, reverse or bidirectional", d)
 	}
+	dirs := len(reversed)
 	if attrInt(n, "layout", 0) != 0 || x.rank() != 3 || !slices.Equal(dropOnes(x, x.dims[1]), []int{0}) {
 		return fmt.Errorf("input of shape %v: want [T, N, features] (layout 0, as PyTorch exports)", x)
 	}
@@ -763,50 +773,89 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 		}
 		return id, nil
 	}
-	var ids [4]int
-	for i, a := range []struct {
-		k                *konst
-		size, cols, part int
-	}{{W, G * H * I, I, 0}, {R, G * H * H, H, 0}, {B, 2 * G * H, 1, 0}, {B, 2 * G * H, 1, 1}} {
-		if ids[i], err = which(a.k, a.size, a.cols, a.part); err != nil {
-			return err
-		}
-		if err := im.train(ids[i], name); err != nil {
-			return err
-		}
-	}
 	// [T, N, I] stored [N, T, I].
 	if x, err = im.lastDims(x, 0, 2); err != nil {
 		return err
 	}
-	var l nn.Layer = &nn.GRU{In: I, Hidden: H}
-	if lstm {
-		l = &nn.LSTM{In: I, Hidden: H}
+	T := int(x.dim(0).c)
+	back := make([]int, T) // the steps in reverse order
+	for t := range back {
+		back[t] = T - 1 - t
 	}
-	out := im.b.Add(name, l, x.name)
-	var ps [4]*nn.Param
-	switch ll := l.(type) {
-	case *nn.LSTM:
-		ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
-	case *nn.GRU:
-		ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
-	}
-	for i, p := range ps {
-		if p != nil {
-			im.give(p, ids[i])
-		}
-	}
-	// Y is [T, directions, N, H]: stored [N, T, H].
-	y := im.newValue(out, [][]int{{1}, {}, {0}, {2}}, false)
-	im.set(0, y)
+	needY := im.readers[n.GetOutput()[0]] > 0
+	needH := len(n.GetOutput()) > 1 && n.GetOutput()[1] != "" && im.readers[n.GetOutput()[1]] > 0
 	if len(n.GetOutput()) > 2 && n.GetOutput()[2] != "" && im.readers[n.GetOutput()[2]] > 0 {
 		return fmt.Errorf("the final cell state Y_c is not supported; use the outputs Y")
 	}
-	if len(n.GetOutput()) > 1 && n.GetOutput()[1] != "" && im.readers[n.GetOutput()[1]] > 0 {
-		// Y_h [directions, N, H]: the last step of Y.
-		T := int(x.dim(0).c)
-		last := im.add("last", &nn.Take{Axis: 0, Index: []int{T - 1}}, y)
-		im.set(1, im.newValue(last, [][]int{{}, {0}, {2}}, false))
+	// Each direction is a layer over the steps in its order: a reverse one
+	// reads them reversed and its output is reversed back. ys are the
+	// outputs in step order, hs the last steps computed (Y_h).
+	var ys, hs []*value
+	for d, rev := range reversed {
+		// W [dirs, G·H, I], R [dirs, G·H, H], B [dirs, 2·G·H]: direction d's
+		// W and R are their part d, its biases parts 2d and 2d+1 of B.
+		var ids [4]int
+		for i, a := range []struct {
+			k                *konst
+			size, cols, part int
+		}{{W, dirs * G * H * I, I, d}, {R, dirs * G * H * H, H, d}, {B, dirs * 2 * G * H, 1, 2 * d}, {B, dirs * 2 * G * H, 1, 2*d + 1}} {
+			if ids[i], err = which(a.k, a.size, a.cols, a.part); err != nil {
+				return err
+			}
+		}
+		layer, in := name, x
+		if rev {
+			layer = im.layerName(n.GetName(), "reverse")
+			in = im.newValue(im.add("flip", &nn.Take{Axis: 0, Index: back}, x), x.dims, false)
+		}
+		for _, id := range ids {
+			if err := im.train(id, layer); err != nil {
+				return err
+			}
+		}
+		var l nn.Layer = &nn.GRU{In: I, Hidden: H}
+		if lstm {
+			l = &nn.LSTM{In: I, Hidden: H}
+		}
+		out := im.b.Add(layer, l, in.name)
+		var ps [4]*nn.Param
+		switch ll := l.(type) {
+		case *nn.LSTM:
+			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
+		case *nn.GRU:
+			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
+		}
+		for i, p := range ps {
+			if p != nil {
+				im.give(p, ids[i])
+			}
+		}
+		y := im.newValue(out, nil, false)
+		if needH {
+			hs = append(hs, im.newValue(im.add("last", &nn.Take{Axis: 0, Index: []int{T - 1}}, y), nil, false))
+		}
+		if rev && needY {
+			y = im.newValue(im.add("unflip", &nn.Take{Axis: 0, Index: back}, y), nil, false)
+		}
+		ys = append(ys, y)
+	}
+	// Y is [T, directions, N, H]: stored [N, T, H], or [N, T, 2, H].
+	switch {
+	case !needY:
+	case len(ys) == 1:
+		im.set(0, im.newValue(ys[0].name, [][]int{{1}, {}, {0}, {2}}, false))
+	default:
+		both := im.newValue(im.add("directions", &nn.Concat{}, ys...), nil, false)
+		im.set(0, im.reshapeStored(both, []int{T, 2, H}, [][]int{{1}, {2}, {0}, {3}}))
+	}
+	// Y_h [directions, N, H]: each direction's last step, stored [N, 1, H]
+	// or [N, 2, H].
+	switch {
+	case !needH:
+	case len(hs) == 1:
+		im.set(1, im.newValue(hs[0].name, [][]int{{}, {0}, {2}}, false))
+	default:
+		im.set(1, im.newValue(im.add("states", &nn.Concat{Axis: 1}, hs...), [][]int{{1}, {0}, {2}}, false))
 	}
 	return nil
 }

@@ -503,20 +503,30 @@ class ViT(nn.Module):
 
 
 class RNNClassifier(nn.Module):
-    """An LSTM or GRU (kind 'lstm' or 'gru', batch_first) over feature
-    sequences, classified from its output at the last step. Input: float32
+    """An LSTM or GRU (kind 'lstm' or 'gru', batch_first, bidirectional if
+    asked) over feature sequences, classified from its output at the last
+    step (head 'last') or from the final hidden states of the last layer's
+    directions (head 'state', h_n as PyTorch returns it). Input: float32
     [N, T, features]; output: logits [N, classes]."""
 
-    def __init__(self, kind="lstm", T=16, features=8, hidden=32, layers=1, classes=10):
+    def __init__(self, kind="lstm", T=16, features=8, hidden=32, layers=1, classes=10,
+                 bidirectional=False, head="last"):
         super().__init__()
         rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[kind]
-        self.T, self.features = T, features
-        self.rnn = rnn(features, hidden, num_layers=layers, batch_first=True)
-        self.fc = nn.Linear(hidden, classes)
+        if head not in ("last", "state"):
+            raise ValueError("head is 'last' or 'state', got %r" % head)
+        self.T, self.features, self.head = T, features, head
+        self.dirs = 2 if bidirectional else 1
+        self.rnn = rnn(features, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
+        self.fc = nn.Linear(self.dirs * hidden, classes)
 
     def forward(self, x):
-        y, _ = self.rnn(x)
-        return self.fc(y[:, -1])
+        y, h = self.rnn(x)
+        if self.head == "last":
+            return self.fc(y[:, -1])
+        if isinstance(h, tuple):  # the LSTM's (h_n, c_n)
+            h = h[0]
+        return self.fc(torch.cat([h[i] for i in range(-self.dirs, 0)], dim=1))
 
 
 class AutoencoderClassifier(nn.Module):

@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
 python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer,
-vit, lstm, gru, mobilenet, autoencoder, misc. Writes OUTDIR/model.onnx (exported as
+vit, lstm, gru, bilstm, bigru, mobilenet, autoencoder, misc. Writes OUTDIR/model.onnx (exported as
 a user would: training mode, no constant folding, opset 13) and
 OUTDIR/ref.safetensors with the data ("__x" [steps, batch, ...], "__y") and,
 from float64 runs of the same float32 initial weights: "loss1" and
@@ -161,6 +161,10 @@ def families():
         "vit": (lambda: pm.ViT(channels=2, image=8, patch=4, d=8, heads=2, blocks=2, classes=CLASSES), [("x", (2, 8, 8), None)], ()),
         "lstm": (lambda: pm.RNNClassifier("lstm", T=5, features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
         "gru": (lambda: pm.RNNClassifier("gru", T=5, features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
+        "bilstm": (lambda: pm.RNNClassifier("lstm", T=5, features=3, hidden=6, layers=2, classes=CLASSES, bidirectional=True),
+                   [("x", (5, 3), None)], ()),
+        "bigru": (lambda: pm.RNNClassifier("gru", T=5, features=3, hidden=6, classes=CLASSES, bidirectional=True, head="state"),
+                  [("x", (5, 3), None)], ()),
         "mobilenet": (lambda: __import__("torchvision").models.mobilenet_v2(width_mult=0.25, num_classes=CLASSES, dropout=0.0),
                       [("x", (3, 64, 64), None)], ()),
         "autoencoder": (lambda: pm.AutoencoderClassifier(channels=2, image=16, width=4, classes=CLASSES), [("x", (2, 16, 16), None)], ()),

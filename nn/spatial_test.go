@@ -344,18 +344,33 @@ var unaryInputs = map[string]func(r *rand.Rand) float32{
 	"reciprocal": func(r *rand.Rand) float32 { return float32(0.3 + 2*r.Float64()) },
 }
 
-var unaryNames = []string{"sqrt", "exp", "log", "neg", "abs", "reciprocal", "sin", "cos", "softplus", "hardsigmoid", "silu"}
+var unaryNames = []string{"sqrt", "exp", "log", "neg", "abs", "reciprocal", "sin", "cos", "softplus", "silu"}
+
+// hardLayers are the piecewise activations: ONNX's default HardSigmoid,
+// PyTorch's, and HardSwish.
+var hardLayers = []nn.Layer{nn.HardSigmoid{Alpha: 0.2, Beta: 0.5}, nn.HardSigmoid{Alpha: 1.0 / 6, Beta: 0.5}, nn.HardSwish{}}
 
 func TestGradCheckUnary(t *testing.T) {
 	for _, op := range unaryNames {
 		t.Run(op, func(t *testing.T) {
 			o := nntest.Options{Input: unaryInputs[op]}
-			if op == "hardsigmoid" || op == "softplus" || op == "silu" {
-				// Past the kinks at ±2.5 and into the tails.
+			if op == "softplus" || op == "silu" {
+				// Into the tails.
 				o.Input = func(r *rand.Rand) float32 { return float32(7*r.Float64() - 3.5) }
 			}
 			nntest.GradCheck(t, nn.Unary{Op: op}, [][]int{{5, 3}}, o)
 		})
+	}
+	for _, l := range hardLayers {
+		t.Run(fmt.Sprint(l), func(t *testing.T) {
+			// Past the kinks (±2.5 for ONNX's HardSigmoid, ±3 for the
+			// others) and into the flat parts.
+			o := nntest.Options{Input: func(r *rand.Rand) float32 { return float32(9*r.Float64() - 4.5) }}
+			nntest.GradCheck(t, l, [][]int{{5, 3}}, o)
+		})
+	}
+	if _, err := (nn.HardSigmoid{Alpha: float32(math.NaN())}).Build([][]int{{3}}); err == nil {
+		t.Error("NaN alpha accepted")
 	}
 	if _, err := (nn.Unary{Op: "tan"}).Build([][]int{{3}}); err == nil {
 		t.Error("unknown operation accepted")
@@ -444,7 +459,7 @@ func TestSpatialTorch(t *testing.T) {
 	}
 	for _, op := range unaryNames {
 		x := spatialRandn(r, 2, 0, 2, 4, 3, 5)
-		if op == "softplus" || op == "silu" || op == "hardsigmoid" {
+		if op == "softplus" || op == "silu" {
 			x = spatialRandn(r, 8, 0, 2, 4, 3, 5)
 		}
 		if f := unaryInputs[op]; f != nil {
@@ -453,6 +468,14 @@ func TestSpatialTorch(t *testing.T) {
 			}
 		}
 		cases = append(cases, &spatialCase{name: op, l: nn.Unary{Op: op}, x: x})
+	}
+	for _, l := range hardLayers {
+		x := spatialRandn(r, 4, 0, 2, 4, 3, 5)
+		// Values on PyTorch's kinks.
+		for i, v := range []float32{-3, 3} {
+			nn.F32(x)[7*i+1] = v
+		}
+		cases = append(cases, &spatialCase{name: fmt.Sprint(l), l: l, x: x})
 	}
 	var (
 		specs []map[string]any
@@ -488,6 +511,10 @@ func TestSpatialTorch(t *testing.T) {
 			spec = map[string]any{"kind": "clip", "min": bound(l.Min), "max": bound(l.Max)}
 		case nn.Unary:
 			spec = map[string]any{"kind": "unary", "op": l.Op}
+		case nn.HardSigmoid:
+			spec = map[string]any{"kind": "hardsigmoid", "alpha": l.Alpha, "beta": l.Beta}
+		case nn.HardSwish:
+			spec = map[string]any{"kind": "hardswish"}
 		}
 		specs = append(specs, spec)
 	}
@@ -548,7 +575,7 @@ func TestSpatialThreadsSameBits(t *testing.T) {
 		for _, op := range unaryNames {
 			ls = append(ls, nn.Unary{Op: op})
 		}
-		return ls
+		return append(ls, hardLayers...)
 	}
 	shape := func(l nn.Layer, i int) []int {
 		if i < len(transposeConvs) {

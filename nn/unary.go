@@ -46,19 +46,72 @@ func (l Clip) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []
 	})
 }
 
+// HardSigmoid is y = max(0, min(1, Alpha·x + Beta)), ONNX's HardSigmoid
+// (PyTorch's hardsigmoid is Alpha 1/6, Beta 1/2), in float64 and rounded
+// once. The backward pass is dx = Alpha·dy where 0 < Alpha·x + Beta < 1
+// strictly, else 0, as PyTorch's (-3 < x < 3).
+type HardSigmoid struct{ Alpha, Beta float32 }
+
+func (HardSigmoid) Kind() string     { return "hardsigmoid" }
+func (HardSigmoid) Params() []*Param { return nil }
+func (l HardSigmoid) Build(in [][]int) ([]int, error) {
+	if l.Alpha != l.Alpha || l.Beta != l.Beta {
+		return nil, fmt.Errorf("NaN alpha or beta (%v, %v)", l.Alpha, l.Beta)
+	}
+	return oneInput(in)
+}
+
+func (l HardSigmoid) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	a, b := float64(l.Alpha), float64(l.Beta)
+	return unaryForward(c, s, in[0], cheapGrain, mapF64(func(u float64) float64 { return max(0, min(1, a*u+b)) }))
+}
+
+func (l HardSigmoid) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	a, b := float64(l.Alpha), float64(l.Beta)
+	return unaryBackward(c, s, dout, F32(in[0]), need, cheapGrain, gradF64(func(u float64) float64 {
+		if v := a*u + b; v > 0 && v < 1 {
+			return a
+		}
+		return 0
+	}))
+}
+
+// HardSwish is y = x·min(max(x + 3, 0), 6)/6, PyTorch's hardswish (ONNX's
+// HardSwish; opset 13 exports it as x·HardSigmoid(x)), in float64 and
+// rounded once. Its backward pass is PyTorch's (its vectorised kernel):
+// 0 below -3, dy from 3 on, dy·(x/3 + 1/2) between.
+type HardSwish struct{}
+
+func (HardSwish) Kind() string                    { return "hardswish" }
+func (HardSwish) Params() []*Param                { return nil }
+func (HardSwish) Build(in [][]int) ([]int, error) { return oneInput(in) }
+
+func (HardSwish) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	return unaryForward(c, s, in[0], cheapGrain, mapF64(func(u float64) float64 { return u * min(max(u+3, 0), 6) / 6 }))
+}
+
+func (HardSwish) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	return unaryBackward(c, s, dout, F32(in[0]), need, cheapGrain, gradF64(func(u float64) float64 {
+		switch {
+		case u < -3:
+			return 0
+		case u < 3:
+			return u/3 + 0.5
+		}
+		return 1
+	}))
+}
+
 // Unary is an elementwise function of one input, named by Op (which is also
 // its Kind):
 //
 //	sqrt, exp, log, neg, abs, reciprocal, sin, cos,
 //	softplus     log(1+exp(x)), computed without overflow,
-//	hardsigmoid  max(0, min(1, 0.2·x + 0.5)), ONNX's HardSigmoid with its
-//	             default alpha and beta (PyTorch's hardsigmoid is alpha 1/6),
 //	silu         x·sigmoid(x).
 //
 // Each is computed in float64 and rounded once, forward and backward; the
 // backward passes use the saved input. At the points where a function has
-// no derivative, abs takes 0 (PyTorch's sgn) and hardsigmoid 0 at both
-// kinks (PyTorch's).
+// no derivative, abs takes 0 (PyTorch's sgn).
 type Unary struct{ Op string }
 
 // unaryOp is an operation's forward and backward loops and their grain.
@@ -66,9 +119,6 @@ type unaryOp struct {
 	f, df func(y, x, a []float32)
 	grain int
 }
-
-// hsAlpha is ONNX HardSigmoid's default alpha, a float32 attribute.
-var hsAlpha = float64(float32(0.2))
 
 var unaryOps = map[string]unaryOp{
 	"sqrt": {
@@ -120,15 +170,6 @@ var unaryOps = map[string]unaryOp{
 		}),
 		gradF64(sigmoidFast),
 		mathGrain},
-	"hardsigmoid": {
-		mapF64(func(u float64) float64 { return max(0, min(1, float64(hsAlpha*u)+0.5)) }),
-		gradF64(func(u float64) float64 {
-			if v := float64(hsAlpha*u) + 0.5; v > 0 && v < 1 {
-				return hsAlpha
-			}
-			return 0
-		}),
-		cheapGrain},
 	"silu": {
 		mapF64(func(u float64) float64 { return u / (1 + expFast(-u)) }),
 		gradF64(func(u float64) float64 {
@@ -163,7 +204,7 @@ func (Unary) Params() []*Param { return nil }
 
 func (l Unary) Build(in [][]int) ([]int, error) {
 	if _, ok := unaryOps[l.Op]; !ok {
-		return nil, fmt.Errorf("unknown unary operation %q (want sqrt, exp, log, neg, abs, reciprocal, sin, cos, softplus, hardsigmoid or silu)", l.Op)
+		return nil, fmt.Errorf("unknown unary operation %q (want sqrt, exp, log, neg, abs, reciprocal, sin, cos, softplus or silu)", l.Op)
 	}
 	return oneInput(in)
 }

@@ -15,7 +15,9 @@ import (
 //   - GELU's erf form (nn.GELU at opset 13): Div by √2, Erf, Add 1, Mul by
 //     the input, Mul by 0.5, becomes ppnode.Gelu(x, √2, 1, 0.5);
 //   - a Linear on more than two dimensions: MatMul by the transposed weight
-//     then Add of the bias becomes ppnode.Linear(x, weightᵀ, bias).
+//     then Add of the bias becomes ppnode.Linear(x, weightᵀ, bias);
+//   - hardswish at opset 13: HardSigmoid (alpha 1/6, beta 1/2) then Mul by
+//     the input becomes ppnode.HardSwish(x).
 //
 // The fused node keeps the nodes it stands for, which its handler runs
 // instead where the constants turn out not to fit (an exponent that is
@@ -75,6 +77,17 @@ func fuse(nodes []*onnxpb.NodeProto, graphOutputs []string, im *importer) []*onn
 				}
 				im.unfused[f] = orig
 			}
+		case "HardSigmoid":
+			x := n.GetInput()[0]
+			mul, ok := only(n.GetOutput()[0], "Mul")
+			if !ok || gone[mul] || len(nodes[mul].GetInput()) != 2 || other(nodes[mul], n.GetOutput()[0]) != x ||
+				attrFloat(n, "alpha", 0.2) != float32(1.0/6) || attrFloat(n, "beta", 0.5) != 0.5 {
+				continue
+			}
+			f := &onnxpb.NodeProto{OpType: proto.String("ppnode.HardSwish"), Name: n.Name, Input: []string{x}, Output: []string{nodes[mul].GetOutput()[0]}}
+			gone[i] = true
+			replace[mul] = f
+			im.unfused[f] = []*onnxpb.NodeProto{n, nodes[mul]}
 		case "MatMul":
 			add, ok := only(n.GetOutput()[0], "Add")
 			if !ok || gone[add] {

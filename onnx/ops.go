@@ -25,15 +25,20 @@ func init() {
 		"LeakyRelu": unary(func(n *onnxpb.NodeProto) nn.Layer {
 			return nn.LeakyReLU{Alpha: attrFloat(n, "alpha", 0.01)}
 		}),
-		"Sqrt":               unaryOp("sqrt"),
-		"Exp":                unaryOp("exp"),
-		"Log":                unaryOp("log"),
-		"Neg":                unaryOp("neg"),
-		"Abs":                unaryOp("abs"),
-		"Reciprocal":         unaryOp("reciprocal"),
-		"Sin":                unaryOp("sin"),
-		"Cos":                unaryOp("cos"),
-		"Softplus":           unaryOp("softplus"),
+		"Sqrt":       unaryOp("sqrt"),
+		"Exp":        unaryOp("exp"),
+		"Log":        unaryOp("log"),
+		"Neg":        unaryOp("neg"),
+		"Abs":        unaryOp("abs"),
+		"Reciprocal": unaryOp("reciprocal"),
+		"Sin":        unaryOp("sin"),
+		"Cos":        unaryOp("cos"),
+		"Softplus":   unaryOp("softplus"),
+		"HardSigmoid": unary(func(n *onnxpb.NodeProto) nn.Layer {
+			return nn.HardSigmoid{Alpha: attrFloat(n, "alpha", 0.2), Beta: attrFloat(n, "beta", 0.5)}
+		}),
+		"HardSwish":          unary(func(*onnxpb.NodeProto) nn.Layer { return nn.HardSwish{} }),
+		"ppnode.HardSwish":   fusedHardSwish,
 		"Gelu":               gelu,
 		"Clip":               clip,
 		"Add":                arith("add"),
@@ -844,6 +849,14 @@ func fusedGelu(im *importer, n *onnxpb.NodeProto) error {
 	}
 	im.freeze(ks...)
 	return unary(func(*onnxpb.NodeProto) nn.Layer { return nn.GELU{} })(im, n)
+}
+
+// fusedHardSwish is hardswish at opset 13: x·HardSigmoid(x) (see fuse).
+func fusedHardSwish(im *importer, n *onnxpb.NodeProto) error {
+	if v, err := im.val(0); err != nil || v.isInt {
+		return im.runUnfused(n)
+	}
+	return unary(func(*onnxpb.NodeProto) nn.Layer { return nn.HardSwish{} })(im, n)
 }
 
 func clip(im *importer, n *onnxpb.NodeProto) error {

@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_step import read_safetensors, write_safetensors  # noqa: E402
 
 F64 = torch.float64
-HS_ALPHA = float(torch.tensor(0.2, dtype=torch.float32))  # ONNX's float attribute
 
 UNARY = {
     "sqrt": torch.sqrt,
@@ -33,7 +32,6 @@ UNARY = {
     "sin": torch.sin,
     "cos": torch.cos,
     "softplus": F.softplus,
-    "hardsigmoid": lambda x: torch.clamp(HS_ALPHA * x + 0.5, 0, 1),
     "silu": F.silu,
 }
 
@@ -90,6 +88,13 @@ def main():
             y = F.hardtanh(x, lo, hi)
         elif kind == "unary":
             y = UNARY[c["op"]](x)
+        elif kind == "hardsigmoid":
+            if abs(c["alpha"] - 1 / 6) < 1e-7 and c["beta"] == 0.5:
+                y = F.hardsigmoid(x)  # PyTorch's own
+            else:
+                y = torch.clamp(c["alpha"] * x + c["beta"], 0, 1)
+        elif kind == "hardswish":
+            y = F.hardswish(x)
         else:
             raise ValueError("unknown kind %r" % kind)
         y.backward(nchw(t[p + "dy"]))

@@ -573,8 +573,12 @@ func pool(im *importer, n *onnxpb.NodeProto) error {
 	if err := im.noUse(1); err != nil {
 		return err
 	}
-	if attrInt(n, "ceil_mode", 0) != 0 || attrInt(n, "storage_order", 0) != 0 {
-		return fmt.Errorf("ceil_mode and storage_order are not supported")
+	if attrInt(n, "storage_order", 0) != 0 {
+		return fmt.Errorf("storage_order is not supported")
+	}
+	ceil := attrInt(n, "ceil_mode", 0) != 0
+	if ceil && n.GetOpType() == "AveragePool" && attrInt(n, "count_include_pad", 0) != 0 {
+		return fmt.Errorf("ceil_mode with count_include_pad is not supported")
 	}
 	k, ok := attrInts(n, "kernel_shape")
 	if !ok || len(k) != 2 {
@@ -593,6 +597,23 @@ func pool(im *importer, n *onnxpb.NodeProto) error {
 	}
 	if x, err = im.image(x); err != nil {
 		return err
+	}
+	if ceil {
+		// The windows that ceil_mode adds at the end (those that start
+		// inside the input or its padding before) see padding at the
+		// end, which max and the average of what is not padding skip.
+		for a := range 2 {
+			in, k, st := x.stored[a], kernel[a], strides[a]
+			span := in + pads[a] + pads[a+2] - k
+			if span < 0 {
+				break // the layer refuses the window
+			}
+			out := (span+st-1)/st + 1
+			if (out-1)*st >= in+pads[a] {
+				out--
+			}
+			pads[a+2] += max(0, (out-1)*st+k-(in+pads[a]+pads[a+2]))
+		}
 	}
 	var l nn.Layer
 	if n.GetOpType() == "MaxPool" {

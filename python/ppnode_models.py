@@ -561,19 +561,26 @@ class AutoencoderClassifier(nn.Module):
 
 class Misc(nn.Module):
     """Odds and ends: nn.ZeroPad2d, F.pad, a learnable scalar
-    nn.Parameter(torch.tensor(0.5)) and nn.Linear without bias. Input:
-    images float32 [N, channels, image, image]; output: logits
-    [N, classes]."""
+    nn.Parameter(torch.tensor(0.5)), pooling with ceil_mode (max, and
+    average without the padding counted) and nn.Linear without bias.
+    Input: images float32 [N, channels, image, image], image even; output:
+    logits [N, classes]."""
 
     def __init__(self, channels=3, image=8, width=4, classes=10):
         super().__init__()
         self.pad = nn.ZeroPad2d(1)
         self.conv = nn.Conv2d(channels, width, 3)
         self.scale = nn.Parameter(torch.tensor(0.5))
-        self.fc = nn.Linear(width * (image + 1) * (image + 1), classes, bias=False)
+        # image + 1 (odd) -> image/2 + 1 -> image/4 + 1 with ceil_mode
+        # (each one less without).
+        self.maxpool = nn.MaxPool2d(2, ceil_mode=True)
+        self.avgpool = nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False)
+        side = (image // 2 + 1) // 2 + 1
+        self.fc = nn.Linear(width * side * side, classes, bias=False)
 
     def forward(self, x):
         x = self.conv(self.pad(x))
         x = F.pad(x, (0, 1, 0, 1))
         x = F.relu(x) * self.scale
+        x = self.avgpool(self.maxpool(x))
         return self.fc(torch.flatten(x, 1))

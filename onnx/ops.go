@@ -1346,6 +1346,11 @@ func concat(im *importer, n *onnxpb.NodeProto) error {
 			if x.isInt != ref.isInt {
 				return fmt.Errorf("concatenation of integers and floats")
 			}
+			for d := range x.rank() {
+				if x.rank() != ref.rank() || d != axis && x.dim(d) != ref.dim(d) {
+					return fmt.Errorf("inputs of shapes %v and %v along axis %d", ref, x, axis)
+				}
+			}
 			if x, _, err = im.single(x, axis); err != nil {
 				return err
 			}
@@ -1379,15 +1384,18 @@ func (im *importer) alignExcept(b, a *value, d int) (*value, error) {
 	if a.rank() != b.rank() {
 		return nil, fmt.Errorf("shapes %v and %v", a, b)
 	}
-	// Plan as if b had a's size along d, then give b its own.
-	tmp := &value{name: b.name, stored: slices.Clone(b.stored), dims: b.dims, isInt: b.isInt}
-	bd := b.dims[d][0]
-	tmp.stored[bd-1] = a.axisSize(a.dims[d][0])
-	order, shape, dims, err := alignPlan(tmp, a)
+	// Plan as if both had one size along d, one that no axis of size 1 (which
+	// the plan may move) is mistaken for, then give b its own.
+	ad, bd := a.dims[d][0], b.dims[d][0]
+	same := a.axisSize(ad) + b.axisSize(bd)
+	ta := &value{name: a.name, stored: slices.Clone(a.stored), dims: a.dims, isInt: a.isInt}
+	tb := &value{name: b.name, stored: slices.Clone(b.stored), dims: b.dims, isInt: b.isInt}
+	ta.stored[ad-1], tb.stored[bd-1] = same, same
+	order, shape, dims, err := alignPlan(tb, ta)
 	if err != nil {
 		return nil, err
 	}
-	shape[a.dims[d][0]-1] = b.axisSize(bd)
+	shape[ad-1] = b.axisSize(bd)
 	return im.reshapeStored(im.permute(b, order), shape, dims), nil
 }
 

@@ -562,7 +562,8 @@ class AutoencoderClassifier(nn.Module):
 class Misc(nn.Module):
     """Odds and ends: nn.ZeroPad2d, F.pad, a learnable scalar
     nn.Parameter(torch.tensor(0.5)), pooling with ceil_mode (max, and
-    average without the padding counted) and nn.Linear without bias.
+    average without the padding counted), torch.roll both ways and
+    nn.Linear without bias.
     Input: images float32 [N, channels, image, image], image even; output:
     logits [N, classes]."""
 
@@ -582,5 +583,5 @@ class Misc(nn.Module):
         x = self.conv(self.pad(x))
         x = F.pad(x, (0, 1, 0, 1))
         x = F.relu(x) * self.scale
-        x = self.avgpool(self.maxpool(x))
+        x = torch.roll(self.avgpool(self.maxpool(x)), shifts=(1, -1), dims=(2, 3))
         return self.fc(torch.flatten(x, 1))

@@ -502,6 +502,66 @@ func concatK(ks []*konst, axis int) (*konst, error) {
 
 // expand broadcasts k to shape (ONNX Expand: numpy rules, the result of
 // the larger rank); a dimension of batch size becomes k's batch axis.
+// scatterND is ONNX's ScatterND without reduction: k with the slices that
+// indices [..., q] name replaced by updates [..., k.shape[q:]...].
+func (k *konst) scatterND(indices, updates *konst) (*konst, error) {
+	is, ok := indices.ints()
+	if !ok || len(indices.shape) == 0 || indices.batch >= 0 {
+		return nil, fmt.Errorf("indices are not integers of fixed shape")
+	}
+	q := indices.shape[len(indices.shape)-1]
+	if q < 1 || q > len(k.shape) {
+		return nil, fmt.Errorf("indices of %d axes into a tensor of %d", q, len(k.shape))
+	}
+	if k.batch >= 0 || updates.batch >= 0 {
+		return nil, fmt.Errorf("a scatter into a tensor of the batch's size")
+	}
+	if k.kind != updates.kind {
+		return nil, fmt.Errorf("updates of another type than the data")
+	}
+	want := slices.Concat(indices.shape[:len(indices.shape)-1], k.shape[q:])
+	if !slices.Equal(updates.shape, want) {
+		return nil, fmt.Errorf("updates of shape %v, want %v", updates.shape, want)
+	}
+	inner := prod(k.shape[q:])
+	st := strides(k.shape)
+	from := make([]int, k.size())
+	for e := range from {
+		from[e] = e
+	}
+	out := k.pick(slices.Clone(k.shape), -1, from)
+	if out.src == nil && updates.src != nil {
+		out.src = slices.Repeat([]int64{-1}, len(from))
+	}
+	for t := 0; t < len(is)/q; t++ {
+		at := 0
+		for a, v := range is[t*q : (t+1)*q] {
+			if v < 0 {
+				v += int64(k.shape[a])
+			}
+			if v < 0 || v >= int64(k.shape[a]) {
+				return nil, fmt.Errorf("index %d of an axis of %d", is[t*q+a], k.shape[a])
+			}
+			at += int(v) * st[a]
+		}
+		for j := range inner {
+			u := t*inner + j
+			if k.kind == kFloat {
+				out.f[at+j] = updates.f[u]
+			} else {
+				out.i[at+j] = updates.i[u]
+			}
+			if out.src != nil {
+				out.src[at+j] = -1
+				if updates.src != nil {
+					out.src[at+j] = updates.src[u]
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 func (k *konst) expand(target []sym) (*konst, error) {
 	r := max(len(k.shape), len(target))
 	shape := make([]int, r)

@@ -98,6 +98,7 @@ func init() {
 		"Min":             nil,
 		"Max":             nil,
 		"Mod":             nil,
+		"ScatterND":       nil,
 	}
 	folders = map[string]func(*importer, *onnxpb.NodeProto) (*konst, error){
 		"Constant":        foldConstant,
@@ -118,6 +119,7 @@ func init() {
 		"Where":           foldWhere,
 		"Dropout":         func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
 		"Split":           foldSplit,
+		"ScatterND":       foldScatterND,
 	}
 	for op, name := range map[string]string{"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
 		"Equal": "eq", "Less": "lt", "Greater": "gt", "And": "and", "Or": "or", "Xor": "xor", "Min": "min", "Max": "max", "Mod": "mod"} {
@@ -566,6 +568,23 @@ func foldWhere(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 	b, _ := im.konst(2)
 	im.freeze(c)
 	return whereK(c, a, b)
+}
+
+// foldScatterND writes updates into a copy of data at indices (PyTorch's
+// exporter writes an assignment to a slice, such as Swin's attention mask,
+// this way).
+func foldScatterND(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	data, _ := im.konst(0)
+	idx, _ := im.konst(1)
+	upd, _ := im.konst(2)
+	if data == nil || idx == nil || upd == nil {
+		return nil, fmt.Errorf("%d operands, want 3", len(n.GetInput()))
+	}
+	if r := attrString(n, "reduction", "none"); r != "none" {
+		return nil, fmt.Errorf("reduction %s is not supported", r)
+	}
+	im.freeze(idx)
+	return data.scatterND(idx, upd)
 }
 
 func foldSplit(im *importer, n *onnxpb.NodeProto) (*konst, error) {

@@ -106,6 +106,35 @@ func TestSliceWithoutEndsIsAnError(t *testing.T) {
 	}
 }
 
+// ScatterND of constants (a slice assignment, m[1:3] = 7, as PyTorch
+// exports it) is folded, and indices out of range are an error, not a
+// panic.
+func TestScatterNDOfConstants(t *testing.T) {
+	build := func(index int64) *graph {
+		g := &graph{features: 4}
+		g.ints("shape", []int64{1}, 4)
+		g.node("ConstantOfShape", []string{"shape"}, "m")
+		g.ints("idx", []int64{2, 1}, 1, index)
+		g.ints("seven", []int64{2}, 7, 7)
+		g.node("Cast", []string{"seven"}, "upd", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+		g.node("ScatterND", []string{"m", "idx", "upd"}, "mask")
+		g.node("Mul", []string{"x", "mask"}, "y")
+		return g
+	}
+	md, err := importGraph(t, build(2), "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := forward(t, md, 1, 2, 3, 4); !slices.Equal(got, []float32{0, 14, 21, 0}) {
+		t.Errorf("x·ScatterND([0 0 0 0], [[1] [2]], [7 7]) of [1 2 3 4] = %v, want [0 14 21 0]", got)
+	}
+	for _, bad := range []int64{4, -5} {
+		if _, err := importGraph(t, build(bad), "y"); !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "index") {
+			t.Errorf("index %d: error %v, want onnx.ErrModel naming the index", bad, err)
+		}
+	}
+}
+
 // A learnable scalar (nn.Parameter(torch.tensor(0.5))) is a trainable
 // parameter of the model, named as in the state_dict, not a frozen constant.
 func TestLearnableScalarIsTrained(t *testing.T) {

@@ -156,7 +156,7 @@ func TestTorchModels(t *testing.T) {
 		backends = append(backends, def)
 	}
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "dlrm", "twotower", "transformer", "vit",
-		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "autoencoder", "misc"}
+		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "misc"}
 	dir := exportTorch(t, models)
 	for _, model := range models {
 		t.Run(model, func(t *testing.T) {

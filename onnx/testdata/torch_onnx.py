@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
 python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer,
-vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, autoencoder, misc. Writes OUTDIR/model.onnx (exported as
+vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, swin, autoencoder, misc. Writes OUTDIR/model.onnx (exported as
 a user would: training mode, no constant folding, opset 13) and
 OUTDIR/ref.safetensors with the data ("__x" [steps, batch, ...], "__y") and,
 from float64 runs of the same float32 initial weights: "loss1" and
@@ -170,6 +170,11 @@ def families():
         # Hardswish, and Hardsigmoid in its squeeze-and-excitation blocks.
         "mobilenetv3": (lambda: __import__("torchvision").models.mobilenet_v3_small(width_mult=0.25, num_classes=CLASSES, dropout=0.0),
                         [("x", (3, 64, 64), None)], ()),
+        # Shifted windows: torch.roll, an attention mask written by slice
+        # assignment (ScatterND), a relative position bias gathered by a buffer.
+        "swin": (lambda: __import__("torchvision").models.swin_transformer.SwinTransformer(
+            patch_size=[2, 2], embed_dim=8, depths=[2, 2], num_heads=[2, 2], window_size=[2, 2],
+            stochastic_depth_prob=0.0, num_classes=CLASSES), [("x", (3, 8, 8), None)], ()),
         "autoencoder": (lambda: pm.AutoencoderClassifier(channels=2, image=16, width=4, classes=CLASSES), [("x", (2, 16, 16), None)], ()),
         "misc": (lambda: pm.Misc(channels=2, image=6, width=3, classes=CLASSES), [("x", (2, 6, 6), None)], ()),
     }

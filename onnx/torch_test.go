@@ -2,10 +2,12 @@ package onnx_test
 
 import (
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -157,6 +159,9 @@ func TestTorchModels(t *testing.T) {
 	}
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "dlrm", "twotower", "transformer", "vit",
 		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "misc"}
+	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
+		models = strings.Split(m, ",")
+	}
 	dir := exportTorch(t, models)
 	for _, model := range models {
 		t.Run(model, func(t *testing.T) {

@@ -85,7 +85,7 @@ func TestONNXFamilies(t *testing.T) {
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "bilstm", "swin", "mobilenetv3", "autoencoder", "misc", "mobilenet"}
+	models := []string{"gpt", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "gru", "bilstm", "swin", "mobilenetv3", "autoencoder", "misc", "mobilenet"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {

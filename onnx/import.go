@@ -186,6 +186,7 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 	}
 	nodes := fuse(g.GetNode(), outNames, im)
 	im.readers = map[string]int{}
+	im.shapeOf = map[*konst]*value{}
 	for _, n := range nodes {
 		for _, in := range n.GetInput() {
 			im.readers[in]++
@@ -258,7 +259,9 @@ func (im *importer) run(n *onnxpb.NodeProto) error {
 		if err != nil {
 			return err
 		}
-		im.consts[n.GetOutput()[0]] = k
+		if k != nil { // else the folder made a value
+			im.consts[n.GetOutput()[0]] = k
+		}
 		return nil
 	}
 	return handlers[n.GetOpType()](im, n)
@@ -276,11 +279,12 @@ type importer struct {
 	consts  map[string]*konst
 	inits   []initializer
 	initID  map[string]int
-	buffers map[string]bool // initializers the file says are buffers
-	trained map[int]string  // initializer -> the layer that trains it
-	frozen  map[int]bool    // initializers used as constants
-	taken   map[string]bool // layer names
-	readers map[string]int  // how many nodes (and graph outputs) read each tensor
+	buffers map[string]bool   // initializers the file says are buffers
+	trained map[int]string    // initializer -> the layer that trains it
+	frozen  map[int]bool      // initializers used as constants
+	taken   map[string]bool   // layer names
+	readers map[string]int    // how many nodes (and graph outputs) read each tensor
+	shapeOf map[*konst]*value // a Shape's output: the value whose whole shape it is
 	opset   int64
 	inputs0 string                                    // the first graph input, which carries the buffers
 	unfused map[*onnxpb.NodeProto][]*onnxpb.NodeProto // fused nodes' originals

@@ -89,7 +89,7 @@ func init() {
 		"Constant":        nil,
 		"ConstantOfShape": nil,
 		"Range":           nil,
-		"Not":             nil,
+		"Not":             not,
 		"And":             nil,
 		"Or":              nil,
 		"Xor":             nil,
@@ -175,7 +175,21 @@ func foldConstantOfShape(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 			}
 		}
 	}
-	return constantOfShape(s, v)
+	out, err := constantOfShape(s, v)
+	if src := im.shapeOf[k]; err != nil && src != nil {
+		// Of a value's shape with the batch in an axis of several
+		// (attention's [N·heads, ...]): a value like src, as full_like.
+		f, isInt := float32(0), false
+		if v != nil {
+			if f, ok = uniform(v); !ok {
+				return nil, err
+			}
+			isInt = v.kind != kFloat
+		}
+		im.set(0, &value{name: im.add("", nn.Select{A: f, B: f}, src), stored: src.stored, dims: src.dims, isInt: isInt})
+		return nil, nil
+	}
+	return out, err
 }
 
 func foldRange(im *importer, n *onnxpb.NodeProto) (*konst, error) {
@@ -247,7 +261,11 @@ func shapeOp(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	im.setK(0, shapeSlice(n, v.shape()))
+	k := shapeSlice(n, v.shape())
+	if len(k.i) == v.rank() {
+		im.shapeOf[k] = v
+	}
+	im.setK(0, k)
 	return nil
 }
 
@@ -1071,12 +1089,16 @@ func compare(op string) func(*importer, *onnxpb.NodeProto) error {
 	}
 }
 
-// where adds Where(cond, a, b) with a constant condition and one of a, b
-// a constant scalar: masked_fill.
+// where adds Where(cond, a, b) with one of a, b a constant scalar:
+// masked_fill, with a constant condition or one computed from the data (a
+// padding mask); with both a and b constant scalars, a mask of the data.
 func where(im *importer, n *onnxpb.NodeProto) error {
+	if c, err := im.val(0); err == nil {
+		return whereOf(im, c)
+	}
 	cond, ok := im.konst(0)
 	if !ok {
-		return fmt.Errorf("the condition must be a constant (masked_fill with a fixed mask)")
+		return fmt.Errorf("the condition must be a constant or computed from the data")
 	}
 	im.freeze(cond)
 	v, err := im.val(2)
@@ -1106,6 +1128,108 @@ func where(im *importer, n *onnxpb.NodeProto) error {
 	}
 	im.set(0, im.same(v, im.add("", &nn.Mask{Shape: shape, Mask: mask, Fill: fill}, v)))
 	return nil
+}
+
+// not is a mask's negation (~mask): 1 where it is 0, else 0.
+func not(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	out := im.same(v, im.add("", &nn.Compare{Op: "eq", C: 0}, v))
+	out.isInt = true
+	im.set(0, out)
+	return nil
+}
+
+// whereOf is Where with the condition c computed from the data.
+func whereOf(im *importer, c *value) error {
+	var branch [2]*value
+	var fill [2]float32
+	var isK [2]bool
+	for i := range 2 {
+		if v, err := im.val(1 + i); err == nil {
+			branch[i] = v
+			continue
+		}
+		k, ok := im.konst(1 + i)
+		if !ok {
+			return fmt.Errorf("input %d is missing", 1+i)
+		}
+		im.freeze(k)
+		f, ok := uniform(k)
+		if !ok || !broadcastsToShape(k.shape, c.shape()) {
+			return fmt.Errorf("branch %d: a constant of shape %v that is not one value (or is larger than the condition %v)", 1+i, k.shape, c)
+		}
+		fill[i], isK[i] = f, true
+	}
+	switch {
+	case isK[0] && isK[1]:
+		im.set(0, &value{name: im.add("", nn.Select{A: fill[0], B: fill[1]}, c), stored: c.stored, dims: c.dims})
+		return nil
+	case isK[0] == isK[1]:
+		return fmt.Errorf("both branches computed from the data (one must be a constant)")
+	}
+	x, f, invert := branch[1], fill[0], false
+	if isK[1] {
+		x, f, invert = branch[0], fill[1], true
+	}
+	if x.isInt {
+		return fmt.Errorf("a mask over integers")
+	}
+	if !broadcastsTo(c, x) {
+		return fmt.Errorf("a condition of shape %v over values of shape %v", c, x)
+	}
+	cc, err := im.alignTo(c, x)
+	if err != nil && x.plain() && c.plain() {
+		if x, err = im.rowMajor(x); err == nil {
+			var cr *value
+			if cr, err = im.rowMajor(c); err == nil {
+				cc, err = im.alignTo(cr, x)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	im.set(0, im.same(x, im.add("", &nn.MaskBy{Fill: f, Invert: invert}, x, cc)))
+	return nil
+}
+
+// uniform is the one value all of a float or integer constant's elements
+// hold (the batch size not among them).
+func uniform(k *konst) (float32, bool) {
+	var f []float32
+	if k.kind == kFloat {
+		f = k.f
+	} else {
+		is, ok := k.ints()
+		if !ok {
+			return 0, false
+		}
+		for _, v := range is {
+			f = append(f, float32(v))
+		}
+	}
+	if len(f) == 0 || slices.ContainsFunc(f, func(v float32) bool { return v != f[0] && !(v != v && f[0] != f[0]) }) {
+		return 0, false
+	}
+	return f[0], true
+}
+
+// broadcastsToShape reports whether a constant of shape ks broadcasts to
+// the shape s without growing it.
+func broadcastsToShape(ks []int, s []sym) bool {
+	if len(ks) > len(s) {
+		return false
+	}
+	for j := range ks {
+		d, sd := ks[len(ks)-1-j], s[len(s)-1-j]
+		if d != 1 && (sd.n || int64(d) != sd.c) {
+			return false
+		}
+	}
+	return true
 }
 
 func identity(im *importer, n *onnxpb.NodeProto) error {
@@ -1317,22 +1441,40 @@ func expand(im *importer, n *onnxpb.NodeProto) error {
 	if !ok {
 		return fmt.Errorf("shape is not a list of integers")
 	}
-	// Only an Expand that changes nothing (or adds leading 1s) is a view.
-	if len(s) > v.rank() {
-		for _, d := range s[:len(s)-v.rank()] {
-			if d != (sym{c: 1}) {
-				return fmt.Errorf("expand of values of shape %v to %v", v, s)
-			}
+	// Leading 1s are a view; so is the rest where it changes nothing.
+	lead := len(s) - v.rank()
+	for _, d := range s[:max(0, lead)] {
+		if d != (sym{c: 1}) {
+			return fmt.Errorf("expand of values of shape %v to %v", v, s)
 		}
 	}
-	for j := range min(len(s), v.rank()) {
-		d := s[len(s)-1-j]
-		if d != (sym{c: 1}) && d != v.dim(v.rank()-1-j) {
+	tail := s[max(0, lead):]
+	grow := false
+	for j := range tail {
+		d, vd := tail[len(tail)-1-j], v.dim(v.rank()-1-j)
+		switch {
+		case d == sym{c: 1} || d == vd:
+		case vd == sym{c: 1} && !d.n:
+			grow = true // repeated along an axis of size 1 (a mask over heads)
+		default:
 			return fmt.Errorf("expand of values of shape %v to %v", v, s)
 		}
 	}
 	out := *v
-	for range len(s) - v.rank() {
+	if grow {
+		w, err := im.rowMajor(v)
+		if err != nil {
+			return fmt.Errorf("expand of values of shape %v to %v: %w", v, s, err)
+		}
+		shape := slices.Clone(w.stored)
+		for d := 1; d < v.rank(); d++ {
+			if ti := d - (v.rank() - len(tail)); ti >= 0 {
+				shape[d-1] = max(shape[d-1], int(tail[ti].c))
+			}
+		}
+		out = *im.newValue(im.add("", &nn.Expand{Shape: shape}, w), slices.Clone(w.dims), v.isInt)
+	}
+	for range max(0, lead) {
 		out.dims = append([][]int{{}}, out.dims...)
 	}
 	im.set(0, &out)

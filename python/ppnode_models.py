@@ -457,10 +457,13 @@ class TransformerClassifier(nn.Module):
     """A sequence classifier on PyTorch's own nn.TransformerEncoder:
     token embedding + learned positions, encoder layers (batch_first,
     post-LayerNorm, ReLU), the mean over the sequence, LayerNorm, Linear.
-    Input: token ids int64 [N, T]; output: logits [N, classes]."""
+    With pad set to a token id, that token is padding: the encoder's
+    src_key_padding_mask hides it and the mean leaves it out. Input: token
+    ids int64 [N, T]; output: logits [N, classes]."""
 
-    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0):
+    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0, pad=None):
         super().__init__()
+        self.pad = pad
         self.emb = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(1, T, d))
         layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=dropout, batch_first=True)
@@ -470,8 +473,14 @@ class TransformerClassifier(nn.Module):
         nn.init.normal_(self.pos, std=0.02)
 
     def forward(self, x):
-        h = self.encoder(self.emb(x) + self.pos)
-        return self.fc(self.norm(h.mean(dim=1)))
+        if self.pad is None:
+            h = self.encoder(self.emb(x) + self.pos)
+            return self.fc(self.norm(h.mean(dim=1)))
+        padding = x == self.pad
+        h = self.encoder(self.emb(x) + self.pos, src_key_padding_mask=padding)
+        keep = (~padding).unsqueeze(-1).float()
+        h = (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+        return self.fc(self.norm(h))
 
 
 class ViT(nn.Module):

@@ -1,0 +1,154 @@
+package nn
+
+import "fmt"
+
+// Expand is ONNX's Expand of a value: each sample's tensor, of Shape's rank
+// with each dimension Shape's or 1, repeated along its axes of size 1 to
+// Shape. Backward sums the gradient over the repeats, in ascending order.
+type Expand struct {
+	Shape []int
+
+	plan *bplan
+}
+
+func (l *Expand) Kind() string     { return "expand" }
+func (l *Expand) Params() []*Param { return nil }
+
+func (l *Expand) Build(in [][]int) ([]int, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("takes one input, got %d", len(in))
+	}
+	plan, err := newBplan(l.Shape, in, []bool{true})
+	if err != nil {
+		return nil, err
+	}
+	l.plan = plan
+	return append([]int(nil), l.Shape...), nil
+}
+
+func (l *Expand) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	n := Rows(in[0])
+	y := s.Buf(0, s.withBatch(n, l.Shape)...)
+	yd, x := F32(y), F32(in[0])
+	sx, _ := l.plan.inner()
+	l.plan.each(c, n, cheapGrain, func(o, xo, _, cnt int) {
+		ys := yd[o : o+cnt]
+		if sx == 0 {
+			for j := range ys {
+				ys[j] = x[xo]
+			}
+			return
+		}
+		copy(ys, x[xo:xo+cnt])
+	})
+	return y
+}
+
+func (l *Expand) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, in[0].Shape()...)
+	l.plan.reduce(c, Rows(in[0]), 0, F32(dx), F32(dout), sumPlain, nil, 0)
+	g[0] = dx
+	return g
+}
+
+// Select is ONNX's Where of a condition computed from the data and two
+// constant scalars: y = A where the condition is not 0, else B. The
+// condition carries no gradient.
+type Select struct{ A, B float32 }
+
+func (Select) Kind() string                    { return "select" }
+func (Select) Params() []*Param                { return nil }
+func (Select) Build(in [][]int) ([]int, error) { return oneInput(in) }
+
+func (l Select) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	a, b := l.A, l.B
+	return unaryForward(c, s, in[0], cheapGrain, func(y, x, _ []float32) {
+		y = y[:len(x)]
+		for i, v := range x {
+			if v != 0 {
+				y[i] = a
+			} else {
+				y[i] = b
+			}
+		}
+	})
+}
+
+func (Select) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	return s.Grads(1)
+}
+
+// MaskBy is masked_fill with a mask computed from the data: inputs x and a
+// condition whose per-sample shape has x's rank, each dimension x's or 1;
+// y = Fill where the condition is not 0 (is 0, with Invert), else x.
+// Backward passes dout where x passed, 0 elsewhere; the condition carries
+// no gradient.
+type MaskBy struct {
+	Fill   float32
+	Invert bool
+
+	plan *bplan
+}
+
+func (l *MaskBy) Kind() string     { return "maskby" }
+func (l *MaskBy) Params() []*Param { return nil }
+
+func (l *MaskBy) Build(in [][]int) ([]int, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("takes two inputs, got %d", len(in))
+	}
+	plan, err := newBplan(in[0], in, []bool{true, true})
+	if err != nil {
+		return nil, err
+	}
+	l.plan = plan
+	return append([]int(nil), in[0]...), nil
+}
+
+// pass calls fn on each run of x, cnt elements at o, with the condition's
+// values beside it, step apart (0 where the condition is broadcast).
+func (l *MaskBy) pass(c *Ctx, n int, cond []float32, fn func(o, cnt int, cond []float32, step int)) {
+	_, sc := l.plan.inner()
+	l.plan.each(c, n, cheapGrain, func(o, _, co, cnt int) { fn(o, cnt, cond[co:], sc) })
+}
+
+func (l *MaskBy) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	x := in[0]
+	y := s.Buf(0, x.Shape()...)
+	yd, xd := F32(y), F32(x)
+	fill, inv := l.Fill, l.Invert
+	l.pass(c, Rows(x), F32(in[1]), func(o, cnt int, cond []float32, step int) {
+		for j := range cnt {
+			if (cond[j*step] != 0) != inv {
+				yd[o+j] = fill
+			} else {
+				yd[o+j] = xd[o+j]
+			}
+		}
+	})
+	return y
+}
+
+func (l *MaskBy) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(2)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, in[0].Shape()...)
+	d, dy, inv := F32(dx), F32(dout), l.Invert
+	l.pass(c, Rows(in[0]), F32(in[1]), func(o, cnt int, cond []float32, step int) {
+		for j := range cnt {
+			if (cond[j*step] != 0) != inv {
+				d[o+j] = 0
+			} else {
+				d[o+j] = dy[o+j]
+			}
+		}
+	})
+	g[0] = dx
+	return g
+}

@@ -27,6 +27,9 @@ type Conv2D struct {
 	PadT, PadL, PadB, PadR int // zeros before and after each axis; all 0 means Pad
 	DH, DW                 int // dilations; 0 means 1
 	Groups                 int // 0 means 1
+	// OneD is PyTorch's Conv1d as a convolution of height 1 (KH 1): its
+	// weight is exported as [Out, In/Groups, KW].
+	OneD bool
 
 	W, B   *Param
 	h, w   int
@@ -98,6 +101,14 @@ func (l *Conv2D) Build(in [][]int) ([]int, error) {
 	l.W = newParam([]int{l.Out, l.KH, l.KW, cin}, InitHe, fan)
 	l.W.Name = "weight"
 	l.W.Layout = []int{0, 3, 1, 2} // exported as PyTorch's [Out, In/Groups, KH, KW]
+	if l.OneD {
+		if l.KH != 1 {
+			return nil, fmt.Errorf("a 1-D convolution of kernel height %d", l.KH)
+		}
+		l.W = newParam([]int{l.Out, l.KW, cin}, InitHe, fan)
+		l.W.Name = "weight"
+		l.W.Layout = []int{0, 2, 1}
+	}
 	if l.Bias {
 		l.B = newParam([]int{l.Out}, InitZero, fan)
 		l.B.Name = "bias"

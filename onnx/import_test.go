@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +35,31 @@ var models = map[string][]onnx.Input{
 	"testdata/bigru.onnx":       feats([]int{5, 3}),
 	"testdata/autoencoder.onnx": feats([]int{2, 16, 16}),
 	"testdata/misc.onnx":        feats([]int{2, 6, 6}),
+	"testdata/textcnn.onnx":     {{Name: "x", Shape: []int{8}, Int: true}},
+}
+
+// Every parameter is written out in its initializer's shape (a Conv1d's
+// weight is [Out, In, K], not the 2-D convolution's that computes it), so
+// that the module loads --out with strict=True.
+func TestParametersKeepTheirShapes(t *testing.T) {
+	for path, inputs := range models {
+		m := read(t, path)
+		dims := map[string][]int{}
+		for _, in := range m.GetGraph().GetInitializer() {
+			for _, d := range in.GetDims() {
+				dims[in.GetName()] = append(dims[in.GetName()], int(d))
+			}
+		}
+		md, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 5})
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, p := range md.Graph.Params() {
+			if want, ok := dims[p.Name]; ok && !slices.Equal(p.ExportedShape(), want) {
+				t.Errorf("%s: %s written as %v, the file has %v", path, p.Name, p.ExportedShape(), want)
+			}
+		}
+	}
 }
 
 func read(t testing.TB, path string) *onnxpb.ModelProto {

@@ -273,28 +273,61 @@ func embedding(im *importer, n *onnxpb.NodeProto, w *konst) error {
 }
 
 // geometry reads a 2-D window's strides, pads and dilations.
-func geometry(n *onnxpb.NodeProto) (strides, pads, dilations []int, err error) {
+// geometry reads a window's strides, pads and dilations over its spatial
+// axes (1 or 2), in the 2-D form: a 1-D window is one of height 1.
+func geometry(n *onnxpb.NodeProto, spatial int) (strides, pads, dilations []int, err error) {
 	if ap := attrString(n, "auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID" {
 		return nil, nil, nil, fmt.Errorf("auto_pad=%s is not supported; export with explicit padding", ap)
 	}
-	get := func(name string, def []int64, lo int64, count int) ([]int, error) {
+	get := func(name string, def int64, lo int64, count int) ([]int, error) {
 		v, ok := attrInts(n, name)
 		if !ok {
-			v = def
+			v = slices.Repeat([]int64{def}, count)
 		}
 		if len(v) != count {
-			return nil, fmt.Errorf("%s=%v: want %d values (2-D windows only)", name, v, count)
+			return nil, fmt.Errorf("%s=%v: want %d values (1-D and 2-D windows only)", name, v, count)
 		}
 		return small(v, lo)
 	}
-	if strides, err = get("strides", []int64{1, 1}, 1, 2); err != nil {
+	if strides, err = get("strides", 1, 1, spatial); err != nil {
 		return
 	}
-	if pads, err = get("pads", []int64{0, 0, 0, 0}, 0, 4); err != nil {
+	if pads, err = get("pads", 0, 0, 2*spatial); err != nil {
 		return
 	}
-	dilations, err = get("dilations", []int64{1, 1}, 1, 2)
+	if dilations, err = get("dilations", 1, 1, spatial); err != nil {
+		return
+	}
+	if spatial == 1 {
+		strides, pads, dilations = []int{1, strides[0]}, []int{0, pads[0], 0, pads[1]}, []int{1, dilations[0]}
+	}
 	return
+}
+
+// spatial returns an [N, C, H, W] or [N, C, L] value stored channels-last,
+// [H, W, C] or [1, L, C], and its number of spatial axes.
+func (im *importer) spatial(v *value) (*value, int, error) {
+	if v.rank() != 3 {
+		v, err := im.image(v)
+		return v, 2, err
+	}
+	if v.isInt {
+		return nil, 0, fmt.Errorf("a sequence of integers")
+	}
+	w, err := im.layout(v, 2, 1)
+	if err != nil {
+		return nil, 0, err
+	}
+	return im.reshapeStored(w, []int{1, w.stored[0], w.stored[1]}, [][]int{{0}, {3}, {2}}), 1, nil
+}
+
+// spatialOut is the value of a layer whose output is stored [H, W, C]
+// (spatial 2) or [1, L, C] (spatial 1).
+func (im *importer) spatialOut(name string, spatial int) *value {
+	if spatial == 1 {
+		return im.newValue(name, [][]int{{0}, {3}, {2}}, false)
+	}
+	return im.imageOut(name)
 }
 
 // image returns a plain [N, C, H, W] value stored channels-last.
@@ -344,18 +377,22 @@ func conv(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	if x, err = im.image(x); err != nil {
-		return fmt.Errorf("%v (only 2-D convolutions are supported)", err)
+	x, sp, err := im.spatial(x)
+	if err != nil {
+		return fmt.Errorf("%v (only 1-D and 2-D convolutions are supported)", err)
 	}
 	name := im.layerName(n.GetName(), "")
-	w, wid, b, bid, err := im.convWeights(name, 4)
+	w, wid, b, bid, err := im.convWeights(name, 2+sp)
 	if err != nil {
 		return err
 	}
 	c := int(x.dim(1).c)
 	groups := int(attrInt(n, "group", 1))
-	o, ig, kh, kw := w.shape[0], w.shape[1], w.shape[2], w.shape[3]
-	if k, ok := attrInts(n, "kernel_shape"); ok && !slices.Equal(k, []int64{int64(kh), int64(kw)}) {
+	o, ig, kh, kw := w.shape[0], w.shape[1], 1, w.shape[2]
+	if sp == 2 {
+		kh, kw = w.shape[2], w.shape[3]
+	}
+	if k, ok := attrInts(n, "kernel_shape"); ok && !slices.Equal(k, []int64{int64(kh), int64(kw)}[2-sp:]) {
 		return fmt.Errorf("kernel_shape %v and weight %v disagree", k, w.shape)
 	}
 	if groups < 1 || ig*groups != c || o%groups != 0 {
@@ -364,15 +401,15 @@ func conv(im *importer, n *onnxpb.NodeProto) error {
 	if b != nil && b.size() != o {
 		return fmt.Errorf("bias of shape %v for %d channels", b.shape, o)
 	}
-	strides, pads, dil, err := geometry(n)
+	strides, pads, dil, err := geometry(n, sp)
 	if err != nil {
 		return err
 	}
 	l := &nn.Conv2D{In: c, Out: o, KH: kh, KW: kw, SH: strides[0], SW: strides[1],
 		PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3], DH: dil[0], DW: dil[1],
-		Groups: groups, Bias: b != nil}
+		Groups: groups, Bias: b != nil, OneD: sp == 1}
 	out := im.b.Add(name, l, x.name)
-	im.set(0, im.imageOut(out))
+	im.set(0, im.spatialOut(out, sp))
 	im.give(l.W, wid)
 	if b != nil {
 		im.give(l.B, bid, o)
@@ -406,7 +443,7 @@ func convTranspose(im *importer, n *onnxpb.NodeProto) error {
 	if _, ok := attrInts(n, "output_shape"); ok {
 		return fmt.Errorf("output_shape is not supported; export with explicit padding")
 	}
-	strides, pads, dil, err := geometry(n)
+	strides, pads, dil, err := geometry(n, 2)
 	if err != nil {
 		return err
 	}
@@ -439,10 +476,12 @@ func batchNorm(im *importer, n *onnxpb.NodeProto) error {
 	switch x.rank() {
 	case 2:
 		x, err = im.layout(x, 1)
+	case 3:
+		x, err = im.layout(x, 2, 1)
 	case 4:
 		x, err = im.image(x)
 	default:
-		return fmt.Errorf("input of shape %v: BatchNorm1d/2d on [N, C] or [N, C, H, W] only", x)
+		return fmt.Errorf("input of shape %v: BatchNorm1d/2d on [N, C], [N, C, L] or [N, C, H, W] only", x)
 	}
 	if err != nil {
 		return err
@@ -580,23 +619,27 @@ func pool(im *importer, n *onnxpb.NodeProto) error {
 	if ceil && n.GetOpType() == "AveragePool" && attrInt(n, "count_include_pad", 0) != 0 {
 		return fmt.Errorf("ceil_mode with count_include_pad is not supported")
 	}
+	x, sp, err := im.spatial(x)
+	if err != nil {
+		return err
+	}
 	k, ok := attrInts(n, "kernel_shape")
-	if !ok || len(k) != 2 {
-		return fmt.Errorf("kernel_shape %v: 2-D windows only", k)
+	if !ok || len(k) != sp {
+		return fmt.Errorf("kernel_shape %v on an input of shape %v", k, x)
 	}
 	kernel, err := small(k, 1)
 	if err != nil {
 		return err
 	}
-	strides, pads, dil, err := geometry(n)
+	if sp == 1 {
+		kernel = []int{1, kernel[0]}
+	}
+	strides, pads, dil, err := geometry(n, sp)
 	if err != nil {
 		return err
 	}
 	if dil[0] != 1 || dil[1] != 1 {
 		return fmt.Errorf("dilated pooling is not supported")
-	}
-	if x, err = im.image(x); err != nil {
-		return err
 	}
 	if ceil {
 		// The windows that ceil_mode adds at the end (those that start
@@ -624,7 +667,7 @@ func pool(im *importer, n *onnxpb.NodeProto) error {
 			PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3],
 			CountIncludePad: attrInt(n, "count_include_pad", 0) != 0}
 	}
-	im.set(0, im.imageOut(im.add("", l, x)))
+	im.set(0, im.spatialOut(im.add("", l, x), sp))
 	return nil
 }
 
@@ -633,12 +676,14 @@ func globalAvgPool(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	if x, err = im.image(x); err != nil {
+	x, sp, err := im.spatial(x)
+	if err != nil {
 		return err
 	}
 	name := im.add("", &nn.GlobalAvgPool{}, x)
 	// [N, C] stored: the pooled axes are of size 1, spanned by nothing.
-	im.set(0, im.newValue(name, [][]int{{0}, {1}, {}, {}}, false))
+	dims := [][]int{{0}, {1}, {}, {}}
+	im.set(0, im.newValue(name, dims[:2+sp], false))
 	return nil
 }
 

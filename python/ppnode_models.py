@@ -538,6 +538,29 @@ class RNNClassifier(nn.Module):
         return self.fc(torch.cat([h[i] for i in range(-self.dirs, 0)], dim=1))
 
 
+class TextCNN(nn.Module):
+    """A convolutional sequence classifier over token embeddings, for the
+    1-D operators: Conv1d (padded, then strided and dilated, grouped),
+    BatchNorm1d over [N, C, L], max_pool1d, AvgPool1d, F.pad and
+    adaptive_avg_pool1d to one step. Input: token ids int64 [N, T]; output:
+    logits [N, classes]."""
+
+    def __init__(self, vocab=256, T=16, d=32, width=16, classes=10):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.c1 = nn.Conv1d(d, width, 3, padding=1)
+        self.bn = nn.BatchNorm1d(width)
+        self.c2 = nn.Conv1d(width, width, 3, stride=2, dilation=2, groups=2)
+        self.avg = nn.AvgPool1d(2, ceil_mode=True)
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = self.emb(x).transpose(1, 2)
+        h = F.max_pool1d(F.relu(self.bn(self.c1(h))), 2)
+        h = self.avg(F.relu(self.c2(F.pad(h, (2, 2)))))
+        return self.fc(F.adaptive_avg_pool1d(h, 1).squeeze(-1))
+
+
 class AutoencoderClassifier(nn.Module):
     """A convolutional encoder-decoder with a classifier head, for the
     upsampling operators: Conv2d stride 2 twice (16 -> 8 -> 4),

@@ -347,8 +347,9 @@ var unaryInputs = map[string]func(r *rand.Rand) float32{
 var unaryNames = []string{"sqrt", "exp", "log", "neg", "abs", "reciprocal", "sin", "cos", "softplus", "silu"}
 
 // hardLayers are the piecewise activations: ONNX's default HardSigmoid,
-// PyTorch's, and HardSwish.
-var hardLayers = []nn.Layer{nn.HardSigmoid{Alpha: 0.2, Beta: 0.5}, nn.HardSigmoid{Alpha: 1.0 / 6, Beta: 0.5}, nn.HardSwish{}}
+// PyTorch's, HardSwish, and ELU, SELU and CELU.
+var hardLayers = []nn.Layer{nn.HardSigmoid{Alpha: 0.2, Beta: 0.5}, nn.HardSigmoid{Alpha: 1.0 / 6, Beta: 0.5}, nn.HardSwish{},
+	nn.ELU{Alpha: 1, Gamma: 1}, nn.ELU{Alpha: 0.5, Gamma: 1}, nn.ELU{Alpha: 1.6732632, Gamma: 1.050701}, nn.ELU{Alpha: 2, Gamma: 1, Celu: true}}
 
 func TestGradCheckUnary(t *testing.T) {
 	for _, op := range unaryNames {
@@ -515,6 +516,8 @@ func TestSpatialTorch(t *testing.T) {
 			spec = map[string]any{"kind": "hardsigmoid", "alpha": l.Alpha, "beta": l.Beta}
 		case nn.HardSwish:
 			spec = map[string]any{"kind": "hardswish"}
+		case nn.ELU:
+			spec = map[string]any{"kind": "elu", "alpha": l.Alpha, "gamma": l.Gamma, "celu": l.Celu}
 		}
 		specs = append(specs, spec)
 	}

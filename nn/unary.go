@@ -76,6 +76,53 @@ func (l HardSigmoid) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, 
 	}))
 }
 
+// ELU is ONNX's Elu, Selu and Celu: y = Gamma·x for x > 0, else
+// Gamma·Alpha·(exp(x/Alpha) − 1) with Celu, else Gamma·Alpha·(exp(x) − 1)
+// (PyTorch's elu, selu and celu; Gamma is 1 but for selu), in float64 and
+// rounded once, the backward pass from the saved input.
+type ELU struct {
+	Alpha, Gamma float32
+	Celu         bool
+}
+
+func (ELU) Kind() string     { return "elu" }
+func (ELU) Params() []*Param { return nil }
+func (l ELU) Build(in [][]int) ([]int, error) {
+	if !(l.Alpha > 0) || !(l.Gamma > 0) || math.IsInf(float64(l.Alpha), 0) || math.IsInf(float64(l.Gamma), 0) {
+		return nil, fmt.Errorf("alpha %v and gamma %v must be positive", l.Alpha, l.Gamma)
+	}
+	return oneInput(in)
+}
+
+// scales returns Gamma, Alpha and the exponent's factor, in float64.
+func (l ELU) scales() (g, a, k float64) {
+	g, a, k = float64(l.Gamma), float64(l.Alpha), 1
+	if l.Celu {
+		k = 1 / a
+	}
+	return
+}
+
+func (l ELU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	g, a, k := l.scales()
+	return unaryForward(c, s, in[0], mathGrain, mapF64(func(u float64) float64 {
+		if u > 0 {
+			return g * u
+		}
+		return g * a * math.Expm1(k*u)
+	}))
+}
+
+func (l ELU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g, a, k := l.scales()
+	return unaryBackward(c, s, dout, F32(in[0]), need, mathGrain, gradF64(func(u float64) float64 {
+		if u > 0 {
+			return g
+		}
+		return g * a * k * math.Exp(k*u)
+	}))
+}
+
 // HardSwish is y = x·min(max(x + 3, 0), 6)/6, PyTorch's hardswish (ONNX's
 // HardSwish; opset 13 exports it as x·HardSigmoid(x)), in float64 and
 // rounded once. Its backward pass is PyTorch's (its vectorised kernel):

@@ -597,6 +597,50 @@ func layerNorm(im *importer, n *onnxpb.NodeProto) error {
 	return nil
 }
 
+// instanceNorm adds InstanceNormalization, what PyTorch exports for
+// nn.InstanceNorm and, on [N, groups, rest], nn.GroupNorm: each sample's
+// channel normalised over its other axes (a LayerNorm over them, flattened),
+// then the per-channel scale and bias, skipped where they are ones and
+// zeros.
+func instanceNorm(im *importer, n *onnxpb.NodeProto) error {
+	x, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	if x.rank() < 3 || x.isInt {
+		return fmt.Errorf("input of shape %v: want [N, C, ...] of floats", x)
+	}
+	w, err := im.rowMajor(x)
+	if err != nil {
+		return err
+	}
+	c := w.stored[0]
+	flat := im.reshapeStored(w, []int{c, prod(w.stored[1:])}, [][]int{{0}, {1}, {2}})
+	ln := im.newValue(im.add("", &nn.LayerNorm{Eps: shortest(attrFloat(n, "epsilon", 1e-5)), NoAffine: true}, flat), flat.dims, false)
+	y := im.reshapeStored(ln, w.stored, w.dims)
+	shape := slices.Repeat([]int{1}, x.rank())
+	shape[1] = c
+	for i, op := range []string{"mul", "add"} {
+		k, ok := im.konst(1 + i)
+		if !ok || k.size() != c || len(k.shape) != 1 {
+			return fmt.Errorf("input %d must be a constant of %d values", 1+i, c)
+		}
+		if u, ok := uniform(k); ok && !k.trainable() && u == float32(1-i) {
+			im.freeze(k)
+			continue // a GroupNorm's ones and zeros
+		}
+		kk, err := k.reshape(shape)
+		if err != nil {
+			return err
+		}
+		if y, err = im.withConst(op, y, kk, false); err != nil {
+			return err
+		}
+	}
+	im.set(0, y)
+	return nil
+}
+
 func scalarOf(k *konst, ok bool) (float32, bool) {
 	if !ok {
 		return 0, false

@@ -37,54 +37,65 @@ func init() {
 		"HardSigmoid": unary(func(n *onnxpb.NodeProto) nn.Layer {
 			return nn.HardSigmoid{Alpha: attrFloat(n, "alpha", 0.2), Beta: attrFloat(n, "beta", 0.5)}
 		}),
-		"HardSwish":          unary(func(*onnxpb.NodeProto) nn.Layer { return nn.HardSwish{} }),
-		"ppnode.HardSwish":   fusedHardSwish,
-		"Gelu":               gelu,
-		"Clip":               clip,
-		"Add":                arith("add"),
-		"Sub":                arith("sub"),
-		"Mul":                arith("mul"),
-		"Div":                arith("div"),
-		"Pow":                pow,
-		"Equal":              compare("eq"),
-		"Less":               compare("lt"),
-		"Greater":            compare("gt"),
-		"Where":              where,
-		"Gemm":               gemm,
-		"MatMul":             matmul,
-		"Conv":               conv,
-		"ConvTranspose":      convTranspose,
-		"BatchNormalization": batchNorm,
-		"LayerNormalization": layerNorm,
-		"MaxPool":            pool,
-		"AveragePool":        pool,
-		"GlobalAveragePool":  globalAvgPool,
-		"Resize":             resize,
-		"Upsample":           resize,
-		"Flatten":            flatten,
-		"Reshape":            reshape,
-		"Transpose":          transpose,
-		"Squeeze":            squeeze,
-		"Unsqueeze":          unsqueeze,
-		"Concat":             concat,
-		"Split":              split,
-		"Slice":              slice,
-		"Gather":             gather,
-		"Expand":             expand,
-		"Dropout":            dropout,
-		"Identity":           identity,
-		"Softmax":            softmax(false),
-		"LogSoftmax":         softmax(true),
-		"ReduceMean":         reduce("mean"),
-		"ReduceSum":          reduce("sum"),
-		"Cast":               cast,
-		"Pad":                pad,
-		"Shape":              shapeOp,
-		"LSTM":               rnn,
-		"GRU":                rnn,
-		"ppnode.LayerNorm":   layerNorm,
-		"ppnode.Linear":      fusedLinear,
-		"ppnode.Gelu":        fusedGelu,
+		"HardSwish": unary(func(*onnxpb.NodeProto) nn.Layer { return nn.HardSwish{} }),
+		"Elu": unary(func(n *onnxpb.NodeProto) nn.Layer {
+			return nn.ELU{Alpha: attrFloat(n, "alpha", 1), Gamma: 1}
+		}),
+		"Selu": unary(func(n *onnxpb.NodeProto) nn.Layer {
+			return nn.ELU{Alpha: attrFloat(n, "alpha", 1.67326319217681884765625), Gamma: attrFloat(n, "gamma", 1.05070102214813232421875)}
+		}),
+		"Celu": unary(func(n *onnxpb.NodeProto) nn.Layer {
+			return nn.ELU{Alpha: attrFloat(n, "alpha", 1), Gamma: 1, Celu: true}
+		}),
+		"ppnode.HardSwish":      fusedHardSwish,
+		"Gelu":                  gelu,
+		"Clip":                  clip,
+		"Add":                   arith("add"),
+		"Sub":                   arith("sub"),
+		"Mul":                   arith("mul"),
+		"Div":                   arith("div"),
+		"Pow":                   pow,
+		"Equal":                 compare("eq"),
+		"Less":                  compare("lt"),
+		"Greater":               compare("gt"),
+		"Where":                 where,
+		"Gemm":                  gemm,
+		"MatMul":                matmul,
+		"Conv":                  conv,
+		"ConvTranspose":         convTranspose,
+		"BatchNormalization":    batchNorm,
+		"LayerNormalization":    layerNorm,
+		"InstanceNormalization": instanceNorm,
+		"MaxPool":               pool,
+		"AveragePool":           pool,
+		"GlobalAveragePool":     globalAvgPool,
+		"Resize":                resize,
+		"Upsample":              resize,
+		"Flatten":               flatten,
+		"Reshape":               reshape,
+		"Transpose":             transpose,
+		"DepthToSpace":          depthToSpace,
+		"Squeeze":               squeeze,
+		"Unsqueeze":             unsqueeze,
+		"Concat":                concat,
+		"Split":                 split,
+		"Slice":                 slice,
+		"Gather":                gather,
+		"Expand":                expand,
+		"Dropout":               dropout,
+		"Identity":              identity,
+		"Softmax":               softmax(false),
+		"LogSoftmax":            softmax(true),
+		"ReduceMean":            reduce("mean"),
+		"ReduceSum":             reduce("sum"),
+		"Cast":                  cast,
+		"Pad":                   pad,
+		"Shape":                 shapeOp,
+		"LSTM":                  rnn,
+		"GRU":                   rnn,
+		"ppnode.LayerNorm":      layerNorm,
+		"ppnode.Linear":         fusedLinear,
+		"ppnode.Gelu":           fusedGelu,
 		// Operators of constants only: shape arithmetic, masks, indices.
 		"Constant":        nil,
 		"ConstantOfShape": nil,
@@ -1372,6 +1383,48 @@ func transpose(im *importer, n *onnxpb.NodeProto) error {
 		out.dims[i] = v.dims[a]
 	}
 	im.set(0, &out)
+	return nil
+}
+
+// depthToSpace is PyTorch's pixel_shuffle (mode CRD) or DepthToSpace's
+// default (DCR) as views: [N, C·b·b, H, W] seen as [N, C, b, b, H, W] (or
+// [N, b, b, C, H, W]), its axes reordered, seen as [N, C, H·b, W·b].
+func depthToSpace(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	b := attrInt(n, "blocksize", 0)
+	if v.rank() != 4 || b < 1 || b > 1<<10 {
+		return fmt.Errorf("blocksize %d on an input of shape %v", b, v)
+	}
+	sh := v.shape()
+	if sh[1].n || sh[1].c%(b*b) != 0 {
+		return fmt.Errorf("%v channels for blocksize %d", sh[1], b)
+	}
+	c := sym{c: sh[1].c / (b * b)}
+	bs := sym{c: b}
+	split, p := []sym{sh[0], bs, bs, c, sh[2], sh[3]}, []int{0, 3, 4, 1, 5, 2}
+	switch m := attrString(n, "mode", "DCR"); m {
+	case "DCR":
+	case "CRD":
+		split, p = []sym{sh[0], c, bs, bs, sh[2], sh[3]}, []int{0, 1, 4, 2, 5, 3}
+	default:
+		return fmt.Errorf("mode %s", m)
+	}
+	if v, err = im.reshapeView(v, split); err != nil {
+		return err
+	}
+	out := *v
+	out.dims = make([][]int, len(p))
+	for i, a := range p {
+		out.dims[i] = v.dims[a]
+	}
+	y, err := im.reshapeView(&out, []sym{sh[0], c, {c: sh[2].c * b}, {c: sh[3].c * b}})
+	if err != nil {
+		return err
+	}
+	im.set(0, y)
 	return nil
 }
 

@@ -158,7 +158,7 @@ func TestTorchModels(t *testing.T) {
 		backends = append(backends, def)
 	}
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "dlrm", "twotower", "transformer", "padmask", "textcnn", "vit",
-		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "misc"}
+		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}

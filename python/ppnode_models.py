@@ -561,6 +561,28 @@ class TextCNN(nn.Module):
         return self.fc(F.adaptive_avg_pool1d(h, 1).squeeze(-1))
 
 
+class NormAct(nn.Module):
+    """More normalisations and activations: GroupNorm, InstanceNorm2d
+    (affine), ELU, SELU, CELU and PixelShuffle into a convolution. Input:
+    images float32 [N, channels, image, image]; output: logits [N,
+    classes]."""
+
+    def __init__(self, channels=3, image=8, width=8, classes=10):
+        super().__init__()
+        self.c1 = nn.Conv2d(channels, width, 3, padding=1)
+        self.gn = nn.GroupNorm(2, width)
+        self.c2 = nn.Conv2d(width, 4 * width, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(2)
+        self.inorm = nn.InstanceNorm2d(width, affine=True)
+        self.c3 = nn.Conv2d(width, width, 3, stride=2, padding=1)
+        self.fc = nn.Linear(width * image * image, classes)
+
+    def forward(self, x):
+        h = F.elu(self.gn(self.c1(x)), 0.5)
+        h = F.selu(self.inorm(self.shuffle(self.c2(h))))
+        return self.fc(torch.flatten(F.celu(self.c3(h), 2.0), 1))
+
+
 class AutoencoderClassifier(nn.Module):
     """A convolutional encoder-decoder with a classifier head, for the
     upsampling operators: Conv2d stride 2 twice (16 -> 8 -> 4),

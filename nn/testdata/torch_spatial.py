@@ -95,6 +95,14 @@ def main():
                 y = torch.clamp(c["alpha"] * x + c["beta"], 0, 1)
         elif kind == "hardswish":
             y = F.hardswish(x)
+        elif kind == "elu":
+            alpha = float(torch.tensor(c["alpha"], dtype=torch.float32))
+            if c["celu"]:
+                y = F.celu(x, alpha)
+            elif abs(c["gamma"] - 1) > 1e-6:
+                y = F.selu(x)
+            else:
+                y = F.elu(x, alpha)
         else:
             raise ValueError("unknown kind %r" % kind)
         y.backward(nchw(t[p + "dy"]))

@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
 python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer, padmask, textcnn,
-vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, swin, autoencoder, misc, or
+vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, swin, autoencoder, normact, misc, or
 torchvision's classifiers at 32x32 (tv_efficientnet, tv_convnext, tv_regnet,
 tv_shufflenet, tv_densenet, tv_googlenet, tv_squeezenet, tv_resnext, tv_mnasnet,
 tv_vit; dropout off; compared on the first step of one micro-batch). Writes OUTDIR/model.onnx (exported as
@@ -210,6 +210,7 @@ def families():
         "tv_mnasnet": (lambda: TV().mnasnet0_5(num_classes=CLASSES), [("x", (3, 32, 32), None)], ()),
         "tv_vit": (lambda: TV().vit_b_16(num_classes=CLASSES, image_size=32), [("x", (3, 32, 32), None)], ()),
         "autoencoder": (lambda: pm.AutoencoderClassifier(channels=2, image=16, width=4, classes=CLASSES), [("x", (2, 16, 16), None)], ()),
+        "normact": (lambda: pm.NormAct(channels=2, image=4, width=4, classes=CLASSES), [("x", (2, 4, 4), None)], ()),
         "misc": (lambda: pm.Misc(channels=2, image=6, width=3, classes=CLASSES), [("x", (2, 6, 6), None)], ()),
     }
 

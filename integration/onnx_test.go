@@ -77,9 +77,9 @@ np.savez(sys.argv[1], x=x, y=y)`
 
 // The model families of python/ppnode_models.py (transformers, GPT, DLRM,
 // a two-tower model, a text CNN, LSTM, GRU, a stacked bidirectional LSTM,
-// ViT, an autoencoder, GroupNorm and its kin, odds and ends) and torchvision's Swin and MobileNetV2 and V3
-// train on three nodes with the automatic plan and give --local's weights
-// in deterministic mode.
+// ViT, an autoencoder, GroupNorm and its kin, odds and ends) and
+// torchvision's Swin and MobileNetV2 and V3 train on three nodes with the
+// automatic plan and give --local's weights in deterministic mode.
 func TestONNXFamilies(t *testing.T) {
 	t.Parallel()
 	needTorch(t)

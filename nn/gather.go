@@ -185,8 +185,10 @@ func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []
 	return g
 }
 
-// Reduce is the "sum" or "mean" of the last per-sample axis, kept with size
-// 1: each row summed in float64 in row order and rounded once.
+// Reduce is the "sum", "mean", "max" or "min" of the last per-sample axis,
+// kept with size 1: each row summed in float64 in row order and rounded
+// once, or its largest (smallest) value, whose gradient is shared evenly by
+// the values equal to it (PyTorch's amax and amin).
 type Reduce struct {
 	Op string
 
@@ -197,8 +199,8 @@ func (l *Reduce) Kind() string     { return "reduce" }
 func (l *Reduce) Params() []*Param { return nil }
 
 func (l *Reduce) Build(in [][]int) ([]int, error) {
-	if l.Op != "sum" && l.Op != "mean" {
-		return nil, fmt.Errorf("unknown reduction %q (want sum or mean)", l.Op)
+	if l.Op != "sum" && l.Op != "mean" && l.Op != "max" && l.Op != "min" {
+		return nil, fmt.Errorf("unknown reduction %q (want sum, mean, max or min)", l.Op)
 	}
 	out, err := rowInput(in)
 	if err != nil {
@@ -216,6 +218,20 @@ func (l *Reduce) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	div := 1.0
 	if l.Op == "mean" {
 		div = float64(d)
+	}
+	if l.Op == "max" || l.Op == "min" {
+		isMax := l.Op == "max"
+		eachRow(c, len(yd), d, func(r int) {
+			row := x[r*d : (r+1)*d]
+			m := row[0]
+			for _, v := range row[1:] {
+				if v > m == isMax && v != m || v != v {
+					m = v
+				}
+			}
+			yd[r] = m
+		})
+		return y
 	}
 	eachRow(c, len(yd), d, func(r int) {
 		var sum float64
@@ -236,6 +252,29 @@ func (l *Reduce) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 	}
 	dx := s.Buf(1, in[0].Shape()...)
 	d, dy, w := F32(dx), F32(dout), l.d
+	if l.Op == "max" || l.Op == "min" {
+		x, y := F32(in[0]), F32(out)
+		parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xs, row := x[r*w:(r+1)*w], d[r*w:(r+1)*w]
+				ties := 0
+				for _, v := range xs {
+					if v == y[r] {
+						ties++
+					}
+				}
+				share := dy[r] / float32(max(ties, 1))
+				for j, v := range xs {
+					row[j] = 0
+					if v == y[r] {
+						row[j] = share
+					}
+				}
+			}
+		})
+		g[0] = dx
+		return g
+	}
 	mean := l.Op == "mean"
 	parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
 		for r := lo; r < hi; r++ {

@@ -93,6 +93,8 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 		{"pad-last", func() nn.Layer { return &nn.Pad{Axis: 1, Before: 0, After: 1, Value: -1} }, [][]int{{2, 3}}, nntest.Options{}},
 		{"reduce-sum", func() nn.Layer { return &nn.Reduce{Op: "sum"} }, [][]int{{3, 5}}, nntest.Options{}},
 		{"reduce-mean", func() nn.Layer { return &nn.Reduce{Op: "mean"} }, [][]int{{3, 5}}, nntest.Options{}},
+		{"reduce-max", func() nn.Layer { return &nn.Reduce{Op: "max"} }, [][]int{{3, 5}}, nntest.Options{}},
+		{"reduce-min", func() nn.Layer { return &nn.Reduce{Op: "min"} }, [][]int{{4, 2}}, nntest.Options{}},
 		{"parambroadcast", func() nn.Layer { return noInputGrad{&nn.ParamBroadcast{Shape: []int{1, 4}, P: newP(4)}} }, [][]int{{2}}, nntest.Options{}},
 		{"parambroadcast-map", func() nn.Layer {
 			return noInputGrad{&nn.ParamBroadcast{Shape: []int{2, 3}, P: newP(2), Map: []int32{0, 1, 1, 0, 0, 0}}}
@@ -220,7 +222,7 @@ func TestTransformerLayersBuildErrors(t *testing.T) {
 		{"slice-axis", &nn.Slice{From: 0, To: 1, Axis: 2}, [][]int{{2, 3}}},
 		{"concat-dims", &nn.Concat{Axis: 1}, [][]int{{2, 3}, {2, 4}}},
 		{"pad-negative", &nn.Pad{Axis: 0, Before: -1}, [][]int{{2}}},
-		{"reduce-op", &nn.Reduce{Op: "max"}, [][]int{{2}}},
+		{"reduce-op", &nn.Reduce{Op: "prod"}, [][]int{{2}}},
 		{"embedding-empty", &nn.Embedding{Num: 0, Dim: 2}, [][]int{{2}}},
 	}
 	for _, c := range cases {

@@ -88,6 +88,8 @@ func init() {
 		"LogSoftmax":            softmax(true),
 		"ReduceMean":            reduce("mean"),
 		"ReduceSum":             reduce("sum"),
+		"ReduceMax":             reduce("max"),
+		"ReduceMin":             reduce("min"),
 		"Cast":                  cast,
 		"Pad":                   pad,
 		"Shape":                 shapeOp,
@@ -106,8 +108,9 @@ func init() {
 		"Xor":             nil,
 		"Floor":           nil,
 		"Ceil":            nil,
-		"Min":             nil,
-		"Max":             nil,
+		"Min":             minMax(false),
+		"Max":             minMax(true),
+		"ReduceProd":      nil,
 		"Mod":             nil,
 		"ScatterND":       nil,
 	}
@@ -131,6 +134,11 @@ func init() {
 		"Dropout":         func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
 		"Split":           foldSplit,
 		"ScatterND":       foldScatterND,
+		"ReduceProd":      foldReduce("prod"),
+		"ReduceSum":       foldReduce("sum"),
+		"ReduceMean":      foldReduce("mean"),
+		"ReduceMax":       foldReduce("max"),
+		"ReduceMin":       foldReduce("min"),
 	}
 	for op, name := range map[string]string{"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
 		"Equal": "eq", "Less": "lt", "Greater": "gt", "And": "and", "Or": "or", "Xor": "xor", "Min": "min", "Max": "max", "Mod": "mod"} {
@@ -597,6 +605,96 @@ func foldWhere(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 	b, _ := im.konst(2)
 	im.freeze(c)
 	return whereK(c, a, b)
+}
+
+// foldReduce reduces a constant (shape arithmetic: torch.var's count of
+// elements is a ReduceProd of dimensions).
+func foldReduce(op string) func(*importer, *onnxpb.NodeProto) (*konst, error) {
+	return func(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+		k, _ := im.konst(0)
+		axes, some, err := im.axesInput(n, len(k.shape))
+		if err != nil {
+			return nil, err
+		}
+		if !some && attrInt(n, "noop_with_empty_axes", 0) != 0 {
+			return k, nil
+		}
+		if k.batch >= 0 {
+			return nil, fmt.Errorf("a reduction of a constant of the batch's size")
+		}
+		var f []float64
+		if k.kind == kFloat {
+			for _, x := range k.f {
+				f = append(f, float64(x))
+			}
+		} else {
+			is, ok := k.ints()
+			if !ok {
+				return nil, fmt.Errorf("a reduction of the batch size")
+			}
+			for _, x := range is {
+				f = append(f, float64(x))
+			}
+		}
+		reduced := func(a int) bool { return !some || slices.Contains(axes, a) }
+		var shape, kept []int
+		for a, d := range k.shape {
+			switch {
+			case !reduced(a):
+				shape, kept = append(shape, d), append(kept, d)
+			case attrInt(n, "keepdims", 1) != 0:
+				shape = append(shape, 1)
+			}
+		}
+		out := make([]float64, prod(kept))
+		count := make([]int, len(out))
+		each(k.shape, func(idx []int, e int) {
+			j := 0
+			for a, d := range k.shape {
+				if !reduced(a) {
+					j = j*d + idx[a]
+				}
+			}
+			x := f[e]
+			switch {
+			case count[j] == 0:
+				out[j] = x
+			case op == "prod":
+				out[j] *= x
+			case op == "sum" || op == "mean":
+				out[j] += x
+			case op == "max":
+				out[j] = max(out[j], x)
+			case op == "min":
+				out[j] = min(out[j], x)
+			}
+			count[j]++
+		})
+		if op == "mean" {
+			for j := range out {
+				out[j] /= float64(count[j])
+			}
+		}
+		if k.kind != kFloat {
+			v := make([]int64, len(out))
+			for j, x := range out {
+				if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+					return nil, fmt.Errorf("an integer reduction out of range")
+				}
+				v[j] = int64(x)
+			}
+			im.freeze(k)
+			return newInts(shape, v...), nil
+		}
+		r := make([]float32, len(out))
+		for j, x := range out {
+			r[j] = float32(x)
+		}
+		if k.trainable() {
+			return nil, fmt.Errorf("a reduction of a parameter")
+		}
+		return newFloat(shape, r), nil
+	}
 }
 
 // foldScatterND writes updates into a copy of data at indices (PyTorch's
@@ -1139,6 +1237,38 @@ func where(im *importer, n *onnxpb.NodeProto) error {
 	}
 	im.set(0, im.same(v, im.add("", &nn.Mask{Shape: shape, Mask: mask, Fill: fill}, v)))
 	return nil
+}
+
+// minMax is Max (or Min) of a value and a constant of one value: a clamp
+// from below (above), with clamp's gradient.
+func minMax(isMax bool) func(*importer, *onnxpb.NodeProto) error {
+	return func(im *importer, n *onnxpb.NodeProto) error {
+		if len(n.GetInput()) != 2 {
+			return fmt.Errorf("%d operands: two (a value and a constant) only", len(n.GetInput()))
+		}
+		v, err := im.val(0)
+		k, ok := im.konst(1)
+		if err != nil {
+			if v, err = im.val(1); err != nil {
+				return err
+			}
+			k, ok = im.konst(0)
+		}
+		if !ok {
+			return fmt.Errorf("of two values computed from the data (one must be a constant)")
+		}
+		im.freeze(k)
+		u, ok := uniform(k)
+		if !ok || !broadcastsToShape(k.shape, v.shape()) || v.isInt {
+			return fmt.Errorf("of a value of shape %v and a constant of shape %v: a constant of one value over floats only", v, k.shape)
+		}
+		l := nn.Clip{Min: float32(math.Inf(-1)), Max: u}
+		if isMax {
+			l = nn.Clip{Min: u, Max: float32(math.Inf(1))}
+		}
+		im.set(0, im.same(v, im.add("", l, v)))
+		return nil
+	}
 }
 
 // not is a mask's negation (~mask): 1 where it is 0, else 0.
@@ -1741,9 +1871,6 @@ func slice(im *importer, n *onnxpb.NodeProto) error {
 		if steps != nil {
 			step = steps[j]
 		}
-		if step < 1 {
-			return fmt.Errorf("step %d: only forward slices of values are supported", step)
-		}
 		if slices.Contains(v.dims[d], 0) {
 			if step == 1 && starts[j] == 0 && ends[j] >= math.MaxInt32 {
 				continue // the whole batch
@@ -1766,7 +1893,13 @@ func slice(im *importer, n *onnxpb.NodeProto) error {
 			return err
 		}
 		var l nn.Layer = &nn.Slice{From: first, To: first + (count-1)*int(step) + 1, Step: int(step), Axis: len(v.stored) - at}
-		if step == 1 {
+		if step < 0 { // backwards (torch.flip): the indices in turn
+			idx := make([]int, count)
+			for i := range idx {
+				idx[i] = first + i*int(step)
+			}
+			l = &nn.Take{Axis: at - 1, Index: idx}
+		} else if step == 1 {
 			l = &nn.Slice{From: first, To: first + count, Axis: len(v.stored) - at}
 		}
 		v = im.newValue(im.add("", l, v), slices.Clone(v.dims), v.isInt)

@@ -541,9 +541,9 @@ class RNNClassifier(nn.Module):
 class TextCNN(nn.Module):
     """A convolutional sequence classifier over token embeddings, for the
     1-D operators: Conv1d (padded, then strided and dilated, grouped),
-    BatchNorm1d over [N, C, L], max_pool1d, AvgPool1d, F.pad and
-    adaptive_avg_pool1d to one step. Input: token ids int64 [N, T]; output:
-    logits [N, classes]."""
+    BatchNorm1d over [N, C, L], max_pool1d, AvgPool1d, F.pad, and both
+    adaptive_avg_pool1d to one step and the largest value over the steps
+    (amax). Input: token ids int64 [N, T]; output: logits [N, classes]."""
 
     def __init__(self, vocab=256, T=16, d=32, width=16, classes=10):
         super().__init__()
@@ -552,20 +552,21 @@ class TextCNN(nn.Module):
         self.bn = nn.BatchNorm1d(width)
         self.c2 = nn.Conv1d(width, width, 3, stride=2, dilation=2, groups=2)
         self.avg = nn.AvgPool1d(2, ceil_mode=True)
-        self.fc = nn.Linear(width, classes)
+        self.fc = nn.Linear(2 * width, classes)
 
     def forward(self, x):
         h = self.emb(x).transpose(1, 2)
         h = F.max_pool1d(F.relu(self.bn(self.c1(h))), 2)
         h = self.avg(F.relu(self.c2(F.pad(h, (2, 2)))))
-        return self.fc(F.adaptive_avg_pool1d(h, 1).squeeze(-1))
+        return self.fc(torch.cat([F.adaptive_avg_pool1d(h, 1).squeeze(-1), h.amax(dim=2)], 1))
 
 
 class NormAct(nn.Module):
     """More normalisations and activations: GroupNorm, InstanceNorm2d
-    (affine), ELU, SELU, CELU and PixelShuffle into a convolution. Input:
-    images float32 [N, channels, image, image]; output: logits [N,
-    classes]."""
+    (affine), ELU, SELU, CELU and PixelShuffle into a convolution, a
+    normalisation by hand with torch.std, torch.maximum with a constant and
+    torch.flip. Input: images float32 [N, channels, image, image]; output:
+    logits [N, classes]."""
 
     def __init__(self, channels=3, image=8, width=8, classes=10):
         super().__init__()
@@ -580,7 +581,10 @@ class NormAct(nn.Module):
     def forward(self, x):
         h = F.elu(self.gn(self.c1(x)), 0.5)
         h = F.selu(self.inorm(self.shuffle(self.c2(h))))
-        return self.fc(torch.flatten(F.celu(self.c3(h), 2.0), 1))
+        h = F.celu(self.c3(h), 2.0)
+        h = (h - h.mean(dim=(2, 3), keepdim=True)) / (h.std(dim=(2, 3), keepdim=True) + 1e-3)
+        h = torch.flip(torch.maximum(h, torch.full_like(h, -0.5)), dims=[3])
+        return self.fc(torch.flatten(h, 1))
 
 
 class AutoencoderClassifier(nn.Module):

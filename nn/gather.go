@@ -185,10 +185,12 @@ func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []
 	return g
 }
 
-// Reduce is the "sum", "mean", "max" or "min" of the last per-sample axis,
-// kept with size 1: each row summed in float64 in row order and rounded
-// once, or its largest (smallest) value, whose gradient is shared evenly by
-// the values equal to it (PyTorch's amax and amin).
+// Reduce is the "sum", "mean", "max", "min" or "l2" (the Euclidean norm) of
+// the last per-sample axis, kept with size 1: each row summed (squared) in
+// float64 in row order and rounded once, or its largest (smallest) value,
+// whose gradient is shared evenly by the values equal to it (PyTorch's amax
+// and amin). The norm's gradient is dy·x/y, 0 where the norm is 0 (as
+// PyTorch's).
 type Reduce struct {
 	Op string
 
@@ -199,8 +201,8 @@ func (l *Reduce) Kind() string     { return "reduce" }
 func (l *Reduce) Params() []*Param { return nil }
 
 func (l *Reduce) Build(in [][]int) ([]int, error) {
-	if l.Op != "sum" && l.Op != "mean" && l.Op != "max" && l.Op != "min" {
-		return nil, fmt.Errorf("unknown reduction %q (want sum, mean, max or min)", l.Op)
+	if l.Op != "sum" && l.Op != "mean" && l.Op != "max" && l.Op != "min" && l.Op != "l2" {
+		return nil, fmt.Errorf("unknown reduction %q (want sum, mean, max, min or l2)", l.Op)
 	}
 	out, err := rowInput(in)
 	if err != nil {
@@ -230,6 +232,16 @@ func (l *Reduce) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 				}
 			}
 			yd[r] = m
+		})
+		return y
+	}
+	if l.Op == "l2" {
+		eachRow(c, len(yd), d, func(r int) {
+			var sum float64
+			for _, v := range x[r*d : (r+1)*d] {
+				sum += float64(v) * float64(v)
+			}
+			yd[r] = float32(math.Sqrt(sum))
 		})
 		return y
 	}
@@ -268,6 +280,22 @@ func (l *Reduce) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 					row[j] = 0
 					if v == y[r] {
 						row[j] = share
+					}
+				}
+			}
+		})
+		g[0] = dx
+		return g
+	}
+	if l.Op == "l2" {
+		x, y := F32(in[0]), F32(out)
+		parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xs, row := x[r*w:(r+1)*w], d[r*w:(r+1)*w]
+				for j, v := range xs {
+					row[j] = 0
+					if y[r] != 0 {
+						row[j] = float32(float64(dy[r]) * float64(v) / float64(y[r]))
 					}
 				}
 			}

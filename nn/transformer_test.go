@@ -95,6 +95,7 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 		{"reduce-mean", func() nn.Layer { return &nn.Reduce{Op: "mean"} }, [][]int{{3, 5}}, nntest.Options{}},
 		{"reduce-max", func() nn.Layer { return &nn.Reduce{Op: "max"} }, [][]int{{3, 5}}, nntest.Options{}},
 		{"reduce-min", func() nn.Layer { return &nn.Reduce{Op: "min"} }, [][]int{{4, 2}}, nntest.Options{}},
+		{"reduce-l2", func() nn.Layer { return &nn.Reduce{Op: "l2"} }, [][]int{{3, 6}}, nntest.Options{}},
 		{"parambroadcast", func() nn.Layer { return noInputGrad{&nn.ParamBroadcast{Shape: []int{1, 4}, P: newP(4)}} }, [][]int{{2}}, nntest.Options{}},
 		{"parambroadcast-map", func() nn.Layer {
 			return noInputGrad{&nn.ParamBroadcast{Shape: []int{2, 3}, P: newP(2), Map: []int32{0, 1, 1, 0, 0, 0}}}

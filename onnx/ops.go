@@ -90,6 +90,8 @@ func init() {
 		"ReduceSum":             reduce("sum"),
 		"ReduceMax":             reduce("max"),
 		"ReduceMin":             reduce("min"),
+		"ReduceL2":              reduce("l2"),
+		"PRelu":                 prelu,
 		"Cast":                  cast,
 		"Pad":                   pad,
 		"Shape":                 shapeOp,
@@ -1236,6 +1238,33 @@ func where(im *importer, n *onnxpb.NodeProto) error {
 		mask[e] = (x != 0) != invert
 	}
 	im.set(0, im.same(v, im.add("", &nn.Mask{Shape: shape, Mask: mask, Fill: fill}, v)))
+	return nil
+}
+
+// prelu is PReLU as relu(x) + slope·min(x, 0): the slope a parameter (one
+// value, or one per channel) broadcast as the file gives it.
+func prelu(im *importer, n *onnxpb.NodeProto) error {
+	x, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	slope, ok := im.konst(1)
+	if !ok {
+		return fmt.Errorf("the slope must be a constant or a parameter")
+	}
+	if x.isInt {
+		return fmt.Errorf("PRelu of integers")
+	}
+	pos := im.same(x, im.add("relu", nn.ReLU{}, x))
+	neg := im.same(x, im.add("neg", nn.Clip{Min: float32(math.Inf(-1)), Max: 0}, x))
+	if neg, err = im.withConst("mul", neg, slope, false); err != nil {
+		return err
+	}
+	y, err := im.binary("add", pos, neg)
+	if err != nil {
+		return err
+	}
+	im.set(0, y)
 	return nil
 }
 

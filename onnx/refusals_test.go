@@ -220,7 +220,7 @@ func TestReadmeListsSupportedOperators(t *testing.T) {
 		t.Fatal("README has no <!-- operators --> list")
 	}
 	var listed []string
-	for _, f := range regexp.MustCompile(`[A-Z][A-Za-z]+`).FindAllString(string(m[1]), -1) {
+	for _, f := range regexp.MustCompile(`[A-Z][A-Za-z0-9]+`).FindAllString(string(m[1]), -1) {
 		listed = append(listed, f)
 	}
 	slices.Sort(listed)

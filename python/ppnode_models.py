@@ -564,8 +564,8 @@ class TextCNN(nn.Module):
 class NormAct(nn.Module):
     """More normalisations and activations: GroupNorm, InstanceNorm2d
     (affine), ELU, SELU, CELU and PixelShuffle into a convolution, a
-    normalisation by hand with torch.std, torch.maximum with a constant and
-    torch.flip. Input: images float32 [N, channels, image, image]; output:
+    normalisation by hand with torch.std, torch.maximum with a constant,
+    torch.flip, PReLU (per channel and shared) and F.normalize. Input: images float32 [N, channels, image, image]; output:
     logits [N, classes]."""
 
     def __init__(self, channels=3, image=8, width=8, classes=10):
@@ -576,15 +576,17 @@ class NormAct(nn.Module):
         self.shuffle = nn.PixelShuffle(2)
         self.inorm = nn.InstanceNorm2d(width, affine=True)
         self.c3 = nn.Conv2d(width, width, 3, stride=2, padding=1)
+        self.prelu = nn.PReLU(width, init=0.1)
+        self.prelu1 = nn.PReLU()
         self.fc = nn.Linear(width * image * image, classes)
 
     def forward(self, x):
-        h = F.elu(self.gn(self.c1(x)), 0.5)
+        h = self.prelu(F.elu(self.gn(self.c1(x)), 0.5))
         h = F.selu(self.inorm(self.shuffle(self.c2(h))))
-        h = F.celu(self.c3(h), 2.0)
+        h = self.prelu1(F.celu(self.c3(h), 2.0))
         h = (h - h.mean(dim=(2, 3), keepdim=True)) / (h.std(dim=(2, 3), keepdim=True) + 1e-3)
         h = torch.flip(torch.maximum(h, torch.full_like(h, -0.5)), dims=[3])
-        return self.fc(torch.flatten(h, 1))
+        return self.fc(4 * F.normalize(torch.flatten(h, 1), dim=1))
 
 
 class AutoencoderClassifier(nn.Module):

@@ -92,6 +92,7 @@ func init() {
 		"ReduceMin":             reduce("min"),
 		"ReduceL2":              reduce("l2"),
 		"PRelu":                 prelu,
+		"Einsum":                einsum,
 		"Cast":                  cast,
 		"Pad":                   pad,
 		"Shape":                 shapeOp,

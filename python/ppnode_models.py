@@ -483,6 +483,34 @@ class TransformerClassifier(nn.Module):
         return self.fc(self.norm(h))
 
 
+class EinsumAttention(nn.Module):
+    """Attention written with torch.einsum, as many research codebases do:
+    projections by einsum with nn.Parameter weights ('btd,de->bte', and one
+    with the weight first), scores 'bhqd,bhkd->bhqk', the weighted sum
+    'bhqk,bhkd->bhqd', then a mean over the sequence and a Linear. Input:
+    token ids int64 [N, T]; output: logits [N, classes]."""
+
+    def __init__(self, vocab=256, T=16, d=32, heads=4, classes=10):
+        super().__init__()
+        self.heads = heads
+        self.emb = nn.Embedding(vocab, d)
+        self.wq = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+        self.wk = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+        self.wv = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+        self.fc = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.emb(x)
+        B, T, D = h.shape
+        H = self.heads
+        q = torch.einsum("btd,de->bte", h, self.wq).reshape(B, T, H, D // H)
+        k = torch.einsum("ed,btd->bte", self.wk.t(), h).reshape(B, T, H, D // H)
+        v = torch.einsum("btd,de->bte", h, self.wv).reshape(B, T, H, D // H)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D // H)
+        o = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v).reshape(B, T, D)
+        return self.fc(o.mean(1))
+
+
 class ViT(nn.Module):
     """A small vision transformer: Conv2d patch embedding, a class token
     (expanded to the batch and concatenated in front), learned positions,

@@ -152,3 +152,50 @@ func (l *MaskBy) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 	g[0] = dx
 	return g
 }
+
+// CumSum is ONNX's CumSum along the last per-sample axis: each element the
+// sum of those before it in the row (after it, with Reverse), itself
+// included unless Exclusive, added in float64 in that order and rounded
+// once. Backward is the same sum of the gradient the other way.
+type CumSum struct{ Exclusive, Reverse bool }
+
+func (CumSum) Kind() string                    { return "cumsum" }
+func (CumSum) Params() []*Param                { return nil }
+func (CumSum) Build(in [][]int) ([]int, error) { return rowInput(in) }
+
+// scan writes the cumulative sums of src's rows of w into dst.
+func scan(c *Ctx, dst, src []float32, w int, exclusive, reverse bool) {
+	eachRow(c, len(src)/w, w, func(r int) {
+		var sum float64
+		for j := range w {
+			if reverse {
+				j = w - 1 - j
+			}
+			v := float64(src[r*w+j])
+			if !exclusive {
+				sum += v
+			}
+			dst[r*w+j] = float32(sum)
+			if exclusive {
+				sum += v
+			}
+		}
+	})
+}
+
+func (l CumSum) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	y := s.Buf(0, in[0].Shape()...)
+	scan(c, F32(y), F32(in[0]), lastDim(in[0]), l.Exclusive, l.Reverse)
+	return y
+}
+
+func (l CumSum) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(1)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, dout.Shape()...)
+	scan(c, F32(dx), F32(dout), lastDim(dout), l.Exclusive, !l.Reverse)
+	g[0] = dx
+	return g
+}

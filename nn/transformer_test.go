@@ -77,6 +77,8 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 		{"matmul-tAB", func() nn.Layer { return &nn.MatMul{TransA: true, TransB: true} }, [][]int{{2, 2, 4, 3}, {2, 2, 5, 4}}, nntest.Options{}},
 		{"mask", func() nn.Layer { return &nn.Mask{Shape: []int{1, 3, 3}, Mask: causal, Fill: -4} }, [][]int{{2, 3, 3}}, nntest.Options{}},
 		{"mask-rows", func() nn.Layer { return &nn.Mask{Shape: []int{3, 1}, Mask: []bool{true, false, true}, Fill: 2} }, [][]int{{3, 4}}, nntest.Options{}},
+		{"cumsum", func() nn.Layer { return nn.CumSum{} }, [][]int{{2, 5}}, nntest.Options{}},
+		{"cumsum-exclusive-reverse", func() nn.Layer { return nn.CumSum{Exclusive: true, Reverse: true} }, [][]int{{3, 4}}, nntest.Options{}},
 		{"expand", func() nn.Layer { return &nn.Expand{Shape: []int{3, 2, 4}} }, [][]int{{1, 2, 1}}, nntest.Options{}},
 		{"expand-middle", func() nn.Layer { return &nn.Expand{Shape: []int{2, 3, 4}} }, [][]int{{2, 1, 4}}, nntest.Options{}},
 		{"take-first", func() nn.Layer { return &nn.Take{Axis: 0, Index: []int{2, 0, 2}} }, [][]int{{3, 4}}, nntest.Options{}},

@@ -93,6 +93,7 @@ func init() {
 		"ReduceL2":              reduce("l2"),
 		"PRelu":                 prelu,
 		"Einsum":                einsum,
+		"CumSum":                cumSum,
 		"Cast":                  cast,
 		"Pad":                   pad,
 		"Shape":                 shapeOp,
@@ -1072,7 +1073,8 @@ func arith(op string) func(*importer, *onnxpb.NodeProto) error {
 // binary adds a op b of two values: of one shape, or b broadcast along
 // axes where a has more.
 func (im *importer) binary(op string, a, b *value) (*value, error) {
-	if a.isInt || b.isInt {
+	ints := a.isInt && b.isInt && (op == "add" || op == "sub" || op == "mul")
+	if (a.isInt || b.isInt) && !ints {
 		return nil, fmt.Errorf("%s of integers", op)
 	}
 	flip := false
@@ -1108,7 +1110,9 @@ func (im *importer) binary(op string, a, b *value) (*value, error) {
 	default:
 		l = &nn.Binary{Op: op}
 	}
-	return im.same(a, im.add("", l, ins...)), nil
+	out := im.same(a, im.add("", l, ins...))
+	out.isInt = ints
+	return out, nil
 }
 
 // broadcastsTo reports whether b's shape broadcasts to a's (same rank,
@@ -1128,7 +1132,20 @@ func broadcastsTo(b, a *value) bool {
 // withConst adds v op c (c op v when swapped).
 func (im *importer) withConst(op string, v *value, c *konst, swapped bool) (*value, error) {
 	if v.isInt {
-		return nil, fmt.Errorf("%s of integers", op)
+		// Ids shifted or scaled by an integer (position ids from a mask)
+		// stay ids: float32 holds them exactly below 2^24.
+		x, ok := c.scalar()
+		if !ok || c.trainable() || x != float32(int32(x)) || op != "add" && op != "sub" && op != "mul" {
+			return nil, fmt.Errorf("%s of integers", op)
+		}
+		im.freeze(c)
+		sop := op
+		if swapped && op == "sub" {
+			sop = "rsub"
+		}
+		out := im.same(v, im.add("", &nn.Scalar{Op: sop, C: x}, v))
+		out.isInt = true
+		return out, nil
 	}
 	sop := op
 	if swapped && (op == "sub" || op == "div") {
@@ -1266,6 +1283,33 @@ func prelu(im *importer, n *onnxpb.NodeProto) error {
 		return err
 	}
 	im.set(0, y)
+	return nil
+}
+
+// cumSum adds CumSum along a constant axis.
+func cumSum(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	k, ok := im.konst(1)
+	var a []int64
+	if ok {
+		im.freeze(k)
+		a, ok = k.ints()
+	}
+	if !ok || len(a) != 1 {
+		return fmt.Errorf("the axis must be a constant integer")
+	}
+	d, err := normAxis(a[0], v.rank())
+	if err != nil {
+		return err
+	}
+	if v, err = im.lastDims(v, d); err != nil {
+		return err
+	}
+	l := nn.CumSum{Exclusive: attrInt(n, "exclusive", 0) != 0, Reverse: attrInt(n, "reverse", 0) != 0}
+	im.set(0, im.same(v, im.add("", l, v)))
 	return nil
 }
 

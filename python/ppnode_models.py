@@ -458,26 +458,38 @@ class TransformerClassifier(nn.Module):
     token embedding + learned positions, encoder layers (batch_first,
     post-LayerNorm, ReLU), the mean over the sequence, LayerNorm, Linear.
     With pad set to a token id, that token is padding: the encoder's
-    src_key_padding_mask hides it and the mean leaves it out. Input: token
-    ids int64 [N, T]; output: logits [N, classes]."""
+    src_key_padding_mask hides it and the mean leaves it out; with
+    positions="mask" too, the positions are counted over the tokens that are
+    not padding, RoBERTa's way (cumsum of the mask, times the mask, padding
+    at position 0 of an nn.Embedding). Input: token ids int64 [N, T];
+    output: logits [N, classes]."""
 
-    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0, pad=None):
+    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0, pad=None, positions="learned"):
         super().__init__()
         self.pad = pad
+        if positions == "mask":
+            self.positions = nn.Embedding(T + 1, d)
         self.emb = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.zeros(1, T, d))
+        if positions != "mask":
+            self.pos = nn.Parameter(torch.zeros(1, T, d))
         layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=dropout, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.fc = nn.Linear(d, classes)
-        nn.init.normal_(self.pos, std=0.02)
+        if positions != "mask":
+            nn.init.normal_(self.pos, std=0.02)
 
     def forward(self, x):
         if self.pad is None:
             h = self.encoder(self.emb(x) + self.pos)
             return self.fc(self.norm(h.mean(dim=1)))
         padding = x == self.pad
-        h = self.encoder(self.emb(x) + self.pos, src_key_padding_mask=padding)
+        if hasattr(self, "positions"):
+            keep = x.ne(self.pad).int()
+            ids = (torch.cumsum(keep, dim=1).type_as(keep) * keep).long()
+            h = self.encoder(self.emb(x) + self.positions(ids), src_key_padding_mask=padding)
+        else:
+            h = self.encoder(self.emb(x) + self.pos, src_key_padding_mask=padding)
         keep = (~padding).unsqueeze(-1).float()
         h = (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
         return self.fc(self.norm(h))

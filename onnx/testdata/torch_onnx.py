@@ -4,7 +4,7 @@ Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
        /usr/bin/python3 torch_onnx.py --each DIR N MODEL... (DIR/MODEL/ for each)
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
-python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer, padmask, einsum, textcnn,
+python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer, padmask, maskpos, einsum, textcnn,
 vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, swin, autoencoder, normact, misc, or
 torchvision's classifiers at 32x32 (tv_efficientnet, tv_convnext, tv_regnet,
 tv_shufflenet, tv_densenet, tv_googlenet, tv_squeezenet, tv_resnext, tv_mnasnet,
@@ -181,6 +181,9 @@ def families():
         # Token 0 is padding: a mask computed from the ids (Equal, Expand,
         # Where with a condition from the data) and a masked mean.
         "padmask": (lambda: pm.TransformerClassifier(vocab=4, T=6, d=8, heads=2, layers=2, classes=CLASSES, pad=0), [("x", (6,), 4)], ()),
+        # Positions counted over the tokens (CumSum of the mask, integer arithmetic).
+        "maskpos": (lambda: pm.TransformerClassifier(vocab=4, T=6, d=8, heads=2, layers=1, classes=CLASSES, pad=0, positions="mask"),
+                    [("x", (6,), 4)], ()),
         "einsum": (lambda: pm.EinsumAttention(vocab=11, T=6, d=8, heads=2, classes=CLASSES), [("x", (6,), 11)], ()),
         "textcnn": (lambda: pm.TextCNN(vocab=11, T=8, d=6, width=4, classes=CLASSES), [("x", (8,), 11)], ()),
         "vit": (lambda: pm.ViT(channels=2, image=8, patch=4, d=8, heads=2, blocks=2, classes=CLASSES), [("x", (2, 8, 8), None)], ()),

@@ -690,12 +690,13 @@ func foldReduce(op string) func(*importer, *onnxpb.NodeProto) (*konst, error) {
 			im.freeze(k)
 			return newInts(shape, v...), nil
 		}
+		if k.trainable() {
+			return nil, fmt.Errorf("a reduction of a parameter")
+		}
+		im.freeze(k)
 		r := make([]float32, len(out))
 		for j, x := range out {
 			r[j] = float32(x)
-		}
-		if k.trainable() {
-			return nil, fmt.Errorf("a reduction of a parameter")
 		}
 		return newFloat(shape, r), nil
 	}

@@ -74,9 +74,9 @@ func TestBadUserFiles(t *testing.T) {
 	if err := proto.Unmarshal(model, m); err != nil {
 		t.Fatal(err)
 	}
-	m.Graph.Node[3].OpType = proto.String("Einsum")
+	m.Graph.Node[3].OpType = proto.String("Det")
 	unsupported, _ := proto.Marshal(m)
-	files := map[string][]byte{"towers.onnx": model, "einsum.onnx": unsupported, "truncated.onnx": model[:len(model)/2]}
+	files := map[string][]byte{"towers.onnx": model, "unsupported.onnx": unsupported, "truncated.onnx": model[:len(model)/2]}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
@@ -92,7 +92,7 @@ func TestBadUserFiles(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--model", filepath.Join(dir, "einsum.onnx"), "--data", good}, "operator Einsum (node \"/Constant_3\") is not supported; ppnode supports Abs, Add, "},
+		{[]string{"--model", filepath.Join(dir, "unsupported.onnx"), "--data", good}, "operator Det (node \"/Constant_3\") is not supported; ppnode supports Abs, Add, "},
 		{[]string{"--model", filepath.Join(dir, "truncated.onnx"), "--data", good}, "truncated or corrupt"},
 		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", short}, "y"},
 		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", floaty}, "label"},

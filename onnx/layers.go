@@ -831,6 +831,9 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 		if ok {
 			f, okf = k.floats()
 		}
+		if ok && k.trainable() {
+			return fmt.Errorf("a learned initial state (a parameter) is not supported")
+		}
 		if !ok || !okf || slices.ContainsFunc(f, func(v float32) bool { return v != 0 }) {
 			return fmt.Errorf("initial states must be zero")
 		}

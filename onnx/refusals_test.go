@@ -175,6 +175,23 @@ func TestEinsum(t *testing.T) {
 	}
 }
 
+// A recurrence whose initial state is a parameter (nn.Parameter h0) is
+// refused: ppnode's LSTM and GRU start from zeros and would not train it.
+func TestLearnedInitialStateIsRefused(t *testing.T) {
+	m := read(t, "testdata/gru.onnx")
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "GRU" {
+			n.Input[5] = "h0"
+		}
+	}
+	m.Graph.Initializer = append(m.Graph.Initializer, &onnxpb.TensorProto{Name: proto.String("h0"), Dims: []int64{1, 1, 6},
+		DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: make([]float32, 6)})
+	_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/gru.onnx"], Classes: 5})
+	if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "learned initial state") {
+		t.Errorf("error %v, want onnx.ErrModel refusing the learned initial state", err)
+	}
+}
+
 // A learnable scalar (nn.Parameter(torch.tensor(0.5))) is a trainable
 // parameter of the model, named as in the state_dict, not a frozen constant.
 func TestLearnableScalarIsTrained(t *testing.T) {

@@ -5,21 +5,34 @@
 // # What it reads
 //
 // A model saved by torch.onnx.export (any opset from 9 to 21; training
-// mode keeps BatchNormalization and Dropout) whose one data input is a
-// float tensor [batch, ...] and whose one output is the logits [batch,
-// classes]. The operators are those of MLPs, CNNs and branching models (see
+// mode keeps BatchNormalization and Dropout) whose inputs are float
+// features or integer ids [batch, ...], matched to the data's arrays by
+// name, and whose one output is the logits. The operators are those of
+// MLPs, CNNs, transformers, recurrent nets and branching models (see
 // [Supported]); an operator outside them is refused before anything trains,
-// with its type, its node name and the list. The protobuf code in onnxpb is
-// generated from the official onnx.proto (`make proto`).
+// each one named once with its nodes, beside the list.
 //
-// # Layout
+// # How it reads it
 //
-// ONNX is NCHW; ppnode's convolutions are NHWC. Each value keeps its ONNX
-// (logical) shape and a flag saying whether it is stored channels-last; a
-// Permute is inserted only where an operator needs the other layout (a
-// Flatten of a feature map, a Reshape, a Transpose). Convolution weights are
-// stored OHWI and carry their OIHW layout (nn.Param.Layout), so exported
-// weights load into the PyTorch module as they are.
+//   - Values: every tensor computed from the data is stored batch first and
+//     seen through a view (value.go): Transpose, Reshape, Squeeze and the
+//     like change only the view, and data moves only where a layer needs
+//     another order.
+//   - Constants: shape arithmetic, masks and indices are folded when the
+//     model is built, the batch size a symbol; a constant made of
+//     initializer elements remembers which, so that a weight the exporter
+//     transposed, sliced or reordered (an LSTM's gates) is still trained as
+//     the module's parameter.
+//   - Patterns: fuse.go replaces what the exporter writes for one module
+//     (LayerNorm, GELU, a Linear on [B, T, F], hardswish) by one layer;
+//     an Einsum that is a product becomes the transposes, reshapes and
+//     MatMul one would write by hand; a bidirectional recurrence is two
+//     layers, the backward one reading the steps reversed.
+//   - Masks from the data (padding): comparisons of ids, Where, Expand and
+//     integer arithmetic on ids are layers whose outputs carry no gradient.
+//
+// The protobuf code in onnxpb is generated from the official onnx.proto
+// (`make proto`).
 //
 // # Errors
 //

@@ -76,18 +76,18 @@ np.savez(sys.argv[1], x=x, y=y)`
 }
 
 // The model families of python/ppnode_models.py (transformers, one with a
-// padding mask, GPT, DLRM, a two-tower model, LSTM, GRU, a stacked
+// padding mask, GPT, a LLaMA, DLRM, a two-tower model, LSTM, a stacked
 // bidirectional LSTM, ViT, an autoencoder, GroupNorm and its kin, odds and
 // ends) and torchvision's MobileNetV2 and V3 train on three nodes with the
 // automatic plan and give --local's weights in deterministic mode. (The
-// text CNN and Swin, which onnx's tests compare with PyTorch, add no path
-// of their own here.)
+// GRU, the text CNN and Swin, which onnx's tests compare with PyTorch, add
+// no path of their own here.)
 func TestONNXFamilies(t *testing.T) {
 	t.Parallel()
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"gpt", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "gru", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
+	models := []string{"gpt", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {

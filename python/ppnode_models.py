@@ -377,6 +377,80 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+class RMSNorm(nn.Module):
+    """LLaMA's RMSNorm written out: x·rsqrt(mean(x²) + eps)·weight."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate(x, cos, sin):
+    """Rotary position embedding of x [N, heads, T, head dim] by the angles'
+    cos and sin [ctx, head dim / 2]: pairs of neighbouring features turned,
+    as LLaMA's reference code does with strided slices and a stack."""
+    T = x.shape[2]
+    cos, sin = cos[:T], sin[:T]
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class LlamaBlock(nn.Module):
+    """A LLaMA block: RMSNorm, causal attention with rotary positions (no
+    biases), RMSNorm, a SwiGLU MLP (silu(x·W1)·(x·W3)·W2)."""
+
+    def __init__(self, d, heads, ctx, hidden):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.w1 = nn.Linear(d, hidden, bias=False)
+        self.w3 = nn.Linear(d, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d, bias=False)
+        hd = d // heads
+        angles = torch.outer(torch.arange(ctx).float(), 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd)))
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+        self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx)).view(1, 1, ctx, ctx))
+
+    def forward(self, x):
+        N, T, D = x.shape
+        H = self.heads
+        q, k, v = self.qkv(self.n1(x)).split(D, dim=2)
+        q = rotate(q.view(N, T, H, D // H).transpose(1, 2), self.cos, self.sin)
+        k = rotate(k.view(N, T, H, D // H).transpose(1, 2), self.cos, self.sin)
+        v = v.view(N, T, H, D // H).transpose(1, 2)
+        a = (q @ k.transpose(-2, -1)) / math.sqrt(D // H)
+        a = a.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf")).softmax(-1)
+        x = x + self.o((a @ v).transpose(1, 2).reshape(N, T, D))
+        h = self.n2(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Llama(nn.Module):
+    """A decoder-only language model in LLaMA's layout: token embedding,
+    LlamaBlocks, a final RMSNorm and a head (not tied). Input: token ids,
+    int64 [N, T] with T <= ctx; output: logits [N, T, vocab]."""
+
+    def __init__(self, vocab=256, ctx=128, d=256, heads=4, blocks=4, hidden=None):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([LlamaBlock(d, heads, ctx, hidden or 2 * d) for _ in range(blocks)])
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
 class DLRM(nn.Module):
     """Facebook's DLRM recommendation model: a bottom MLP on the dense
     features, an embedding table per categorical feature, the pairwise dot

@@ -4,7 +4,7 @@ Usage: /usr/bin/python3 torch_onnx.py MODEL OUTDIR [--data N]
        /usr/bin/python3 torch_onnx.py --each DIR N MODEL... (DIR/MODEL/ for each)
 
 MODEL is mlp, resnet, towers, convnet, or one of the families of
-python/ppnode_models.py at small sizes: gpt, dlrm, twotower, transformer, padmask, maskpos, einsum, textcnn,
+python/ppnode_models.py at small sizes: gpt, llama, dlrm, twotower, transformer, padmask, maskpos, einsum, textcnn,
 vit, lstm, gru, bilstm, bigru, mobilenet, mobilenetv3, swin, autoencoder, normact, misc, or
 torchvision's classifiers at 32x32 (tv_efficientnet, tv_convnext, tv_regnet,
 tv_shufflenet, tv_densenet, tv_googlenet, tv_squeezenet, tv_resnext, tv_mnasnet,
@@ -173,6 +173,7 @@ def families():
     shape per sample."""
     return {
         "gpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
+        "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),
         "twotower": (lambda: pm.TwoTower(channels=2, image=8, patch=4, vocab=11, text=5, d=8, heads=2, blocks=1, hidden=8, classes=CLASSES),

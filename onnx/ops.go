@@ -885,7 +885,9 @@ func (im *importer) paramOf(src []int64, layer string) (*nn.Param, []int32, erro
 // layer's (tied weights are not supported).
 func (im *importer) train(id int, layer string) error {
 	if l, ok := im.trained[id]; ok {
-		return fmt.Errorf("parameter %q is used by layers %s and %s; shared (tied) weights are not supported", im.inits[id].name, l, layer)
+		return fmt.Errorf("parameter %q is used by layers %s and %s; shared (tied) weights are not supported "+
+			"(a buffer, such as rotary positions' cos and sin, is not one: export with python/ppnode_models.py's export_onnx, which marks buffers)",
+			im.inits[id].name, l, layer)
 	}
 	im.trained[id] = layer
 	return nil

@@ -1223,7 +1223,8 @@ func compare(op string) func(*importer, *onnxpb.NodeProto) error {
 
 // where adds Where(cond, a, b) with one of a, b a constant scalar:
 // masked_fill, with a constant condition or one computed from the data (a
-// padding mask); with both a and b constant scalars, a mask of the data.
+// padding mask); with a condition from the data, a and b may also both be
+// constant scalars (a mask of the data) or both values.
 func where(im *importer, n *onnxpb.NodeProto) error {
 	if c, err := im.val(0); err == nil {
 		return whereOf(im, c)
@@ -1386,17 +1387,43 @@ func whereOf(im *importer, c *value) error {
 		im.set(0, &value{name: im.add("", nn.Select{A: fill[0], B: fill[1]}, c), stored: c.stored, dims: c.dims})
 		return nil
 	case isK[0] == isK[1]:
-		return fmt.Errorf("both branches computed from the data (one must be a constant)")
+		// Both from the data: a where c holds (0 elsewhere) plus b where
+		// it does not.
+		var parts [2]*value
+		for i, x := range branch {
+			p, err := im.maskBy(c, x, 0, i == 0)
+			if err != nil {
+				return err
+			}
+			parts[i] = p
+		}
+		y, err := im.binary("add", parts[0], parts[1])
+		if err != nil {
+			return err
+		}
+		im.set(0, y)
+		return nil
 	}
 	x, f, invert := branch[1], fill[0], false
 	if isK[1] {
 		x, f, invert = branch[0], fill[1], true
 	}
+	y, err := im.maskBy(c, x, f, invert)
+	if err != nil {
+		return err
+	}
+	im.set(0, y)
+	return nil
+}
+
+// maskBy is x with f where the condition c holds (where it does not, with
+// invert), c broadcast to x.
+func (im *importer) maskBy(c, x *value, f float32, invert bool) (*value, error) {
 	if x.isInt {
-		return fmt.Errorf("a mask over integers")
+		return nil, fmt.Errorf("a mask over integers")
 	}
 	if !broadcastsTo(c, x) {
-		return fmt.Errorf("a condition of shape %v over values of shape %v", c, x)
+		return nil, fmt.Errorf("a condition of shape %v over values of shape %v", c, x)
 	}
 	cc, err := im.alignTo(c, x)
 	if err != nil && x.plain() && c.plain() {
@@ -1408,10 +1435,9 @@ func whereOf(im *importer, c *value) error {
 		}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	im.set(0, im.same(x, im.add("", &nn.MaskBy{Fill: f, Invert: invert}, x, cc)))
-	return nil
+	return im.same(x, im.add("", &nn.MaskBy{Fill: f, Invert: invert}, x, cc)), nil
 }
 
 // uniform is the one value all of a float or integer constant's elements

@@ -1318,11 +1318,11 @@ func cumSum(im *importer, n *onnxpb.NodeProto) error {
 }
 
 // minMax is Max (or Min) of a value and a constant of one value: a clamp
-// from below (above), with clamp's gradient.
+// from below (above), with clamp's gradient; of two values, see minMaxOf.
 func minMax(isMax bool) func(*importer, *onnxpb.NodeProto) error {
 	return func(im *importer, n *onnxpb.NodeProto) error {
 		if len(n.GetInput()) != 2 {
-			return fmt.Errorf("%d operands: two (a value and a constant) only", len(n.GetInput()))
+			return fmt.Errorf("%d operands: two only", len(n.GetInput()))
 		}
 		v, err := im.val(0)
 		k, ok := im.konst(1)
@@ -1332,8 +1332,11 @@ func minMax(isMax bool) func(*importer, *onnxpb.NodeProto) error {
 			}
 			k, ok = im.konst(0)
 		}
+		if w, err := im.val(1); !ok && err == nil {
+			return im.minMaxOf(v, w, isMax)
+		}
 		if !ok {
-			return fmt.Errorf("of two values computed from the data (one must be a constant)")
+			return fmt.Errorf("input 1 is missing")
 		}
 		im.freeze(k)
 		u, ok := uniform(k)
@@ -1347,6 +1350,33 @@ func minMax(isMax bool) func(*importer, *onnxpb.NodeProto) error {
 		im.set(0, im.same(v, im.add("", l, v)))
 		return nil
 	}
+}
+
+// minMaxOf is Max (Min) of two values: where a − b ≥ 0 (≤ 0), a, else b,
+// the gradient going to the one taken (to a at ties).
+func (im *importer) minMaxOf(a, b *value, isMax bool) error {
+	d, err := im.binary("sub", a, b)
+	if err != nil {
+		return err
+	}
+	op := "le"
+	if isMax {
+		op = "ge"
+	}
+	c := im.same(d, im.add("", &nn.Compare{Op: op, C: 0}, d))
+	c.isInt = true
+	var parts [2]*value
+	for i, x := range []*value{a, b} {
+		if parts[i], err = im.maskBy(c, x, 0, i == 0); err != nil {
+			return err
+		}
+	}
+	y, err := im.binary("add", parts[0], parts[1])
+	if err != nil {
+		return err
+	}
+	im.set(0, y)
+	return nil
 }
 
 // not is a mask's negation (~mask): 1 where it is 0, else 0.

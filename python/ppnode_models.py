@@ -679,8 +679,8 @@ class NormAct(nn.Module):
     """More normalisations and activations: GroupNorm, InstanceNorm2d
     (affine), ELU, SELU, CELU and PixelShuffle into a convolution, a
     normalisation by hand with torch.std, torch.maximum with a constant,
-    torch.flip, torch.where between two tensors, PReLU (per channel and
-    shared) and F.normalize. Input: images float32 [N, channels, image, image]; output:
+    torch.flip, torch.where and torch.minimum between two tensors, PReLU
+    (per channel and shared) and F.normalize. Input: images float32 [N, channels, image, image]; output:
     logits [N, classes]."""
 
     def __init__(self, channels=3, image=8, width=8, classes=10):
@@ -702,6 +702,7 @@ class NormAct(nn.Module):
         h = (h - h.mean(dim=(2, 3), keepdim=True)) / (h.std(dim=(2, 3), keepdim=True) + 1e-3)
         h = torch.flip(torch.maximum(h, torch.full_like(h, -0.5)), dims=[3])
         h = torch.where(h > 0.2, h, 0.5 * h.flip(2))
+        h = torch.minimum(h, 0.8 * h.flip(3) + 0.1)
         return self.fc(4 * F.normalize(torch.flatten(h, 1), dim=1))
 
 

@@ -31,6 +31,9 @@ type ConvTranspose2D struct {
 	DH, DW                 int // dilations; 0 means 1
 	Groups                 int // 0 means 1
 	Bias                   bool
+	// OneD is PyTorch's ConvTranspose1d as one of height 1 (KH 1): its
+	// weight is exported as [In, Out/Groups, KW].
+	OneD bool
 
 	W, B *Param
 
@@ -79,6 +82,14 @@ func (l *ConvTranspose2D) Build(in [][]int) ([]int, error) {
 	l.W = newParam([]int{l.In, l.KH, l.KW, l.Out / l.Groups}, InitUniform, fan)
 	l.W.Name = "weight"
 	l.W.Layout = []int{0, 3, 1, 2} // exported as PyTorch's [In, Out/Groups, KH, KW]
+	if l.OneD {
+		if l.KH != 1 {
+			return nil, fmt.Errorf("a 1-D transposed convolution of kernel height %d", l.KH)
+		}
+		l.W = newParam([]int{l.In, l.KW, l.Out / l.Groups}, InitUniform, fan)
+		l.W.Name = "weight"
+		l.W.Layout = []int{0, 2, 1}
+	}
 	l.B = nil
 	if l.Bias {
 		l.B = newParam([]int{l.Out}, InitUniform, fan)

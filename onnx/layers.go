@@ -422,17 +422,21 @@ func convTranspose(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	if x, err = im.image(x); err != nil {
-		return fmt.Errorf("%v (only 2-D transposed convolutions are supported)", err)
+	x, sp, err := im.spatial(x)
+	if err != nil {
+		return fmt.Errorf("%v (only 1-D and 2-D transposed convolutions are supported)", err)
 	}
 	name := im.layerName(n.GetName(), "")
-	w, wid, b, bid, err := im.convWeights(name, 4)
+	w, wid, b, bid, err := im.convWeights(name, 2+sp)
 	if err != nil {
 		return err
 	}
 	c := int(x.dim(1).c)
 	groups := int(attrInt(n, "group", 1))
-	in, og, kh, kw := w.shape[0], w.shape[1], w.shape[2], w.shape[3]
+	in, og, kh, kw := w.shape[0], w.shape[1], 1, w.shape[2]
+	if sp == 2 {
+		kh, kw = w.shape[2], w.shape[3]
+	}
 	if in != c || groups < 1 || in%groups != 0 {
 		return fmt.Errorf("weight %v with %d groups on %d input channels", w.shape, groups, c)
 	}
@@ -443,21 +447,24 @@ func convTranspose(im *importer, n *onnxpb.NodeProto) error {
 	if _, ok := attrInts(n, "output_shape"); ok {
 		return fmt.Errorf("output_shape is not supported; export with explicit padding")
 	}
-	strides, pads, dil, err := geometry(n, 2)
+	strides, pads, dil, err := geometry(n, sp)
 	if err != nil {
 		return err
 	}
 	op := []int{0, 0}
 	if v, ok := attrInts(n, "output_padding"); ok {
-		if op, err = small(v, 0); err != nil || len(op) != 2 {
+		if op, err = small(v, 0); err != nil || len(op) != sp {
 			return fmt.Errorf("output_padding %v", v)
+		}
+		if sp == 1 {
+			op = []int{0, op[0]}
 		}
 	}
 	l := &nn.ConvTranspose2D{In: c, Out: o, KH: kh, KW: kw, SH: strides[0], SW: strides[1],
 		PadT: pads[0], PadL: pads[1], PadB: pads[2], PadR: pads[3], OutPadH: op[0], OutPadW: op[1],
-		DH: dil[0], DW: dil[1], Groups: groups, Bias: b != nil}
+		DH: dil[0], DW: dil[1], Groups: groups, Bias: b != nil, OneD: sp == 1}
 	out := im.b.Add(name, l, x.name)
-	im.set(0, im.imageOut(out))
+	im.set(0, im.spatialOut(out, sp))
 	im.give(l.W, wid)
 	if b != nil {
 		im.give(l.B, bid, o)

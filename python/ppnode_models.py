@@ -655,7 +655,8 @@ class RNNClassifier(nn.Module):
 class TextCNN(nn.Module):
     """A convolutional sequence classifier over token embeddings, for the
     1-D operators: Conv1d (padded, then strided and dilated, grouped),
-    BatchNorm1d over [N, C, L], max_pool1d, AvgPool1d, F.pad, and both
+    BatchNorm1d over [N, C, L], max_pool1d, AvgPool1d, F.pad,
+    ConvTranspose1d, and both
     adaptive_avg_pool1d to one step and the largest value over the steps
     (amax). Input: token ids int64 [N, T]; output: logits [N, classes]."""
 
@@ -666,12 +667,13 @@ class TextCNN(nn.Module):
         self.bn = nn.BatchNorm1d(width)
         self.c2 = nn.Conv1d(width, width, 3, stride=2, dilation=2, groups=2)
         self.avg = nn.AvgPool1d(2, ceil_mode=True)
+        self.up = nn.ConvTranspose1d(width, width, 4, stride=2, padding=1)
         self.fc = nn.Linear(2 * width, classes)
 
     def forward(self, x):
         h = self.emb(x).transpose(1, 2)
         h = F.max_pool1d(F.relu(self.bn(self.c1(h))), 2)
-        h = self.avg(F.relu(self.c2(F.pad(h, (2, 2)))))
+        h = self.up(self.avg(F.relu(self.c2(F.pad(h, (2, 2))))))
         return self.fc(torch.cat([F.adaptive_avg_pool1d(h, 1).squeeze(-1), h.amax(dim=2)], 1))
 
 

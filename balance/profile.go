@@ -148,6 +148,10 @@ type ProfileOptions struct {
 	// Memory bounds the tensors of the layers measured at once (default
 	// ProfileWindow; a layer larger than it is measured alone).
 	Memory int64
+	// Available, if set, is the memory this process has: a model with a
+	// layer whose tensors need more at the largest size is refused before
+	// anything is measured (a file may claim any shape).
+	Available int64
 	// Quota, if it has a Held, is the CPU quota the process runs under:
 	// each pass is timed less what the quota held it back meanwhile, so
 	// that a pass longer than the quota lets it run at once is timed at
@@ -164,6 +168,16 @@ type ProfileOptions struct {
 type Quota struct {
 	CPUs float64
 	Held func() time.Duration
+}
+
+// layerTensors is the memory measuring n on b samples takes: its inputs,
+// output and two slots' activations, about four times inputs and output.
+func layerTensors(g *nn.Graph, n *nn.Node, b int) int64 {
+	var elems int64
+	for _, in := range n.Inputs {
+		elems += int64(nn.Size(shapeOf(g, in)))
+	}
+	return 16 * int64(b) * (elems + int64(nn.Size(n.Shape)))
 }
 
 // ProfileWindow is the default ProfileOptions.Memory.
@@ -199,6 +213,15 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	if o.Memory <= 0 {
 		o.Memory = ProfileWindow
 	}
+	if o.Available > 0 {
+		b := sizes[len(sizes)-1]
+		for _, n := range g.Nodes {
+			if need := layerTensors(g, n, b); need > o.Available {
+				return nil, fmt.Errorf("%w: layer %s (per sample %v) needs about %.1f GiB at %d samples; %.1f GiB available",
+					ErrProfile, n.Name, n.Shape, float64(need)/(1<<30), b, float64(o.Available)/(1<<30))
+			}
+		}
+	}
 	restore := snapshot(g)
 	defer restore()
 
@@ -219,16 +242,11 @@ func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, e
 	}
 	for _, b := range sizes {
 		// The layers are measured in windows of consecutive layers whose
-		// tensors (inputs, outputs, two slots' activations: about four
-		// times inputs and outputs) fit in o.Memory, so that a node can
+		// tensors (layerTensors) fit in o.Memory, so that a node can
 		// profile a model whose whole micro-batch it could not hold.
 		lo, used := 0, int64(0)
 		for i, n := range g.Nodes {
-			var elems int64
-			for _, in := range n.Inputs {
-				elems += int64(nn.Size(shapeOf(g, in)))
-			}
-			need := 16 * int64(b) * (elems + int64(nn.Size(n.Shape)))
+			need := layerTensors(g, n, b)
 			if i > lo && used+need > o.Memory {
 				if err := measure(lo, i, b); err != nil {
 					return nil, err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,32 @@ func TestPassTimerTakesOffHolds(t *testing.T) {
 	}
 	if got := newPassTimer(Quota{}, 1); got.held != nil || got.threads != 1 {
 		t.Errorf("without a quota: %+v", got)
+	}
+}
+
+// A model with a layer the profile could not hold in the memory available
+// is refused, with the figures, before anything is measured; one that
+// fits, or a process whose memory is unknown, is profiled.
+func TestProfileFits(t *testing.T) {
+	g, err := zoo.Build("mlp32", zoo.Options{Width: 64, Input: []int{28, 28, 1}, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Init(1)
+	be, err := nn.NewBackend("", 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := ProfileOptions{Sizes: []int{256}, MinReps: 1, MaxReps: 1, MinTime: time.Microsecond}
+	small := o
+	small.Available = 1 << 14
+	if _, err := ProfileWith(g, be, small); !errors.Is(err, ErrProfile) || !strings.Contains(err.Error(), "GiB available") {
+		t.Errorf("16 KiB: %v, want ErrProfile with the figures", err)
+	}
+	for _, avail := range []int64{0, 1 << 30} {
+		o.Available = avail
+		if _, err := ProfileWith(g, be, o); err != nil {
+			t.Errorf("%d bytes: %v", avail, err)
+		}
 	}
 }

@@ -217,107 +217,90 @@ func (l *Reduce) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	x := F32(in[0])
 	y := s.Buf(0, s.shape(in[0].Shape(), 1)...)
 	yd, d := F32(y), l.d
-	div := 1.0
-	if l.Op == "mean" {
-		div = float64(d)
-	}
-	if l.Op == "max" || l.Op == "min" {
-		isMax := l.Op == "max"
-		eachRow(c, len(yd), d, func(r int) {
-			row := x[r*d : (r+1)*d]
-			m := row[0]
-			for _, v := range row[1:] {
-				if v > m == isMax && v != m || v != v {
-					m = v
-				}
-			}
-			yd[r] = m
-		})
-		return y
-	}
-	if l.Op == "l2" {
-		eachRow(c, len(yd), d, func(r int) {
-			var sum float64
-			for _, v := range x[r*d : (r+1)*d] {
-				sum += float64(v) * float64(v)
-			}
-			yd[r] = float32(math.Sqrt(sum))
-		})
-		return y
-	}
-	eachRow(c, len(yd), d, func(r int) {
-		var sum float64
-		for _, v := range x[r*d : (r+1)*d] {
-			sum += float64(v)
-		}
-		yd[r] = float32(sum / div)
-	})
+	eachRow(c, len(yd), d, func(r int) { yd[r] = l.row(x[r*d : (r+1)*d]) })
 	return y
 }
 
+// row reduces one row.
+func (l *Reduce) row(xs []float32) float32 {
+	switch l.Op {
+	case "max", "min":
+		isMax, m := l.Op == "max", xs[0]
+		for _, v := range xs[1:] {
+			if v > m == isMax && v != m || v != v {
+				m = v
+			}
+		}
+		return m
+	case "l2":
+		var sum float64
+		for _, v := range xs {
+			sum += float64(v) * float64(v)
+		}
+		return float32(math.Sqrt(sum))
+	}
+	var sum float64
+	for _, v := range xs {
+		sum += float64(v)
+	}
+	if l.Op == "mean" {
+		sum /= float64(len(xs))
+	}
+	return float32(sum)
+}
+
 // Backward spreads each row's gradient over the row: dout, or dout/D for
-// the mean (one float32 division, as PyTorch's).
+// the mean (one float32 division, as PyTorch's), dout shared by the values
+// equal to the max or min, dout·x/y for the norm.
 func (l *Reduce) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	g := s.Grads(1)
 	if !need[0] {
 		return g
 	}
 	dx := s.Buf(1, in[0].Shape()...)
-	d, dy, w := F32(dx), F32(dout), l.d
-	if l.Op == "max" || l.Op == "min" {
-		x, y := F32(in[0]), F32(out)
-		parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				xs, row := x[r*w:(r+1)*w], d[r*w:(r+1)*w]
-				ties := 0
-				for _, v := range xs {
-					if v == y[r] {
-						ties++
-					}
-				}
-				share := dy[r] / float32(max(ties, 1))
-				for j, v := range xs {
-					row[j] = 0
-					if v == y[r] {
-						row[j] = share
-					}
-				}
-			}
-		})
-		g[0] = dx
-		return g
-	}
-	if l.Op == "l2" {
-		x, y := F32(in[0]), F32(out)
-		parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				xs, row := x[r*w:(r+1)*w], d[r*w:(r+1)*w]
-				for j, v := range xs {
-					row[j] = 0
-					if y[r] != 0 {
-						row[j] = float32(float64(dy[r]) * float64(v) / float64(y[r]))
-					}
-				}
-			}
-		})
-		g[0] = dx
-		return g
-	}
-	mean := l.Op == "mean"
+	d, dy, x, y, w := F32(dx), F32(dout), F32(in[0]), F32(out), l.d
 	parallel(threadsOf(c), len(dy), max(1, cheapGrain/w), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			v := dy[r]
-			if mean {
-				v /= float32(w)
-			}
-			row := d[r*w : (r+1)*w]
-			for j := range row {
-				row[j] = v
-			}
+			l.gradRow(d[r*w:(r+1)*w], x[r*w:(r+1)*w], y[r], dy[r])
 		}
 	})
 	g[0] = dx
 	return g
+}
+
+// gradRow writes the gradient of one row, xs, whose reduction is y, from
+// the reduction's gradient v.
+func (l *Reduce) gradRow(row, xs []float32, y, v float32) {
+	switch l.Op {
+	case "max", "min":
+		ties := 0
+		for _, x := range xs {
+			if x == y {
+				ties++
+			}
+		}
+		v /= float32(max(ties, 1))
+		for j, x := range xs {
+			row[j] = 0
+			if x == y {
+				row[j] = v
+			}
+		}
+		return
+	case "l2":
+		for j, x := range xs {
+			row[j] = 0
+			if y != 0 {
+				row[j] = float32(float64(v) * float64(x) / float64(y))
+			}
+		}
+		return
+	case "mean":
+		v /= float32(len(xs))
+	}
+	for j := range row {
+		row[j] = v
+	}
 }
 
 // Compare is y = 1 where x Op C holds, else 0, Op "eq", "ne", "lt", "gt",

@@ -57,14 +57,15 @@ func einsum(im *importer, n *onnxpb.NodeProto) error {
 			size[c] = shapes[i][j]
 		}
 	}
-	var batch, sum, own [2][]rune // own[i]: operand i's indices in the output
+	var b, sum []rune // in both operands and the output; in both only
+	var own [2][]rune // operand i's indices in the output alone
 	for _, c := range out {
 		inA, inB := strings.ContainsRune(ins[0], c), strings.ContainsRune(ins[1], c)
 		switch {
 		case strings.Count(out, string(c)) > 1 || !inA && !inB:
 			return fmt.Errorf("output index %c", c)
 		case inA && inB:
-			batch[0] = append(batch[0], c)
+			b = append(b, c)
 		case inA:
 			own[0] = append(own[0], c)
 		default:
@@ -73,7 +74,7 @@ func einsum(im *importer, n *onnxpb.NodeProto) error {
 	}
 	for _, c := range ins[0] {
 		if strings.ContainsRune(ins[1], c) && !strings.ContainsRune(out, c) {
-			sum[0] = append(sum[0], c)
+			sum = append(sum, c)
 		}
 	}
 	for i, s := range ins {
@@ -94,9 +95,7 @@ func einsum(im *importer, n *onnxpb.NodeProto) error {
 		}
 		return p
 	}
-	b := batch[0]
-	orders := [2][]rune{slices.Concat(b, own[0], sum[0]), slices.Concat(b, sum[0], own[1])}
-	groups := [2][][]rune{{b, own[0], sum[0]}, {b, sum[0], own[1]}}
+	groups := [2][][]rune{{b, own[0], sum}, {b, sum, own[1]}}
 	name := func(s string) string { return n.GetOutput()[0] + "#einsum." + s }
 	var nodes []*onnxpb.NodeProto
 	add := func(op string, ins []string, out string, attrs ...*onnxpb.AttributeProto) {
@@ -113,8 +112,9 @@ func einsum(im *importer, n *onnxpb.NodeProto) error {
 	}
 	var flat [2]string
 	for i := range 2 {
-		perm := make([]int64, len(orders[i]))
-		for j, c := range orders[i] {
+		order := slices.Concat(groups[i]...)
+		perm := make([]int64, len(order))
+		for j, c := range order {
 			perm[j] = int64(strings.IndexRune(ins[i], c))
 		}
 		dims := []sym{prodOf(groups[i][0]), prodOf(groups[i][1]), prodOf(groups[i][2])}

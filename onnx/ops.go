@@ -1365,18 +1365,27 @@ func (im *importer) minMaxOf(a, b *value, isMax bool) error {
 	}
 	c := im.same(d, im.add("", &nn.Compare{Op: op, C: 0}, d))
 	c.isInt = true
-	var parts [2]*value
-	for i, x := range []*value{a, b} {
-		if parts[i], err = im.maskBy(c, x, 0, i == 0); err != nil {
-			return err
-		}
-	}
-	y, err := im.binary("add", parts[0], parts[1])
+	y, err := im.choose(c, a, b)
 	if err != nil {
 		return err
 	}
 	im.set(0, y)
 	return nil
+}
+
+// choose is a where the condition c holds, b where it does not: a masked
+// to 0 where c does not hold plus b masked where it does, each taking the
+// gradient where it is chosen.
+func (im *importer) choose(c, a, b *value) (*value, error) {
+	var parts [2]*value
+	for i, x := range []*value{a, b} {
+		p, err := im.maskBy(c, x, 0, i == 0)
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = p
+	}
+	return im.binary("add", parts[0], parts[1])
 }
 
 // not is a mask's negation (~mask): 1 where it is 0, else 0.
@@ -1417,17 +1426,7 @@ func whereOf(im *importer, c *value) error {
 		im.set(0, &value{name: im.add("", nn.Select{A: fill[0], B: fill[1]}, c), stored: c.stored, dims: c.dims})
 		return nil
 	case isK[0] == isK[1]:
-		// Both from the data: a where c holds (0 elsewhere) plus b where
-		// it does not.
-		var parts [2]*value
-		for i, x := range branch {
-			p, err := im.maskBy(c, x, 0, i == 0)
-			if err != nil {
-				return err
-			}
-			parts[i] = p
-		}
-		y, err := im.binary("add", parts[0], parts[1])
+		y, err := im.choose(c, branch[0], branch[1])
 		if err != nil {
 			return err
 		}

@@ -354,21 +354,6 @@ func loadCluster(nodes, link string, latency time.Duration) (*balance.Cluster, e
 	return &balance.Cluster{Nodes: ns, DefaultLink: def}, nil
 }
 
-// profileFits refuses a model with a layer whose tensors for a micro-batch
-// of samples (its output, its input's gradient and two slots' worth, about
-// four outputs' size) would not fit in avail bytes (0: unknown): the
-// profile runs such a layer alone, and a file may claim any shape.
-func profileFits(g *nn.Graph, samples int, avail int64) error {
-	for _, n := range g.Nodes {
-		need := 4 * 4 * float64(samples) * float64(nn.Size(n.Shape))
-		if avail > 0 && need > float64(avail) {
-			return fmt.Errorf("%w: profiling layer %s (per sample %v) at %d samples needs about %.1f GiB; this machine has %.1f GiB available",
-				job.ErrSpec, n.Name, n.Shape, samples, need/(1<<30), float64(avail)/(1<<30))
-		}
-	}
-	return nil
-}
-
 func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, backend string, stderr io.Writer) (*balance.ModelProfile, error) {
 	switch how {
 	case "analytic":
@@ -393,13 +378,11 @@ func loadProfile(g *nn.Graph, how string, opts balance.Options, threads int, bac
 				}
 			}
 		}
-		if err := profileFits(g, hi, job.AvailableMemory()); err != nil {
-			return nil, err
-		}
 		start := time.Now()
 		g.Init(1)
 		cpus, held := cgroup.Throttled()
-		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Quota: balance.Quota{CPUs: cpus, Held: held}})
+		p, err := balance.ProfileWith(g, be, balance.ProfileOptions{Sizes: []int{lo, hi}, Quota: balance.Quota{CPUs: cpus, Held: held},
+			Available: job.AvailableMemory()})
 		if err != nil {
 			return nil, err
 		}

@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ppnode/ppnode/balance"
-	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
@@ -127,22 +125,4 @@ func planJSON(t *testing.T, args ...string) (string, planResult) {
 		t.Fatal(err)
 	}
 	return text, pr
-}
-
-// A model whose layer the profile could not hold is refused before
-// anything is allocated, with the figures; one that fits, or a machine
-// whose memory is unknown, passes.
-func TestProfileFits(t *testing.T) {
-	g, err := zoo.Build("mlp32", zoo.Options{Width: 64, Input: []int{28, 28, 1}, Classes: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := profileFits(g, 256, 1<<14); !errors.Is(err, job.ErrSpec) || !strings.Contains(err.Error(), "GiB available") {
-		t.Errorf("16 KiB: %v, want job.ErrSpec with the figures", err)
-	}
-	for _, avail := range []int64{0, 1 << 30} {
-		if err := profileFits(g, 256, avail); err != nil {
-			t.Errorf("%d bytes: %v", avail, err)
-		}
-	}
 }

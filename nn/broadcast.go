@@ -623,12 +623,13 @@ func scatterGrad(p *Param, m []int32, dc []float32) {
 }
 
 // broadcastOps names the operations of BroadcastOp.
-var broadcastOps = map[string]bool{"add": true, "sub": true, "rsub": true, "mul": true, "div": true, "rdiv": true, "pow": true}
+var broadcastOps = map[string]bool{"add": true, "sub": true, "rsub": true, "mul": true, "div": true, "rdiv": true, "pow": true, "prelu": true}
 
 // BroadcastOp is an elementwise operation of its input x and an operand c
 // of per-sample shape Shape (x's rank, each dimension x's or 1), the same
 // for every sample: "add" x+c, "sub" x−c, "rsub" c−x, "mul" x·c, "div"
-// x/c, "rdiv" c/x or "pow" x^c (math.Pow in float64, rounded once). c is
+// x/c, "rdiv" c/x, "pow" x^c (math.Pow in float64, rounded once) or
+// "prelu" x where x > 0, else c·x (PyTorch's prelu, c the slope). c is
 // Const (Size(Shape) values) or, when P is set, the trainable parameter P:
 // element e of c is P's flat value Map[e] (Map nil: P's values in order).
 // The caller makes and names P; Build only checks it. Backward adds to P's
@@ -698,6 +699,17 @@ func (l *BroadcastOp) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		op, swap = bDiv, true
 	case "pow":
 		op = bPow
+	case "prelu":
+		l.plan.each(c, Rows(x), cheapGrain, func(o, co, _, cnt int) {
+			ys, xs := yd[o:o+cnt], xd[o:o+cnt]
+			for j, v := range xs {
+				if v <= 0 {
+					v *= cv[co+j*sc]
+				}
+				ys[j] = v
+			}
+		})
+		return y
 	}
 	l.plan.each(c, Rows(x), cheapGrain, func(o, co, _, cnt int) {
 		if swap {
@@ -710,8 +722,9 @@ func (l *BroadcastOp) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 }
 
 // Backward: dx is dout (add, sub), −dout (rsub), dout·c (mul), dout/c
-// (div), −dout·c/x² (rdiv) or dout·c·x^(c−1) (pow, 0 where c = 0); c's
-// gradient is the sum of dout, −dout, dout, dout·x, −dout·x/c² or dout/x.
+// (div), −dout·c/x² (rdiv), dout·c·x^(c−1) (pow, 0 where c = 0) or dout,
+// dout·c where x ≤ 0 (prelu); c's gradient is the sum of dout, −dout,
+// dout, dout·x, −dout·x/c², dout/x or dout·x where x ≤ 0.
 func (l *BroadcastOp) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	g := s.Grads(1)
 	x := in[0]
@@ -759,6 +772,16 @@ func (l *BroadcastOp) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor,
 						ds[j] = float32(float64(v) * e * math.Pow(float64(xs[j]), e-1))
 					}
 				})
+			case "prelu":
+				p.each(c, n, cheapGrain, func(o, co, _, cnt int) {
+					ds, dys, xs := d[o:o+cnt], dy[o:o+cnt], xd[o:o+cnt]
+					for j, v := range dys {
+						if xs[j] <= 0 {
+							v *= cv[co+j*sc]
+						}
+						ds[j] = v
+					}
+				})
 			}
 		}
 	}
@@ -783,6 +806,17 @@ func (l *BroadcastOp) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor,
 			for j, v := range dys {
 				q := float64(cv[co+j*sc])
 				ts[j] = float32(-float64(v) * float64(xs[j]) / (q * q))
+			}
+		})
+		p.reduce(c, n, 0, dc, t, sumPlain, nil, 0)
+	case "prelu":
+		t := F32(s.Buf(4, x.Shape()...))
+		zipChunks(c, cheapGrain, t, dy, xd, func(ts, dys, xs []float32) {
+			for j, v := range dys[:len(ts)] {
+				ts[j] = 0
+				if xs[j] <= 0 {
+					ts[j] = v * xs[j]
+				}
 			}
 		})
 		p.reduce(c, n, 0, dc, t, sumPlain, nil, 0)

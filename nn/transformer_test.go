@@ -113,7 +113,7 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 				func() nn.Layer { return &nn.Broadcast{Op: op} }, [][]int{sh[0], sh[1]}, opt})
 		}
 	}
-	for _, op := range []string{"add", "sub", "rsub", "mul", "div", "rdiv", "pow"} {
+	for _, op := range []string{"add", "sub", "rsub", "mul", "div", "rdiv", "pow", "prelu"} {
 		opt := nntest.Options{}
 		if op == "div" || op == "rdiv" || op == "pow" {
 			opt.Input = uniformIn(0.5, 1.5)

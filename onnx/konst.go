@@ -224,6 +224,14 @@ func (k *konst) pick(shape []int, batch int, from []int) *konst {
 	return out
 }
 
+// clone is a copy of k whose elements may be changed.
+func (k *konst) clone() *konst {
+	out := *k
+	out.shape = slices.Clone(k.shape)
+	out.f, out.i, out.src = slices.Clone(k.f), slices.Clone(k.i), slices.Clone(k.src)
+	return &out
+}
+
 // each calls fn with every multi-index of shape in row-major order and its
 // flat position.
 func each(shape []int, fn func(idx []int, e int)) {
@@ -525,13 +533,9 @@ func (k *konst) scatterND(indices, updates *konst) (*konst, error) {
 	}
 	inner := prod(k.shape[q:])
 	st := strides(k.shape)
-	from := make([]int, k.size())
-	for e := range from {
-		from[e] = e
-	}
-	out := k.pick(slices.Clone(k.shape), -1, from)
+	out := k.clone()
 	if out.src == nil && updates.src != nil {
-		out.src = slices.Repeat([]int64{-1}, len(from))
+		out.src = slices.Repeat([]int64{-1}, k.size())
 	}
 	for t := 0; t < len(is)/q; t++ {
 		at := 0
@@ -982,11 +986,7 @@ func whereK(cond, a, b *konst) (*konst, error) {
 	if !ok {
 		return nil, fmt.Errorf("a condition that is not boolean")
 	}
-	from := make([]int, len(c))
-	for e := range from {
-		from[e] = e
-	}
-	out := a.pick(shape, batch, from)
+	out := a.clone()
 	for e, t := range c {
 		if t != 0 {
 			continue

@@ -1263,8 +1263,9 @@ func where(im *importer, n *onnxpb.NodeProto) error {
 	return nil
 }
 
-// prelu is PReLU as relu(x) + slope·min(x, 0): the slope a parameter (one
-// value, or one per channel) broadcast as the file gives it.
+// prelu is PReLU: x where x > 0, else slope·x, the slope a parameter (one
+// value, or one per channel) broadcast as the file gives it, or a constant
+// of one value (a LeakyReLU).
 func prelu(im *importer, n *onnxpb.NodeProto) error {
 	x, err := im.val(0)
 	if err != nil {
@@ -1277,12 +1278,12 @@ func prelu(im *importer, n *onnxpb.NodeProto) error {
 	if x.isInt {
 		return fmt.Errorf("PRelu of integers")
 	}
-	pos := im.same(x, im.add("relu", nn.ReLU{}, x))
-	neg := im.same(x, im.add("neg", nn.Clip{Min: float32(math.Inf(-1)), Max: 0}, x))
-	if neg, err = im.withConst("mul", neg, slope, false); err != nil {
-		return err
+	if a, ok := uniform(slope); ok && !slope.trainable() {
+		im.freeze(slope)
+		im.set(0, im.same(x, im.add("", nn.LeakyReLU{Alpha: a}, x)))
+		return nil
 	}
-	y, err := im.binary("add", pos, neg)
+	y, err := im.withConst("prelu", x, slope, false)
 	if err != nil {
 		return err
 	}

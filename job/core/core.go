@@ -682,21 +682,22 @@ func (c *Core) observe(timings []StageTiming) {
 		// Under a limit, the node does at most its CPUs' worth of the work
 		// its process does per CPU second.
 		if cpus > 0 && cpu > 0 {
-			e := np.Speed * pred / cpu
-			if old, ok := c.nodes.perCPU[node]; ok {
-				e = (1-speedSmoothing)*old + speedSmoothing*e
-			}
-			c.nodes.perCPU[node] = e
-			bound = min(bound, cpus*e)
-		}
-		v = min(v, bound)
-		if old, ok := c.nodes.speed[node]; ok {
-			v = (1-speedSmoothing)*old + speedSmoothing*v
+			bound = min(bound, cpus*smooth(c.nodes.perCPU, node, np.Speed*pred/cpu))
 		}
 		// The smoothing is for noisy measurements: a limit that falls (a
 		// quota cut) holds at once.
-		c.nodes.speed[node] = min(v, bound)
+		c.nodes.speed[node] = min(smooth(c.nodes.speed, node, min(v, bound)), bound)
 	}
+}
+
+// smooth records m[key], the newest measurement v weighed against the
+// ones before, and returns it.
+func smooth(m map[string]float64, key string, v float64) float64 {
+	if old, ok := m[key]; ok {
+		v = (1-speedSmoothing)*old + speedSmoothing*v
+	}
+	m[key] = v
+	return v
 }
 
 // followReplan records the last re-plan's measured step time after it

@@ -753,7 +753,7 @@ func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *ten
 		TrainLoss: acc.Loss, TrainCorrect: acc.Correct, TrainSeen: acc.Seen, Layouts: map[string][]int{}}
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: s.plan.Hash(),
 		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)}}
-	for _, p := range nn.SortByName(c.job.Graph.Params()) {
+	for _, p := range nn.SortByName(nn.Unique(c.job.Graph.Params())) { // a tied tensor once
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
 		if p.Layout != nil { // for ckpt export
 			meta.Layouts[p.Name] = p.Layout

@@ -87,6 +87,9 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	S := len(plan.Stages)
 	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, sent: map[int]dataplane.Stats{}, migrate: make([][]*LinkAddr, S)}
 	s.feeds, s.loss = feedTargets(plan)
+	for _, t := range plan.TiedAcross(c.job.Graph) {
+		c.log.Info("tied weights: the copies' gradients are summed across stages before each step", "generation", gen, "tensor", t.Name, "stages", t.Stages)
+	}
 	for _, sp := range plan.Stages {
 		st, err := c.job.Graph.Stage(sp.Layers)
 		if err != nil {

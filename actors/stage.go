@@ -120,6 +120,14 @@ type stageEngine struct {
 	// queued for: the gradients must not change until they are written.
 	lastReplica int
 	sumSent     []int
+	// ties are the model's tied parameters (nn.Ties) with a copy on this
+	// stage, local those copies, tieGrad the other stages' copies'
+	// gradients received this step, tieSent the executors this step's
+	// tied gradients were queued for.
+	ties    [][]*nn.Param
+	local   map[*nn.Param]bool
+	tieGrad map[*nn.Param]*nn.Tensor
+	tieSent []int
 	// turn, if set, is the executor of the node this stage shares with
 	// other stages of the plan: each instruction waits for its turn.
 	turn *turn
@@ -145,7 +153,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		return nil, err
 	}
 	replicated := slices.ContainsFunc(p.Program, func(in balance.Instr) bool { return in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum })
-	if replicated && slices.ContainsFunc(st.Params(), func(prm *nn.Param) bool { return !prm.Trainable() }) {
+	if replicated && slices.ContainsFunc(st.Params(), func(prm *nn.Param) bool { return prm.Running }) {
 		return nil, fmt.Errorf("stage %d: a stage with running statistics (BatchNorm) cannot have replicas: each would see other micro-batches", p.ID)
 	}
 	for _, in := range p.Program {
@@ -184,6 +192,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	}
 	for _, prm := range e.params {
 		prm.Reset(js.Seed)
+	}
+	if err := e.setTies(); err != nil {
+		return nil, err
 	}
 	for k, n := range st.Inputs {
 		e.inIdx[n] = k
@@ -271,7 +282,8 @@ func sharedSlot(M int) (slot []int, reused []bool) {
 
 // incoming lists the stages that dial this one (balance.Coordinator
 // first: every stage has a link from the coordinator): those it receives
-// activations from, and the replicas before it that it sums with.
+// activations from, and the replicas and tie holders before it that it
+// sums with.
 func (e *stageEngine) incoming() []int {
 	from := []int{balance.Coordinator}
 	for _, in := range e.spec.Plan.Program {
@@ -283,7 +295,7 @@ func (e *stageEngine) incoming() []int {
 }
 
 // outgoing lists the stages this one dials: those it sends activations
-// to, and the replicas after it that it sums with.
+// to, and the replicas and tie holders after it that it sums with.
 func (e *stageEngine) outgoing() []int {
 	var to []int
 	for _, in := range e.spec.Plan.Program {
@@ -294,10 +306,100 @@ func (e *stageEngine) outgoing() []int {
 	return to
 }
 
-// sumWith reports whether in exchanges sums with a replica after this
-// executor (after), or before it: the one before dials the link.
+// sumWith reports whether in exchanges sums with a replica, or tied
+// gradients with a stage, after this executor (after), or before it: the
+// one before dials the link.
 func (e *stageEngine) sumWith(in balance.Instr, after bool) bool {
-	return (in.Op == balance.OpRecvSum || in.Op == balance.OpSendSum) && (in.Peer > e.spec.Plan.ID) == after
+	switch in.Op {
+	case balance.OpRecvSum, balance.OpSendSum, balance.OpRecvTie, balance.OpSendTie:
+		return (in.Peer > e.spec.Plan.ID) == after
+	}
+	return false
+}
+
+// setTies finds the tied parameters with a copy on this stage and checks
+// that the program's tie instructions name layers of the model.
+func (e *stageEngine) setTies() error {
+	e.local, e.tieGrad = map[*nn.Param]bool{}, map[*nn.Param]*nn.Tensor{}
+	for _, prm := range e.params {
+		e.local[prm] = true
+	}
+	for _, grp := range nn.Ties(e.g.Params()) {
+		if slices.ContainsFunc(grp, func(p *nn.Param) bool { return e.local[p] }) {
+			e.ties = append(e.ties, grp)
+		}
+	}
+	for _, in := range e.spec.Plan.Program {
+		for _, l := range in.Tensors {
+			if (in.Op == balance.OpSendTie || in.Op == balance.OpRecvTie) && e.g.Node(l) == nil {
+				return fmt.Errorf("stage %d: instruction %v names no layer of the model", e.spec.Plan.ID, in)
+			}
+		}
+	}
+	return nil
+}
+
+// tiedParams returns layer's copies of tied parameters, in its order.
+func (e *stageEngine) tiedParams(layer string) []*nn.Param {
+	var out []*nn.Param
+	for _, prm := range e.g.Node(layer).Layer.Params() {
+		if prm.Trainable() && slices.ContainsFunc(e.ties, func(grp []*nn.Param) bool { return slices.Contains(grp, prm) }) {
+			out = append(out, prm)
+		}
+	}
+	return out
+}
+
+// recvTie receives the gradients of the tied copies in the layers in
+// names, from the stage that holds them.
+func (e *stageEngine) recvTie(in balance.Instr) error {
+	k := 0
+	for _, l := range in.Tensors {
+		for _, prm := range e.tiedParams(l) {
+			t, err := e.box.wait(boxKey{int32(in.Peer), dataplane.KindSum, 0, uint32(k)})
+			if err != nil {
+				return err
+			}
+			if !nn.SameShape(t.Shape(), prm.Value.Shape()) {
+				return fmt.Errorf("stage %d: tied gradient of %q in layer %s from stage %d has shape %v, want %v",
+					e.spec.Plan.ID, prm.Name, l, in.Peer, t.Shape(), prm.Value.Shape())
+			}
+			e.tieGrad[prm] = t
+			k++
+		}
+	}
+	return nil
+}
+
+// sumTies gives every local copy of a tied tensor the sum of all copies'
+// gradients, in the model's node order (nn.SumTies), as one process adds
+// them.
+func (e *stageEngine) sumTies() error {
+	if len(e.ties) == 0 {
+		return nil
+	}
+	// The gradients are about to change: what was queued of them (tied
+	// gradients, a replica's sum) must leave first.
+	for _, q := range append(e.tieSent, e.sumSent...) {
+		if err := e.peers[q].flush(); err != nil {
+			return err
+		}
+	}
+	e.tieSent, e.sumSent = e.tieSent[:0], e.sumSent[:0]
+	for _, grp := range e.ties {
+		grads := make([]*nn.Tensor, len(grp))
+		for i, prm := range grp {
+			if e.local[prm] {
+				continue
+			}
+			if grads[i] = e.tieGrad[prm]; grads[i] == nil {
+				return fmt.Errorf("stage %d: no gradient of a copy of tied parameter %q from the stage that holds it", e.spec.Plan.ID, prm.Name)
+			}
+		}
+		nn.SumTies(grp, grads)
+	}
+	clear(e.tieGrad)
+	return nil
 }
 
 // group is the stage of the partition that executor k runs.
@@ -392,7 +494,8 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 	t0 := time.Now()
 	e.settle(global)
 	res.updateNs += res.pass(balance.OpStep, 0, t0)
-	e.gradStep, e.sumSent = global, e.sumSent[:0]
+	e.gradStep, e.sumSent, e.tieSent = global, e.sumSent[:0], e.tieSent[:0]
+	clear(e.tieGrad)
 	backwards := 0
 	for pc := 0; pc < len(p.Program); pc++ {
 		if e.turn != nil {
@@ -536,7 +639,30 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			if err != nil {
 				return res, err
 			}
+		case balance.OpSendTie:
+			k := 0
+			for _, l := range in.Tensors {
+				for _, prm := range e.tiedParams(l) {
+					if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindSum, Tensor: uint32(k)}, prm.Grad); err != nil {
+						return res, err
+					}
+					k++
+				}
+			}
+			e.tieSent = append(e.tieSent, in.Peer)
+		case balance.OpRecvTie:
+			t0 := time.Now()
+			err := e.recvTie(in)
+			res.waitNs += int64(time.Since(t0))
+			if err != nil {
+				return res, err
+			}
 		case balance.OpStep:
+			t0 := time.Now()
+			if err := e.sumTies(); err != nil {
+				return res, err
+			}
+			res.waitNs += int64(time.Since(t0))
 			e.pending = &pendingUpdate{step: global, lr: lr}
 		}
 	}

@@ -101,6 +101,13 @@
 // process. Buffers that a forward pass updates (BatchNorm's running
 // statistics) are not summed: each replica sees only its micro-batches.
 //
+// Copies of a tied tensor (nn.Ties) on several stages exchange their
+// gradients after those sums, right before the step: replica 0 of each
+// holding stage sends its copies' gradients to every executor of the
+// other holding stages (OpSendTie), every executor receives them
+// (OpRecvTie) and adds all copies in node order at OpStep, as one
+// process does.
+//
 // # Partitioners
 //
 // Units are a layer and the layers attached after it; partitioners cut

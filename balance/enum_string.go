@@ -43,11 +43,13 @@ func _() {
 	_ = x[OpRecompute-10]
 	_ = x[OpBackwardInput-11]
 	_ = x[OpWeight-12]
+	_ = x[OpSendTie-13]
+	_ = x[OpRecvTie-14]
 }
 
-const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sumrecomputebackward_inputweight"
+const _Op_name = "recv_actforwardlosssend_actrecv_gradbackwardsend_gradsteprecv_sumsend_sumrecomputebackward_inputweightsend_tierecv_tie"
 
-var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73, 82, 96, 102}
+var _Op_index = [...]uint8{0, 8, 15, 19, 27, 36, 44, 53, 57, 65, 73, 82, 96, 102, 110, 118}
 
 func (i Op) String() string {
 	idx := int(i) - 0

@@ -80,7 +80,8 @@ type Slot struct {
 // stages. Under the interleaved schedule that is its chunks' programs
 // merged pass by pass in InterleavedOrder (a pass: its receives, its
 // forward or backward pass, and the loss and sends after it), then each
-// chunk's remaining instructions (the optimizer step) in chunk order: the
+// chunk's remaining instructions (tied gradients, the optimizer step) in
+// chunk order, a chunk's tie receives after every chunk's sends: the
 // node is one executor, and its chunks never run at the same time.
 // Otherwise it is the program of the node's stage (nil if it has none;
 // the stages of a node without interleaving are one executor each).
@@ -140,10 +141,16 @@ func (p *Plan) NodeOrder(node string) ([]Slot, error) {
 			pcs[ps.Chunk]++
 		}
 	}
-	for c := range v {
-		s := c*P + i
-		for ; pcs[c] < len(p.Stages[s].Program); pcs[c]++ {
-			out = append(out, Slot{s, pcs[c]})
+	// The rest in two rounds: every chunk up to its tie receives, whose
+	// sends may come from another chunk of the node, then the receives
+	// and the step.
+	for _, recvs := range []bool{false, true} {
+		for c := range v {
+			s := c*P + i
+			prog := p.Stages[s].Program
+			for ; pcs[c] < len(prog) && (recvs || prog[pcs[c]].Op != OpRecvTie); pcs[c]++ {
+				out = append(out, Slot{s, pcs[c]})
+			}
 		}
 	}
 	return out, nil

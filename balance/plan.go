@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/ppnode/ppnode/nn"
@@ -106,11 +107,19 @@ const (
 	// parameter gradients it left. Weight passes run in micro-batch order,
 	// each after its OpBackwardInput.
 	OpWeight // weight
+	// OpSendTie sends, after the stage's gradients are summed, the
+	// gradients of the tied parameters (nn.Ties) of the layers Tensors
+	// names to Peer, an executor of another stage that holds a copy.
+	OpSendTie // send_tie
+	// OpRecvTie waits for them from Peer. At OpStep each copy of a tied
+	// tensor takes the sum of all copies' gradients in node order, the
+	// order in which one process adds them.
+	OpRecvTie // recv_tie
 )
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for k := OpRecvAct; k <= OpWeight; k++ {
+	for k := OpRecvAct; k <= OpRecvTie; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -125,6 +134,9 @@ func (o *Op) UnmarshalText(b []byte) error {
 	return err
 }
 
+// perMicro reports whether o names a micro-batch.
+func (o Op) perMicro() bool { return o != OpStep && !o.sum() && !o.tie() }
+
 func (o Op) transfer() bool {
 	return o == OpRecvAct || o == OpSendAct || o == OpRecvGrad || o == OpSendGrad
 }
@@ -132,9 +144,13 @@ func (o Op) transfer() bool {
 // sum reports whether o moves a replica's parameter gradients.
 func (o Op) sum() bool { return o == OpRecvSum || o == OpSendSum }
 
-// Instr is one instruction. Peer is set for transfers and sums, Tensors
-// for transfers (a sum carries all the stage's trainable parameters);
-// Micro for all but OpStep and the sums.
+// tie reports whether o moves tied parameters' gradients between stages.
+func (o Op) tie() bool { return o == OpSendTie || o == OpRecvTie }
+
+// Instr is one instruction. Peer is set for transfers, sums and ties,
+// Tensors for transfers (a sum carries all the stage's trainable
+// parameters) and ties (the layers whose tied parameters it carries);
+// Micro for all but OpStep, the sums and the ties.
 type Instr struct {
 	Op      Op
 	Micro   int
@@ -151,13 +167,13 @@ type instrJSON struct {
 
 func (in Instr) MarshalJSON() ([]byte, error) {
 	j := instrJSON{Op: in.Op}
-	if in.Op != OpStep && !in.Op.sum() {
+	if in.Op.perMicro() {
 		j.Micro = &in.Micro
 	}
-	if in.Op.transfer() || in.Op.sum() {
+	if in.Op.transfer() || in.Op.sum() || in.Op.tie() {
 		j.Peer = &in.Peer
 	}
-	if in.Op.transfer() {
+	if in.Op.transfer() || in.Op.tie() {
 		j.Tensors = in.Tensors
 	}
 	return json.Marshal(j)
@@ -184,6 +200,8 @@ func (in Instr) String() string {
 		return "step"
 	case in.Op.sum():
 		return fmt.Sprintf("%s peer=%d", in.Op, in.Peer)
+	case in.Op.tie():
+		return fmt.Sprintf("%s peer=%d %v", in.Op, in.Peer, in.Tensors)
 	case in.Op.transfer():
 		return fmt.Sprintf("%s %d peer=%d %v", in.Op, in.Micro, in.Peer, in.Tensors)
 	}
@@ -504,7 +522,89 @@ func (sg *stageGraph) plan(sched Schedule, M, b int, chained bool, rec []bool) (
 			p.Stages = append(p.Stages, st)
 		}
 	}
+	addTies(p, g, execs)
 	return p, nil
+}
+
+// addTies writes the exchange of tied parameters' gradients between the
+// stages that hold copies, before each executor's optimizer step: replica
+// 0 of a stage sends its copies' gradients (summed over its replicas by
+// then) to every executor of each other stage that shares a tied tensor
+// with it, and every executor receives from replica 0 of each such stage.
+// execs lists each stage's executors.
+func addTies(p *Plan, g *nn.Graph, execs [][]int) {
+	stageOf := map[string]int{}
+	for _, st := range p.Stages {
+		for _, l := range st.Layers {
+			stageOf[l] = st.Group
+		}
+	}
+	// holders[name]: the stages holding a copy of tied tensor name;
+	// layers[s][name]: stage s's layers holding one, in node order.
+	holders := map[string][]int{}
+	layers := make([]map[string][]string, len(execs))
+	for _, n := range g.Nodes {
+		for _, prm := range n.Layer.Params() {
+			if !prm.Trainable() {
+				continue
+			}
+			s := stageOf[n.Name]
+			if !slices.Contains(holders[prm.Name], s) {
+				holders[prm.Name] = append(holders[prm.Name], s)
+			}
+			if layers[s] == nil {
+				layers[s] = map[string][]string{}
+			}
+			if l := layers[s][prm.Name]; len(l) == 0 || l[len(l)-1] != n.Name {
+				layers[s][prm.Name] = append(l, n.Name)
+			}
+		}
+	}
+	// carried[s][t]: stage s's layers whose copies go to stage t.
+	carried := make([]map[int][]string, len(execs))
+	for name, hs := range holders {
+		for _, s := range hs {
+			for _, t := range hs {
+				if s == t {
+					continue
+				}
+				if carried[s] == nil {
+					carried[s] = map[int][]string{}
+				}
+				for _, l := range layers[s][name] {
+					if !slices.Contains(carried[s][t], l) {
+						carried[s][t] = append(carried[s][t], l)
+					}
+				}
+			}
+		}
+	}
+	pos := map[string]int{}
+	for i, n := range g.Nodes {
+		pos[n.Name] = i
+	}
+	for e := range p.Stages {
+		st := &p.Stages[e]
+		s := st.Group
+		peers := slices.Sorted(maps.Keys(carried[s]))
+		var tail []Instr
+		if st.Replica == 0 {
+			for _, t := range peers {
+				ls := slices.SortedFunc(slices.Values(carried[s][t]), func(a, b string) int { return pos[a] - pos[b] })
+				for _, q := range execs[t] {
+					tail = append(tail, Instr{Op: OpSendTie, Peer: q, Tensors: ls})
+				}
+			}
+		}
+		for _, t := range peers {
+			ls := slices.SortedFunc(slices.Values(carried[t][s]), func(a, b string) int { return pos[a] - pos[b] })
+			tail = append(tail, Instr{Op: OpRecvTie, Peer: execs[t][0], Tensors: ls})
+		}
+		if len(tail) > 0 {
+			n := len(st.Program) - 1 // OpStep
+			st.Program = append(st.Program[:n:n], append(tail, st.Program[n])...)
+		}
+	}
 }
 
 // assignMicros gives each of M micro-batches (M the sum of split) to a
@@ -835,7 +935,7 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 	zb := p.Schedule == ZeroBubble
 	firstB, lastB := -1, -1
 	for k, in := range st.Program {
-		if in.Op != OpStep && !in.Op.sum() && (in.Micro < 0 || in.Micro >= M) {
+		if in.Op.perMicro() && (in.Micro < 0 || in.Micro >= M) {
 			return fmt.Errorf("%w: stage %d instruction %d (%v): micro-batch out of range", ErrPlan, st.ID, k, in)
 		}
 		if in.Op.transfer() && in.Peer != Coordinator {
@@ -912,7 +1012,29 @@ func checkProgram(p *Plan, want *StagePlan, runs func(e, m int) bool) error {
 	if got, exp := sumChain(st.Program, firstB, lastB), sumChain(want.Program, -1, -1); !slices.Equal(got, exp) {
 		return fmt.Errorf("%w: stage %d sums its gradients as %v, want %v", ErrPlan, st.ID, got, exp)
 	}
+	if got, exp := tieTail(st.Program), tieTail(want.Program); !slices.EqualFunc(got, exp, func(x, y Instr) bool {
+		return x.Op == y.Op && x.Peer == y.Peer && slices.Equal(x.Tensors, y.Tensors)
+	}) {
+		return fmt.Errorf("%w: stage %d exchanges tied gradients as %v before its step, want %v", ErrPlan, st.ID, got, exp)
+	}
 	return nil
+}
+
+// tieTail returns the tie instructions of a program if they come all
+// together just before its final step (else also those, which then differ
+// from Build's).
+func tieTail(prog []Instr) []Instr {
+	var out []Instr
+	k := len(prog) - 1
+	for k > 0 && prog[k-1].Op.tie() {
+		k--
+	}
+	for j, in := range prog {
+		if in.Op.tie() && j < k {
+			out = append(out, Instr{Op: in.Op, Peer: -3}) // out of place
+		}
+	}
+	return append(out, prog[k:max(k, len(prog)-1)]...)
 }
 
 // sumChain lists a program's gradient sums as "op peer", each marked
@@ -966,4 +1088,44 @@ func (p *Plan) Sequential() bool {
 		}
 	}
 	return true
+}
+
+// Tied is a tensor read by layers on several stages (tied weights, nn.Ties):
+// its copies' gradients are exchanged before every step.
+type Tied struct {
+	Name string
+	// Stages are the stages of the partition that hold a copy, ascending.
+	Stages []int
+	Bytes  int
+}
+
+// TiedAcross lists the tied tensors of g whose copies p puts on more than
+// one stage, in the order of their first copy.
+func (p *Plan) TiedAcross(g *nn.Graph) []Tied {
+	stageOf := map[string]int{}
+	for _, st := range p.Stages {
+		for _, l := range st.Layers {
+			stageOf[l] = st.Group
+		}
+	}
+	at := map[*nn.Param]int{}
+	for _, n := range g.Nodes {
+		for _, prm := range n.Layer.Params() {
+			at[prm] = stageOf[n.Name]
+		}
+	}
+	var out []Tied
+	for _, grp := range nn.Ties(g.Params()) {
+		var stages []int
+		for _, prm := range grp {
+			if s := at[prm]; !slices.Contains(stages, s) {
+				stages = append(stages, s)
+			}
+		}
+		if len(stages) > 1 {
+			slices.Sort(stages)
+			out = append(out, Tied{Name: grp[0].Name, Stages: stages, Bytes: 4 * nn.Size(grp[0].Value.Shape())})
+		}
+	}
+	return out
 }

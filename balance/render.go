@@ -141,6 +141,8 @@ func WriteSVG(w io.Writer, p *Plan, r *Report) error {
 			fill = "#e15759"
 		case OpSendSum:
 			fill, what = "#b07aa1", "gradient sum"
+		case OpSendTie:
+			fill, what = "#b07aa1", "tied gradients"
 		}
 		x0, x1 := x(e.Start), x(e.End)
 		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" opacity="0.8"><title>%s %s→%s %.0f bytes</title></rect>`+"\n",
@@ -239,8 +241,11 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 	for _, e := range r.Events {
 		if e.Link() {
 			name := fmt.Sprintf("%s %d", e.Op, e.Micro)
-			if e.Op == OpSendSum {
+			switch e.Op {
+			case OpSendSum:
 				name = "gradient sum"
+			case OpSendTie:
+				name = "tied gradients"
 			}
 			evs = append(evs, ev{Name: name, Cat: "transfer", Ph: "X", Ts: e.Start * 1e6, Dur: (e.End - e.Start) * 1e6,
 				Pid: 2, Tid: links[[2]int{e.Stage, e.Peer}], Args: map[string]any{"bytes": e.Bytes, "micro": e.Micro}})

@@ -123,6 +123,7 @@ type profileCosts struct {
 	sum           []float64 // per stage, the bytes of its gradient sum
 	net           *network
 	bytes         map[string]float64 // tensor -> bytes per micro-batch
+	tied          map[string]float64 // layer -> bytes of its tied parameters
 }
 
 func (c *profileCosts) compute(s int, op Op) float64 {
@@ -155,6 +156,11 @@ func (c *profileCosts) transfer(from, to int, in Instr) (float64, float64, float
 		f = flowGrad
 	case OpSendSum:
 		f, b = flowGrad, c.sum[from]
+	case OpSendTie:
+		f, b = flowGrad, 0
+		for _, l := range in.Tensors {
+			b += c.tied[l]
+		}
 	}
 	l := c.net.link(c.node[from], c.node[to])
 	return l.occupies(b, f), l.Latency, l.wire(b, f)
@@ -223,10 +229,27 @@ func prepare(g *nn.Graph, prof *ModelProfile, c *Cluster, optimizer string) (*ne
 	return net, slots, nil
 }
 
+// tiedBytes is, per layer holding copies of tied parameters, their bytes.
+func tiedBytes(g *nn.Graph) map[string]float64 {
+	tied := map[string]bool{}
+	for _, grp := range nn.Ties(g.Params()) {
+		tied[grp[0].Name] = true
+	}
+	out := map[string]float64{}
+	for _, n := range g.Nodes {
+		for _, prm := range n.Layer.Params() {
+			if prm.Trainable() && tied[prm.Name] {
+				out[n.Name] += float64(4 * nn.Size(prm.Value.Shape()))
+			}
+		}
+	}
+	return out
+}
+
 func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 	g, prof := l.g, l.prof
 	b := p.MicroBatchSize
-	pc := &profileCosts{net: net, bytes: map[string]float64{}}
+	pc := &profileCosts{net: net, bytes: map[string]float64{}, tied: tiedBytes(g)}
 	static := make([]float64, len(p.Stages))
 	perMicro := make([]float64, len(p.Stages)) // layers' buffers and inputs
 	inBytes := make([]float64, len(p.Stages))  // inputs alone
@@ -346,6 +369,8 @@ func sender(op Op) Op {
 		return OpSendAct
 	case OpRecvGrad:
 		return OpSendGrad
+	case OpRecvTie:
+		return OpSendTie
 	}
 	return OpSendSum
 }
@@ -413,7 +438,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			reachedPC[s], reached[s] = pc, t
 		}
 		switch in.Op {
-		case OpRecvAct, OpRecvGrad, OpRecvSum:
+		case OpRecvAct, OpRecvGrad, OpRecvSum, OpRecvTie:
 			if in.Peer == Coordinator {
 				if in.Op != OpRecvAct {
 					return nil, fmt.Errorf("%w: stage %d waits for gradients from the coordinator", ErrPlan, s)
@@ -425,7 +450,7 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 				return nil, fmt.Errorf("%w: stage %d receives from stage %d", ErrPlan, s, in.Peer)
 			}
 			k := msgKey{in.Peer, s, sender(in.Op), in.Micro}
-			if in.Op == OpRecvSum {
+			if !in.Op.perMicro() {
 				k.m = 0
 			}
 			arrival, ok := arrived[k]
@@ -442,12 +467,12 @@ func replay(p *Plan, c simCosts) (*Report, error) {
 			if in.Op == OpRecvSum && pc+1 < len(prog) && prog[pc+1].Op == OpSendSum && !lastReplica(p, in.Peer) {
 				fwdFrom[s], fwdTo[s] = max(began[k], reached[s]), arrival
 			}
-		case OpSendAct, OpSendGrad, OpSendSum:
+		case OpSendAct, OpSendGrad, OpSendSum, OpSendTie:
 			if in.Peer < 0 || in.Peer >= S || in.Peer == s {
 				return nil, fmt.Errorf("%w: stage %d sends to stage %d", ErrPlan, s, in.Peer)
 			}
 			k := msgKey{s, in.Peer, in.Op, in.Micro}
-			if in.Op == OpSendSum {
+			if !in.Op.perMicro() {
 				k.m = 0
 			}
 			if _, dup := sent[k]; dup {

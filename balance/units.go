@@ -134,7 +134,11 @@ func (l *layout) costsFor(b, optSlots int) *costs {
 			bw += lp.Backward.At(b)
 			st += float64(lp.ParamBytes) + float64(lp.TrainableBytes)*float64(1+optSlots)
 			tr += float64(lp.TrainableBytes)
-			bu += float64(lp.ParamBytes - lp.TrainableBytes)
+			for _, prm := range l.g.Nodes[i].Layer.Params() {
+				if prm.Running {
+					bu += float64(4 * nn.Size(prm.Value.Shape()))
+				}
+			}
 			sl += lp.SlotBytes * float64(b)
 		}
 		c.work[u+1] = c.work[u] + w

@@ -76,18 +76,19 @@ np.savez(sys.argv[1], x=x, y=y)`
 }
 
 // The model families of python/ppnode_models.py (transformers, one with a
-// padding mask, GPT, a LLaMA, DLRM, a two-tower model, LSTM, a stacked
-// bidirectional LSTM, ViT, an autoencoder, GroupNorm and its kin, odds and
-// ends) and torchvision's MobileNetV2 and V3 train on three nodes with the
+// padding mask, GPT with its head tied to the embedding (its weights load
+// into PyTorch), ALBERT's one block applied three times, a LLaMA, DLRM, a
+// two-tower model, LSTM, a stacked bidirectional LSTM, ViT, an
+// autoencoder, GroupNorm and its kin, odds and ends) and torchvision's MobileNetV2 and V3 train on three nodes with the
 // automatic plan and give --local's weights in deterministic mode. (The
-// GRU, the text CNN and Swin, which onnx's tests compare with PyTorch, add
-// no path of their own here.)
+// untied GPT, the GRU, the text CNN, Swin and the siamese pair, which
+// onnx's tests compare with PyTorch, add no path of their own here.)
 func TestONNXFamilies(t *testing.T) {
 	t.Parallel()
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"gpt", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
+	models := []string{"tiedgpt", "albert", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {
@@ -103,15 +104,36 @@ func TestONNXFamilies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			via, err := Train(t, 2*time.Minute, append([]string{"--via", cl.Node("a").HTTP}, args...)...)
+			via, err := Train(t, 2*time.Minute, append([]string{"--via", cl.Node("a").HTTP, "--out", filepath.Join(dir, "out.safetensors")}, args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if via.WeightsSHA256 != local.WeightsSHA256 {
 				t.Errorf("three nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
 			}
+			if model == "tiedgpt" {
+				loadTied(t, filepath.Join(dir, "out.safetensors"))
+			}
 			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", model, via.Plan, via.WeightsSHA256, len(via.Nodes))
 		})
+	}
+}
+
+// loadTied loads the weights of torch_onnx.py's tied GPT into its PyTorch
+// module with strict=True: the file holds the tied tensor under both the
+// embedding's and the head's names, and they stay one tensor.
+func loadTied(t *testing.T, path string) {
+	t.Helper()
+	script := `import sys, torch
+sys.path.insert(0, "../python")
+import ppnode_models as pm
+m = pm.GPT(vocab=5, ctx=8, d=16, heads=2, blocks=2, tie=True)
+sd = pm.read_safetensors(sys.argv[1])[0]
+m.load_state_dict(sd, strict=True)
+assert m.head.weight is m.tok.weight and torch.equal(m.tok.weight, sd["head.weight"])
+print("ok")`
+	if out, err := exec.Command(torchPython, "-c", script, path).CombinedOutput(); err != nil {
+		t.Fatalf("loading the tied GPT's weights into PyTorch: %v\n%s", err, out)
 	}
 }
 

@@ -680,6 +680,9 @@ func (s Spec) giveWeights(g *nn.Graph, path string) error {
 	have := map[string]bool{}
 	for _, p := range g.Params() {
 		have[p.Name] = true
+		for _, a := range p.Aliases {
+			have[a] = true
+		}
 		if _, ok := byName[p.Name]; !ok {
 			missing = append(missing, p.Name)
 		}

@@ -186,10 +186,10 @@ func (g *Graph) Init(seed uint64) {
 	}
 }
 
-// ParamCount is the number of trainable scalars.
+// ParamCount is the number of trainable scalars (a tied tensor's once).
 func (g *Graph) ParamCount() int {
 	n := 0
-	for _, p := range g.Params() {
+	for _, p := range Unique(g.Params()) {
 		if p.Trainable() {
 			n += Size(p.Value.Shape())
 		}

@@ -19,8 +19,8 @@ const (
 )
 
 // Param is a named parameter tensor with its gradient. Buffers (BatchNorm's
-// running statistics) are Params with Grad == nil: they are saved and hashed
-// but not optimised.
+// running statistics, a model file's constants) are Params with Grad ==
+// nil: they are saved and hashed but not optimised.
 type Param struct {
 	Name  string
 	Value *Tensor
@@ -33,6 +33,12 @@ type Param struct {
 	// Layout permutes Value's axes into the exported (PyTorch) layout:
 	// exported axis i is Value's axis Layout[i]. Nil is Value's own.
 	Layout []int
+	// Aliases are further names of the tensor in the exported module's
+	// state_dict (tied weights there: one tensor under several names).
+	Aliases []string
+	// Running marks a buffer that training passes update (running
+	// statistics): replicas of a stage would each see other micro-batches.
+	Running bool
 }
 
 func newParam(shape []int, init Init, fanIn int) *Param {
@@ -40,7 +46,7 @@ func newParam(shape []int, init Init, fanIn int) *Param {
 }
 
 func newBuffer(shape []int, init Init) *Param {
-	return &Param{Value: New(shape...), Init: init}
+	return &Param{Value: New(shape...), Init: init, Running: true}
 }
 
 // Trainable reports whether the optimizer updates p.

@@ -40,12 +40,14 @@ type Trainer struct {
 	loss SoftmaxCE
 	bs   []Batch
 	dout []*Tensor
+	ties [][]*Param
 }
 
 // NewTrainer returns a trainer over the whole graph g.
 func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
-	return &Trainer{Graph: g, Stage: g.Whole(), Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1),
-		loss: SoftmaxCE{Threads: be.Threads()}}
+	st := g.Whole()
+	return &Trainer{Graph: g, Stage: st, Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1),
+		loss: SoftmaxCE{Threads: be.Threads()}, ties: Ties(st.Params())}
 }
 
 // StepResult is one step's loss (mean over the mini-batch's labels) and
@@ -91,6 +93,9 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		t.Stage.Backward(&t.Ctx, 0, t.dout)
 	}
 	r.Loss /= float64(r.Samples)
+	for _, g := range t.ties {
+		SumTies(g, nil)
+	}
 	t.Opt.Step(t.Stage.Params())
 	return r
 }
@@ -118,13 +123,17 @@ func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 }
 
 // WeightsSHA256 hashes every parameter and buffer's little-endian float32
-// bytes, in the exported layout, in name order: two runs with the same hash
-// have the same weights, and an exported file hashes the same.
+// bytes, in the exported layout, in name order (a tied tensor once under
+// each of its names): two runs with the same hash have the same weights,
+// and an exported file hashes the same.
 func WeightsSHA256(ps []*Param) string {
-	names := make([]string, len(ps))
-	ts := make([]*Tensor, len(ps))
-	for i, p := range ps {
-		names[i], ts[i] = p.Name, p.Exported()
+	var names []string
+	var ts []*Tensor
+	for _, p := range Unique(ps) {
+		t := p.Exported()
+		for _, n := range append([]string{p.Name}, p.Aliases...) {
+			names, ts = append(names, n), append(ts, t)
+		}
 	}
 	return TensorsSHA256(names, ts)
 }

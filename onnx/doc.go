@@ -30,6 +30,9 @@
 //     layers, the backward one reading the steps reversed.
 //   - Masks from the data (padding): comparisons of ids, Where, Expand and
 //     integer arithmetic on ids are layers whose outputs carry no gradient.
+//   - Tied weights: an initializer that several layers train is a copy per
+//     layer, of one name (nn.Ties), its gradients summed before each step;
+//     the file's metadata key TiedKey gives its other state_dict names.
 //
 // The protobuf code in onnxpb is generated from the official onnx.proto
 // (`make proto`).

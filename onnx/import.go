@@ -87,6 +87,13 @@ func Read(path string, o Options) (*Model, error) {
 // trained.
 const BuffersKey = "ppnode.buffers"
 
+// TiedKey is the model metadata key that lists the names a module's
+// state_dict has for each tensor it holds under several (tied weights,
+// which the file holds once): groups separated by commas, names within a
+// group by "=". python/ppnode_models.py's export writes it; weights files
+// then hold a tied tensor under each of its names, as the state_dict does.
+const TiedKey = "ppnode.tied"
+
 // Import turns a parsed model into a graph whose parameters start at the
 // model's initializers. Every problem is an error wrapping ErrModel.
 func Import(m *onnxpb.ModelProto, o Options) (*Model, error) {
@@ -115,10 +122,23 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 			im.opset = op.GetVersion()
 		}
 	}
+	aliases := map[string][]string{}
 	for _, p := range m.GetMetadataProps() {
-		if p.GetKey() == BuffersKey {
+		switch p.GetKey() {
+		case BuffersKey:
 			for _, n := range strings.Split(p.GetValue(), ",") {
 				im.buffers[strings.TrimSpace(n)] = true
+			}
+		case TiedKey:
+			for _, grp := range strings.Split(p.GetValue(), ",") {
+				names := strings.Split(grp, "=")
+				for _, n := range names {
+					for _, a := range names {
+						if a != n && a != "" {
+							aliases[n] = append(aliases[n], a)
+						}
+					}
+				}
 			}
 		}
 	}
@@ -209,6 +229,9 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 	}
 	if err := im.output(g, md, o); err != nil {
 		return nil, err
+	}
+	for _, p := range md.Graph.Params() {
+		p.Aliases = aliases[p.Name]
 	}
 	return md, nil
 }
@@ -464,6 +487,9 @@ func (im *importer) output(g *onnxpb.GraphProto, md *Model, o Options) error {
 		if l, ok := im.trained[id]; ok {
 			return modelErr("initializer %q is trained by layer %s and also used as a constant; ppnode cannot do both", im.inits[id].name, l)
 		}
+	}
+	if err := nn.CheckTies(graph.Params()); err != nil {
+		return modelErr("%v; ppnode ties copies of one layout only", err)
 	}
 	md.Graph, md.Classes, md.Labels = graph, classes, shape[:len(shape)-1]
 	return nil

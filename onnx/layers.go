@@ -46,9 +46,7 @@ func (im *importer) linear(x *value, w, b *konst) error {
 		return fmt.Errorf("input has %v features, the weight %q is %v", x.dim(r-1), im.inits[id].name, w.shape)
 	}
 	name := im.layerName(im.node.GetName(), "")
-	if err := im.train(id, name); err != nil {
-		return err
-	}
+	im.train(id, name)
 	// The file's tensor is [out, in] (torch.nn.Linear) when the product
 	// takes its transpose.
 	l := &nn.Linear{In: in, Out: out, Transposed: !transposed, Last: len(x.stored) > 1}
@@ -58,9 +56,7 @@ func (im *importer) linear(x *value, w, b *konst) error {
 		if bid, ok = im.whole(b, nil); !ok || b.size() != out {
 			return fmt.Errorf("the bias of shape %v for %d outputs must be a parameter", b.shape, out)
 		}
-		if err := im.train(bid, name); err != nil {
-			return err
-		}
+		im.train(bid, name)
 	} else {
 		l.NoBias = true
 	}
@@ -260,9 +256,7 @@ func embedding(im *importer, n *onnxpb.NodeProto, w *konst) error {
 		return fmt.Errorf("the embedding table must be a whole parameter")
 	}
 	name := im.layerName(im.node.GetName(), "")
-	if err := im.train(id, name); err != nil {
-		return err
-	}
+	im.train(id, name)
 	l := &nn.Embedding{Num: w.shape[0], Dim: w.shape[1]}
 	out := im.b.Add(name, l, ids.name)
 	dims := slices.Clone(ids.dims)
@@ -355,9 +349,7 @@ func (im *importer) convWeights(layer string, rank int) (w *konst, wid int, b *k
 	if wid, ok = im.whole(k, nil); !ok {
 		return nil, 0, nil, 0, fmt.Errorf("the weight must be a whole parameter")
 	}
-	if err = im.train(wid, layer); err != nil {
-		return
-	}
+	im.train(wid, layer)
 	if im.has(2) {
 		if b, ok = im.konst(2); !ok || len(b.shape) != 1 || !b.trainable() {
 			return nil, 0, nil, 0, fmt.Errorf("the bias must be a parameter of one dimension")
@@ -365,9 +357,7 @@ func (im *importer) convWeights(layer string, rank int) (w *konst, wid int, b *k
 		if bid, ok = im.whole(b, nil); !ok {
 			return nil, 0, nil, 0, fmt.Errorf("the bias must be a whole parameter")
 		}
-		if err = im.train(bid, layer); err != nil {
-			return
-		}
+		im.train(bid, layer)
 	}
 	return k, wid, b, bid, nil
 }
@@ -512,9 +502,7 @@ func batchNorm(im *importer, n *onnxpb.NodeProto) error {
 			}
 			ids[i] = id
 		}
-		if err := im.train(ids[i], name); err != nil {
-			return err
-		}
+		im.train(ids[i], name)
 	}
 	l := nn.NewBatchNorm()
 	l.Eps = shortest(attrFloat(n, "epsilon", 1e-5))
@@ -588,9 +576,7 @@ func layerNorm(im *importer, n *onnxpb.NodeProto) error {
 		if ids[i], ok = im.whole(k, nil); !ok {
 			return fmt.Errorf("input %d must be a whole parameter", 1+i)
 		}
-		if err := im.train(ids[i], name); err != nil {
-			return err
-		}
+		im.train(ids[i], name)
 	}
 	if !fused && im.has(1) && !im.has(2) {
 		return fmt.Errorf("a scale without a bias")
@@ -929,9 +915,7 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 			in = im.newValue(im.add("flip", &nn.Take{Axis: 0, Index: back}, x), x.dims, false)
 		}
 		for _, id := range ids {
-			if err := im.train(id, layer); err != nil {
-				return err
-			}
+			im.train(id, layer)
 		}
 		var l nn.Layer = &nn.GRU{In: I, Hidden: H}
 		if lstm {

@@ -866,9 +866,7 @@ func (im *importer) paramOf(src []int64, layer string) (*nn.Param, []int32, erro
 	if id < 0 {
 		return nil, nil, fmt.Errorf("an empty weight")
 	}
-	if err := im.train(id, layer); err != nil {
-		return nil, nil, err
-	}
+	im.train(id, layer)
 	in := im.inits[id]
 	p := &nn.Param{Value: nn.New(shapeOrScalar(in.k.shape)...), Grad: nn.New(shapeOrScalar(in.k.shape)...), Given: slices.Clone(in.k.f)}
 	identity := len(m) == len(in.k.f)
@@ -881,16 +879,12 @@ func (im *importer) paramOf(src []int64, layer string) (*nn.Param, []int32, erro
 	return p, m, nil
 }
 
-// train records that layer trains initializer id; one initializer is one
-// layer's (tied weights are not supported).
-func (im *importer) train(id int, layer string) error {
-	if l, ok := im.trained[id]; ok {
-		return fmt.Errorf("parameter %q is used by layers %s and %s; shared (tied) weights are not supported "+
-			"(a buffer, such as rotary positions' cos and sin, is not one: export with python/ppnode_models.py's export_onnx, which marks buffers)",
-			im.inits[id].name, l, layer)
+// train records that layer trains initializer id. A second layer that
+// reads it holds a copy (tied weights: see nn.Ties).
+func (im *importer) train(id int, layer string) {
+	if _, ok := im.trained[id]; !ok {
+		im.trained[id] = layer
 	}
-	im.trained[id] = layer
-	return nil
 }
 
 // nameParam names p after its initializer once the layer is in the graph

@@ -157,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	if nn.Describe(def) != nn.Describe(det) {
 		backends = append(backends, def)
 	}
-	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "llama", "dlrm", "twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit",
+	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "llama", "dlrm", "twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit",
 		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
@@ -243,6 +243,9 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 		total += loss
 		dout[0] = grad
 		tr.Stage.Backward(&tr.Ctx, 0, dout)
+	}
+	for _, g := range nn.Ties(tr.Stage.Params()) {
+		nn.SumTies(g, nil)
 	}
 	return total / float64(labels)
 }

@@ -249,8 +249,11 @@ def export_onnx(model, example_inputs, path, input_names):
     folding, opset 13, the given input names, the output "logits", and the
     batch axis (0) of every input dynamic. If the onnx package is installed
     it then records the model's persistent buffers, comma-separated, under
-    the metadata key "ppnode.buffers" (ppnode does not train them) and saves
-    the file again; without onnx that step is skipped.
+    the metadata key "ppnode.buffers" (ppnode does not train them), and the
+    state_dict's names of each tied tensor (one tensor under several names,
+    such as a head tied to the embedding) under "ppnode.tied", so that
+    ppnode's weights hold it under each name, and saves the file again;
+    without onnx that step is skipped.
 
     Exporting in training mode runs the model once: BatchNorm's running
     statistics move, so take the initial weights (state_dict) after this."""
@@ -270,11 +273,23 @@ def export_onnx(model, example_inputs, path, input_names):
         return
     m = onnx.load(path)
     for p in list(m.metadata_props):
-        if p.key == "ppnode.buffers":
+        if p.key in ("ppnode.buffers", "ppnode.tied"):
             m.metadata_props.remove(p)
     p = m.metadata_props.add()
     p.key, p.value = "ppnode.buffers", ",".join(persistent_buffers(model))
+    tied = tied_names(model)
+    if tied:
+        p = m.metadata_props.add()
+        p.key, p.value = "ppnode.tied", ",".join("=".join(names) for names in tied)
     onnx.save(m, path)
+
+
+def tied_names(model):
+    """The state_dict's names of each tensor it holds under several."""
+    by_tensor = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        by_tensor.setdefault(id(t), []).append(name)
+    return [names for names in by_tensor.values() if len(names) > 1]
 
 
 class SelfAttention(nn.Module):
@@ -344,11 +359,12 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A decoder-only language model (GPT-2's layout, nanoGPT's style):
     token and learned position embeddings, blocks of causal self-attention
-    and MLP, a final LayerNorm and a head (not tied to the token embedding).
-    Input: token ids, int64 [N, T] with T <= ctx; output: logits
-    [N, T, vocab], one next-token prediction a position."""
+    and MLP, a final LayerNorm and a head, tied to the token embedding with
+    tie=True as in GPT-2 and nanoGPT. Input: token ids, int64 [N, T] with
+    T <= ctx; output: logits [N, T, vocab], one next-token prediction a
+    position."""
 
-    def __init__(self, vocab=256, ctx=128, d=256, heads=4, blocks=4, dropout=0.0):
+    def __init__(self, vocab=256, ctx=128, d=256, heads=4, blocks=4, dropout=0.0, tie=False):
         super().__init__()
         self.ctx = ctx
         self.tok = nn.Embedding(vocab, d)
@@ -359,6 +375,8 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.apply(self._init_weights)
+        if tie:
+            self.head.weight = self.tok.weight
 
     @staticmethod
     def _init_weights(m):
@@ -764,3 +782,40 @@ class Misc(nn.Module):
         x = F.relu(x) * self.scale
         x = torch.roll(self.avgpool(self.maxpool(x)), shifts=(1, -1), dims=(2, 3))
         return self.fc(torch.flatten(x, 1))
+
+
+class Albert(nn.Module):
+    """ALBERT's cross-layer sharing: one transformer Block applied depth
+    times (every use reads the same weights), over token and position
+    embeddings, then a mean over positions and a classifier.
+    Input: token ids, int64 [N, T]; output: logits [N, classes]."""
+
+    def __init__(self, vocab=256, T=16, d=32, heads=4, depth=3, classes=10):
+        super().__init__()
+        self.depth = depth
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, T, d) * 0.02)
+        self.block = Block(d, heads)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos
+        for _ in range(self.depth):
+            h = self.block(h)
+        return self.head(self.ln(h).mean(1))
+
+
+class Siamese(nn.Module):
+    """A siamese pair: one encoder (Linear, ReLU, Linear) applied to both
+    inputs, their difference and product concatenated into a classifier.
+    Inputs: x0, x1 float32 [N, features]; output: logits [N, classes]."""
+
+    def __init__(self, features=8, hidden=16, d=8, classes=10):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, d))
+        self.head = nn.Linear(2 * d, classes)
+
+    def forward(self, x0, x1):
+        a, b = self.enc(x0), self.enc(x1)
+        return self.head(torch.cat([(a - b).abs(), a * b], 1))

@@ -185,6 +185,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	pr := summary(res, took, prof)
 	printPlan(stdout, res, took, cluster, prof)
+	printTied(stdout, res.Plan.TiedAcross(g))
 	if *jsonOut {
 		b, _ := json.Marshal(pr)
 		fmt.Fprintln(stdout, string(b))
@@ -214,6 +215,21 @@ func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile
 		pr.Stages = append(pr.Stages, st)
 	}
 	return pr
+}
+
+// printTied names the tied tensors whose copies lie on several stages.
+func printTied(w io.Writer, ts []balance.Tied) {
+	for _, t := range ts {
+		var on []string
+		for _, s := range t.Stages {
+			on = append(on, fmt.Sprintf("s%d", s))
+		}
+		size := mib(float64(t.Bytes))
+		if t.Bytes < 1<<20 {
+			size = fmt.Sprintf("%.1f KiB", float64(t.Bytes)/(1<<10))
+		}
+		fmt.Fprintf(w, "tied: %s (%s) on %s: the copies' gradients are summed before each step\n", t.Name, size, strings.Join(on, ", "))
+	}
 }
 
 func printPlan(w io.Writer, res *balance.Result, took time.Duration, c *balance.Cluster, prof *balance.ModelProfile) {

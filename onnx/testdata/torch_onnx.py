@@ -173,6 +173,11 @@ def families():
     shape per sample."""
     return {
         "gpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
+        # Weights read by several layers: GPT-2's head tied to the token
+        # embedding, one block applied three times, one encoder for two inputs.
+        "tiedgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
+        "albert": (lambda: pm.Albert(vocab=11, T=6, d=8, heads=2, depth=3, classes=CLASSES), [("x", (6,), 11)], ()),
+        "siamese": (lambda: pm.Siamese(features=6, hidden=8, d=4, classes=CLASSES), [("x0", (6,), None), ("x1", (6,), None)], ()),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),
@@ -287,7 +292,11 @@ def family(name, outdir):
             for n, p in model.named_parameters():
                 out["grad1/" + n] = p.grad.detach().clone().numpy()
         opt.step()
-    for n, t in model.state_dict().items():
+    seen = set()
+    for n, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:  # a tied tensor's second name
+            continue
+        seen.add(id(t))
         if n.endswith("num_batches_tracked"):
             out["__nbt"] = np.array([t.item()])
         else:
@@ -363,7 +372,11 @@ def export(name, outdir, n):
             for n, p in model.named_parameters():
                 out["grad1/" + n] = p.grad.detach().clone().numpy()
         opt.step()
-    for n, t in model.state_dict().items():
+    seen = set()
+    for n, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:  # a tied tensor's second name
+            continue
+        seen.add(id(t))
         if n.endswith("num_batches_tracked"):
             out["__nbt"] = np.array([t.item()])
         else:

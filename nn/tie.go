@@ -1,0 +1,123 @@
+package nn
+
+import "fmt"
+
+// Tied weights: one tensor of a model read by several layers (a language
+// model's output projection tied to its token embedding, a module applied
+// twice). Each reading layer holds a copy, a Param of the same name, shape
+// and layout; every copy gets the sum of the copies' gradients, added in
+// node order, and the optimizer then steps each copy the same way, so the
+// copies stay equal bit for bit wherever they live.
+
+// Ties returns the trainable parameters of ps that share a name, a group
+// per name in the order of its first member, each group in ps's order.
+func Ties(ps []*Param) [][]*Param {
+	at := map[string]int{}
+	var groups [][]*Param
+	for _, p := range ps {
+		if !p.Trainable() {
+			continue
+		}
+		if i, ok := at[p.Name]; ok {
+			groups[i] = append(groups[i], p)
+			continue
+		}
+		at[p.Name] = len(groups)
+		groups = append(groups, []*Param{p})
+	}
+	out := groups[:0]
+	for _, g := range groups {
+		if len(g) > 1 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// CheckTies reports copies of one tied tensor that differ in shape or
+// layout (their gradients could not be added element by element).
+func CheckTies(ps []*Param) error {
+	for _, g := range Ties(ps) {
+		for _, p := range g[1:] {
+			if !SameShape(p.Value.Shape(), g[0].Value.Shape()) || !sameLayout(p.Layout, g[0].Layout) {
+				return fmt.Errorf("nn: the copies of tied parameter %q differ: shape %v layout %v and shape %v layout %v",
+					p.Name, g[0].Value.Shape(), g[0].Layout, p.Value.Shape(), p.Layout)
+			}
+		}
+	}
+	return nil
+}
+
+func sameLayout(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SumTies gives every copy of each group the sum of the group's gradients
+// ((g0 + g1) + g2 ..., in group order); grads[i], if set, stands for
+// group member i's gradient (a copy on another stage). The sum goes into
+// each member's Grad that grads does not name.
+func SumTies(group []*Param, grads []*Tensor) {
+	grad := func(i int) []float32 {
+		if i < len(grads) && grads[i] != nil {
+			return F32(grads[i])
+		}
+		return F32(group[i].Grad)
+	}
+	first := -1 // the first local member: it accumulates the sum
+	for i := range group {
+		if i >= len(grads) || grads[i] == nil {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return
+	}
+	sum := F32(group[first].Grad)
+	if first > 0 {
+		// Members before it are remote: the sum starts from them, in order.
+		g0 := grad(0)
+		tmp := make([]float32, len(sum))
+		copy(tmp, g0)
+		for i := 1; i < len(group); i++ {
+			for j, v := range grad(i) {
+				tmp[j] += v
+			}
+		}
+		copy(sum, tmp)
+	} else {
+		for i := 1; i < len(group); i++ {
+			for j, v := range grad(i) {
+				sum[j] += v
+			}
+		}
+	}
+	for i := first + 1; i < len(group); i++ {
+		if i >= len(grads) || grads[i] == nil {
+			copy(F32(group[i].Grad), sum)
+		}
+	}
+}
+
+// Unique returns ps without the later copies of tied parameters: the
+// model's tensors, each once (for files, hashes and counts).
+func Unique(ps []*Param) []*Param {
+	seen := map[string]bool{}
+	out := make([]*Param, 0, len(ps))
+	for _, p := range ps {
+		if p.Trainable() && seen[p.Name] {
+			continue
+		}
+		seen[p.Name] = true
+		out = append(out, p)
+	}
+	return out
+}

@@ -37,6 +37,27 @@ var models = map[string][]onnx.Input{
 	"testdata/misc.onnx":        feats([]int{2, 6, 6}),
 	"testdata/textcnn.onnx":     {{Name: "x", Shape: []int{8}, Int: true}},
 	"testdata/einsum.onnx":      {{Name: "x", Shape: []int{6}, Int: true}},
+	"testdata/tiedgpt.onnx":     {{Name: "x", Shape: []int{6}, Int: true}},
+	"testdata/albert.onnx":      {{Name: "x", Shape: []int{6}, Int: true}},
+}
+
+// A GPT whose head is tied to its token embedding imports as two copies of
+// tok.weight, one tied group, known also by the head's name that the file's
+// metadata gives (the state_dict's).
+func TestTiedCopies(t *testing.T) {
+	md, err := onnx.Import(read(t, "testdata/tiedgpt.onnx"), onnx.Options{Inputs: models["testdata/tiedgpt.onnx"], Classes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ties := nn.Ties(md.Graph.Params())
+	if len(ties) != 1 || len(ties[0]) != 2 || ties[0][0].Name != "tok.weight" {
+		t.Fatalf("ties %v, want tok.weight twice", ties)
+	}
+	for _, p := range ties[0] {
+		if !slices.Equal(p.Aliases, []string{"head.weight"}) || !slices.Equal(p.Given, ties[0][0].Given) {
+			t.Errorf("copy of %s: aliases %v, its start equal to the first's: %v", p.Name, p.Aliases, slices.Equal(p.Given, ties[0][0].Given))
+		}
+	}
 }
 
 // Every parameter is written out in its initializer's shape (a Conv1d's

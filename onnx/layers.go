@@ -28,14 +28,23 @@ func (im *importer) weight2(k *konst) (int, bool, error) {
 }
 
 // linear adds x·W (W of shape [in, out]) on the last axis of x, with the
-// bias konst b if set.
+// bias konst b if set. A W that is rows [lo, hi) of a larger initializer,
+// taken transposed (cross-attention's query or key-value projection out
+// of in_proj_weight), is the product with the whole initializer, of which
+// the model reads outputs [lo, hi): the layer holds a copy of it, tied to
+// the other layers that read it.
 func (im *importer) linear(x *value, w, b *konst) error {
 	if x.isInt {
 		return fmt.Errorf("a product of integers")
 	}
 	id, transposed, err := im.weight2(w)
+	lo, hi := 0, 0 // hi > 0: the outputs [lo, hi) of the whole product
 	if err != nil {
-		return err
+		var ok bool
+		if id, lo, hi, ok = im.rows(w); !ok {
+			return err
+		}
+		transposed = true
 	}
 	r := x.rank()
 	if x, err = im.lastDims(x, r-1); err != nil {
@@ -45,6 +54,9 @@ func (im *importer) linear(x *value, w, b *konst) error {
 	if int64(in) != x.dim(r-1).c {
 		return fmt.Errorf("input has %v features, the weight %q is %v", x.dim(r-1), im.inits[id].name, w.shape)
 	}
+	if hi > 0 {
+		out = im.inits[id].k.shape[0]
+	}
 	name := im.layerName(im.node.GetName(), "")
 	im.train(id, name)
 	// The file's tensor is [out, in] (torch.nn.Linear) when the product
@@ -53,14 +65,22 @@ func (im *importer) linear(x *value, w, b *konst) error {
 	var bid int
 	if b != nil {
 		var ok bool
-		if bid, ok = im.whole(b, nil); !ok || b.size() != out {
-			return fmt.Errorf("the bias of shape %v for %d outputs must be a parameter", b.shape, out)
+		if hi > 0 {
+			bid, ok = im.part(b, lo, out)
+		} else {
+			bid, ok = im.whole(b, nil)
+		}
+		if !ok || b.size() != w.shape[1] {
+			return fmt.Errorf("the bias of shape %v for %d outputs must be a parameter", b.shape, w.shape[1])
 		}
 		im.train(bid, name)
 	} else {
 		l.NoBias = true
 	}
 	y := im.b.Add(name, l, x.name)
+	if hi > 0 {
+		y = im.b.Add(im.layerName(name, "rows"), &nn.Slice{From: lo, To: hi}, y)
+	}
 	dims := slices.Clone(x.dims)
 	im.set(0, im.newValue(y, dims, false))
 	im.give(l.W, id)
@@ -68,6 +88,24 @@ func (im *importer) linear(x *value, w, b *konst) error {
 		im.give(l.B, bid, out)
 	}
 	return nil
+}
+
+// part returns the 1-D initializer of n elements whose elements from lo
+// on the 1-D konst k is.
+func (im *importer) part(k *konst, lo, n int) (int, bool) {
+	if len(k.shape) != 1 || len(k.src) == 0 || k.src[0] < 0 || k.src[0]&bufferBit != 0 {
+		return 0, false
+	}
+	id := int(k.src[0] >> 32)
+	if in := im.inits[id].k; len(in.shape) != 1 || in.shape[0] != n || lo+k.shape[0] > n {
+		return 0, false
+	}
+	for e, s := range k.src {
+		if s != int64(id)<<32|int64(lo+e) {
+			return 0, false
+		}
+	}
+	return id, true
 }
 
 func gemm(im *importer, n *onnxpb.NodeProto) error {

@@ -932,6 +932,30 @@ func (im *importer) whole(k *konst, perm []int) (int, bool) {
 	return id, ok
 }
 
+// rows returns the rank-2 initializer whose rows [lo, hi) k is, taken
+// transposed (k = Transpose(init[lo:hi, :])): a Linear's weight split
+// from a larger one, as cross-attention splits its in_proj_weight.
+func (im *importer) rows(k *konst) (id, lo, hi int, ok bool) {
+	if len(k.shape) != 2 || len(k.src) == 0 || k.src[0] < 0 || k.src[0]&bufferBit != 0 {
+		return 0, 0, 0, false
+	}
+	id = int(k.src[0] >> 32)
+	in := im.inits[id].k
+	if len(in.shape) != 2 || in.shape[1] != k.shape[0] {
+		return 0, 0, 0, false
+	}
+	lo = int(k.src[0]&(bufferBit-1)) / in.shape[1]
+	hi = lo + k.shape[1]
+	if hi > in.shape[0] {
+		return 0, 0, 0, false
+	}
+	ok = true
+	each(k.shape, func(idx []int, e int) {
+		ok = ok && k.src[e] == int64(id)<<32|int64((lo+idx[1])*in.shape[1]+idx[0])
+	})
+	return id, lo, hi, ok
+}
+
 // give starts p at initializer id's values (in the exported layout), named
 // after it; shape is the exported shape if it differs from the file's.
 func (im *importer) give(p *nn.Param, id int, shape ...int) {

@@ -819,3 +819,30 @@ class Siamese(nn.Module):
     def forward(self, x0, x1):
         a, b = self.enc(x0), self.enc(x1)
         return self.head(torch.cat([(a - b).abs(), a * b], 1))
+
+
+class Seq2Seq(nn.Module):
+    """An encoder-decoder transformer as nn.Transformer builds one
+    (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, whose
+    cross-attention reads the encoder's output; post-norm, ReLU), with
+    learned positions and a causal mask on the target.
+    Inputs: x0 source ids, int64 [N, S]; x1 target ids, int64 [N, T] with
+    T <= ctx; output: logits [N, T, vocab], one prediction a target
+    position."""
+
+    def __init__(self, vocab=256, S=16, ctx=16, d=64, heads=4, layers=2, hidden=None, dropout=0.0):
+        super().__init__()
+        hidden = hidden or 2 * d
+        self.src_tok, self.tgt_tok = nn.Embedding(vocab, d), nn.Embedding(vocab, d)
+        self.src_pos = nn.Parameter(torch.randn(1, S, d) * 0.02)
+        self.tgt_pos = nn.Parameter(torch.randn(1, ctx, d) * 0.02)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, heads, hidden, dropout, batch_first=True), layers)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, heads, hidden, dropout, batch_first=True), layers)
+        self.register_buffer("causal", torch.triu(torch.full((ctx, ctx), float("-inf")), 1))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, x0, x1):
+        T = x1.shape[1]
+        memory = self.encoder(self.src_tok(x0) + self.src_pos)
+        h = self.decoder(self.tgt_tok(x1) + self.tgt_pos[:, :T], memory, tgt_mask=self.causal[:T, :T])
+        return self.head(h)

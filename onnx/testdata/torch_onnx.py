@@ -178,6 +178,9 @@ def families():
         "tiedgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
         "albert": (lambda: pm.Albert(vocab=11, T=6, d=8, heads=2, depth=3, classes=CLASSES), [("x", (6,), 11)], ()),
         "siamese": (lambda: pm.Siamese(features=6, hidden=8, d=4, classes=CLASSES), [("x0", (6,), None), ("x1", (6,), None)], ()),
+        # nn.TransformerDecoderLayer: cross-attention's query and key-value
+        # projections are two slices of one in_proj_weight.
+        "seq2seq": (lambda: pm.Seq2Seq(vocab=CLASSES, S=7, ctx=8, d=8, heads=2, layers=2), [("x0", (7,), CLASSES), ("x1", (6,), CLASSES)], (6,)),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),
@@ -322,8 +325,8 @@ def family_data(name, path, n, seed=2):
             score += (x.reshape(n, -1)[:, 0] % 2).float()
             arrays[key] = x.numpy().astype(np.int64)
     if labels:
-        first = [x for x in arrays.values() if x.dtype == np.int64][0]
-        y = np.roll(first, -1, axis=1) % CLASSES  # the next id: a language model's target
+        ids = [x for x in arrays.values() if x.dtype == np.int64 and x.shape[1:] == tuple(labels)][-1]
+        y = np.roll(ids, -1, axis=1) % CLASSES  # the next id: a language model's target
     else:
         y = (score > score.median()).long().numpy() + 2 * (torch.rand(n, generator=g) > 0.5).long().numpy()
     np.savez(path, y=y.astype(np.int64), **arrays)

@@ -1,6 +1,9 @@
 package nn
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Tied weights: one tensor of a model read by several layers (a language
 // model's output projection tied to its token embedding, a module applied
@@ -39,25 +42,13 @@ func Ties(ps []*Param) [][]*Param {
 func CheckTies(ps []*Param) error {
 	for _, g := range Ties(ps) {
 		for _, p := range g[1:] {
-			if !SameShape(p.Value.Shape(), g[0].Value.Shape()) || !sameLayout(p.Layout, g[0].Layout) {
+			if !SameShape(p.Value.Shape(), g[0].Value.Shape()) || !slices.Equal(p.Layout, g[0].Layout) {
 				return fmt.Errorf("nn: the copies of tied parameter %q differ: shape %v layout %v and shape %v layout %v",
 					p.Name, g[0].Value.Shape(), g[0].Layout, p.Value.Shape(), p.Layout)
 			}
 		}
 	}
 	return nil
-}
-
-func sameLayout(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // SumTies gives every copy of each group the sum of the group's gradients

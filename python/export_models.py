@@ -140,6 +140,8 @@ def check_initializers(path, model):
     onnx.checker.check_model(m)
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     problems = []
+    for names in pm.tied_names(model):  # a tied tensor is one initializer
+        inits.update({n: inits[k] for k in names if k in inits for n in names})
     for n, t in model.state_dict().items():
         if n not in inits:
             if n.endswith("num_batches_tracked"):

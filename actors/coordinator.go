@@ -750,13 +750,16 @@ func (c *Coordinator) loadCut(ck *tensorio.Checkpoint) (*core.Cut, error) {
 // of s, as a whole-model tensorio checkpoint.
 func (c *Coordinator) checkpointFile(s *stageSet, g int, acc core.Progress) *tensorio.Checkpoint {
 	meta := job.CutMeta{Model: c.spec.Model, Optimizer: c.spec.Optimizer, Generation: s.gen, MicroBatches: c.spec.MicroBatches,
-		TrainLoss: acc.Loss, TrainCorrect: acc.Correct, TrainSeen: acc.Seen, Layouts: map[string][]int{}}
+		TrainLoss: acc.Loss, TrainCorrect: acc.Correct, TrainSeen: acc.Seen, Layouts: map[string][]int{}, Aliases: map[string][]string{}}
 	ck := &tensorio.Checkpoint{JobID: c.spec.ID, Step: int64(g), PlanHash: s.plan.Hash(),
 		Data: tensorio.DataPos{Epoch: int64(g / c.job.StepsPerEpoch), Step: int64(g % c.job.StepsPerEpoch)}}
 	for _, p := range nn.SortByName(nn.Unique(c.job.Graph.Params())) { // a tied tensor once
 		ck.Params = append(ck.Params, tensorio.Named{Name: p.Name, T: p.Value})
 		if p.Layout != nil { // for ckpt export
 			meta.Layouts[p.Name] = p.Layout
+		}
+		if p.Aliases != nil {
+			meta.Aliases[p.Name] = p.Aliases
 		}
 		if p.Trainable() {
 			st := c.copt.State(p)

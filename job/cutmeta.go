@@ -31,6 +31,9 @@ type CutMeta struct {
 	// Layouts are the exported layouts of the parameters that have one
 	// (nn.Param.Layout), by name: a cut exports without its model.
 	Layouts map[string][]int
+	// Aliases are the further state_dict names of tied tensors
+	// (nn.Param.Aliases), by name.
+	Aliases map[string][]string
 }
 
 // The metadata keys of a cut.
@@ -44,15 +47,18 @@ const (
 	metaTrainSeen    = "train_seen"
 	metaRun          = "run"
 	metaLayout       = "layout." // followed by the parameter's name
+	metaAlias        = "alias."  // followed by the parameter's name
 )
 
-// IsLayoutKey reports whether a metadata key is a parameter's layout (a
-// cut's own bookkeeping, not for a weights file).
-func IsLayoutKey(key string) bool { return strings.HasPrefix(key, metaLayout) }
+// IsParamKey reports whether a metadata key is a parameter's layout or
+// aliases (a cut's own bookkeeping, not for a weights file).
+func IsParamKey(key string) bool {
+	return strings.HasPrefix(key, metaLayout) || strings.HasPrefix(key, metaAlias)
+}
 
 // Encode writes m as checkpoint metadata: the model, optimizer,
-// generation, micro-batches and training progress always, the run and the
-// layouts when set.
+// generation, micro-batches and training progress always, the run, the
+// layouts and the aliases when set.
 func (m CutMeta) Encode() map[string]string {
 	out := map[string]string{
 		metaModel:        m.Model,
@@ -72,6 +78,9 @@ func (m CutMeta) Encode() map[string]string {
 			s[i] = strconv.Itoa(a)
 		}
 		out[metaLayout+name] = strings.Join(s, ",")
+	}
+	for name, as := range m.Aliases {
+		out[metaAlias+name] = strings.Join(as, ",")
 	}
 	return out
 }
@@ -130,6 +139,20 @@ func ParseCutMeta(meta map[string]string) (CutMeta, error) {
 			m.Layouts = map[string][]int{}
 		}
 		m.Layouts[name] = l
+	}
+	for _, key := range slices.Sorted(maps.Keys(meta)) {
+		name, ok := strings.CutPrefix(key, metaAlias)
+		if !ok {
+			continue
+		}
+		as := strings.Split(meta[key], ",")
+		if name == "" || slices.Contains(as, "") {
+			return CutMeta{}, bad(key, "a parameter's further names, comma-separated")
+		}
+		if m.Aliases == nil {
+			m.Aliases = map[string][]string{}
+		}
+		m.Aliases[name] = as
 	}
 	return m, nil
 }

@@ -12,7 +12,8 @@ import (
 func TestCutMeta(t *testing.T) {
 	full := CutMeta{Model: "vgg16", Optimizer: "adam", Generation: 1<<32 + 7, MicroBatches: 4,
 		TrainLoss: 0.125, TrainCorrect: 90, TrainSeen: 128, Run: "r-1",
-		Layouts: map[string][]int{"conv1.weight": {3, 0, 1, 2}, "fc.weight": {1, 0}}}
+		Layouts: map[string][]int{"conv1.weight": {3, 0, 1, 2}, "fc.weight": {1, 0}},
+		Aliases: map[string][]string{"tok.weight": {"head.weight", "lm.weight"}}}
 	for name, m := range map[string]CutMeta{
 		"full":        full,
 		"no run":      {Model: "mlp32", Optimizer: "sgd", Generation: 1, MicroBatches: 1},
@@ -24,7 +25,7 @@ func TestCutMeta(t *testing.T) {
 			t.Errorf("%s: %+v read back as %+v (%v)", name, m, got, err)
 		}
 	}
-	if enc := full.Encode(); enc["layout.conv1.weight"] != "3,0,1,2" || enc["generation"] != "4294967303" || !IsLayoutKey("layout.fc.weight") || IsLayoutKey("model") {
+	if enc := full.Encode(); enc["layout.conv1.weight"] != "3,0,1,2" || enc["alias.tok.weight"] != "head.weight,lm.weight" || enc["generation"] != "4294967303" || !IsParamKey("layout.fc.weight") || !IsParamKey("alias.tok.weight") || IsParamKey("model") {
 		t.Errorf("encoded as %v", enc)
 	}
 	if got, err := ParseCutMeta(nil); err != nil || !reflect.DeepEqual(got, CutMeta{}) {
@@ -55,6 +56,9 @@ func TestCutMeta(t *testing.T) {
 		{"layout.w", "1,,0"},
 		{"layout.w", "-1"},
 		{"layout.", "0"},
+		{"alias.w", ""},
+		{"alias.w", "a,,b"},
+		{"alias.", "a"},
 	} {
 		_, err := ParseCutMeta(map[string]string{c.key: c.value})
 		if err == nil || !strings.Contains(err.Error(), c.key) {

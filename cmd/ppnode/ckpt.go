@@ -302,12 +302,12 @@ func exportWeights(path string, c *tensorio.Checkpoint) (string, error) {
 	ps := make([]*nn.Param, len(c.Params))
 	meta := map[string]string{"format": "pt"}
 	for k, v := range c.Meta {
-		if !job.IsLayoutKey(k) {
+		if !job.IsParamKey(k) {
 			meta[k] = v
 		}
 	}
 	for i, n := range c.Params {
-		ps[i] = &nn.Param{Name: n.Name, Value: n.T}
+		ps[i] = &nn.Param{Name: n.Name, Value: n.T, Aliases: cm.Aliases[n.Name]}
 		if l, ok := cm.Layouts[n.Name]; ok {
 			if rank := len(n.T.Shape()); len(l) != rank {
 				return "", fmt.Errorf("%s: layout %v of a %d-dimensional tensor", n.Name, l, rank)

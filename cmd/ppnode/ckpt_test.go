@@ -159,3 +159,36 @@ func TestCkptBadInput(t *testing.T) {
 		t.Errorf("ckpt inspect -h: exit %d, want 0", code)
 	}
 }
+
+// A cut of a model with tied weights exports the tied tensor under each of
+// its state_dict names, and the file's fingerprint is the one it records.
+func TestCkptExportTiedNames(t *testing.T) {
+	_, c := testCheckpoint(t)
+	c.Meta["alias.fc1.weight"] = "fc2.weight"
+	path := filepath.Join(t.TempDir(), "tied.ckpt")
+	if err := tensorio.SaveCheckpoint(path, c); err != nil {
+		t.Fatal(err)
+	}
+	st := filepath.Join(t.TempDir(), "w.safetensors")
+	if code, _, errs := runCmd("ckpt", "export", path, "--format", "safetensors", st); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, meta, err := tensorio.ParseSafetensors(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]string{}
+	for _, e := range es {
+		byName[e.Name] = fmt.Sprintf("%x", e.Data)
+	}
+	if len(es) != 3 || byName["fc2.weight"] == "" || byName["fc2.weight"] != byName["fc1.weight"] {
+		t.Fatalf("exported %d tensors; fc2.weight %q, fc1.weight %q", len(es), byName["fc2.weight"], byName["fc1.weight"])
+	}
+	if sha, _ := tensorio.EntriesSHA256(es); sha != meta["weights_sha256"] || meta["alias.fc1.weight"] != "" {
+		t.Errorf("file's fingerprint %s, recorded %s; metadata %v", sha, meta["weights_sha256"], meta)
+	}
+}

@@ -14,25 +14,38 @@ import (
 )
 
 // tiedSpec is a job of an ONNX model from onnx/testdata whose weights are
-// read by several layers, on token data written to dir: per-token labels
-// (a language model) or one label a sample.
+// read by several layers, on 48 samples written to a file: x of token ids
+// with per-token labels (a language model, perToken) or one label a
+// sample, or with vocab 0 two float inputs x0 and x1.
 func tiedSpec(t *testing.T, model string, perToken bool, vocab int) job.Spec {
 	t.Helper()
 	const n, T = 48, 6
 	ids := make([]int64, n*T)
 	for i := range ids {
-		ids[i] = int64((i*7 + i/T) % vocab)
+		ids[i] = int64((i*7 + i/T) % max(vocab, 5))
 	}
-	y := tensorio.I64Entry("y", ids, n, T)
-	if !perToken {
-		labels := make([]int64, n)
-		for i := range labels {
-			labels[i] = ids[i*T] % 5
+	labels := make([]int64, n)
+	for i := range labels {
+		labels[i] = ids[i*T] % 5
+	}
+	es := []tensorio.Entry{tensorio.I64Entry("x", ids, n, T), tensorio.I64Entry("y", labels, n)}
+	if perToken {
+		es[1] = tensorio.I64Entry("y", ids, n, T)
+	}
+	if vocab == 0 {
+		x0, x1 := nn.New(n, T), nn.New(n, T)
+		for i := range nn.F32(x0) {
+			nn.F32(x0)[i], nn.F32(x1)[i] = float32(ids[i])/4-0.5, float32(ids[(i*5)%len(ids)])/4-0.5
 		}
-		y = tensorio.I64Entry("y", labels, n)
+		e0, err0 := tensorio.F32Entry("x0", x0)
+		e1, err1 := tensorio.F32Entry("x1", x1)
+		if err0 != nil || err1 != nil {
+			t.Fatal(err0, err1)
+		}
+		es = []tensorio.Entry{e0, e1, es[1]}
 	}
-	data := filepath.Join(t.TempDir(), "tokens.safetensors")
-	if err := tensorio.SaveSafetensorsEntries(data, []tensorio.Entry{tensorio.I64Entry("x", ids, n, T), y}, nil); err != nil {
+	data := filepath.Join(t.TempDir(), "data.safetensors")
+	if err := tensorio.SaveSafetensorsEntries(data, es, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := jobtest.SmallSpec()
@@ -60,7 +73,8 @@ func cutAt(t *testing.T, spec job.Spec, runs ...string) string {
 }
 
 // Tied weights (a GPT's head tied to its token embedding, one block
-// applied three times) train across stages as in one process, bit for
+// applied three times, one encoder for two inputs on parallel branches)
+// train across stages as in one process, bit for
 // bit, whatever the plan: the copies' gradients meet before the step,
 // replicas and interleaved chunks included; the weights hash holds each
 // tied tensor once.
@@ -70,7 +84,7 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 		model    string
 		perToken bool
 		vocab    int
-	}{{"tiedgpt", true, 5}, {"albert", false, 11}} {
+	}{{"tiedgpt", true, 5}, {"albert", false, 11}, {"siamese", false, 0}} {
 		spec := tiedSpec(t, c.model, c.perToken, c.vocab)
 		local := jobtest.Local(t, spec)
 		j, err := jobtest.Check(t, spec).Prepare()
@@ -80,10 +94,11 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 		if len(nn.Ties(j.Graph.Params())) == 0 {
 			t.Fatalf("%s: no tied parameters", c.model)
 		}
-		for _, p := range []struct {
+		type plan struct {
 			partition, schedule string
 			nodes               int
-		}{
+		}
+		cases := []plan{
 			{"uniform", "1f1b", 3},
 			{cutAt(t, spec, "a", "b", "c"), "gpipe", 3},
 			{cutAt(t, spec, "a,b", "c", "d"), "1f1b", 4},
@@ -92,7 +107,15 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 			{cutAt(t, spec, "a", "b,c"), "gpipe", 3},
 			{cutAt(t, spec, "a", "b", "c", "d"), "zb", 4},
 			{cutAt(t, spec, "a", "b", "a", "b"), "interleaved", 2},
-		} {
+		}
+		if c.model == "siamese" { // the encoder's two uses side by side, GraphPipe's DAG
+			cases = cases[:0]
+			for _, on := range []string{"a; b; c", "a,b; c; d", "a; b,c; d"} {
+				nodes := strings.Split(on, "; ")
+				cases = append(cases, plan{"enc.0-enc.2@" + nodes[0] + "; enc.0_1-enc.2_1@" + nodes[1] + "; Sub-head@" + nodes[2], "graph", strings.Count(on, ",") + 3})
+			}
+		}
+		for _, p := range cases {
 			if testing.Short() && p.nodes != 4 { // the race detector's run: replicas and zb
 				continue
 			}

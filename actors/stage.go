@@ -350,8 +350,8 @@ func (e *stageEngine) tiedParams(layer string) []*nn.Param {
 	return out
 }
 
-// recvTie receives the gradients of the tied copies in the layers in
-// names, from the stage that holds them.
+// recvTie receives the gradients of the tied copies in the layers that
+// in names, from the stage that holds them.
 func (e *stageEngine) recvTie(in balance.Instr) error {
 	k := 0
 	for _, l := range in.Tensors {

@@ -117,11 +117,13 @@ func init() {
 		"ReduceProd":      nil,
 		"Mod":             nil,
 		"ScatterND":       nil,
+		"Trilu":           nil,
 	}
 	folders = map[string]func(*importer, *onnxpb.NodeProto) (*konst, error){
 		"Constant":        foldConstant,
 		"ConstantOfShape": foldConstantOfShape,
 		"Range":           foldRange,
+		"Trilu":           foldTrilu,
 		"Identity":        func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
 		"Shape":           foldShape,
 		"Gather":          foldGather,
@@ -249,6 +251,45 @@ func foldRange(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 	for j := range out.f {
 		out.f[j] = float32(start + float64(j)*delta)
 	}
+	return out, nil
+}
+
+// foldTrilu keeps the upper (upper=1) or lower triangle of a constant's
+// last two axes from diagonal k and zeroes the rest: torch.triu and
+// torch.tril, as a causal mask made in forward (opset 14).
+func foldTrilu(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	x, _ := im.konst(0)
+	r := len(x.shape)
+	if r < 2 || x.batch >= 0 {
+		return nil, fmt.Errorf("a triangle of a constant of shape %v", x.shape)
+	}
+	diag := int64(0)
+	if im.has(1) {
+		k, ok := im.konst(1)
+		var d []int64
+		if ok {
+			d, ok = k.ints()
+		}
+		if !ok || len(d) != 1 {
+			return nil, fmt.Errorf("the diagonal must be one integer")
+		}
+		diag = d[0]
+	}
+	upper := attrInt(n, "upper", 1) != 0
+	out := x.clone()
+	each(x.shape, func(idx []int, e int) {
+		if off := int64(idx[r-1] - idx[r-2]); upper && off >= diag || !upper && off <= diag {
+			return
+		}
+		if out.kind == kFloat {
+			out.f[e] = 0
+		} else {
+			out.i[e] = sym{}
+		}
+		if out.src != nil {
+			out.src[e] = -1
+		}
+	})
 	return out, nil
 }
 

@@ -106,6 +106,49 @@ func TestSliceWithoutEndsIsAnError(t *testing.T) {
 	}
 }
 
+// Trilu of a constant (torch.triu and torch.tril in forward, as
+// nn.Transformer.generate_square_subsequent_mask) is folded, of floats and
+// of integers, upper and lower, from any diagonal.
+func TestTriluOfConstants(t *testing.T) {
+	for _, c := range []struct {
+		upper, diag int64 // diag < -9: no k input
+		ints        bool
+		want        []float32
+	}{
+		{1, -10, false, []float32{1, 2, 3, 4}},
+		{1, 2, false, []float32{0, 0, 3, 4}},
+		{0, 1, true, []float32{1, 2, 0, 0}},
+		{0, -1, false, []float32{0, 0, 0, 0}},
+	} {
+		g := &graph{features: 4}
+		g.ints("ones", []int64{1, 4}, 1, 1, 1, 1)
+		tri, cast := []string{"ones"}, "ones"
+		if !c.ints {
+			g.node("Cast", []string{"ones"}, "onesf", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+			tri = []string{"onesf"}
+		}
+		if c.diag > -10 {
+			g.ints("k", nil, c.diag)
+			tri = append(tri, "k")
+		}
+		g.node("Trilu", tri, "mask", intAttr("upper", c.upper))
+		if c.ints {
+			g.node("Cast", []string{"mask"}, "maskf", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+			cast = "maskf"
+		} else {
+			cast = "mask"
+		}
+		g.node("Mul", []string{"x", cast}, "y")
+		md, err := importGraph(t, g, "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := forward(t, md, 1, 2, 3, 4); !slices.Equal(got, c.want) {
+			t.Errorf("upper %d, k %d, integers %v: x·mask of [1 2 3 4] = %v, want %v", c.upper, c.diag, c.ints, got, c.want)
+		}
+	}
+}
+
 // ScatterND of constants (a slice assignment, m[1:3] = 7, as PyTorch
 // exports it) is folded, and indices out of range are an error, not a
 // panic.

@@ -244,9 +244,10 @@ def persistent_buffers(model):
     return [n for n, _ in model.named_buffers() if n in keys]
 
 
-def export_onnx(model, example_inputs, path, input_names):
+def export_onnx(model, example_inputs, path, input_names, opset=13):
     """Exports model as a user does for ppnode: training mode, no constant
-    folding, opset 13, the given input names, the output "logits", and the
+    folding, opset 13 (or opset: 14 for torch.triu and torch.tril in
+    forward), the given input names, the output "logits", and the
     batch axis (0) of every input dynamic. If the onnx package is installed
     it then records the model's persistent buffers, comma-separated, under
     the metadata key "ppnode.buffers" (ppnode does not train them), and the
@@ -263,7 +264,7 @@ def export_onnx(model, example_inputs, path, input_names):
     input_names = list(input_names)
     torch.onnx.export(
         model, example_inputs, path,
-        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=13,
+        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=opset,
         input_names=input_names, output_names=["logits"],
         dynamic_axes={n: {0: "batch"} for n in input_names},
     )
@@ -846,3 +847,32 @@ class Seq2Seq(nn.Module):
         memory = self.encoder(self.src_tok(x0) + self.src_pos)
         h = self.decoder(self.tgt_tok(x1) + self.tgt_pos[:, :T], memory, tgt_mask=self.causal[:T, :T])
         return self.head(h)
+
+
+class TutorialLM(nn.Module):
+    """The language model of PyTorch's "Language Modeling with
+    nn.Transformer" tutorial, batch first: embedding times sqrt(d),
+    sinusoidal positions (a buffer), nn.TransformerEncoder with a causal
+    mask made in forward by nn.Transformer.generate_square_subsequent_mask
+    (torch.triu, which exports at opset 14: export_onnx(..., opset=14)),
+    a Linear decoder. Input: token ids, int64 [N, T] with T <= ctx; output:
+    logits [N, T, vocab]."""
+
+    def __init__(self, vocab=256, ctx=128, d=64, heads=4, hidden=128, layers=2, dropout=0.0):
+        super().__init__()
+        self.d = d
+        self.embedding = nn.Embedding(vocab, d)
+        position = torch.arange(ctx).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+        pe = torch.zeros(1, ctx, d)
+        pe[0, :, 0::2] = torch.sin(position * div)
+        pe[0, :, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, heads, hidden, dropout, batch_first=True), layers)
+        self.decoder = nn.Linear(d, vocab)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(T)
+        h = self.embedding(x) * math.sqrt(self.d) + self.pe[:, :T]
+        return self.decoder(self.encoder(h, mask))

@@ -181,6 +181,9 @@ def families():
         # nn.TransformerDecoderLayer: cross-attention's query and key-value
         # projections are two slices of one in_proj_weight.
         "seq2seq": (lambda: pm.Seq2Seq(vocab=CLASSES, S=7, ctx=8, d=8, heads=2, layers=2), [("x0", (7,), CLASSES), ("x1", (6,), CLASSES)], (6,)),
+        # PyTorch's nn.Transformer tutorial: the causal mask made in forward
+        # (torch.triu, Trilu at opset 14).
+        "tutorial": (lambda: pm.TutorialLM(vocab=CLASSES, ctx=8, d=8, heads=2, hidden=16, layers=2), [("x", (6,), CLASSES)], (6,)),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),
@@ -240,6 +243,7 @@ FAMILY_MICRO = {"mobilenet": [BATCH]}
 # The largest of the others train 5 steps, not 20, to keep make test short.
 FAMILY_STEPS = {"mobilenet": 1, "mobilenetv3": 5, "swin": 5}
 FAMILY_TOL = {"mobilenet": 1e-3}
+FAMILY_OPSET = {"tutorial": 14}
 # torchvision's deep CNNs reach 1x1 maps at 32x32, where BatchNorm over a
 # dozen values is as ill-conditioned as MobileNetV2's.
 for _n in ("tv_efficientnet", "tv_convnext", "tv_regnet", "tv_shufflenet", "tv_densenet", "tv_googlenet", "tv_squeezenet", "tv_resnext", "tv_mnasnet", "tv_vit"):
@@ -260,7 +264,7 @@ def family(name, outdir):
             xs.append(torch.randint(0, hi, (STEPS, BATCH, *shape), generator=g))
     ys = torch.randint(0, CLASSES, (STEPS, BATCH, *labels), generator=g)
     names = [n for n, _, _ in inputs]
-    pm.export_onnx(model, tuple(x[0, :2] for x in xs), outdir + "/model.onnx", names)
+    pm.export_onnx(model, tuple(x[0, :2] for x in xs), outdir + "/model.onnx", names, FAMILY_OPSET.get(name, 13))
     steps = FAMILY_STEPS.get(name, STEPS)
     xs, ys = [x[:steps] for x in xs], ys[:steps]
     out = {"__y": ys.numpy().astype(np.float32), "__micro": np.array(micro, dtype=np.float32),

@@ -231,7 +231,12 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 		return nil, err
 	}
 	for _, p := range md.Graph.Params() {
-		p.Aliases = aliases[p.Name]
+		for _, a := range aliases[p.Name] {
+			if _, ok := im.initID[a]; ok || slices.Contains(p.Aliases, a) {
+				return nil, modelErr("metadata %s gives %q the name %q, which another tensor of the model has or it gives twice", TiedKey, p.Name, a)
+			}
+			p.Aliases = append(p.Aliases, a)
+		}
 	}
 	return md, nil
 }

@@ -59,6 +59,19 @@ func TestTiedCopies(t *testing.T) {
 			t.Errorf("copy of %s: aliases %v, its start equal to the first's: %v", p.Name, p.Aliases, slices.Equal(p.Given, ties[0][0].Given))
 		}
 	}
+	// Metadata that names another tensor, or one name twice, is refused.
+	for _, bad := range []string{"tok.weight=pos.weight", "tok.weight=head.weight=head.weight"} {
+		m := read(t, "testdata/tiedgpt.onnx")
+		for _, p := range m.GetMetadataProps() {
+			if p.GetKey() == onnx.TiedKey {
+				p.Value = &bad
+			}
+		}
+		_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/tiedgpt.onnx"], Classes: 5})
+		if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), onnx.TiedKey) {
+			t.Errorf("%s = %q: %v, want onnx.ErrModel naming the key", onnx.TiedKey, bad, err)
+		}
+	}
 }
 
 // Every parameter is written out in its initializer's shape (a Conv1d's

@@ -143,3 +143,20 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 		}
 	}
 }
+
+// A classifier that pools each sequence's last token (an index computed
+// from the ids, x[torch.arange(N), i]) trains on two and three stages as
+// in one process.
+func TestPickedTokenAcrossStages(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := tiedSpec(t, "lasttoken", false, 11)
+	local := jobtest.Local(t, spec)
+	for _, on := range [][]string{{"a", "b", "c"}, {"a", "b"}} {
+		s := spec
+		s.Partition, s.Schedule, s.ID = cutAt(t, spec, on...), "1f1b", fmt.Sprintf("job-lasttoken-%d", len(on))
+		res, _ := tc.run(t, s, len(on))
+		if res.WeightsSHA256 != local.WeightsSHA256 {
+			t.Fatalf("plan %s: weights %.16s, one process %.16s", res.Plan, res.WeightsSHA256, local.WeightsSHA256)
+		}
+	}
+}

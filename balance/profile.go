@@ -193,8 +193,14 @@ func Profile(g *nn.Graph, microBatch int, be nn.Backend) (*ModelProfile, error) 
 	return ProfileWith(g, be, ProfileOptions{Sizes: []int{microBatch}})
 }
 
-// ProfileWith is Profile with options.
-func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (*ModelProfile, error) {
+// ProfileWith is Profile with options. A layer that fails on the
+// profile's inputs is an ErrProfile, not a panic of the node.
+func ProfileWith(g *nn.Graph, be nn.Backend, o ProfileOptions) (prof *ModelProfile, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			prof, err = nil, fmt.Errorf("%w: a layer failed on the profile's inputs: %v", ErrProfile, r)
+		}
+	}()
 	sizes := slices.Clone(o.Sizes)
 	slices.Sort(sizes)
 	sizes = slices.Compact(sizes)

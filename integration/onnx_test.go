@@ -78,7 +78,7 @@ np.savez(sys.argv[1], x=x, y=y)`
 // The model families of python/ppnode_models.py (transformers, one with a
 // padding mask, GPT with its head tied to the embedding (its weights load
 // into PyTorch), ALBERT's one block applied three times, an encoder-decoder
-// transformer, a LLaMA, DLRM, a
+// transformer, a classifier pooling each sequence's last token, a LLaMA, DLRM, a
 // two-tower model, LSTM, a stacked bidirectional LSTM, ViT, an
 // autoencoder, GroupNorm and its kin, odds and ends) and torchvision's MobileNetV2 and V3 train on three nodes with the
 // automatic plan and give --local's weights in deterministic mode. (The
@@ -89,7 +89,7 @@ func TestONNXFamilies(t *testing.T) {
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"tiedgpt", "albert", "seq2seq", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
+	models := []string{"tiedgpt", "albert", "seq2seq", "lasttoken", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {

@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // axisSplit views a per-sample shape around axis a: the elements before it
@@ -190,7 +191,8 @@ func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []
 // float64 in row order and rounded once, or its largest (smallest) value,
 // whose gradient is shared evenly by the values equal to it (PyTorch's amax
 // and amin). The norm's gradient is dy·x/y, 0 where the norm is 0 (as
-// PyTorch's).
+// PyTorch's). "argmax" is the position of the row's first largest value
+// (a NaN the largest, as PyTorch's), which has no gradient.
 type Reduce struct {
 	Op string
 
@@ -201,8 +203,8 @@ func (l *Reduce) Kind() string     { return "reduce" }
 func (l *Reduce) Params() []*Param { return nil }
 
 func (l *Reduce) Build(in [][]int) ([]int, error) {
-	if l.Op != "sum" && l.Op != "mean" && l.Op != "max" && l.Op != "min" && l.Op != "l2" {
-		return nil, fmt.Errorf("unknown reduction %q (want sum, mean, max, min or l2)", l.Op)
+	if !slices.Contains([]string{"sum", "mean", "max", "min", "l2", "argmax"}, l.Op) {
+		return nil, fmt.Errorf("unknown reduction %q (want sum, mean, max, min, l2 or argmax)", l.Op)
 	}
 	out, err := rowInput(in)
 	if err != nil {
@@ -224,6 +226,14 @@ func (l *Reduce) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 // row reduces one row.
 func (l *Reduce) row(xs []float32) float32 {
 	switch l.Op {
+	case "argmax":
+		at := 0
+		for j, v := range xs {
+			if m := xs[at]; m == m && (v > m || v != v) {
+				at = j
+			}
+		}
+		return float32(at)
 	case "max", "min":
 		isMax, m := l.Op == "max", xs[0]
 		for _, v := range xs[1:] {
@@ -254,7 +264,7 @@ func (l *Reduce) row(xs []float32) float32 {
 // equal to the max or min, dout·x/y for the norm.
 func (l *Reduce) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	g := s.Grads(1)
-	if !need[0] {
+	if !need[0] || l.Op == "argmax" {
 		return g
 	}
 	dx := s.Buf(1, in[0].Shape()...)
@@ -301,6 +311,70 @@ func (l *Reduce) gradRow(row, xs []float32, y, v float32) {
 	for j := range row {
 		row[j] = v
 	}
+}
+
+// Pick takes of each sample the row of its first axis that its second
+// input names: y[n] = x[n, i[n]], x [N, T, ...] and i [N] of whole numbers
+// (x[torch.arange(N), i], as a classifier pools at each sequence's last
+// token; a negative i counts from the end). Backward adds dy into those
+// rows; the index gets no gradient.
+type Pick struct {
+	rows, inner int
+}
+
+// IntInput reports that input 1 takes integers in [0, rows) (so that a
+// profile feeds it such).
+func (l *Pick) IntInput(i int) (limit int, ok bool) { return l.rows, i == 1 }
+
+func (l *Pick) Kind() string     { return "pick" }
+func (l *Pick) Params() []*Param { return nil }
+
+func (l *Pick) Build(in [][]int) ([]int, error) {
+	if len(in) != 2 || len(in[0]) < 1 || Size(in[1]) != 1 {
+		return nil, fmt.Errorf("takes a tensor of rows and one index a sample, got %v", in)
+	}
+	l.rows, l.inner = in[0][0], Size(in[0][1:])
+	return slices.Clone(in[0][1:]), nil
+}
+
+// row is sample n's row, from its index v.
+func (l *Pick) row(v float32) int {
+	r := int(v)
+	if float32(r) != v || r < -l.rows || r >= l.rows {
+		panic(fmt.Sprintf("nn: pick: index %v is not an integer in [%d, %d)", v, -l.rows, l.rows))
+	}
+	if r < 0 {
+		r += l.rows
+	}
+	return r
+}
+
+func (l *Pick) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	x, idx := F32(in[0]), F32(in[1])
+	n := Rows(in[0])
+	y := s.Buf(0, s.withBatch(n, in[0].Shape()[2:])...)
+	yd, w := F32(y), l.inner
+	for k := range n {
+		r := l.row(idx[k])
+		copy(yd[k*w:(k+1)*w], x[(k*l.rows+r)*w:(k*l.rows+r+1)*w])
+	}
+	return y
+}
+
+func (l *Pick) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	g := s.Grads(2)
+	if !need[0] {
+		return g
+	}
+	dx := s.Buf(1, in[0].Shape()...)
+	d, dy, idx, w := F32(dx), F32(dout), F32(in[1]), l.inner
+	clear(d)
+	for k := range Rows(in[0]) {
+		r := l.row(idx[k])
+		copy(d[(k*l.rows+r)*w:(k*l.rows+r+1)*w], dy[k*w:(k+1)*w])
+	}
+	g[0] = dx
+	return g
 }
 
 // Compare is y = 1 where x Op C holds, else 0, Op "eq", "ne", "lt", "gt",

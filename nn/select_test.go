@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -41,5 +42,43 @@ func TestMaskByAndSelect(t *testing.T) {
 	sel := nn.Select{A: -100, B: 0}
 	if got := nn.F32(sel.Forward(ctx, &s, []*nn.Tensor{cond})); !slices.Equal(got, []float32{0, -100, 0, -100, -100, 0}) {
 		t.Errorf("select: %v", got)
+	}
+}
+
+// Pick takes each sample's row named by its index (a negative one from the
+// end) and passes the gradient back into that row alone; argmax names the
+// first largest value, a NaN the largest.
+func TestPickAndArgMax(t *testing.T) {
+	be, _ := nn.NewBackend("ppnode-det", 2, true)
+	ctx := &nn.Ctx{Backend: be, Train: true}
+	// Two samples of [3, 2] rows.
+	x := nn.FromData([]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 2, 3, 2)
+	idx := nn.FromData([]float32{2, -3}, 2)
+	l := &nn.Pick{}
+	if _, err := l.Build([][]int{{3, 2}, {}}); err != nil {
+		t.Fatal(err)
+	}
+	var s nn.Slot
+	y := l.Forward(ctx, &s, []*nn.Tensor{x, idx})
+	g := l.Backward(ctx, &s, []*nn.Tensor{x, idx}, y, nn.FromData([]float32{.1, .2, .3, .4}, 2, 2), []bool{true, false})
+	if !slices.Equal(nn.F32(y), []float32{5, 6, 7, 8}) || !slices.Equal(nn.F32(g[0]), []float32{0, 0, 0, 0, .1, .2, .3, .4, 0, 0, 0, 0}) || g[1] != nil {
+		t.Errorf("pick: y %v, dx %v, didx %v", nn.F32(y), nn.F32(g[0]), g[1])
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("an index out of range picked a row")
+			}
+		}()
+		l.Forward(ctx, &s, []*nn.Tensor{x, nn.FromData([]float32{3, 0}, 2)})
+	}()
+	nan := float32(math.NaN())
+	am := &nn.Reduce{Op: "argmax"}
+	if _, err := am.Build([][]int{{4}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := nn.FromData([]float32{1, 3, 3, 2, 5, nan, 7, nan, -1, -1, -2, -3}, 3, 4)
+	if got := nn.F32(am.Forward(ctx, &s, []*nn.Tensor{rows})); !slices.Equal(got, []float32{1, 1, 0}) {
+		t.Errorf("argmax of [1 3 3 2], [5 NaN 7 NaN], [-1 -1 -2 -3]: %v, want [1 1 0]", got)
 	}
 }

@@ -115,7 +115,7 @@ func importModel(m *onnxpb.ModelProto, o Options) (md *Model, err error) {
 	im := &importer{
 		b: nn.NewBuilder(), vals: map[string]*value{}, consts: map[string]*konst{},
 		initID: map[string]int{}, buffers: map[string]bool{}, trained: map[int]string{},
-		frozen: map[int]bool{}, taken: map[string]bool{}, opset: 13,
+		frozen: map[int]bool{}, taken: map[string]bool{}, perRow: map[string]*batchRows{}, opset: 13,
 	}
 	for _, op := range m.GetOpsetImport() {
 		if d := op.GetDomain(); d == "" || d == "ai.onnx" {
@@ -267,6 +267,11 @@ func (im *importer) run(n *onnxpb.NodeProto) error {
 			return fmt.Errorf("input %d is missing", i)
 		}
 	}
+	for _, in := range n.GetInput() {
+		if im.perRow[in] != nil {
+			return im.runRows(n)
+		}
+	}
 	allConst := true
 	for _, in := range n.GetInput() {
 		if in == "" {
@@ -313,6 +318,7 @@ type importer struct {
 	taken   map[string]bool   // layer names
 	readers map[string]int    // how many nodes (and graph outputs) read each tensor
 	shapeOf map[*konst]*value // a Shape's output: the value whose whole shape it is
+	perRow  map[string]*batchRows
 	opset   int64
 	inputs0 string                                    // the first graph input, which carries the buffers
 	unfused map[*onnxpb.NodeProto][]*onnxpb.NodeProto // fused nodes' originals

@@ -39,6 +39,7 @@ var models = map[string][]onnx.Input{
 	"testdata/einsum.onnx":      {{Name: "x", Shape: []int{6}, Int: true}},
 	"testdata/tiedgpt.onnx":     {{Name: "x", Shape: []int{6}, Int: true}},
 	"testdata/albert.onnx":      {{Name: "x", Shape: []int{6}, Int: true}},
+	"testdata/lasttoken.onnx":   {{Name: "x", Shape: []int{6}, Int: true}},
 	"testdata/siamese.onnx":     {{Name: "x0", Shape: []int{6}}, {Name: "x1", Shape: []int{6}}},
 }
 

@@ -89,6 +89,7 @@ func init() {
 		"ReduceMean":            reduce("mean"),
 		"ReduceSum":             reduce("sum"),
 		"ReduceMax":             reduce("max"),
+		"ArgMax":                argMax,
 		"ReduceMin":             reduce("min"),
 		"ReduceL2":              reduce("l2"),
 		"PRelu":                 prelu,
@@ -218,6 +219,10 @@ func foldConstantOfShape(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 }
 
 func foldRange(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	if im.batchRange() { // torch.arange over the batch: see pick.go
+		im.perRow[n.GetOutput()[0]] = &batchRows{scale: 1}
+		return nil, nil
+	}
 	var vs [3]float32
 	isInt := true
 	for i := range vs {

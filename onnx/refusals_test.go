@@ -149,6 +149,26 @@ func TestTriluOfConstants(t *testing.T) {
 	}
 }
 
+// torch.arange over the batch means nothing to layers that see
+// micro-batches: anywhere but in a row index of a gather it is refused,
+// with what it may serve for.
+func TestBatchRangeRefused(t *testing.T) {
+	g := &graph{features: 4}
+	g.node("Shape", []string{"x"}, "shape")
+	g.ints("zero", nil, 0)
+	g.ints("one", nil, 1)
+	g.ints("axes", []int64{1}, 1)
+	g.node("Gather", []string{"shape", "zero"}, "n", intAttr("axis", 0))
+	g.node("Range", []string{"zero", "n", "one"}, "r")
+	g.node("Unsqueeze", []string{"r", "axes"}, "r1")
+	g.node("Cast", []string{"r1"}, "rf", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+	g.node("Mul", []string{"x", "rf"}, "y")
+	_, err := importGraph(t, g, "y")
+	if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "torch.arange(N), i]") || !strings.Contains(err.Error(), "Unsqueeze") {
+		t.Errorf("error %v, want onnx.ErrModel saying where an index over the batch serves", err)
+	}
+}
+
 // ScatterND of constants (a slice assignment, m[1:3] = 7, as PyTorch
 // exports it) is folded, and indices out of range are an error, not a
 // panic.

@@ -876,3 +876,32 @@ class TutorialLM(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(T)
         h = self.embedding(x) * math.sqrt(self.d) + self.pe[:, :T]
         return self.decoder(self.encoder(h, mask))
+
+
+class TokenPooled(nn.Module):
+    """A causal transformer classifier that pools one token of each
+    sequence, picked by an index computed from the ids:
+    pool="last" as Hugging Face's GPT2ForSequenceClassification, the last
+    token before the first padding id, eq(x, pad).int().argmax(-1) - 1 (-1,
+    the last position, when there is none); pool="eot" as CLIP's text
+    encoder, the position of the largest id (its end-of-text token).
+    Input: token ids, int64 [N, T]; output: logits [N, classes]."""
+
+    def __init__(self, vocab=256, T=16, d=32, heads=4, blocks=1, classes=10, pad=0, pool="last"):
+        super().__init__()
+        self.pad, self.pool = pad, pool
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, T, d) * 0.02)
+        self.blocks = nn.ModuleList([Block(d, heads, True, T) for _ in range(blocks)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos
+        for b in self.blocks:
+            h = b(h)
+        if self.pool == "eot":
+            at = x.argmax(dim=-1)
+        else:
+            at = torch.eq(x, self.pad).int().argmax(-1) - 1
+        return self.head(self.ln(h)[torch.arange(h.shape[0]), at])

@@ -184,6 +184,10 @@ def families():
         # PyTorch's nn.Transformer tutorial: the causal mask made in forward
         # (torch.triu, Trilu at opset 14).
         "tutorial": (lambda: pm.TutorialLM(vocab=CLASSES, ctx=8, d=8, heads=2, hidden=16, layers=2), [("x", (6,), CLASSES)], (6,)),
+        # One token of each sequence picked by an index from the ids
+        # (x[torch.arange(N), i]): before the first padding, the largest id.
+        "lasttoken": (lambda: pm.TokenPooled(vocab=11, T=6, d=8, heads=2, classes=CLASSES, pool="last"), [("x", (6,), 11)], ()),
+        "eot": (lambda: pm.TokenPooled(vocab=11, T=6, d=8, heads=2, classes=CLASSES, pool="eot"), [("x", (6,), 11)], ()),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),

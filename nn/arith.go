@@ -113,7 +113,8 @@ func negTo(y, x, _ []float32) {
 
 // Scalar is an elementwise operation of its input x and the constant C, Op
 // one of "add" (x+C), "sub" (x-C), "rsub" (C-x), "mul" (x·C), "div" (x/C),
-// "rdiv" (C/x) or "pow" (x^C). Each but pow is one exact float32
+// "rdiv" (C/x), "pow" (x^C), "mod" (the remainder with C's sign, Python's
+// %) or "fmod" (with x's sign). Each but pow is one exact float32
 // operation, as in PyTorch; pow is computed in float64 and rounded once.
 type Scalar struct {
 	Op string
@@ -125,9 +126,9 @@ func (Scalar) Params() []*Param { return nil }
 
 func (l Scalar) Build(in [][]int) ([]int, error) {
 	switch l.Op {
-	case "add", "sub", "rsub", "mul", "div", "rdiv", "pow":
+	case "add", "sub", "rsub", "mul", "div", "rdiv", "pow", "mod", "fmod":
 	default:
-		return nil, fmt.Errorf("unknown scalar operation %q (want add, sub, rsub, mul, div, rdiv or pow)", l.Op)
+		return nil, fmt.Errorf("unknown scalar operation %q (want add, sub, rsub, mul, div, rdiv, pow, mod or fmod)", l.Op)
 	}
 	return oneInput(in)
 }
@@ -186,17 +187,29 @@ func (l Scalar) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 				y[i] = float32(math.Pow(float64(v), e))
 			}
 		}
+	case "mod", "fmod":
+		floor := l.Op == "mod"
+		f = func(y, x, _ []float32) {
+			y = y[:len(x)]
+			for i, v := range x {
+				r := float32(math.Mod(float64(v), float64(k)))
+				if floor && r != 0 && (r < 0) != (k < 0) {
+					r += k
+				}
+				y[i] = r
+			}
+		}
 	}
 	return unaryForward(c, s, in[0], cheapGrain, f)
 }
 
-// Backward is dout for add and sub, -dout for rsub, dout·C for mul, dout/C
+// Backward is dout for add, sub, mod and fmod, -dout for rsub, dout·C for mul, dout/C
 // for div, -dout·C/x² for rdiv and dout·C·x^(C-1) for pow (0 when C = 0).
 func (l Scalar) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	k := l.C
 	var f func(dx, dy, x []float32)
 	switch l.Op {
-	case "add", "sub":
+	case "add", "sub", "mod", "fmod":
 		g := s.Grads(1)
 		if need[0] {
 			g[0] = dout

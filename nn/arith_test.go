@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
@@ -128,6 +129,24 @@ func TestScalarExact(t *testing.T) {
 	for i, v := range nn.F32(x) {
 		if sq[i] != v*v {
 			t.Fatalf("pow 2 of %v = %v, want %v", v, sq[i], v*v)
+		}
+	}
+}
+
+// mod takes the divisor's sign (Python's %), fmod the dividend's (C's).
+func TestScalarMod(t *testing.T) {
+	x := nn.FromData([]float32{7, -7, 6, -1, 0}, 5, 1)
+	for _, c := range []struct {
+		op   string
+		c    float32
+		want []float32
+	}{
+		{"mod", 3, []float32{1, 2, 0, 2, 0}},
+		{"mod", -3, []float32{-2, -1, 0, -1, 0}},
+		{"fmod", 3, []float32{1, -1, 0, -1, 0}},
+	} {
+		if got := nn.F32(forward(t, nn.Scalar{Op: c.op, C: c.c}, x)); !slices.Equal(got, c.want) {
+			t.Errorf("%s %v of [7 -7 6 -1 0] = %v, want %v", c.op, c.c, got, c.want)
 		}
 	}
 }

@@ -116,7 +116,7 @@ func init() {
 		"Min":             minMax(false),
 		"Max":             minMax(true),
 		"ReduceProd":      nil,
-		"Mod":             nil,
+		"Mod":             mod,
 		"ScatterND":       nil,
 		"Trilu":           nil,
 	}
@@ -1243,6 +1243,32 @@ func (im *importer) withConst(op string, v *value, c *konst, swapped bool) (*val
 		im.nameParam(l.P, src)
 	}
 	return out, nil
+}
+
+// mod is Mod of integers computed from the data by an integer constant:
+// Python's % (the divisor's sign), or C's fmod with fmod=1 (a sequence
+// length taken modulo the length, as Hugging Face's classifiers do).
+func mod(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	c, ok := im.konst(1)
+	var x float32
+	if ok {
+		x, ok = c.scalar()
+	}
+	if !ok || !v.isInt || x == 0 || x != float32(int32(x)) {
+		return fmt.Errorf("a remainder of other than integers computed from the data by a nonzero integer constant")
+	}
+	im.freeze(c)
+	op := "mod"
+	if attrInt(n, "fmod", 0) != 0 {
+		op = "fmod"
+	}
+	out := im.same(v, im.add("", &nn.Scalar{Op: op, C: x}, v))
+	im.set(0, out)
+	return nil
 }
 
 func pow(im *importer, n *onnxpb.NodeProto) error {

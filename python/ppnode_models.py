@@ -882,8 +882,8 @@ class TokenPooled(nn.Module):
     """A causal transformer classifier that pools one token of each
     sequence, picked by an index computed from the ids:
     pool="last" as Hugging Face's GPT2ForSequenceClassification, the last
-    token before the first padding id, eq(x, pad).int().argmax(-1) - 1 (-1,
-    the last position, when there is none); pool="eot" as CLIP's text
+    token before the first padding id, (eq(x, pad).int().argmax(-1) - 1) %
+    T (the last position when there is none); pool="eot" as CLIP's text
     encoder, the position of the largest id (its end-of-text token).
     Input: token ids, int64 [N, T]; output: logits [N, classes]."""
 
@@ -903,5 +903,5 @@ class TokenPooled(nn.Module):
         if self.pool == "eot":
             at = x.argmax(dim=-1)
         else:
-            at = torch.eq(x, self.pad).int().argmax(-1) - 1
+            at = (torch.eq(x, self.pad).int().argmax(-1) - 1) % x.shape[-1]
         return self.head(self.ln(h)[torch.arange(h.shape[0]), at])

@@ -76,8 +76,8 @@ func cutAt(t *testing.T, spec job.Spec, runs ...string) string {
 // applied three times, one encoder for two inputs on parallel branches)
 // train across stages as in one process, bit for
 // bit, whatever the plan: the copies' gradients meet before the step,
-// replicas and interleaved chunks included; the weights hash holds each
-// tied tensor once.
+// replicas, interleaved chunks and recomputation included; the weights
+// hash holds each tied tensor once.
 func TestTiedWeightsAcrossStages(t *testing.T) {
 	tc := newInmemCluster(t, 4, nil)
 	for _, c := range []struct {
@@ -97,22 +97,23 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 		type plan struct {
 			partition, schedule string
 			nodes               int
+			recompute           string
 		}
 		cases := []plan{
-			{"uniform", "1f1b", 3},
-			{cutAt(t, spec, "a", "b", "c"), "gpipe", 3},
-			{cutAt(t, spec, "a,b", "c", "d"), "1f1b", 4},
-			{cutAt(t, spec, "a", "b,c", "d"), "1f1b", 4},
-			{cutAt(t, spec, "a", "b", "c,d"), "1f1b", 4},
-			{cutAt(t, spec, "a", "b,c"), "gpipe", 3},
-			{cutAt(t, spec, "a", "b", "c", "d"), "zb", 4},
-			{cutAt(t, spec, "a", "b", "a", "b"), "interleaved", 2},
+			{"uniform", "1f1b", 3, "all"},
+			{cutAt(t, spec, "a", "b", "c"), "gpipe", 3, ""},
+			{cutAt(t, spec, "a,b", "c", "d"), "1f1b", 4, ""},
+			{cutAt(t, spec, "a", "b,c", "d"), "1f1b", 4, ""},
+			{cutAt(t, spec, "a", "b", "c,d"), "1f1b", 4, ""},
+			{cutAt(t, spec, "a", "b,c"), "gpipe", 3, ""},
+			{cutAt(t, spec, "a", "b", "c", "d"), "zb", 4, ""},
+			{cutAt(t, spec, "a", "b", "a", "b"), "interleaved", 2, ""},
 		}
 		if c.model == "siamese" { // the encoder's two uses side by side, GraphPipe's DAG
 			cases = cases[:0]
 			for _, on := range []string{"a; b; c", "a,b; c; d", "a; b,c; d"} {
 				nodes := strings.Split(on, "; ")
-				cases = append(cases, plan{"enc.0-enc.2@" + nodes[0] + "; enc.0_1-enc.2_1@" + nodes[1] + "; Sub-head@" + nodes[2], "graph", strings.Count(on, ",") + 3})
+				cases = append(cases, plan{"enc.0-enc.2@" + nodes[0] + "; enc.0_1-enc.2_1@" + nodes[1] + "; Sub-head@" + nodes[2], "graph", strings.Count(on, ",") + 3, ""})
 			}
 		}
 		for _, p := range cases {
@@ -121,7 +122,7 @@ func TestTiedWeightsAcrossStages(t *testing.T) {
 			}
 			t.Run(c.model+"/"+p.schedule+"/"+p.partition, func(t *testing.T) {
 				s := spec
-				s.Partition, s.Schedule = p.partition, p.schedule
+				s.Partition, s.Schedule, s.Recompute = p.partition, p.schedule, p.recompute
 				s.ID = fmt.Sprintf("job-%s-%s-%d", c.model, p.schedule, p.nodes)
 				res, co := tc.run(t, s, p.nodes)
 				ties := 0

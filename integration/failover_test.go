@@ -257,6 +257,7 @@ func TestCorruptNewestCut(t *testing.T) {
 		{"previous cut", 2, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each has its own cluster and stores
 			c, dirs := failoverCluster(t)
 			spec := failoverSpec()
 			want := localSHA(t, spec)

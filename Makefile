@@ -32,7 +32,7 @@ DEB_PKGS := libopenblas-dev libdnnl-dev python3-torch python3-torchvision python
 	chromium prometheus qemu-user-static
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test test-integration test-race test-short soak bench deps check-go vet fmt clean cross release install
+.PHONY: all build demo test test-unit test-integration test-race test-short soak bench deps check-go vet fmt clean cross release install
 
 all: build
 
@@ -90,16 +90,21 @@ RACE_PKGS = $$($(GO) list ./... | grep -Ev '^github.com/ppnode/ppnode(/(integrat
 # debugger needs it, stack traces do not), which halves their link time.
 TEST_FLAGS := $(TAGS) -count=1 -vet=off -ldflags=-w -timeout 12m
 
-# make test: one step after another. The integration tests (four at
-# once: they mostly wait) time real failures, so no other package's tests
-# run beside them; then the race pass. The nodes run the binary built first.
+# make test: the build, then vet and the cross builds beside the unit
+# tests (which leave half the CPUs idle, waiting on timeouts and sockets).
+# The integration tests (four at once: they mostly wait) time real
+# failures, so nothing else runs beside them; then the race pass. The
+# nodes run the binary built first.
 test: check-go
 	@echo "$(BACKEND_MSG)"
 	$(GO) build $(TAGS) -o bin/test/ ./...
-	@$(MAKE) --no-print-directory vet cross
-	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
+	@$(MAKE) --no-print-directory -j 3 vet cross test-unit
 	@$(MAKE) --no-print-directory TEST_BINARY=$(CURDIR)/bin/test/ppnode test-integration
 	@$(MAKE) --no-print-directory test-race
+
+# Every package's tests but integration's.
+test-unit: check-go
+	$(GO) test $(TEST_FLAGS) -parallel 4 $$($(GO) list ./... | grep -v '/integration$$')
 
 # The nodes run TEST_BINARY, if given.
 test-integration: check-go

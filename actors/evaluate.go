@@ -305,7 +305,12 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 	for k, ref := range s.refs {
 		r := c.request(ref, &EvalBegin{Header: h, Step: uint64(step), Chunks: uint32(chunks), Window: evalWindow}, timeout)
 		wg.Go(func() {
-			rep := <-r
+			var rep reply
+			select {
+			case rep = <-r:
+			case <-aborted: // failed already: no stage's reply changes that
+				return
+			}
 			d, ok := rep.msg.(*StepDone)
 			switch {
 			case rep.err != nil:

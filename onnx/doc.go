@@ -33,6 +33,12 @@
 //   - Tied weights: an initializer that several layers train is a copy per
 //     layer, of one name (nn.Ties), its gradients summed before each step;
 //     the file's metadata key TiedKey gives its other state_dict names.
+//     A Linear's weight that is rows of a larger initializer (cross-
+//     attention's part of in_proj_weight) is the whole one's product and
+//     a slice of its outputs.
+//   - One row of each sample at an index from the data, x[torch.arange(N),
+//     i]: torch.arange over the batch is followed through the exporter's
+//     arithmetic into one nn.Pick (pick.go) and refused anywhere else.
 //
 // The protobuf code in onnxpb is generated from the official onnx.proto
 // (`make proto`).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,8 +88,12 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	S := len(plan.Stages)
 	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, sent: map[int]dataplane.Stats{}, migrate: make([][]*LinkAddr, S)}
 	s.feeds, s.loss = feedTargets(plan)
-	for _, t := range plan.TiedAcross(c.job.Graph) {
-		c.log.Info("tied weights: the copies' gradients are summed across stages before each step", "generation", gen, "tensor", t.Name, "stages", t.Stages)
+	if ts := plan.TiedAcross(c.job.Graph); len(ts) > 0 {
+		var on []string
+		for _, t := range ts {
+			on = append(on, fmt.Sprintf("%s on %v", t.Name, t.Stages))
+		}
+		c.log.Info("tied weights: the copies' gradients are summed across stages before each step", "generation", gen, "tensors", strings.Join(on, ", "))
 	}
 	for _, sp := range plan.Stages {
 		st, err := c.job.Graph.Stage(sp.Layers)

@@ -105,17 +105,21 @@ func TestONNXFamilies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			via, err := Train(t, 2*time.Minute, append([]string{"--via", cl.Node("a").HTTP, "--out", filepath.Join(dir, "out.safetensors")}, args...)...)
+			via := []string{"--via", cl.Node("a").HTTP}
+			if model == "tiedgpt" { // (a node keeps the weights of its 8 newest jobs only)
+				via = append(via, "--out", filepath.Join(dir, "out.safetensors"))
+			}
+			res, err := Train(t, 2*time.Minute, append(via, args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if via.WeightsSHA256 != local.WeightsSHA256 {
-				t.Errorf("three nodes: weights %s, --local %s", via.WeightsSHA256, local.WeightsSHA256)
+			if res.WeightsSHA256 != local.WeightsSHA256 {
+				t.Errorf("three nodes: weights %s, --local %s", res.WeightsSHA256, local.WeightsSHA256)
 			}
 			if model == "tiedgpt" {
 				loadTied(t, filepath.Join(dir, "out.safetensors"))
 			}
-			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", model, via.Plan, via.WeightsSHA256, len(via.Nodes))
+			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", model, res.Plan, res.WeightsSHA256, len(res.Nodes))
 		})
 	}
 }

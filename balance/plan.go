@@ -539,13 +539,17 @@ func addTies(p *Plan, g *nn.Graph, execs [][]int) {
 			stageOf[l] = st.Group
 		}
 	}
+	tied := map[string]bool{}
+	for _, grp := range nn.Ties(g.Params()) {
+		tied[grp[0].Name] = true
+	}
 	// holders[name]: the stages holding a copy of tied tensor name;
 	// layers[s][name]: stage s's layers holding one, in node order.
 	holders := map[string][]int{}
 	layers := make([]map[string][]string, len(execs))
 	for _, n := range g.Nodes {
 		for _, prm := range n.Layer.Params() {
-			if !prm.Trainable() {
+			if !tied[prm.Name] || !prm.Trainable() {
 				continue
 			}
 			s := stageOf[n.Name]
@@ -555,9 +559,7 @@ func addTies(p *Plan, g *nn.Graph, execs [][]int) {
 			if layers[s] == nil {
 				layers[s] = map[string][]string{}
 			}
-			if l := layers[s][prm.Name]; len(l) == 0 || l[len(l)-1] != n.Name {
-				layers[s][prm.Name] = append(l, n.Name)
-			}
+			layers[s][prm.Name] = append(layers[s][prm.Name], n.Name)
 		}
 	}
 	// carried[s][t]: stage s's layers whose copies go to stage t.

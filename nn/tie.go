@@ -56,44 +56,33 @@ func CheckTies(ps []*Param) error {
 // group member i's gradient (a copy on another stage). The sum goes into
 // each member's Grad that grads does not name.
 func SumTies(group []*Param, grads []*Tensor) {
+	local := func(i int) bool { return i >= len(grads) || grads[i] == nil }
 	grad := func(i int) []float32 {
-		if i < len(grads) && grads[i] != nil {
-			return F32(grads[i])
+		if local(i) {
+			return F32(group[i].Grad)
 		}
-		return F32(group[i].Grad)
+		return F32(grads[i])
 	}
-	first := -1 // the first local member: it accumulates the sum
-	for i := range group {
-		if i >= len(grads) || grads[i] == nil {
-			first = i
-			break
-		}
+	first := 0
+	for first < len(group) && !local(first) {
+		first++
 	}
-	if first < 0 {
+	if first == len(group) {
 		return
 	}
-	sum := F32(group[first].Grad)
-	if first > 0 {
-		// Members before it are remote: the sum starts from them, in order.
-		g0 := grad(0)
-		tmp := make([]float32, len(sum))
-		copy(tmp, g0)
-		for i := 1; i < len(group); i++ {
-			for j, v := range grad(i) {
-				tmp[j] += v
-			}
-		}
-		copy(sum, tmp)
-	} else {
-		for i := 1; i < len(group); i++ {
-			for j, v := range grad(i) {
-				sum[j] += v
-			}
+	acc := grad(first) // the first local copy accumulates the sum
+	if first > 0 {     // unless copies elsewhere come before it: its own gradient is an operand still
+		acc = make([]float32, len(acc))
+	}
+	copy(acc, grad(0))
+	for i := 1; i < len(group); i++ {
+		for j, v := range grad(i) {
+			acc[j] += v
 		}
 	}
-	for i := first + 1; i < len(group); i++ {
-		if i >= len(grads) || grads[i] == nil {
-			copy(F32(group[i].Grad), sum)
+	for i := first; i < len(group); i++ {
+		if local(i) {
+			copy(F32(group[i].Grad), acc)
 		}
 	}
 }

@@ -921,15 +921,16 @@ func castK(k *konst, to kind) (*konst, error) {
 		out.src = asBuffer(k.src) // an integer of a weight is a constant
 		out.i = make([]sym, len(k.f))
 		for e, v := range k.f {
-			if math.IsNaN(float64(v)) || math.Abs(float64(v)) > 1<<62 {
-				return nil, fmt.Errorf("a cast of %v to an integer", v)
-			}
-			t := int64(v)
 			if to == kBool {
-				t = 0
-				if v != 0 {
-					t = 1
-				}
+				out.i[e] = boolSym(v != 0)
+				continue
+			}
+			// NaN, the infinities and what int64 cannot hold become its
+			// smallest value, as on x86 (PyTorch there): T5's position
+			// buckets take the log of 0 in a branch that Where discards.
+			t := int64(math.MinInt64)
+			if f := float64(v); f >= -(1<<63) && f < 1<<63 {
+				t = int64(f)
 			}
 			out.i[e] = sym{c: t}
 		}

@@ -149,6 +149,29 @@ func TestTriluOfConstants(t *testing.T) {
 	}
 }
 
+// A constant's NaN and infinities cast to integers become int64's
+// smallest value, as PyTorch's do on x86, instead of a refusal (T5's
+// position buckets take the log of 0 in a branch that Where discards);
+// finite values truncate toward zero.
+func TestCastOfNonFiniteConstants(t *testing.T) {
+	g := &graph{features: 4}
+	g.init("f", []int64{4}, float32(math.Inf(-1)), 2.7, float32(math.NaN()), -2.7)
+	g.node("Cast", []string{"f"}, "i", intAttr("to", int64(onnxpb.TensorProto_INT64)))
+	g.ints("bad", []int64{4}, 1, 0, 1, 0)
+	g.node("Cast", []string{"bad"}, "isBad", intAttr("to", int64(onnxpb.TensorProto_BOOL)))
+	g.ints("ones", []int64{4}, 1, 1, 1, 1)
+	g.node("Where", []string{"isBad", "ones", "i"}, "kept")
+	g.node("Cast", []string{"kept"}, "keptf", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+	g.node("Mul", []string{"x", "keptf"}, "y")
+	md, err := importGraph(t, g, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := forward(t, md, 1, 2, 3, 4); !slices.Equal(got, []float32{1, 4, 3, -8}) {
+		t.Errorf("x·where(bad, 1, int(f)) of [1 2 3 4] = %v, want [1 4 3 -8]", got)
+	}
+}
+
 // torch.arange over the batch means nothing to layers that see
 // micro-batches: anywhere but in a row index of a gather it is refused,
 // with what it may serve for.

@@ -905,3 +905,42 @@ class TokenPooled(nn.Module):
         else:
             at = (torch.eq(x, self.pad).int().argmax(-1) - 1) % x.shape[-1]
         return self.head(self.ln(h)[torch.arange(h.shape[0]), at])
+
+
+def t5_bucket(relative, buckets=32, max_distance=128):
+    """T5's bidirectional relative position buckets (its
+    _relative_position_bucket): exact for small distances, logarithmic up
+    to max_distance, the sign in the upper half."""
+    buckets //= 2
+    ret = (relative > 0).to(torch.long) * buckets
+    n = torch.abs(relative)
+    exact = buckets // 2
+    large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact) * (buckets - exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, buckets - 1))
+    return ret + torch.where(n < exact, n, large)
+
+
+class T5Attention(nn.Module):
+    """A classifier of one attention layer with T5's learned relative
+    position bias: an nn.Embedding of buckets, looked up by indices that
+    are computed from torch.arange in forward, added to the scores.
+    Input: token ids, int64 [N, T]; output: logits [N, classes]."""
+
+    def __init__(self, vocab=256, d=32, heads=4, buckets=32, max_distance=128, classes=10):
+        super().__init__()
+        self.heads, self.buckets, self.max_distance = heads, buckets, max_distance
+        self.tok = nn.Embedding(vocab, d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.bias = nn.Embedding(buckets, heads)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        N, T = x.shape
+        h = self.tok(x)
+        q, k, v = (t.view(N, T, self.heads, -1).transpose(1, 2) for t in self.qkv(h).split(h.shape[-1], -1))
+        relative = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+        bias = self.bias(t5_bucket(relative, self.buckets, self.max_distance)).permute(2, 0, 1).unsqueeze(0)
+        a = (q @ k.transpose(-2, -1) + bias).softmax(-1)
+        h = h + self.o((a @ v).transpose(1, 2).reshape(N, T, -1))
+        return self.head(h.mean(1))

@@ -767,10 +767,11 @@ func resize(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	if x, err = im.image(x); err != nil {
+	x, sp, err := im.spatial(x) // [N, C, L] is an image of height 1
+	if err != nil {
 		return err
 	}
-	h, w := int(x.dim(2).c), int(x.dim(3).c)
+	r := sp + 2
 	mode := attrString(n, "mode", "nearest")
 	ctm := attrString(n, "coordinate_transformation_mode", "half_pixel")
 	l := &nn.Resize{}
@@ -792,30 +793,36 @@ func resize(im *importer, n *onnxpb.NodeProto) error {
 	default:
 		return fmt.Errorf("mode %q: nearest and linear are supported", mode)
 	}
-	// Scales (input 2, or 1 in Upsample) or sizes (input 3).
+	// Scales (input 2, or 1 in Upsample) or sizes (input 3), one per
+	// axis; a 1-D resize's height stays 1.
 	scaleIn := 2
 	if n.GetOpType() == "Upsample" {
 		scaleIn = 1
 	}
-	if k, ok := im.konst(scaleIn); ok && k.size() == 4 {
+	if k, ok := im.konst(scaleIn); ok && k.size() == r {
 		im.freeze(k)
 		f, _ := k.floats()
+		if r == 3 {
+			f = []float32{f[0], f[1], 1, f[2]}
+		}
 		if f[0] != 1 || f[1] != 1 || f[2] != float32(int(f[2])) || f[3] != float32(int(f[3])) || f[2] < 1 || f[3] < 1 || f[2] > 64 || f[3] > 64 {
-			return fmt.Errorf("scales %v: whole factors of height and width only", f)
+			return fmt.Errorf("scales %v: whole factors of the spatial axes only", f)
 		}
 		l.ScaleH, l.ScaleW = int(f[2]), int(f[3])
-	} else if k, ok := im.konst(3); ok && k.size() == 4 {
+	} else if k, ok := im.konst(3); ok && k.size() == r {
 		im.freeze(k)
 		s, ok := k.syms()
+		if ok && r == 3 {
+			s = []sym{s[0], s[1], {c: 1}, s[2]}
+		}
 		if !ok || s[1].n || s[1].c != x.dim(1).c || s[2].n || s[3].n || s[2].c < 1 || s[3].c < 1 || s[2].c > 1<<16 || s[3].c > 1<<16 {
 			return fmt.Errorf("sizes %v", s)
 		}
 		l.OutH, l.OutW = int(s[2].c), int(s[3].c)
 	} else {
-		return fmt.Errorf("scales or sizes must be constants of 4 values")
+		return fmt.Errorf("scales or sizes must be constants of %d values", r)
 	}
-	_, _ = h, w
-	im.set(0, im.imageOut(im.add("", l, x)))
+	im.set(0, im.spatialOut(im.add("", l, x), sp))
 	return nil
 }
 

@@ -944,3 +944,30 @@ class T5Attention(nn.Module):
         a = (q @ k.transpose(-2, -1) + bias).softmax(-1)
         h = h + self.o((a @ v).transpose(1, 2).reshape(N, T, -1))
         return self.head(h.mean(1))
+
+
+class AttentionVariants(nn.Module):
+    """Attention as users call it with its defaults and options:
+    nn.MultiheadAttention returning its head-averaged weights (used), a
+    pre-norm nn.TransformerEncoderLayer with GELU, LayerNorm without
+    affine parameters, the tanh GELU (GPT-2's), and sequences resized by
+    F.interpolate (linear) and nn.Upsample (nearest) on [N, C, L].
+    Input: token ids, int64 [N, T]; output: logits [N, classes]."""
+
+    def __init__(self, vocab=256, d=32, heads=4, classes=10):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.enc = nn.TransformerEncoderLayer(d, heads, 2 * d, 0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.ln = nn.LayerNorm(d, elementwise_affine=False)
+        self.fc = nn.Linear(d, d)
+        self.up = nn.Upsample(scale_factor=2)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.tok(x)
+        a, w = self.attn(h, h, h)
+        h = self.enc(h + a)
+        h = F.gelu(self.fc(self.ln(h)), approximate="tanh").transpose(1, 2)
+        h = self.up(F.interpolate(h, scale_factor=2, mode="linear", align_corners=False))
+        return self.head(h.mean(2)) + w.mean((1, 2))[:, None]

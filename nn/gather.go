@@ -114,11 +114,14 @@ func (l *Take) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need [
 }
 
 // Pad pads per-sample axis Axis (0 is the first per-sample axis) with
-// Before and After elements of the constant Value. Backward passes the
-// interior's gradient.
+// Before and After elements of the constant Value, or with Mode "reflect"
+// the elements mirrored about the edge (not repeating it), or with "edge"
+// copies of the edge element. Backward passes the interior's gradient and
+// adds each padded element's into the element it copies, in order.
 type Pad struct {
 	Axis, Before, After int
 	Value               float32
+	Mode                string
 
 	outer, size, inner int
 	out                []int
@@ -138,6 +141,19 @@ func (l *Pad) Build(in [][]int) ([]int, error) {
 		return nil, fmt.Errorf("negative padding %d, %d", l.Before, l.After)
 	}
 	l.outer, l.size, l.inner = axisSplit(in[0], l.Axis)
+	switch l.Mode {
+	case "", "constant":
+	case "reflect":
+		if l.Before >= l.size || l.After >= l.size {
+			return nil, fmt.Errorf("reflect padding %d, %d of an axis of %d (each must be less)", l.Before, l.After, l.size)
+		}
+	case "edge":
+		if l.size == 0 {
+			return nil, fmt.Errorf("edge padding of an empty axis")
+		}
+	default:
+		return nil, fmt.Errorf("padding mode %q (want constant, reflect or edge)", l.Mode)
+	}
 	l.out = append([]int(nil), in[0]...)
 	l.out[l.Axis] += l.Before + l.After
 	return append([]int(nil), l.out...), nil
@@ -153,18 +169,47 @@ func (l *Pad) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 	v := l.Value
 	parallel(threadsOf(c), n*l.outer, max(1, cheapGrain/wo), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			ys := yd[r*wo : (r+1)*wo]
-			for j := range ys[:pre] {
-				ys[j] = v
-			}
-			copy(ys[pre:pre+w], x[r*w:(r+1)*w])
-			tail := ys[pre+w:]
-			for j := range tail {
-				tail[j] = v
-			}
+			ys, xs := yd[r*wo:(r+1)*wo], x[r*w:(r+1)*w]
+			copy(ys[pre:pre+w], xs)
+			l.padded(func(p int) {
+				dst := ys[(p+l.Before)*inner : (p+l.Before+1)*inner]
+				if k := l.source(p); k >= 0 {
+					copy(dst, xs[k*inner:(k+1)*inner])
+				} else {
+					for j := range dst {
+						dst[j] = v
+					}
+				}
+			})
 		}
 	})
 	return y
+}
+
+// padded calls f with each padded position of the axis in order: those
+// before it (< 0), then those after it (>= size).
+func (l *Pad) padded(f func(p int)) {
+	for p := -l.Before; p < 0; p++ {
+		f(p)
+	}
+	for p := l.size; p < l.size+l.After; p++ {
+		f(p)
+	}
+}
+
+// source is the element of the axis that padded position p (< 0 before
+// it, >= size after it) copies, -1 for the constant.
+func (l *Pad) source(p int) int {
+	switch l.Mode {
+	case "reflect":
+		if p < 0 {
+			return -p
+		}
+		return 2*(l.size-1) - p
+	case "edge":
+		return min(max(p, 0), l.size-1)
+	}
+	return -1
 }
 
 func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
@@ -177,9 +222,18 @@ func (l *Pad) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []
 	w := l.size * l.inner
 	wo := w + (l.Before+l.After)*l.inner
 	pre := l.Before * l.inner
+	inner := l.inner
 	parallel(threadsOf(c), Rows(dx)*l.outer, max(1, cheapGrain/wo), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			copy(d[r*w:(r+1)*w], dy[r*wo+pre:r*wo+pre+w])
+			ds, dys := d[r*w:(r+1)*w], dy[r*wo:(r+1)*wo]
+			copy(ds, dys[pre:pre+w])
+			l.padded(func(p int) {
+				if k := l.source(p); k >= 0 {
+					for j, v := range dys[(p+l.Before)*inner : (p+l.Before+1)*inner] {
+						ds[k*inner+j] += v
+					}
+				}
+			})
 		}
 	})
 	g[0] = dx

@@ -26,3 +26,28 @@ func TestPad2D(t *testing.T) {
 		t.Errorf("padded %v of shape %v, want %v of [1 2 3 1]", got, out[0].Shape(), want)
 	}
 }
+
+// Reflect padding mirrors about the edge without repeating it, edge
+// padding repeats the edge (PyTorch's reflect and replicate).
+func TestPadModes(t *testing.T) {
+	be, _ := nn.NewBackend("ppnode-det", 1, true)
+	ctx := &nn.Ctx{Backend: be}
+	x := nn.FromData([]float32{1, 2, 3}, 1, 3)
+	for _, c := range []struct {
+		mode string
+		want []float32
+	}{
+		{"reflect", []float32{3, 2, 1, 2, 3, 2, 1}},
+		{"edge", []float32{1, 1, 1, 2, 3, 3, 3}},
+		{"", []float32{0, 0, 1, 2, 3, 0, 0}},
+	} {
+		l := &nn.Pad{Axis: 0, Before: 2, After: 2, Mode: c.mode}
+		if _, err := l.Build([][]int{{3}}); err != nil {
+			t.Fatal(err)
+		}
+		var s nn.Slot
+		if got := nn.F32(l.Forward(ctx, &s, []*nn.Tensor{x})); !slices.Equal(got, c.want) {
+			t.Errorf("%q padding of [1 2 3] by 2: %v, want %v", c.mode, got, c.want)
+		}
+	}
+}

@@ -93,6 +93,8 @@ func TestGradCheckTransformerLayers(t *testing.T) {
 		{"slice-axis2-step3", func() nn.Layer { return &nn.Slice{From: 0, To: 5, Axis: 2, Step: 3} }, [][]int{{5, 2, 2}}, nntest.Options{}},
 		{"pad-first", func() nn.Layer { return &nn.Pad{Axis: 0, Before: 1, After: 2, Value: 0.5} }, [][]int{{2, 3}}, nntest.Options{}},
 		{"pad-last", func() nn.Layer { return &nn.Pad{Axis: 1, Before: 0, After: 1, Value: -1} }, [][]int{{2, 3}}, nntest.Options{}},
+		{"pad-reflect", func() nn.Layer { return &nn.Pad{Axis: 1, Before: 2, After: 2, Mode: "reflect"} }, [][]int{{2, 3}}, nntest.Options{}},
+		{"pad-edge", func() nn.Layer { return &nn.Pad{Axis: 0, Before: 1, After: 3, Mode: "edge"} }, [][]int{{2, 3}}, nntest.Options{}},
 		{"reduce-sum", func() nn.Layer { return &nn.Reduce{Op: "sum"} }, [][]int{{3, 5}}, nntest.Options{}},
 		{"reduce-mean", func() nn.Layer { return &nn.Reduce{Op: "mean"} }, [][]int{{3, 5}}, nntest.Options{}},
 		{"reduce-max", func() nn.Layer { return &nn.Reduce{Op: "max"} }, [][]int{{3, 5}}, nntest.Options{}},
@@ -225,6 +227,8 @@ func TestTransformerLayersBuildErrors(t *testing.T) {
 		{"slice-axis", &nn.Slice{From: 0, To: 1, Axis: 2}, [][]int{{2, 3}}},
 		{"concat-dims", &nn.Concat{Axis: 1}, [][]int{{2, 3}, {2, 4}}},
 		{"pad-negative", &nn.Pad{Axis: 0, Before: -1}, [][]int{{2}}},
+		{"pad-reflect-wide", &nn.Pad{Axis: 0, Before: 2, Mode: "reflect"}, [][]int{{2}}},
+		{"pad-mode", &nn.Pad{Axis: 0, Before: 1, Mode: "wrap"}, [][]int{{2}}},
 		{"reduce-op", &nn.Reduce{Op: "prod"}, [][]int{{2}}},
 		{"embedding-empty", &nn.Embedding{Num: 0, Dim: 2}, [][]int{{2}}},
 	}

@@ -252,7 +252,7 @@ func plural(n int) string {
 var minInputs = map[string]int{
 	"Constant": 0, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Pow": 2, "Equal": 2, "Less": 2, "Greater": 2,
 	"And": 2, "Or": 2, "Xor": 2, "Min": 2, "Max": 2, "Mod": 2, "Where": 3, "Gather": 2, "Reshape": 2,
-	"Expand": 2, "Range": 3, "MatMul": 2, "Gemm": 2, "Conv": 2, "ConvTranspose": 2, "BatchNormalization": 5,
+	"Expand": 2, "Tile": 2, "Range": 3, "MatMul": 2, "Gemm": 2, "Conv": 2, "ConvTranspose": 2, "BatchNormalization": 5,
 	"LayerNormalization": 2, "LSTM": 4, "GRU": 4, "ppnode.Linear": 3,
 }
 

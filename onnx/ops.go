@@ -90,6 +90,7 @@ func init() {
 		"ReduceSum":             reduce("sum"),
 		"ReduceMax":             reduce("max"),
 		"ArgMax":                argMax,
+		"Tile":                  tile,
 		"ReduceMin":             reduce("min"),
 		"ReduceL2":              reduce("l2"),
 		"PRelu":                 prelu,
@@ -1245,6 +1246,54 @@ func (im *importer) withConst(op string, v *value, c *konst, swapped bool) (*val
 	return out, nil
 }
 
+// tile repeats a value along its axes (torch's x.repeat): each repeated
+// axis gets a stored axis of size 1 in front, expanded to the repeats,
+// the ONNX axis spanning both (repetition outermost).
+func tile(im *importer, n *onnxpb.NodeProto) error {
+	v, err := im.val(0)
+	if err != nil {
+		return err
+	}
+	k, ok := im.konst(1)
+	var reps []int64
+	if ok {
+		reps, ok = k.ints()
+	}
+	if !ok || len(reps) != v.rank() {
+		return fmt.Errorf("repeats must be a constant of %d integers", v.rank())
+	}
+	im.freeze(k)
+	for d, r := range reps {
+		if r == 1 {
+			continue
+		}
+		if r < 1 || r > 1<<16 {
+			return fmt.Errorf("repeats %v: from 1 to 65536 each", reps)
+		}
+		var at int
+		if v, at, err = im.single(v, d); err != nil {
+			return err
+		}
+		shape := slices.Insert(slices.Clone(v.stored), at-1, 1)
+		dims := make([][]int, len(v.dims))
+		for e, as := range v.dims {
+			for _, a := range as {
+				if a >= at {
+					a++
+				}
+				dims[e] = append(dims[e], a)
+			}
+			dims[e] = nonNil(dims[e])
+		}
+		dims[d] = []int{at, at + 1}
+		v = im.reshapeStored(v, shape, dims)
+		shape[at-1] = int(r)
+		v = im.newValue(im.add("", &nn.Expand{Shape: shape}, v), dims, v.isInt)
+	}
+	im.set(0, v)
+	return nil
+}
+
 // mod is Mod of integers computed from the data by an integer constant:
 // Python's % (the divisor's sign), or C's fmod with fmod=1 (a sequence
 // length taken modulo the length, as Hugging Face's classifiers do).
@@ -2267,8 +2316,9 @@ func pad(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	if m := attrString(n, "mode", "constant"); m != "constant" {
-		return fmt.Errorf("mode %q: only constant padding is supported", m)
+	mode := attrString(n, "mode", "constant")
+	if mode != "constant" && mode != "reflect" && mode != "edge" {
+		return fmt.Errorf("mode %q: constant, reflect and edge padding are supported", mode)
 	}
 	ps, ok := attrInts(n, "pads")
 	if c, k := im.konst(1); k {
@@ -2290,7 +2340,7 @@ func pad(im *importer, n *onnxpb.NodeProto) error {
 		return fmt.Errorf("Pad's axes input is not supported")
 	}
 	// The height and width of a feature map: one layer.
-	if r == 4 && v.plain() && fill == 0 && ps[1] == 0 && ps[5] == 0 {
+	if r == 4 && v.plain() && mode == "constant" && fill == 0 && ps[1] == 0 && ps[5] == 0 {
 		p, err := small([]int64{ps[2], ps[3], ps[6], ps[7]}, 0)
 		if err != nil {
 			return err
@@ -2317,7 +2367,7 @@ func pad(im *importer, n *onnxpb.NodeProto) error {
 		if v, at, err = im.single(v, d); err != nil {
 			return err
 		}
-		l := &nn.Pad{Axis: at - 1, Before: int(before), After: int(after), Value: fill}
+		l := &nn.Pad{Axis: at - 1, Before: int(before), After: int(after), Value: fill, Mode: mode}
 		v = im.newValue(im.add("", l, v), slices.Clone(v.dims), v.isInt)
 	}
 	im.set(0, v)

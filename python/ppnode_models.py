@@ -971,3 +971,24 @@ class AttentionVariants(nn.Module):
         h = F.gelu(self.fc(self.ln(h)), approximate="tanh").transpose(1, 2)
         h = self.up(F.interpolate(h, scale_factor=2, mode="linear", align_corners=False))
         return self.head(h.mean(2)) + w.mean((1, 2))[:, None]
+
+
+class PadModes(nn.Module):
+    """Image-to-image networks' padding and repeats: nn.ReflectionPad2d and
+    a Conv2d with padding_mode="replicate" (CycleGAN's ResNet blocks),
+    reflect padding of sequences, and x.repeat of channels.
+    Input: images float32 [N, channels, image, image]; output: logits
+    [N, classes]."""
+
+    def __init__(self, channels=3, image=8, width=4, classes=10):
+        super().__init__()
+        self.block = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(channels, width, 3), nn.InstanceNorm2d(width), nn.ReLU())
+        self.rep = nn.Conv2d(2 * width, width, 3, padding=1, padding_mode="replicate")
+        self.seq = nn.Conv1d(width, width, 3)
+        self.fc = nn.Linear(width * image * image, classes)
+
+    def forward(self, x):
+        h = self.rep(self.block(x).repeat(1, 2, 1, 1))
+        N, C, H, W = h.shape
+        s = self.seq(F.pad(h.reshape(N, C, H * W), (1, 1), mode="reflect"))
+        return self.fc(F.relu(s).flatten(1))

@@ -344,7 +344,7 @@ var unaryInputs = map[string]func(r *rand.Rand) float32{
 	"reciprocal": func(r *rand.Rand) float32 { return float32(0.3 + 2*r.Float64()) },
 }
 
-var unaryNames = []string{"sqrt", "exp", "log", "neg", "abs", "reciprocal", "sin", "cos", "softplus", "silu"}
+var unaryNames = []string{"sqrt", "exp", "log", "neg", "abs", "reciprocal", "sin", "cos", "softplus", "silu", "sign"}
 
 // hardLayers are the piecewise activations: ONNX's default HardSigmoid,
 // PyTorch's, HardSwish, and ELU, SELU and CELU.

@@ -154,7 +154,8 @@ func (HardSwish) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 //
 //	sqrt, exp, log, neg, abs, reciprocal, sin, cos,
 //	softplus     log(1+exp(x)), computed without overflow,
-//	silu         x·sigmoid(x).
+//	silu         x·sigmoid(x),
+//	sign         -1, 0 or 1 (NaN for NaN), whose gradient is 0.
 //
 // Each is computed in float64 and rounded once, forward and backward; the
 // backward passes use the saved input. At the points where a function has
@@ -198,6 +199,18 @@ var unaryOps = map[string]unaryOp{
 				}
 			}
 		},
+		cheapGrain},
+	"sign": {
+		mapF64(func(u float64) float64 {
+			switch {
+			case u > 0:
+				return 1
+			case u < 0:
+				return -1
+			}
+			return u // 0, -0 or NaN
+		}),
+		func(dx, dy, _ []float32) { clear(dx[:len(dy)]) },
 		cheapGrain},
 	"reciprocal": {
 		mapF64(func(u float64) float64 { return 1 / u }),
@@ -251,7 +264,7 @@ func (Unary) Params() []*Param { return nil }
 
 func (l Unary) Build(in [][]int) ([]int, error) {
 	if _, ok := unaryOps[l.Op]; !ok {
-		return nil, fmt.Errorf("unknown unary operation %q (want sqrt, exp, log, neg, abs, reciprocal, sin, cos, softplus or silu)", l.Op)
+		return nil, fmt.Errorf("unknown unary operation %q (want sqrt, exp, log, neg, abs, reciprocal, sin, cos, softplus, silu or sign)", l.Op)
 	}
 	return oneInput(in)
 }

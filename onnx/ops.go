@@ -30,6 +30,7 @@ func init() {
 		"Log":        unaryOp("log"),
 		"Neg":        unaryOp("neg"),
 		"Abs":        unaryOp("abs"),
+		"Sign":       unaryOp("sign"),
 		"Reciprocal": unaryOp("reciprocal"),
 		"Sin":        unaryOp("sin"),
 		"Cos":        unaryOp("cos"),

@@ -33,6 +33,7 @@ UNARY = {
     "cos": torch.cos,
     "softplus": F.softplus,
     "silu": F.silu,
+    "sign": torch.sign,
 }
 
 

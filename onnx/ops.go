@@ -127,6 +127,9 @@ func init() {
 		"ConstantOfShape": foldConstantOfShape,
 		"Range":           foldRange,
 		"Trilu":           foldTrilu,
+		"MatMul":          foldZeroProduct,
+		"Gemm":            foldZeroProduct,
+		"ppnode.Linear":   func(im *importer, n *onnxpb.NodeProto) (*konst, error) { return nil, im.runUnfused(n) },
 		"Identity":        func(im *importer, n *onnxpb.NodeProto) (*konst, error) { k, _ := im.konst(0); return k, nil },
 		"Shape":           foldShape,
 		"Gather":          foldGather,
@@ -259,6 +262,51 @@ func foldRange(im *importer, n *onnxpb.NodeProto) (*konst, error) {
 		out.f[j] = float32(start + float64(j)*delta)
 	}
 	return out, nil
+}
+
+// foldZeroProduct folds MatMul and Gemm whose left operand is a constant
+// zero, a recurrent cell's initial state (torch.zeros(N, hidden) before a
+// loop over nn.LSTMCell): zeros, plus Gemm's bias, which keeps its
+// parameter's elements and trains as in PyTorch (the product passes the
+// weight no gradient; the weight trains where the cell reads real states).
+func foldZeroProduct(im *importer, n *onnxpb.NodeProto) (*konst, error) {
+	a, _ := im.konst(0)
+	w, _ := im.konst(1)
+	f, ok := a.floats()
+	if !ok || a.trainable() || len(a.shape) < 1 || slices.ContainsFunc(f, func(v float32) bool { return v != 0 }) {
+		return nil, fmt.Errorf("a product of constants (only a zero state times a weight folds)")
+	}
+	gemm := n.GetOpType() == "Gemm"
+	if gemm && (attrInt(n, "transA", 0) != 0 || attrFloat(n, "alpha", 1) != 1 || attrFloat(n, "beta", 1) != 1) {
+		return nil, fmt.Errorf("only alpha=1, beta=1, transA=0 are supported")
+	}
+	if len(w.shape) != 2 {
+		return nil, fmt.Errorf("a product with a constant of shape %v", w.shape)
+	}
+	k, p := w.shape[0], w.shape[1]
+	if gemm && attrInt(n, "transB", 0) != 0 {
+		k, p = p, k
+	}
+	r := len(a.shape)
+	if a.shape[r-1] != k {
+		return nil, fmt.Errorf("a product of shapes %v and %v", a.shape, w.shape)
+	}
+	target := make([]sym, r)
+	for j, d := range a.shape {
+		target[j] = sym{c: int64(d)}
+		if j == a.batch {
+			target[j] = sym{c: 1, n: true}
+		}
+	}
+	target[r-1] = sym{c: int64(p)}
+	if gemm && im.has(2) {
+		b, ok := im.konst(2)
+		if !ok {
+			return nil, fmt.Errorf("the bias must be a constant")
+		}
+		return b.expand(target)
+	}
+	return newFloat([]int{p}, make([]float32, p)).expand(target)
 }
 
 // foldTrilu keeps the upper (upper=1) or lower triangle of a constant's

@@ -172,6 +172,20 @@ func TestCastOfNonFiniteConstants(t *testing.T) {
 	}
 }
 
+// A product of constants folds only as a zero state times a weight (a
+// recurrent cell's first step); any other is refused, naming what folds.
+func TestProductOfConstants(t *testing.T) {
+	g := &graph{features: 4}
+	g.init("w", []int64{4, 4}, make([]float32, 16)...)
+	g.ints("c", []int64{1, 4}, 1, 2, 3, 4)
+	g.node("Cast", []string{"c"}, "cf", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+	g.node("MatMul", []string{"cf", "w"}, "p")
+	g.node("Add", []string{"x", "p"}, "y")
+	if _, err := importGraph(t, g, "y"); !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "zero state") {
+		t.Errorf("error %v, want onnx.ErrModel saying what folds", err)
+	}
+}
+
 // torch.arange over the batch means nothing to layers that see
 // micro-batches: anywhere but in a row index of a gather it is refused,
 // with what it may serve for.

@@ -992,3 +992,26 @@ class PadModes(nn.Module):
         N, C, H, W = h.shape
         s = self.seq(F.pad(h.reshape(N, C, H * W), (1, 1), mode="reflect"))
         return self.fc(F.relu(s).flatten(1))
+
+
+class CellLoop(nn.Module):
+    """A recurrence written as a loop over nn.LSTMCell or nn.GRUCell from a
+    zero state (made in forward), as older seq2seq tutorials do:
+    the export unrolls it, every step reading the cell's weights (tied).
+    Input: sequences float32 [N, T, features]; output: logits [N, classes]."""
+
+    def __init__(self, kind="lstm", features=8, hidden=16, classes=10):
+        super().__init__()
+        self.kind, self.hidden = kind, hidden
+        self.cell = nn.LSTMCell(features, hidden) if kind == "lstm" else nn.GRUCell(features, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[0], self.hidden)
+        c = x.new_zeros(x.shape[0], self.hidden)
+        for t in range(x.shape[1]):
+            if self.kind == "lstm":
+                h, c = self.cell(x[:, t], (h, c))
+            else:
+                h = self.cell(x[:, t], h)
+        return self.head(h)

@@ -193,6 +193,10 @@ def families():
         "t5bias": (lambda: pm.T5Attention(vocab=11, d=8, heads=2, buckets=8, max_distance=16, classes=CLASSES), [("x", (6,), 11)], ()),
         "attnvariants": (lambda: pm.AttentionVariants(vocab=11, d=8, heads=2, classes=CLASSES), [("x", (6,), 11)], ()),
         "padmodes": (lambda: pm.PadModes(channels=2, image=6, width=3, classes=CLASSES), [("x", (2, 6, 6), None)], ()),
+        # Loops over cells from a zero state: the zero state's product folds,
+        # every step's copy of the cell's weights is tied.
+        "lstmcell": (lambda: pm.CellLoop("lstm", features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
+        "grucell": (lambda: pm.CellLoop("gru", features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),

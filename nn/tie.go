@@ -38,8 +38,20 @@ func Ties(ps []*Param) [][]*Param {
 }
 
 // CheckTies reports copies of one tied tensor that differ in shape or
-// layout (their gradients could not be added element by element).
+// layout (their gradients could not be added element by element), and
+// buffers of one name in two layers (a BatchNorm applied twice: PyTorch
+// updates one running mean from both uses, copies would each keep their
+// own).
 func CheckTies(ps []*Param) error {
+	buffers := map[string]bool{}
+	for _, p := range ps {
+		if !p.Trainable() {
+			if buffers[p.Name] {
+				return fmt.Errorf("nn: buffer %q is read by two layers (a BatchNorm applied twice?); shared buffers are not supported", p.Name)
+			}
+			buffers[p.Name] = true
+		}
+	}
 	for _, g := range Ties(ps) {
 		for _, p := range g[1:] {
 			if !SameShape(p.Value.Shape(), g[0].Value.Shape()) || !slices.Equal(p.Layout, g[0].Layout) {

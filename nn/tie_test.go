@@ -39,6 +39,10 @@ func TestTies(t *testing.T) {
 	if err := CheckTies([]*Param{tiedParam("w", 1, 2), tiedParam("w", 1)}); err == nil || !strings.Contains(err.Error(), "differ") {
 		t.Fatalf("copies of two shapes: %v", err)
 	}
+	b1, b2 := &Param{Name: "bn.running_mean", Value: New(2)}, &Param{Name: "bn.running_mean", Value: New(2)}
+	if err := CheckTies([]*Param{b1, b2}); err == nil || !strings.Contains(err.Error(), "buffer") {
+		t.Fatalf("a buffer in two layers: %v", err)
+	}
 	l1, l2 := tiedParam("w", 1, 2, 3, 4), tiedParam("w", 1, 2, 3, 4)
 	l1.Value, l2.Value, l2.Layout = New(2, 2), New(2, 2), []int{1, 0}
 	if err := CheckTies([]*Param{l1, l2}); err == nil {

@@ -500,7 +500,7 @@ func (im *importer) output(g *onnxpb.GraphProto, md *Model, o Options) error {
 		}
 	}
 	if err := nn.CheckTies(graph.Params()); err != nil {
-		return modelErr("%v; ppnode ties copies of one layout only", err)
+		return modelErr("%v", err)
 	}
 	md.Graph, md.Classes, md.Labels = graph, classes, shape[:len(shape)-1]
 	return nil

@@ -454,3 +454,104 @@ func rnnParamGrads(c *Ctx, s *Slot, in, h, n, steps int, x *Tensor, dxp, dhp, y 
 	}
 	return out
 }
+
+// RNN is PyTorch's nn.RNN(In, Hidden, batch_first=True) of one layer and one
+// direction, the ONNX RNN operator: per-sample input [T, In], output
+// [T, Hidden], from a zero initial state,
+//
+//	h' = tanh(W·x + b + R·h + r), or with ReLU max(0, ·).
+//
+// The parameters are PyTorch's weight_ih [H, In], weight_hh [H, H], bias_ih
+// and bias_hh [H], initialised U(±1/√H). Its passes are the LSTM's with one
+// gate: the pre-activations of all steps from one GEMM, a GEMM a step for
+// the recurrence, the weight gradients from one GEMM over all steps.
+type RNN struct {
+	In, Hidden         int
+	ReLU               bool
+	WIH, WHH, BIH, BHH *Param
+}
+
+func (l *RNN) Kind() string { return "rnn" }
+
+func (l *RNN) Build(in [][]int) ([]int, error) {
+	out, err := rnnBuild(in, l.In, l.Hidden)
+	if err != nil {
+		return nil, err
+	}
+	l.WIH, l.WHH, l.BIH, l.BHH = rnnParams(1, l.In, l.Hidden)
+	return out, nil
+}
+
+func (l *RNN) Params() []*Param { return []*Param{l.WIH, l.WHH, l.BIH, l.BHH} }
+
+func (l *RNN) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	x := in[0]
+	n, steps := rnnDims(x, l.In)
+	h := l.Hidden
+	rows := n * steps
+	y := s.Buf(0, n, steps, h)
+	pre := F32(s.Buf(1, rows, h))
+	bias := F32(s.Buf(4, h))
+	bih, bhh := F32(l.BIH.Value), F32(l.BHH.Value)
+	for j := range bias {
+		bias[j] = bih[j] + bhh[j]
+	}
+	fillRows(pre, bias, rows)
+	be := c.Backend
+	be.Sgemm(false, true, rows, h, l.In, 1, F32(x), l.In, F32(l.WIH.Value), l.In, 1, pre, h)
+	yd, whh := F32(y), F32(l.WHH.Value)
+	for t := 0; t < steps; t++ {
+		if t > 0 {
+			be.Sgemm(false, true, n, h, h, 1, yd[(t-1)*h:], steps*h, whh, h, 1, pre[t*h:], steps*h)
+		}
+		for b := 0; b < n; b++ {
+			r := b*steps + t
+			ps, ys := pre[r*h:(r+1)*h], yd[r*h:(r+1)*h]
+			if l.ReLU {
+				for j, v := range ps {
+					ys[j] = max(v, 0)
+				}
+			} else {
+				tanhRange(ps, ys)
+			}
+		}
+	}
+	return y
+}
+
+// Backward replaces the saved pre-activations step by step, last first,
+// with their gradients: (dy + dh)·(1 − y²) for tanh, where y > 0 for ReLU.
+func (l *RNN) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
+	x := in[0]
+	n, steps := rnnDims(x, l.In)
+	h := l.Hidden
+	rows := n * steps
+	pre, yd, dy := F32(s.Buf(1, rows, h)), F32(out), F32(dout)
+	dh, whh := F32(s.Buf(5, n, h)), F32(l.WHH.Value)
+	be := c.Backend
+	for t := steps - 1; t >= 0; t-- {
+		for b := 0; b < n; b++ {
+			r := b*steps + t
+			g, ys, ds := pre[r*h:(r+1)*h], yd[r*h:(r+1)*h], dy[r*h:(r+1)*h]
+			for j, v := range ys {
+				d := ds[j]
+				if t < steps-1 {
+					d += dh[b*h+j]
+				}
+				switch {
+				case !l.ReLU:
+					g[j] = d * (1 - float32(v*v))
+				case v > 0:
+					g[j] = d
+				default:
+					g[j] = 0
+				}
+			}
+		}
+		if t > 0 {
+			// dh_{t-1} = dPre_t·W_hh.
+			be.Sgemm(false, false, n, h, h, 1, pre[t*h:], steps*h, whh, h, 0, dh, h)
+		}
+	}
+	return rnnParamGrads(c, s, l.In, h, n, steps, x, pre, pre, yd, l.WIH, l.WHH, l.BIH, l.BHH, need)
+}

@@ -22,6 +22,7 @@ var rnnKinds = []struct {
 }{
 	{"lstm", 4, func(in, h int) nn.Layer { return &nn.LSTM{In: in, Hidden: h} }},
 	{"gru", 3, func(in, h int) nn.Layer { return &nn.GRU{In: in, Hidden: h} }},
+	{"rnn", 1, func(in, h int) nn.Layer { return &nn.RNN{In: in, Hidden: h} }},
 }
 
 // rnnLayer returns a built recurrent layer for [steps, in] samples with
@@ -127,6 +128,11 @@ func TestGRUGradCheck(t *testing.T) {
 	nntest.GradCheck(t, &nn.GRU{In: 3, Hidden: 4}, [][]int{{5, 3}}, nntest.Options{Batch: 2, Probes: 64})
 }
 
+func TestRNNGradCheck(t *testing.T) {
+	nntest.GradCheck(t, &nn.RNN{In: 3, Hidden: 4}, [][]int{{5, 3}}, nntest.Options{Batch: 2, Probes: 64})
+	nntest.GradCheck(t, &nn.RNN{In: 3, Hidden: 4, ReLU: true}, [][]int{{5, 3}}, nntest.Options{Batch: 2, Probes: 64})
+}
+
 // rnnReference is the forward pass in float64, written out from the
 // equations in PyTorch's documentation.
 func rnnReference(kind string, l nn.Layer, x *nn.Tensor) []float64 {
@@ -134,10 +140,7 @@ func rnnReference(kind string, l nn.Layer, x *nn.Tensor) []float64 {
 	wih, whh, bih, bhh := nn.F32(ps[0].Value), nn.F32(ps[1].Value), nn.F32(ps[2].Value), nn.F32(ps[3].Value)
 	sh := x.Shape()
 	n, steps, in := sh[0], sh[1], sh[2]
-	hid := len(bih) / 4
-	if kind == "gru" {
-		hid = len(bih) / 3
-	}
+	hid := len(bih) / map[string]int{"lstm": 4, "gru": 3, "rnn": 1}[kind]
 	xd := nn.F32(x)
 	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
 	// dot is row q of W·v + b.
@@ -160,12 +163,15 @@ func rnnReference(kind string, l nn.Layer, x *nn.Tensor) []float64 {
 			for j := 0; j < hid; j++ {
 				gx := func(g int) float64 { return dot(wih, bih, in, g*hid+j, xv) }
 				gh := func(g int) float64 { return dot(whh, bhh, hid, g*hid+j, h) }
-				if kind == "lstm" {
+				switch kind {
+				case "rnn":
+					nh[j] = math.Tanh(gx(0) + gh(0))
+				case "lstm":
 					i, f := sig(gx(0)+gh(0)), sig(gx(1)+gh(1))
 					g, o := math.Tanh(gx(2)+gh(2)), sig(gx(3)+gh(3))
 					c[j] = f*c[j] + i*g
 					nh[j] = o * math.Tanh(c[j])
-				} else {
+				default:
 					r, z := sig(gx(0)+gh(0)), sig(gx(1)+gh(1))
 					nv := math.Tanh(gx(2) + r*gh(2))
 					nh[j] = (1-z)*nv + z*h[j]

@@ -253,7 +253,7 @@ var minInputs = map[string]int{
 	"Constant": 0, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Pow": 2, "Equal": 2, "Less": 2, "Greater": 2,
 	"And": 2, "Or": 2, "Xor": 2, "Min": 2, "Max": 2, "Mod": 2, "Where": 3, "Gather": 2, "Reshape": 2,
 	"Expand": 2, "Tile": 2, "Range": 3, "MatMul": 2, "Gemm": 2, "Conv": 2, "ConvTranspose": 2, "BatchNormalization": 5,
-	"LayerNormalization": 2, "LSTM": 4, "GRU": 4, "ppnode.Linear": 3,
+	"LayerNormalization": 2, "LSTM": 4, "GRU": 4, "RNN": 4, "ppnode.Linear": 3,
 }
 
 // run adds node n: folded when every input is a constant, else as layers.
@@ -715,6 +715,20 @@ func attrString(n *onnxpb.NodeProto, name, def string) string {
 		}
 	}
 	return def
+}
+
+// attrStrings is a list-of-strings attribute, if set.
+func attrStrings(n *onnxpb.NodeProto, name string) ([]string, bool) {
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == name {
+			var out []string
+			for _, b := range a.GetStrings() {
+				out = append(out, string(b))
+			}
+			return out, true
+		}
+	}
+	return nil, false
 }
 
 // small converts attribute values to ints, refusing absurd ones.

@@ -834,7 +834,7 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 	if err != nil {
 		return err
 	}
-	lstm := n.GetOpType() == "LSTM"
+	lstm, gru := n.GetOpType() == "LSTM", n.GetOpType() == "GRU"
 	// reversed lists the directions: whether each runs backwards in time.
 	var reversed []bool
 	switch d := attrString(n, "direction", "forward"); d {
@@ -851,11 +851,17 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 	if attrInt(n, "layout", 0) != 0 || x.rank() != 3 || !slices.Equal(dropOnes(x, x.dims[1]), []int{0}) {
 		return fmt.Errorf("input of shape %v: want [T, N, features] (layout 0, as PyTorch exports)", x)
 	}
-	if attrInt(n, "linear_before_reset", 0) != 1 && !lstm {
+	if attrInt(n, "linear_before_reset", 0) != 1 && gru {
 		return fmt.Errorf("linear_before_reset=0: PyTorch's GRU has 1")
 	}
-	if _, ok := attrInts(n, "activations"); ok {
-		return fmt.Errorf("custom activations are not supported")
+	relu := false // nn.RNN(nonlinearity="relu")
+	if acts, ok := attrStrings(n, "activations"); ok {
+		relu = len(acts) > 0 && acts[0] == "Relu"
+		for _, a := range acts {
+			if lstm || gru || a != acts[0] || a != "Tanh" && a != "Relu" {
+				return fmt.Errorf("activations %v: only an RNN's Tanh or Relu", acts)
+			}
+		}
 	}
 	if im.has(4) {
 		return fmt.Errorf("sequence lengths are not supported (pad sequences to one length)")
@@ -881,12 +887,14 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 	if H < 1 || H > 1<<16 {
 		return fmt.Errorf("hidden_size %d", H)
 	}
-	G := 3
 	// ONNX's gate order (LSTM i, o, f, c; GRU z, r, h) as PyTorch's blocks
-	// (LSTM i, f, g, o; GRU r, z, n).
-	order := []int{1, 0, 2}
-	if lstm {
+	// (LSTM i, f, g, o; GRU r, z, n); an RNN has one.
+	G, order := 1, []int{0}
+	switch {
+	case lstm:
 		G, order = 4, []int{0, 3, 1, 2}
+	case gru:
+		G, order = 3, []int{1, 0, 2}
 	}
 	I := int(x.dim(2).c)
 	W, okW := im.konst(1)
@@ -962,9 +970,12 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 		for _, id := range ids {
 			im.train(id, layer)
 		}
-		var l nn.Layer = &nn.GRU{In: I, Hidden: H}
-		if lstm {
+		var l nn.Layer = &nn.RNN{In: I, Hidden: H, ReLU: relu}
+		switch {
+		case lstm:
 			l = &nn.LSTM{In: I, Hidden: H}
+		case gru:
+			l = &nn.GRU{In: I, Hidden: H}
 		}
 		out := im.b.Add(layer, l, in.name)
 		var ps [4]*nn.Param
@@ -972,6 +983,8 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 		case *nn.LSTM:
 			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
 		case *nn.GRU:
+			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
+		case *nn.RNN:
 			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
 		}
 		for i, p := range ps {

@@ -102,6 +102,7 @@ func init() {
 		"Shape":                 shapeOp,
 		"LSTM":                  rnn,
 		"GRU":                   rnn,
+		"RNN":                   rnn,
 		"ppnode.LayerNorm":      layerNorm,
 		"ppnode.Linear":         fusedLinear,
 		"ppnode.Gelu":           fusedGelu,

@@ -645,8 +645,8 @@ class ViT(nn.Module):
 
 
 class RNNClassifier(nn.Module):
-    """An LSTM or GRU (kind 'lstm' or 'gru', batch_first, bidirectional if
-    asked) over feature sequences, classified from its output at the last
+    """An LSTM, GRU or plain RNN (kind 'lstm', 'gru', 'rnn' or 'rnnrelu',
+    batch_first, bidirectional if asked) over feature sequences, classified from its output at the last
     step (head 'last') or from the final hidden states of the last layer's
     directions (head 'state', h_n as PyTorch returns it). Input: float32
     [N, T, features]; output: logits [N, classes]."""
@@ -654,7 +654,8 @@ class RNNClassifier(nn.Module):
     def __init__(self, kind="lstm", T=16, features=8, hidden=32, layers=1, classes=10,
                  bidirectional=False, head="last"):
         super().__init__()
-        rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[kind]
+        rnn = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN,
+               "rnnrelu": lambda *a, **k: nn.RNN(*a, nonlinearity="relu", **k)}[kind]
         if head not in ("last", "state"):
             raise ValueError("head is 'last' or 'state', got %r" % head)
         self.T, self.features, self.head = T, features, head

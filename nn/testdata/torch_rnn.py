@@ -1,11 +1,11 @@
-"""Runs PyTorch's nn.LSTM and nn.GRU (one layer, one direction,
+"""Runs PyTorch's nn.LSTM, nn.GRU and nn.RNN (one layer, one direction,
 batch_first=True) in float64, as the reference for ppnode's LSTM and GRU
-layers (rnn_test.go).
+layers (rnn_test.go), and its RNN (tanh).
 
 Usage: /usr/bin/python3 torch_rnn.py < REQUEST.json > RESULT.json
 
 REQUEST.json is {"cases": [CASE, ...]}, each CASE
-  {"name": str, "kind": "lstm" | "gru", "in": int, "hidden": int,
+  {"name": str, "kind": "lstm" | "gru" | "rnn", "in": int, "hidden": int,
    "x": {"shape": [N, T, in], "data": [...]},
    "params": {"weight_ih": SPEC, "weight_hh": SPEC,
               "bias_ih": SPEC, "bias_hh": SPEC},
@@ -31,7 +31,7 @@ def tensor(spec):
 
 
 def run(case):
-    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[case["kind"]]
+    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[case["kind"]]
     m = cls(case["in"], case["hidden"], num_layers=1, batch_first=True).double()
     with torch.no_grad():
         for name in NAMES:

@@ -197,6 +197,9 @@ def families():
         # every step's copy of the cell's weights is tied.
         "lstmcell": (lambda: pm.CellLoop("lstm", features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
         "grucell": (lambda: pm.CellLoop("gru", features=3, hidden=6, classes=CLASSES), [("x", (5, 3), None)], ()),
+        "rnn": (lambda: pm.RNNClassifier("rnn", T=5, features=3, hidden=6, layers=2, classes=CLASSES, bidirectional=True),
+                [("x", (5, 3), None)], ()),
+        "rnnrelu": (lambda: pm.RNNClassifier("rnnrelu", T=5, features=3, hidden=6, classes=CLASSES, head="state"), [("x", (5, 3), None)], ()),
         "llama": (lambda: pm.Llama(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         "dlrm": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, CLASSES)),
                  [("x0", (5,), None), ("x1", (3,), 7)], ()),

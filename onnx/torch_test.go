@@ -157,8 +157,10 @@ func TestTorchModels(t *testing.T) {
 	if nn.Describe(def) != nn.Describe(det) {
 		backends = append(backends, def)
 	}
-	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial", "lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm", "twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit",
-		"lstm", "gru", "bilstm", "bigru", "mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc"}
+	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
+		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
+		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}

@@ -162,21 +162,29 @@ func (p *rnnPass) release() {
 	rnnPasses.Put(p)
 }
 
+// projectInputs fills slot buffer 1 with every step's input projection
+// plus both biases, x·W_ihᵀ + b_ih + b_hh ([N·T, G·H]), and returns it with
+// the output buffer (0) and the batch and step counts.
+func projectInputs(c *Ctx, s *Slot, x *Tensor, in, hidden int, wih, bih, bhh *Param) (y *Tensor, pre []float32, n, steps int) {
+	n, steps = rnnDims(x, in)
+	g, rows := len(F32(bih.Value)), n*steps
+	y = s.Buf(0, n, steps, hidden)
+	pre = F32(s.Buf(1, rows, g))
+	bias := F32(s.Buf(4, g))
+	bi, bh := F32(bih.Value), F32(bhh.Value)
+	for j := range bias {
+		bias[j] = bi[j] + bh[j]
+	}
+	fillRows(pre, bias, rows)
+	c.Backend.Sgemm(false, true, rows, g, in, 1, F32(x), in, F32(wih.Value), in, 1, pre, g)
+	return y, pre, n, steps
+}
+
 func (l *LSTM) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
-	x := in[0]
-	n, steps := rnnDims(x, l.In)
+	y, gates, n, steps := projectInputs(c, s, in[0], l.In, l.Hidden, l.WIH, l.BIH, l.BHH)
 	h, g := l.Hidden, 4*l.Hidden
 	rows := n * steps
-	y := s.Buf(0, n, steps, h)
-	gates := F32(s.Buf(1, rows, g))
-	bias := F32(s.Buf(4, g))
-	bih, bhh := F32(l.BIH.Value), F32(l.BHH.Value)
-	for j := range bias {
-		bias[j] = bih[j] + bhh[j]
-	}
-	fillRows(gates, bias, rows)
 	be := c.Backend
-	be.Sgemm(false, true, rows, g, l.In, 1, F32(x), l.In, F32(l.WIH.Value), l.In, 1, gates, g)
 	p := rnnPasses.Get().(*rnnPass)
 	p.h, p.steps = h, steps
 	p.gates, p.cs, p.tcs, p.y = gates, F32(s.Buf(2, rows, h)), F32(s.Buf(3, rows, h)), F32(y)
@@ -485,20 +493,8 @@ func (l *RNN) Build(in [][]int) ([]int, error) {
 func (l *RNN) Params() []*Param { return []*Param{l.WIH, l.WHH, l.BIH, l.BHH} }
 
 func (l *RNN) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
-	x := in[0]
-	n, steps := rnnDims(x, l.In)
-	h := l.Hidden
-	rows := n * steps
-	y := s.Buf(0, n, steps, h)
-	pre := F32(s.Buf(1, rows, h))
-	bias := F32(s.Buf(4, h))
-	bih, bhh := F32(l.BIH.Value), F32(l.BHH.Value)
-	for j := range bias {
-		bias[j] = bih[j] + bhh[j]
-	}
-	fillRows(pre, bias, rows)
-	be := c.Backend
-	be.Sgemm(false, true, rows, h, l.In, 1, F32(x), l.In, F32(l.WIH.Value), l.In, 1, pre, h)
+	y, pre, n, steps := projectInputs(c, s, in[0], l.In, l.Hidden, l.WIH, l.BIH, l.BHH)
+	h, be := l.Hidden, c.Backend
 	yd, whh := F32(y), F32(l.WHH.Value)
 	for t := 0; t < steps; t++ {
 		if t > 0 {

@@ -49,8 +49,8 @@
 // float32, where a last-bit difference survives only when the value lies
 // within a float64 ulp of a float32 rounding boundary: rare, but not
 // impossible. The cosine schedule's rates come from fastmath.go's cosPi.
-// integration/crossarch checks mlp32, resnet50, and a GPT, an LSTM and a
-// GRU exported from PyTorch under qemu.
+// integration/crossarch checks mlp32, resnet50, and a GPT, an LSTM, a GRU
+// and an RNN exported from PyTorch under qemu.
 //
 // # Errors
 //

@@ -33,6 +33,7 @@ var models = map[string][]onnx.Input{
 	"testdata/gru.onnx":         feats([]int{5, 3}),
 	"testdata/bilstm.onnx":      feats([]int{5, 3}),
 	"testdata/bigru.onnx":       feats([]int{5, 3}),
+	"testdata/rnn.onnx":         feats([]int{5, 3}),
 	"testdata/autoencoder.onnx": feats([]int{2, 16, 16}),
 	"testdata/misc.onnx":        feats([]int{2, 6, 6}),
 	"testdata/textcnn.onnx":     {{Name: "x", Shape: []int{8}, Int: true}},

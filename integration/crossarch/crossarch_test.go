@@ -6,7 +6,7 @@
 //
 // mlp32 (20 steps, width 64) takes 15-20 s under qemu on a 2-core machine
 // (about 40 s with the cross-compilation) and runs unless -short, as do
-// the GPT, LSTM and GRU of onnx/testdata (a second each); resnet50
+// the GPT, LSTM, GRU and RNN of onnx/testdata (a second each); resnet50
 // (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
 // PPNODE_CROSSARCH_RESNET=1.
 package crossarch
@@ -110,6 +110,7 @@ var cases = []trainCase{
 	onnxCase("gpt", tokens),
 	onnxCase("lstm", sequences),
 	onnxCase("gru", sequences),
+	onnxCase("rnn", sequences),
 }
 
 // weightsSHA trains c as TrainLocal does, without the evaluation on the

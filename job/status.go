@@ -60,7 +60,11 @@ type Status struct {
 	Plan          string      `json:"plan,omitempty"`
 	Schedule      string      `json:"schedule,omitempty"`
 	MicroBatches  int         `json:"micro_batches,omitempty"`
-	PredictedMS   float64     `json:"predicted_step_ms,omitempty"`
+	// Tied names the tensors that layers on several stages read (tied
+	// weights), each with its stages ("tok.weight on s0, s2"): their
+	// copies' gradients are exchanged before every step.
+	Tied        []string `json:"tied,omitempty"`
+	PredictedMS float64  `json:"predicted_step_ms,omitempty"`
 	// PredictedBubble is the simulator's idle share of the stages' time.
 	PredictedBubble float64 `json:"predicted_bubble,omitempty"`
 	// Passes are the newest of LastSteps' compute passes, per stage in

@@ -111,6 +111,9 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			if j.Plan != "" {
 				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step, bubble %.0f%%\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS, 100*j.PredictedBubble)
 			}
+			if len(j.Tied) > 0 {
+				fmt.Fprintf(w, "  tied weights, their copies' gradients summed across stages each step: %s\n", strings.Join(j.Tied, "; "))
+			}
 			var rec []string
 			for _, s := range j.Stages {
 				if s.Recompute {

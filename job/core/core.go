@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
@@ -802,6 +803,14 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	c.status.Plan, c.status.Schedule, c.status.MicroBatches = p.text, p.ScheduleText(), p.MicroBatches
 	c.status.PredictedMS, c.status.PredictedBubble = p.report.StepTime*1e3, p.report.BubbleFraction
 	c.status.PredictedPasses = predictedPasses(p.report, len(p.Stages))
+	c.status.Tied = nil
+	for _, t := range p.TiedAcross(c.job.Graph) {
+		on := make([]string, len(t.Stages))
+		for i, s := range t.Stages {
+			on[i] = fmt.Sprintf("s%d", s)
+		}
+		c.status.Tied = append(c.status.Tied, t.Name+" on "+strings.Join(on, ", "))
+	}
 	c.status.Stages = nil
 	p.domain = map[string]bool{}
 	for _, sp := range p.Stages {

@@ -91,9 +91,9 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	if ts := plan.TiedAcross(c.job.Graph); len(ts) > 0 {
 		var on []string
 		for _, t := range ts {
-			on = append(on, fmt.Sprintf("%s on %v", t.Name, t.Stages))
+			on = append(on, t.String())
 		}
-		c.log.Info("tied weights: the copies' gradients are summed across stages before each step", "generation", gen, "tensors", strings.Join(on, ", "))
+		c.log.Info("tied weights: the copies' gradients are summed across stages before each step", "generation", gen, "tensors", strings.Join(on, "; "))
 	}
 	for _, sp := range plan.Stages {
 		st, err := c.job.Graph.Stage(sp.Layers)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/ppnode/ppnode/nn"
 )
@@ -1099,6 +1100,15 @@ type Tied struct {
 	// Stages are the stages of the partition that hold a copy, ascending.
 	Stages []int
 	Bytes  int
+}
+
+// String is "name on s0, s2".
+func (t Tied) String() string {
+	on := make([]string, len(t.Stages))
+	for i, s := range t.Stages {
+		on[i] = fmt.Sprintf("s%d", s)
+	}
+	return t.Name + " on " + strings.Join(on, ", ")
 }
 
 // TiedAcross lists the tied tensors of g whose copies p puts on more than

@@ -220,15 +220,11 @@ func summary(res *balance.Result, took time.Duration, prof *balance.ModelProfile
 // printTied names the tied tensors whose copies lie on several stages.
 func printTied(w io.Writer, ts []balance.Tied) {
 	for _, t := range ts {
-		var on []string
-		for _, s := range t.Stages {
-			on = append(on, fmt.Sprintf("s%d", s))
-		}
 		size := mib(float64(t.Bytes))
 		if t.Bytes < 1<<20 {
 			size = fmt.Sprintf("%.1f KiB", float64(t.Bytes)/(1<<10))
 		}
-		fmt.Fprintf(w, "tied: %s (%s) on %s: the copies' gradients are summed before each step\n", t.Name, size, strings.Join(on, ", "))
+		fmt.Fprintf(w, "tied: %s (%s): the copies' gradients are summed before each step\n", t, size)
 	}
 }
 

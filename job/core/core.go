@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ppnode/ppnode/balance"
@@ -805,11 +804,7 @@ func (c *Core) adopt(res *balance.Result, cl *balance.Cluster, old *balance.Plan
 	c.status.PredictedPasses = predictedPasses(p.report, len(p.Stages))
 	c.status.Tied = nil
 	for _, t := range p.TiedAcross(c.job.Graph) {
-		on := make([]string, len(t.Stages))
-		for i, s := range t.Stages {
-			on[i] = fmt.Sprintf("s%d", s)
-		}
-		c.status.Tied = append(c.status.Tied, t.Name+" on "+strings.Join(on, ", "))
+		c.status.Tied = append(c.status.Tied, t.String())
 	}
 	c.status.Stages = nil
 	p.domain = map[string]bool{}

@@ -208,6 +208,7 @@
     h += '<div class="plantext full">';
     if (j.plan) h += `plan <span title="${esc(j.plan)}">${esc(short(j.plan, 400))}</span> · `;
     if (j.schedule) h += `${esc(j.schedule)}, ${esc(j.micro_batches)} micro-batches · `;
+    if ((j.tied || []).length) h += `tied weights ${esc(j.tied.join('; '))} · `;
     if (isNum(j.predicted_step_ms) && j.predicted_step_ms > 0) h += `predicted step ${ms(j.predicted_step_ms)}${isNum(j.predicted_bubble) ? ', bubble ' + Math.round(100 * j.predicted_bubble) + '%' : ''} · `;
     const last = (j.last_steps || [])[(j.last_steps || []).length - 1];
     if (last) h += `last step ${ms(last.wall_ms)} · `;

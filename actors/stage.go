@@ -121,13 +121,17 @@ type stageEngine struct {
 	lastReplica int
 	sumSent     []int
 	// ties are the model's tied parameters (nn.Ties) with a copy on this
-	// stage, local those copies, tieGrad the other stages' copies'
-	// gradients received this step, tieSent the executors this step's
-	// tied gradients were queued for.
-	ties    [][]*nn.Param
-	local   map[*nn.Param]bool
-	tieGrad map[*nn.Param]*nn.Tensor
-	tieSent []int
+	// stage, local those copies, tiedIn the copies of each layer that a tie
+	// instruction names, tieGrad the other stages' copies' gradients
+	// received this step (tieGrads, per group of ties, their slots for
+	// nn.SumTies), tieSent the executors this step's tied gradients were
+	// queued for.
+	ties     [][]*nn.Param
+	local    map[*nn.Param]bool
+	tiedIn   map[string][]*nn.Param
+	tieGrad  map[*nn.Param]*nn.Tensor
+	tieGrads [][]*nn.Tensor
+	tieSent  []int
 	// turn, if set, is the executor of the node this stage shares with
 	// other stages of the plan: each instruction waits for its turn.
 	turn *turn
@@ -317,37 +321,37 @@ func (e *stageEngine) sumWith(in balance.Instr, after bool) bool {
 	return false
 }
 
-// setTies finds the tied parameters with a copy on this stage and checks
-// that the program's tie instructions name layers of the model.
+// setTies finds the tied parameters with a copy on this stage and the
+// copies in each layer that the program's tie instructions name (layers of
+// the model: checked).
 func (e *stageEngine) setTies() error {
-	e.local, e.tieGrad = map[*nn.Param]bool{}, map[*nn.Param]*nn.Tensor{}
+	e.local, e.tieGrad, e.tiedIn = map[*nn.Param]bool{}, map[*nn.Param]*nn.Tensor{}, map[string][]*nn.Param{}
 	for _, prm := range e.params {
 		e.local[prm] = true
 	}
+	tied := map[*nn.Param]bool{}
 	for _, grp := range nn.Ties(e.g.Params()) {
 		if slices.ContainsFunc(grp, func(p *nn.Param) bool { return e.local[p] }) {
 			e.ties = append(e.ties, grp)
-		}
-	}
-	for _, in := range e.spec.Plan.Program {
-		for _, l := range in.Tensors {
-			if (in.Op == balance.OpSendTie || in.Op == balance.OpRecvTie) && e.g.Node(l) == nil {
-				return fmt.Errorf("stage %d: instruction %v names no layer of the model", e.spec.Plan.ID, in)
+			e.tieGrads = append(e.tieGrads, make([]*nn.Tensor, len(grp)))
+			for _, p := range grp {
+				tied[p] = true
 			}
 		}
 	}
-	return nil
-}
-
-// tiedParams returns layer's copies of tied parameters, in its order.
-func (e *stageEngine) tiedParams(layer string) []*nn.Param {
-	var out []*nn.Param
-	for _, prm := range e.g.Node(layer).Layer.Params() {
-		if prm.Trainable() && slices.ContainsFunc(e.ties, func(grp []*nn.Param) bool { return slices.Contains(grp, prm) }) {
-			out = append(out, prm)
+	for _, in := range e.spec.Plan.Program {
+		if in.Op != balance.OpSendTie && in.Op != balance.OpRecvTie {
+			continue
+		}
+		for _, l := range in.Tensors {
+			n := e.g.Node(l)
+			if n == nil {
+				return fmt.Errorf("stage %d: instruction %v names no layer of the model", e.spec.Plan.ID, in)
+			}
+			e.tiedIn[l] = slices.DeleteFunc(slices.Clone(n.Layer.Params()), func(p *nn.Param) bool { return !tied[p] })
 		}
 	}
-	return out
+	return nil
 }
 
 // recvTie receives the gradients of the tied copies in the layers that
@@ -355,7 +359,7 @@ func (e *stageEngine) tiedParams(layer string) []*nn.Param {
 func (e *stageEngine) recvTie(in balance.Instr) error {
 	k := 0
 	for _, l := range in.Tensors {
-		for _, prm := range e.tiedParams(l) {
+		for _, prm := range e.tiedIn[l] {
 			t, err := e.box.wait(boxKey{int32(in.Peer), dataplane.KindSum, 0, uint32(k)})
 			if err != nil {
 				return err
@@ -380,14 +384,16 @@ func (e *stageEngine) sumTies() error {
 	}
 	// The gradients are about to change: what was queued of them (tied
 	// gradients, a replica's sum) must leave first.
-	for _, q := range append(e.tieSent, e.sumSent...) {
-		if err := e.peers[q].flush(); err != nil {
-			return err
+	for _, sent := range [2][]int{e.tieSent, e.sumSent} {
+		for _, q := range sent {
+			if err := e.peers[q].flush(); err != nil {
+				return err
+			}
 		}
 	}
 	e.tieSent, e.sumSent = e.tieSent[:0], e.sumSent[:0]
-	for _, grp := range e.ties {
-		grads := make([]*nn.Tensor, len(grp))
+	for gi, grp := range e.ties {
+		grads := e.tieGrads[gi]
 		for i, prm := range grp {
 			if e.local[prm] {
 				continue
@@ -642,7 +648,7 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 		case balance.OpSendTie:
 			k := 0
 			for _, l := range in.Tensors {
-				for _, prm := range e.tiedParams(l) {
+				for _, prm := range e.tiedIn[l] {
 					if err := e.send(in.Peer, dataplane.Tag{Kind: dataplane.KindSum, Tensor: uint32(k)}, prm.Grad); err != nil {
 						return res, err
 					}

@@ -98,17 +98,16 @@ func (l *Conv2D) Build(in [][]int) ([]int, error) {
 	l.wo = (l.w+l.PadL+l.PadR-ew)/l.SW + 1
 	cin := l.In / l.Groups
 	fan := cin * l.KH * l.KW
-	l.W = newParam([]int{l.Out, l.KH, l.KW, cin}, InitHe, fan)
-	l.W.Name = "weight"
-	l.W.Layout = []int{0, 3, 1, 2} // exported as PyTorch's [Out, In/Groups, KH, KW]
+	// Exported as PyTorch's [Out, In/Groups, KH, KW], or [Out, In/Groups, KW].
+	shape, layout := []int{l.Out, l.KH, l.KW, cin}, []int{0, 3, 1, 2}
 	if l.OneD {
 		if l.KH != 1 {
 			return nil, fmt.Errorf("a 1-D convolution of kernel height %d", l.KH)
 		}
-		l.W = newParam([]int{l.Out, l.KW, cin}, InitHe, fan)
-		l.W.Name = "weight"
-		l.W.Layout = []int{0, 2, 1}
+		shape, layout = []int{l.Out, l.KW, cin}, []int{0, 2, 1}
 	}
+	l.W = newParam(shape, InitHe, fan)
+	l.W.Name, l.W.Layout = "weight", layout
 	if l.Bias {
 		l.B = newParam([]int{l.Out}, InitZero, fan)
 		l.B.Name = "bias"

@@ -79,17 +79,16 @@ func (l *ConvTranspose2D) Build(in [][]int) ([]int, error) {
 	}
 	// PyTorch's fan-in for ConvTranspose2d: weight.size(1)·KH·KW.
 	fan := l.Out / l.Groups * l.KH * l.KW
-	l.W = newParam([]int{l.In, l.KH, l.KW, l.Out / l.Groups}, InitUniform, fan)
-	l.W.Name = "weight"
-	l.W.Layout = []int{0, 3, 1, 2} // exported as PyTorch's [In, Out/Groups, KH, KW]
+	// Exported as PyTorch's [In, Out/Groups, KH, KW], or [In, Out/Groups, KW].
+	shape, layout := []int{l.In, l.KH, l.KW, l.Out / l.Groups}, []int{0, 3, 1, 2}
 	if l.OneD {
 		if l.KH != 1 {
 			return nil, fmt.Errorf("a 1-D transposed convolution of kernel height %d", l.KH)
 		}
-		l.W = newParam([]int{l.In, l.KW, l.Out / l.Groups}, InitUniform, fan)
-		l.W.Name = "weight"
-		l.W.Layout = []int{0, 2, 1}
+		shape, layout = []int{l.In, l.KW, l.Out / l.Groups}, []int{0, 2, 1}
 	}
+	l.W = newParam(shape, InitUniform, fan)
+	l.W.Name, l.W.Layout = "weight", layout
 	l.B = nil
 	if l.Bias {
 		l.B = newParam([]int{l.Out}, InitUniform, fan)

@@ -39,7 +39,7 @@
 // layers round every product before they add it, float32(x*y) + z, since Go
 // may fuse x*y + z into one multiply-add on arm64 (and on amd64 from
 // GOAMD64=v3), which rounds once instead of twice. Softmax, LogSoftmax,
-// the softmax cross-entropy, GELU, sigmoid, tanh, SiLU, Exp and the LSTM,
+// the softmax cross-entropy, GELU, sigmoid, tanh, SiLU, Exp, ELU and the LSTM,
 // GRU and RNN cells take their exp and log from fastmath.go, built the same
 // way (its AVX2 kernels give its bits). One caveat: the math package's
 // Exp, Log, Cos, Tanh, Erf and Pow are not bit-identical across

@@ -61,10 +61,14 @@ func expFast(x float64) float64 {
 	return float64(p * math.Float64frombits(uint64(ki+1023)<<52))
 }
 
-// expm1Fast is e^x − 1 for x >= 0 (or NaN) by expFast's series without its
-// last term, so that it keeps its precision near 0: with x = k·ln2 + r,
-// 2^k·q + (2^k − 1) where q = e^r − 1.
+// expm1Fast is e^x − 1 (NaN for NaN; −1 below −708, where e^x is below
+// 2^-1022) by expFast's series without its last term, so that it keeps
+// its precision near 0: with x = k·ln2 + r, 2^k·q + (2^k − 1) where
+// q = e^r − 1.
 func expm1Fast(x float64) float64 {
+	if x < -708 {
+		return -1
+	}
 	k, r := expReduce(x)
 	q := float64(expSeries(r) * r)
 	s := math.Float64frombits(uint64(int(k)+1023) << 52)

@@ -37,6 +37,14 @@ func TestFastMathAgreesWithMath(t *testing.T) {
 			t.Errorf("expFast(%v) = %v, want %v", c.x, got, c.want)
 		}
 	}
+	for _, x := range []float64{-1e-9, -0.3, -0.9, -5, -40, -700} {
+		if got, want := expm1Fast(x), math.Expm1(x); math.Abs(got-want) > 1e-15*math.Max(1, math.Abs(want)) && math.Abs(got-want) > 1e-12*math.Abs(want) {
+			t.Errorf("expm1Fast(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if got := expm1Fast(-800); got != -1 {
+		t.Errorf("expm1Fast(-800) = %v, want -1", got)
+	}
 	if got := expFast(-740); got <= 0 || math.Abs(got-math.Exp(-740))/math.Exp(-740) > 1e-6 {
 		t.Errorf("expFast(-740) = %v, want %v (subnormal)", got, math.Exp(-740))
 	}

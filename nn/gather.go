@@ -290,8 +290,11 @@ func (l *Reduce) row(xs []float32) float32 {
 		return float32(at)
 	case "max", "min":
 		isMax, m := l.Op == "max", xs[0]
-		for _, v := range xs[1:] {
-			if v > m == isMax && v != m || v != v {
+		for _, v := range xs {
+			if v != v { // a NaN wins, as in PyTorch
+				return v
+			}
+			if isMax && v > m || !isMax && v < m {
 				m = v
 			}
 		}

@@ -109,46 +109,36 @@ func (l *MaskBy) Build(in [][]int) ([]int, error) {
 	return append([]int(nil), in[0]...), nil
 }
 
-// pass calls fn on each run of x, cnt elements at o, with the condition's
-// values beside it, step apart (0 where the condition is broadcast).
-func (l *MaskBy) pass(c *Ctx, n int, cond []float32, fn func(o, cnt int, cond []float32, step int)) {
+// fill writes src into dst with f where the condition holds (does not,
+// with Invert), the condition broadcast to x's shape.
+func (l *MaskBy) fill(c *Ctx, n int, dst, src, cond []float32, f float32) {
 	_, sc := l.plan.inner()
-	l.plan.each(c, n, cheapGrain, func(o, _, co, cnt int) { fn(o, cnt, cond[co:], sc) })
-}
-
-func (l *MaskBy) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
-	x := in[0]
-	y := s.Buf(0, x.Shape()...)
-	yd, xd := F32(y), F32(x)
-	fill, inv := l.Fill, l.Invert
-	l.pass(c, Rows(x), F32(in[1]), func(o, cnt int, cond []float32, step int) {
+	inv := l.Invert
+	l.plan.each(c, n, cheapGrain, func(o, _, co, cnt int) {
 		for j := range cnt {
-			if (cond[j*step] != 0) != inv {
-				yd[o+j] = fill
+			if (cond[co+j*sc] != 0) != inv {
+				dst[o+j] = f
 			} else {
-				yd[o+j] = xd[o+j]
+				dst[o+j] = src[o+j]
 			}
 		}
 	})
+}
+
+func (l *MaskBy) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
+	y := s.Buf(0, in[0].Shape()...)
+	l.fill(c, Rows(in[0]), F32(y), F32(in[0]), F32(in[1]), l.Fill)
 	return y
 }
 
+// Backward is the mask applied to dout with 0 where x was replaced.
 func (l *MaskBy) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	g := s.Grads(2)
 	if !need[0] {
 		return g
 	}
 	dx := s.Buf(1, in[0].Shape()...)
-	d, dy, inv := F32(dx), F32(dout), l.Invert
-	l.pass(c, Rows(in[0]), F32(in[1]), func(o, cnt int, cond []float32, step int) {
-		for j := range cnt {
-			if (cond[j*step] != 0) != inv {
-				d[o+j] = 0
-			} else {
-				d[o+j] = dy[o+j]
-			}
-		}
-	})
+	l.fill(c, Rows(in[0]), F32(dx), F32(dout), F32(in[1]), 0)
 	g[0] = dx
 	return g
 }

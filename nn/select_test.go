@@ -81,4 +81,16 @@ func TestPickAndArgMax(t *testing.T) {
 	if got := nn.F32(am.Forward(ctx, &s, []*nn.Tensor{rows})); !slices.Equal(got, []float32{1, 1, 0}) {
 		t.Errorf("argmax of [1 3 3 2], [5 NaN 7 NaN], [-1 -1 -2 -3]: %v, want [1 1 0]", got)
 	}
+	// amax and amin propagate a NaN wherever it stands in the row.
+	nanRows := nn.FromData([]float32{1, 3, 3, 2, 5, nan, 7, 1, nan, -1, -2, -3}, 3, 4)
+	for _, op := range []string{"max", "min"} {
+		l := &nn.Reduce{Op: op}
+		if _, err := l.Build([][]int{{4}}); err != nil {
+			t.Fatal(err)
+		}
+		got := nn.F32(l.Forward(ctx, &s, []*nn.Tensor{nanRows}))
+		if want := map[string]float32{"max": 3, "min": 1}[op]; got[0] != want || got[1] == got[1] || got[2] == got[2] {
+			t.Errorf("%s of [1 3 3 2], [5 NaN 7 1], [NaN -1 -2 -3]: %v, want [%v NaN NaN]", op, got, want)
+		}
+	}
 }

@@ -66,35 +66,27 @@ func CheckTies(ps []*Param) error {
 // SumTies gives every copy of each group the sum of the group's gradients
 // ((g0 + g1) + g2 ..., in group order); grads[i], if set, stands for
 // group member i's gradient (a copy on another stage). The sum goes into
-// each member's Grad that grads does not name.
+// each member's Grad that grads does not name. It is added element by
+// element, so that a copy here that some copy elsewhere precedes needs no
+// buffer for its own gradient while the sum is formed.
 func SumTies(group []*Param, grads []*Tensor) {
-	local := func(i int) bool { return i >= len(grads) || grads[i] == nil }
-	grad := func(i int) []float32 {
-		if local(i) {
-			return F32(group[i].Grad)
+	src := make([][]float32, len(group))
+	var dst [][]float32
+	for i, p := range group {
+		if i < len(grads) && grads[i] != nil {
+			src[i] = F32(grads[i])
+			continue
 		}
-		return F32(grads[i])
+		src[i] = F32(p.Grad)
+		dst = append(dst, src[i])
 	}
-	first := 0
-	for first < len(group) && !local(first) {
-		first++
-	}
-	if first == len(group) {
-		return
-	}
-	acc := grad(first) // the first local copy accumulates the sum
-	if first > 0 {     // unless copies elsewhere come before it: its own gradient is an operand still
-		acc = make([]float32, len(acc))
-	}
-	copy(acc, grad(0))
-	for i := 1; i < len(group); i++ {
-		for j, v := range grad(i) {
-			acc[j] += v
+	for j := range src[0] {
+		sum := src[0][j]
+		for _, g := range src[1:] {
+			sum += g[j]
 		}
-	}
-	for i := first; i < len(group); i++ {
-		if local(i) {
-			copy(F32(group[i].Grad), acc)
+		for _, d := range dst {
+			d[j] = sum
 		}
 	}
 }

@@ -79,7 +79,8 @@ func (l HardSigmoid) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, 
 // ELU is ONNX's Elu, Selu and Celu: y = Gamma·x for x > 0, else
 // Gamma·Alpha·(exp(x/Alpha) − 1) with Celu, else Gamma·Alpha·(exp(x) − 1)
 // (PyTorch's elu, selu and celu; Gamma is 1 but for selu), in float64 and
-// rounded once, the backward pass from the saved input.
+// rounded once, the backward pass from the saved input; the exponentials
+// are fastmath.go's, the same bits on every architecture.
 type ELU struct {
 	Alpha, Gamma float32
 	Celu         bool
@@ -109,7 +110,7 @@ func (l ELU) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 		if u > 0 {
 			return g * u
 		}
-		return g * a * math.Expm1(k*u)
+		return g * a * expm1Fast(k*u)
 	}))
 }
 
@@ -119,7 +120,7 @@ func (l ELU) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []b
 		if u > 0 {
 			return g
 		}
-		return g * a * k * math.Exp(k*u)
+		return g * a * k * expFast(k*u)
 	}))
 }
 

@@ -312,13 +312,13 @@ type importer struct {
 	consts  map[string]*konst
 	inits   []initializer
 	initID  map[string]int
-	buffers map[string]bool   // initializers the file says are buffers
-	trained map[int]string    // initializer -> the layer that trains it
-	frozen  map[int]bool      // initializers used as constants
-	taken   map[string]bool   // layer names
-	readers map[string]int    // how many nodes (and graph outputs) read each tensor
-	shapeOf map[*konst]*value // a Shape's output: the value whose whole shape it is
-	perRow  map[string]*batchRows
+	buffers map[string]bool       // initializers the file says are buffers
+	trained map[int]string        // initializer -> the layer that trains it
+	frozen  map[int]bool          // initializers used as constants
+	taken   map[string]bool       // layer names
+	readers map[string]int        // how many nodes (and graph outputs) read each tensor
+	shapeOf map[*konst]*value     // a Shape's output: the value whose whole shape it is
+	perRow  map[string]*batchRows // torch.arange over the batch and what was made of it (pick.go)
 	opset   int64
 	inputs0 string                                    // the first graph input, which carries the buffers
 	unfused map[*onnxpb.NodeProto][]*onnxpb.NodeProto // fused nodes' originals

@@ -978,17 +978,8 @@ func rnn(im *importer, n *onnxpb.NodeProto) error {
 			l = &nn.GRU{In: I, Hidden: H}
 		}
 		out := im.b.Add(layer, l, in.name)
-		var ps [4]*nn.Param
-		switch ll := l.(type) {
-		case *nn.LSTM:
-			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
-		case *nn.GRU:
-			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
-		case *nn.RNN:
-			ps = [4]*nn.Param{ll.WIH, ll.WHH, ll.BIH, ll.BHH}
-		}
-		for i, p := range ps {
-			if p != nil {
+		for i, p := range l.Params() { // weight_ih, weight_hh, bias_ih, bias_hh, as ids
+			if p != nil { // (nil if the layer did not build)
 				im.give(p, ids[i])
 			}
 		}

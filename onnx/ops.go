@@ -90,10 +90,10 @@ func init() {
 		"ReduceMean":            reduce("mean"),
 		"ReduceSum":             reduce("sum"),
 		"ReduceMax":             reduce("max"),
-		"ArgMax":                argMax,
-		"Tile":                  tile,
 		"ReduceMin":             reduce("min"),
 		"ReduceL2":              reduce("l2"),
+		"ArgMax":                argMax,
+		"Tile":                  tile,
 		"PRelu":                 prelu,
 		"Einsum":                einsum,
 		"CumSum":                cumSum,
@@ -1250,11 +1250,12 @@ func broadcastsTo(b, a *value) bool {
 // withConst adds v op c (c op v when swapped).
 func (im *importer) withConst(op string, v *value, c *konst, swapped bool) (*value, error) {
 	if v.isInt {
-		// Ids shifted or scaled by an integer (position ids from a mask)
-		// stay ids: float32 holds them exactly below 2^24.
+		// Ids shifted, scaled or taken modulo an integer (position ids
+		// from a mask) stay ids: float32 holds them exactly below 2^24.
 		x, ok := c.scalar()
-		if !ok || c.trainable() || x != float32(int32(x)) || op != "add" && op != "sub" && op != "mul" {
-			return nil, fmt.Errorf("%s of integers", op)
+		intOp := op == "add" || op == "sub" || op == "mul" || (op == "mod" || op == "fmod") && x != 0
+		if !ok || c.trainable() || x != float32(int32(x)) || !intOp {
+			return nil, fmt.Errorf("%s of integers by other than an integer constant", op)
 		}
 		im.freeze(c)
 		sop := op
@@ -1353,19 +1354,17 @@ func mod(im *importer, n *onnxpb.NodeProto) error {
 		return err
 	}
 	c, ok := im.konst(1)
-	var x float32
-	if ok {
-		x, ok = c.scalar()
-	}
-	if !ok || !v.isInt || x == 0 || x != float32(int32(x)) {
+	if !ok || !v.isInt {
 		return fmt.Errorf("a remainder of other than integers computed from the data by a nonzero integer constant")
 	}
-	im.freeze(c)
 	op := "mod"
 	if attrInt(n, "fmod", 0) != 0 {
 		op = "fmod"
 	}
-	out := im.same(v, im.add("", &nn.Scalar{Op: op, C: x}, v))
+	out, err := im.withConst(op, v, c, false)
+	if err != nil {
+		return err
+	}
 	im.set(0, out)
 	return nil
 }

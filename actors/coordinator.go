@@ -803,13 +803,10 @@ type feed struct {
 	micros []bool
 }
 
-func labelTensor(y []int32, t *nn.Tensor) *nn.Tensor {
+func labelTensor(y []float32, t *nn.Tensor) *nn.Tensor {
 	if t == nil || nn.Size(t.Shape()) != len(y) {
 		t = nn.New(len(y))
 	}
-	v := nn.F32(t)
-	for i, c := range y {
-		v[i] = float32(c)
-	}
+	copy(nn.F32(t), y)
 	return t
 }

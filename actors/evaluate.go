@@ -95,14 +95,14 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 	clear(e.gin)
 	const slot = 0
 	defer e.st.ReleaseSlot(slot)
-	ce := nn.SoftmaxCE{Threads: e.be.Threads()}
+	loss := e.spec.Job.Spec().NewLoss(e.spec.Data, e.be.Threads())
 	credit := nn.New(1)
 	ins := make([]*nn.Tensor, len(e.st.Inputs))
 	var (
 		out    []*nn.Tensor
 		from   []int             // the peers the chunk in hand came from
 		ahead  = map[int][]int{} // per receiver: the chunks sent, not yet credited
-		labels []int32
+		labels []float32
 	)
 	wait := func(k boxKey) (*nn.Tensor, error) {
 		t0 := time.Now()
@@ -182,15 +182,13 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 				if err != nil {
 					return res, err
 				}
-				if labels, err = labelsOf(y, labels, e.spec.Data.Classes); err != nil {
-					return res, err
-				}
 				logits := out[e.outIdx[e.g.Output]]
-				if rows := nn.Size(logits.Shape()) / logits.Shape()[len(logits.Shape())-1]; rows != len(labels) {
-					return res, fmt.Errorf("chunk %d: %d labels for %d rows of logits", c, len(labels), rows)
+				labels = append(labels[:0], nn.F32(y)...)
+				if err := loss.Check(logits.Shape(), labels); err != nil {
+					return res, fmt.Errorf("chunk %d: %w", c, err)
 				}
 				t0 := time.Now()
-				l, n, _ := ce.Forward(logits, labels, 0)
+				l, n, _ := loss.Forward(logits, labels, 0)
 				res.forwardNs += int64(time.Since(t0))
 				res.losses = append(res.losses, l)
 				res.correct += int64(n)

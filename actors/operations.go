@@ -460,7 +460,7 @@ func (c *Coordinator) takeCut(ctx context.Context, s *stageSet, a core.TakeCut) 
 				return ev
 			}
 			opt, _ := c.spec.NewOptimizer(1)
-			ev.Accuracy, ev.TestLoss = c.job.Evaluate(nn.NewTrainer(c.job.Graph, opt, be, c.spec.Seed), progress)
+			ev.Accuracy, ev.TestLoss = c.job.Evaluate(c.job.NewTrainer(opt, be), progress)
 		}
 		ev.Evaluated = c.clk.Now().Sub(t0)
 		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())

@@ -92,9 +92,9 @@ type stageEngine struct {
 	grads    [][][]*nn.Tensor // [m][output][position in To]
 	acc      [][]*nn.Tensor   // [m][output]: owned buffer for a sum of gradients
 	dout     []*nn.Tensor
-	loss     []nn.SoftmaxCE
+	loss     []nn.Loss
 	lossGrad []*nn.Tensor
-	labels   [][]int32
+	labels   [][]float32
 	zeros    map[string]*nn.Tensor
 
 	// slot is the nn.Stage slot of each micro-batch: a slot is taken at a
@@ -233,9 +233,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	M := e.M
 	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
-	e.loss, e.lossGrad, e.labels = make([]nn.SoftmaxCE, M), make([]*nn.Tensor, M), make([][]int32, M)
+	e.loss, e.lossGrad, e.labels = make([]nn.Loss, M), make([]*nn.Tensor, M), make([][]float32, M)
 	for m := range e.loss {
-		e.loss[m].Threads = e.be.Threads()
+		e.loss[m] = js.NewLoss(spec.Data, e.be.Threads())
 	}
 	for m := range M {
 		e.ins[m] = make([]*nn.Tensor, len(st.Inputs))
@@ -565,13 +565,11 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			if err != nil {
 				return res, err
 			}
-			if e.labels[m], err = labelsOf(y, e.labels[m], e.spec.Data.Classes); err != nil {
-				return res, err
-			}
 			t0 = time.Now()
 			logits := e.outs[m][e.outIdx[e.g.Output]]
-			if rows := nn.Size(logits.Shape()) / logits.Shape()[len(logits.Shape())-1]; rows != len(e.labels[m]) {
-				return res, fmt.Errorf("micro-batch %d: %d labels for %d rows of logits", m, len(e.labels[m]), rows)
+			e.labels[m] = append(e.labels[m][:0], nn.F32(y)...)
+			if err := e.loss[m].Check(logits.Shape(), e.labels[m]); err != nil {
+				return res, fmt.Errorf("micro-batch %d: %w", m, err)
 			}
 			l, c, grad := e.loss[m].Forward(logits, e.labels[m], e.scale)
 			e.lossGrad[m] = grad
@@ -881,19 +879,6 @@ func actKind(peer int) dataplane.Kind {
 		return dataplane.KindInput
 	}
 	return dataplane.KindActivation
-}
-
-// labelsOf converts labels sent as float32 class numbers, checking them.
-func labelsOf(t *nn.Tensor, dst []int32, classes int) ([]int32, error) {
-	v := nn.F32(t)
-	dst = dst[:0]
-	for i, f := range v {
-		if f != float32(int32(f)) || f < 0 || int(f) >= classes {
-			return nil, fmt.Errorf("label %d is %v, want a class in [0, %d)", i, f, classes)
-		}
-		dst = append(dst, int32(f))
-	}
-	return dst, nil
 }
 
 // ---- Inbox: tensors received on all links, by tag ----

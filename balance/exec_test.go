@@ -13,19 +13,19 @@ import (
 // fixedData is one random mini-batch cut into equal micro-batches.
 type fixedData struct {
 	x     []float32
-	y     []int32
+	y     []float32
 	shape []int
 	M, n  int
 }
 
 func newFixedData(shape []int, batch, M, classes int) *fixedData {
 	r := rand.New(rand.NewPCG(3, 3))
-	d := &fixedData{x: make([]float32, batch*nn.Size(shape)), y: make([]int32, batch), shape: shape, M: M, n: batch / M}
+	d := &fixedData{x: make([]float32, batch*nn.Size(shape)), y: make([]float32, batch), shape: shape, M: M, n: batch / M}
 	for i := range d.x {
 		d.x[i] = float32(r.NormFloat64())
 	}
 	for i := range d.y {
-		d.y[i] = int32(r.IntN(classes))
+		d.y[i] = float32(r.IntN(classes))
 	}
 	return d
 }
@@ -33,7 +33,7 @@ func newFixedData(shape []int, batch, M, classes int) *fixedData {
 func (d *fixedData) BatchSize() int     { return d.n * d.M }
 func (d *fixedData) MicroBatches() int  { return d.M }
 func (d *fixedData) StepsPerEpoch() int { return 1 }
-func (d *fixedData) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+func (d *fixedData) Micro(epoch, step, m int, x *nn.Tensor, y []float32) (*nn.Tensor, []float32) {
 	per := nn.Size(d.shape)
 	x = nn.FromData(slices.Clone(d.x[m*d.n*per:(m+1)*d.n*per]), append([]int{d.n}, d.shape...)...)
 	return x, slices.Clone(d.y[m*d.n : (m+1)*d.n])

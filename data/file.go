@@ -22,7 +22,9 @@ import (
 // scaled to [0, 1]) holds features; one of signed integers (int8 to int64)
 // holds ids (token ids, categories) in [0, MaxID). The labels y are
 // integers of shape [N] (a class a sample) or [N, T...] (a class a
-// position, a language model's next tokens).
+// position, a language model's next tokens), or float32 or float64 values
+// (a regression's targets, of the model output's shape; the set then has
+// no classes).
 
 // HeldOut is the share of a file's samples kept for testing when it has no
 // x_test and y_test.
@@ -87,8 +89,11 @@ func loadFile(path string, open Opener) (*Set, error) {
 		}
 		train, test = cut(train, train.N-n)
 	}
+	if (train.Classes == 0) != (test.Classes == 0) {
+		return nil, corrupt(path, "y and y_test differ: one holds classes (integers), the other values (floats)")
+	}
 	classes := max(train.Classes, test.Classes)
-	if classes < 2 {
+	if classes == 1 {
 		return nil, corrupt(path, "every label is 0: want at least two classes")
 	}
 	train.Classes, test.Classes = classes, classes
@@ -133,12 +138,15 @@ func fileSplit(path string, arrays map[string]*array, names []string, suffix str
 			s.More = append(s.More, a)
 		}
 	}
-	ys, err := y.labels(path + ": " + yn)
-	if err != nil {
+	var err error
+	if y.isFloat() {
+		s.Y, err = y.floats(path + ": " + yn)
+		return s, err
+	}
+	if s.Y, err = y.labels(path + ": " + yn); err != nil {
 		return nil, err
 	}
-	s.Y = ys
-	for _, v := range ys {
+	for _, v := range s.Y {
 		s.Classes = max(s.Classes, int(v)+1)
 	}
 	return s, nil

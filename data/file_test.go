@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,6 +133,27 @@ func TestLoadSafetensors(t *testing.T) {
 	}
 }
 
+// A float y holds a regression's targets: kept as they are, no classes.
+func TestLoadTargets(t *testing.T) {
+	x, _ := images(10, 2)
+	y := &array{dtype: "f8", shape: []int{10, 3}, data: make([]byte, 8*30)}
+	for i := range 30 {
+		binary.LittleEndian.PutUint64(y.data[8*i:], math.Float64bits(float64(i)-7.5))
+	}
+	path := filepath.Join(t.TempDir(), "targets.npz")
+	writeNPZ(t, path, map[string]*array{"x": x, "y": y}, false)
+	set, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Classes != 0 || !slices.Equal(set.Train.LabelShape, []int{3}) || set.Train.N != 9 || set.Test.Y[2] != 29-7.5 || set.Train.Y[0] != -7.5 {
+		t.Fatalf("classes %d, label shape %v, train %d, test y %v", set.Classes, set.Train.LabelShape, set.Train.N, set.Test.Y)
+	}
+	if err := set.Train.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Bad files are refused with what is wrong, before anything their headers
 // merely claim is allocated.
 func TestBadDataFiles(t *testing.T) {
@@ -151,7 +173,8 @@ func TestBadDataFiles(t *testing.T) {
 		{"claims 4 GiB", map[string]*array{"x": huge, "y": y}, "needs 4294967296 bytes"},
 		{"NaN sample", map[string]*array{"x": nanX, "y": y}, "is NaN"},
 		{"negative label", map[string]*array{"x": x, "y": negY}, "label -1"},
-		{"float labels", map[string]*array{"x": x, "y": {dtype: "f4", shape: []int{10}, data: make([]byte, 40)}}, "want an integer type"},
+		{"NaN target", map[string]*array{"x": x, "y": nanX}, "is NaN"},
+		{"targets and classes", map[string]*array{"x": x, "y": {dtype: "f4", shape: []int{10}, data: make([]byte, 40)}, "x_test": x, "y_test": y}, "one holds classes (integers), the other values (floats)"},
 		{"one class", map[string]*array{"x": x, "y": {dtype: "i8", shape: []int{10}, data: make([]byte, 80)}}, "at least two classes"},
 	} {
 		path := filepath.Join(dir, "bad.npz")

@@ -219,7 +219,7 @@ func TestReadSplitMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.N != 4 || !slices.Equal(s.Shape, []int{2, 3, 1}) || !slices.Equal(s.Y, []int32{0, 9, 3, 1}) {
+	if s.N != 4 || !slices.Equal(s.Shape, []int{2, 3, 1}) || !slices.Equal(s.Y, []float32{0, 9, 3, 1}) {
 		t.Fatalf("split N=%d shape %v labels %v", s.N, s.Shape, s.Y)
 	}
 	for i, b := range seq(24) {

@@ -104,7 +104,7 @@ func (l *Loader) Fill(epoch, step, m int, b *nn.Batch) {
 
 // Micro is Fill for a split of one input: it fills x and y (reused when
 // they fit) and returns them.
-func (l *Loader) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+func (l *Loader) Micro(epoch, step, m int, x *nn.Tensor, y []float32) (*nn.Tensor, []float32) {
 	b := &l.scratch
 	b.X, b.Y = append(b.X[:0], x), y
 	l.Fill(epoch, step, m, b)
@@ -113,7 +113,7 @@ func (l *Loader) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor,
 
 // Batch returns micro-batch micro of mini-batch step of epoch in new buffers;
 // micro -1 returns the whole mini-batch (the micro-batches in order).
-func (l *Loader) Batch(epoch, step, micro int) (*nn.Tensor, []int32) {
+func (l *Loader) Batch(epoch, step, micro int) (*nn.Tensor, []float32) {
 	if micro != -1 {
 		l.checkMicro(micro)
 	}

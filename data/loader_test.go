@@ -13,11 +13,11 @@ import (
 // idSplit returns a split whose sample i holds the values i, i+0.5, ... so
 // that a batch tells which samples it holds.
 func idSplit(n int, shape ...int) *Split {
-	s := &Split{N: n, Shape: shape, Y: make([]int32, n), Classes: 7}
+	s := &Split{N: n, Shape: shape, Y: make([]float32, n), Classes: 7}
 	ss := s.SampleSize()
 	s.X = make([]float32, n*ss)
 	for i := range n {
-		s.Y[i] = int32(i % 7)
+		s.Y[i] = float32(i % 7)
 		for j := range ss {
 			s.X[i*ss+j] = float32(i) + float32(j)/float32(ss)
 		}
@@ -237,7 +237,7 @@ func TestMicroDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	xs := make([]*nn.Tensor, 3)
-	ys := make([][]int32, 3)
+	ys := make([][]float32, 3)
 	for m := range 3 {
 		xs[m], ys[m] = l.Micro(0, 0, m, nil, nil)
 	}
@@ -280,7 +280,7 @@ func TestMicroDoesNotAllocate(t *testing.T) {
 
 	// A buffer of the wrong shape is replaced, not written past.
 	small := nn.New(1, 4, 4, 3)
-	x, y = l.Micro(0, 0, 0, small, make([]int32, 0, 1))
+	x, y = l.Micro(0, 0, 0, small, make([]float32, 0, 1))
 	if x == small || x.Shape()[0] != 4 || len(y) != 4 {
 		t.Fatalf("wrong-shaped buffer kept: shape %v, %d labels", x.Shape(), len(y))
 	}
@@ -295,7 +295,7 @@ func BenchmarkMicro(b *testing.B) {
 				b.Fatal(err)
 			}
 			xs := make([]*nn.Tensor, 4)
-			ys := make([][]int32, 4)
+			ys := make([][]float32, 4)
 			b.SetBytes(int64(batch * s.SampleSize() * 4))
 			b.ReportAllocs()
 			step := 0

@@ -218,26 +218,23 @@ func (a *array) isInt() bool {
 // ids returns an integer array's elements as exact float32 values in
 // [0, MaxID).
 func (a *array) ids(name string) ([]float32, error) {
-	v, err := a.integers(name, "id", MaxID-1)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = float32(x)
-	}
-	return out, nil
+	return a.integers(name, "id", MaxID-1)
 }
 
 // labels returns the array's elements as class labels.
-func (a *array) labels(name string) ([]int32, error) {
+func (a *array) labels(name string) ([]float32, error) {
 	return a.integers(name, "label", maxFileClasses)
 }
 
-// integers returns an integer array's elements, each in [0, hi].
-func (a *array) integers(name, what string, hi int64) ([]int32, error) {
+// isFloat reports whether the array holds floats: targets of a regression
+// when it is the labels' array.
+func (a *array) isFloat() bool { return a.dtype == "f4" || a.dtype == "f8" }
+
+// integers returns an integer array's elements, each in [0, hi] (below
+// 2^24, so exact as float32).
+func (a *array) integers(name, what string, hi int64) ([]float32, error) {
 	size := itemSize(a.dtype)
-	out := make([]int32, len(a.data)/max(size, 1))
+	out := make([]float32, len(a.data)/max(size, 1))
 	for i := range out {
 		var v int64
 		b := a.data[size*i:]
@@ -258,7 +255,7 @@ func (a *array) integers(name, what string, hi int64) ([]int32, error) {
 		if v < 0 || v > hi {
 			return nil, corrupt(name, "%s %d at %d is not in [0, %d]", what, v, i, hi)
 		}
-		out[i] = int32(v)
+		out[i] = float32(v)
 	}
 	return out, nil
 }

@@ -15,7 +15,7 @@ const pythonOrder = "/usr/bin/python3"
 // orderSplit is a split of n one-value samples, all of class 0: only its
 // size matters to a Loader's order.
 func orderSplit(n int) *Split {
-	return &Split{N: n, Shape: []int{1}, X: make([]float32, n), Y: make([]int32, n), Classes: 1}
+	return &Split{N: n, Shape: []int{1}, X: make([]float32, n), Y: make([]float32, n), Classes: 1}
 }
 
 // runOrderPy runs bench/data_order.py with args and returns its lines, each

@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,10 +25,13 @@ type Split struct {
 	// More are a multi-input model's further inputs, of N samples each.
 	More []Array
 	// LabelShape is the per-sample shape of Y: [] for one label a sample,
-	// [T] for one a position (a language model's next tokens).
+	// [T] for one a position (a language model's next tokens), or a
+	// regression's target shape.
 	LabelShape []int
-	Y          []int32 // N*Size(LabelShape) labels in [0, Classes)
-	Classes    int     // number of classes
+	// Y holds N*Size(LabelShape) labels: classes in [0, Classes), exact as
+	// float32, or a regression's target values when Classes is 0.
+	Y       []float32
+	Classes int // number of classes; 0 when Y holds values
 }
 
 // Array is one input of a split: N samples of one shape.
@@ -74,7 +78,7 @@ func (s *Split) SampleSize() int { return nn.Size(s.Shape) }
 // Validate checks that the split is consistent: sizes agree, every label
 // is in [0, Classes) and every id an integer in [0, MaxID).
 func (s *Split) Validate() error {
-	if s.N <= 0 || s.Classes <= 0 || len(s.Shape) == 0 {
+	if s.N <= 0 || s.Classes < 0 || len(s.Shape) == 0 {
 		return fmt.Errorf("data: split has N=%d, Classes=%d, shape %v", s.N, s.Classes, s.Shape)
 	}
 	for _, a := range s.Inputs() {
@@ -103,8 +107,11 @@ func (s *Split) Validate() error {
 		return fmt.Errorf("data: split of %d samples of shape %v has %d labels of shape %v", s.N, s.Shape, len(s.Y), s.LabelShape)
 	}
 	for i, y := range s.Y {
-		if y < 0 || int(y) >= s.Classes {
-			return fmt.Errorf("data: split: label %d of sample %d is not in [0, %d)", y, i/s.Labels(), s.Classes)
+		switch {
+		case s.Classes == 0 && (math.IsNaN(float64(y)) || math.IsInf(float64(y), 0)):
+			return fmt.Errorf("data: split: target %v of sample %d is not finite", y, i/max(s.Labels(), 1))
+		case s.Classes > 0 && (y != float32(int32(y)) || y < 0 || int(y) >= s.Classes):
+			return fmt.Errorf("data: split: label %v of sample %d is not in [0, %d)", y, i/max(s.Labels(), 1), s.Classes)
 		}
 	}
 	return nil
@@ -133,12 +140,12 @@ func SplitFromIDX(images, labels *IDX, classes int) (*Split, error) {
 	if labels.Dims[0] != n {
 		return nil, corrupt(labels.Name, "count mismatch: %d labels for %d images in %s", labels.Dims[0], n, images.Name)
 	}
-	y := make([]int32, n)
+	y := make([]float32, n)
 	for i, b := range labels.Data {
 		if int(b) >= classes {
 			return nil, corrupt(labels.Name, "label %d of sample %d is out of range: want < %d classes", b, i, classes)
 		}
-		y[i] = int32(b)
+		y[i] = float32(b)
 	}
 	var scale [256]float32
 	for i := range scale {
@@ -343,7 +350,7 @@ func (s *Split) buffers(n int, b *nn.Batch) {
 	}
 	L := n * s.Labels()
 	if cap(b.Y) < L {
-		b.Y = make([]int32, L)
+		b.Y = make([]float32, L)
 	}
 	b.Y = b.Y[:L]
 }

@@ -12,7 +12,7 @@ import (
 
 // checkSplit checks a 28x28x1, 10-class split of n samples against known
 // statistics: the mean pixel (tolerance 0.002) and the first label.
-func checkSplit(t *testing.T, name string, sp *Split, n int, mean float64, first int32) {
+func checkSplit(t *testing.T, name string, sp *Split, n int, mean float64, first float32) {
 	t.Helper()
 	if sp.N != n || sp.Classes != 10 || !slices.Equal(sp.Shape, []int{28, 28, 1}) {
 		t.Fatalf("%s: %d samples, %d classes, shape %v; want %d, 10, [28 28 1]", name, sp.N, sp.Classes, sp.Shape, n)
@@ -22,7 +22,7 @@ func checkSplit(t *testing.T, name string, sp *Split, n int, mean float64, first
 	}
 	var count [10]int
 	for _, y := range sp.Y {
-		count[y]++
+		count[int(y)]++
 	}
 	for c, k := range count {
 		if k < sp.N/20 {
@@ -40,14 +40,14 @@ func checkSplit(t *testing.T, name string, sp *Split, n int, mean float64, first
 		t.Errorf("%s: mean pixel %.4f, want %.4f", name, m, mean)
 	}
 	if sp.Y[0] != first {
-		t.Errorf("%s: first label %d, want %d", name, sp.Y[0], first)
+		t.Errorf("%s: first label %v, want %v", name, sp.Y[0], first)
 	}
 }
 
 // checkStandard loads the MNIST-format set in dir through Load and checks
 // both splits; under the race detector it checks only the test split, read
 // directly, to stay fast.
-func checkStandard(t *testing.T, name, dir string, trainMean, testMean float64, train0, test0 int32) {
+func checkStandard(t *testing.T, name, dir string, trainMean, testMean float64, train0, test0 float32) {
 	t.Helper()
 	if raceEnabled {
 		sp, err := ReadSplit(filepath.Join(dir, "t10k-images-idx3-ubyte.gz"), filepath.Join(dir, "t10k-labels-idx1-ubyte.gz"), 10)
@@ -189,7 +189,7 @@ func TestSynthetic(t *testing.T) {
 	cent := make([]float64, s.Classes*ss)
 	count := make([]int, s.Classes)
 	for i, y := range s.Train.Y {
-		count[y]++
+		count[int(y)]++
 		for j, v := range s.Train.X[i*ss : (i+1)*ss] {
 			cent[int(y)*ss+j] += float64(v)
 		}
@@ -212,7 +212,7 @@ func TestSynthetic(t *testing.T) {
 				best, bestD = c, d
 			}
 		}
-		if int32(best) == y {
+		if float32(best) == y {
 			correct++
 		}
 	}

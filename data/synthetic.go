@@ -76,10 +76,10 @@ func Synthetic(shape []int, classes int, opt Options) (*Set, error) {
 		}
 	}
 	gen := func(n int, tag uint64) *Split {
-		s := &Split{N: n, Shape: append([]int(nil), shape...), X: make([]float32, n*size), Y: make([]int32, n), Classes: classes}
+		s := &Split{N: n, Shape: append([]int(nil), shape...), X: make([]float32, n*size), Y: make([]float32, n), Classes: classes}
 		for i := range n {
 			c := i % classes
-			s.Y[i] = int32(c)
+			s.Y[i] = float32(c)
 			src.Seed(opt.Seed, tag|uint64(i))
 			t, x := templates[c*size:(c+1)*size], s.X[i*size:(i+1)*size]
 			for j := range x {

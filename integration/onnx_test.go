@@ -89,7 +89,7 @@ func TestONNXFamilies(t *testing.T) {
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"tiedgpt", "albert", "seq2seq", "lasttoken", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet"}
+	models := []string{"tiedgpt", "albert", "seq2seq", "lasttoken", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet", "denoise", "ctr"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {
@@ -101,6 +101,12 @@ func TestONNXFamilies(t *testing.T) {
 			dir := filepath.Join(root, model)
 			args := []string{"--deterministic", "--model", filepath.Join(dir, "model.onnx"), "--data", filepath.Join(dir, "data.npz"),
 				"--batch", "24", "--micro-batches", "3", "--steps", "6", "--optimizer", "adam", "--threads", "1"}
+			switch model {
+			case "ctr": // a click a sample: one logit against y of [N]
+				args = append(args, "--loss", "bce")
+			case "denoise": // float images as targets take mse unasked; the automatic plan keeps it on one node
+				args = append(args, "--partition", "uniform")
+			}
 			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
 			if err != nil {
 				t.Fatal(err)
@@ -115,6 +121,9 @@ func TestONNXFamilies(t *testing.T) {
 			}
 			if res.WeightsSHA256 != local.WeightsSHA256 {
 				t.Errorf("three nodes: weights %s, --local %s", res.WeightsSHA256, local.WeightsSHA256)
+			}
+			if want := map[string]string{"denoise": "mse", "ctr": "bce"}[model]; res.Loss != want && want != "" || math.Abs(res.TestLoss-local.TestLoss) > 1e-6*math.Abs(local.TestLoss) {
+				t.Errorf("three nodes: loss %q, test loss %v; --local %q, %v", res.Loss, res.TestLoss, local.Loss, local.TestLoss)
 			}
 			if model == "tiedgpt" {
 				loadTied(t, filepath.Join(dir, "out.safetensors"))

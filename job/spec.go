@@ -109,6 +109,12 @@ type Spec struct {
 	// (0: DefaultReplicas; 1 to MaxReplicas). A job survives the loss of
 	// its coordinator's node when Replicas >= 2.
 	Replicas int `json:"replicas"`
+	// Loss is what training minimises: "ce" (softmax cross-entropy over
+	// the last axis against class labels), "mse" (squared error against
+	// float targets of the output's shape) or "bce" (binary cross-entropy
+	// of logits against targets in [0, 1]); empty: ce for class labels,
+	// mse for float targets (LossName).
+	Loss string `json:"loss,omitempty"`
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
@@ -324,6 +330,11 @@ func (s *Spec) normalize() error {
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
 		return specErr("%v", err)
 	}
+	switch s.Loss {
+	case "", nn.LossCE, nn.LossMSE, nn.LossBCE:
+	default:
+		return specErr("unknown loss %q (have %s, %s, %s; none: %s for class labels, %s for float targets)", s.Loss, nn.LossCE, nn.LossMSE, nn.LossBCE, nn.LossCE, nn.LossMSE)
+	}
 	switch s.Wire {
 	case "", "raw", "bf16", "int8":
 	default:
@@ -424,9 +435,8 @@ func (c Checked) prepare(memory int64, check func(Footprint, int64) error) (*Job
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Equal(md.labels, set.Train.LabelShape) {
-		return nil, specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
-			orNone(md.labels), dimsPrefix(md.labels), orNone(set.Train.LabelShape))
+	if err := s.checkTargets(set, md); err != nil {
+		return nil, err
 	}
 	var mean, std []float64
 	if s.Standardize {
@@ -582,7 +592,60 @@ func (s Spec) BuildModel(d Sample) (*nn.Graph, error) {
 // built says what buildModel learnt of a model besides its graph.
 type built struct {
 	channels []int // per input, the axis standardisation works per (-1: none)
-	labels   []int // the per-sample shape of the labels it takes
+	labels   []int // the per-sample shape of the class labels it takes
+	output   []int // the per-sample shape of its output
+}
+
+// LossName is the loss the job minimises on data d: the spec's, or the
+// softmax cross-entropy for class labels and the squared error for float
+// targets.
+func (s Spec) LossName(d Sample) string {
+	switch {
+	case s.Loss != "":
+		return s.Loss
+	case d.Classes == 0:
+		return nn.LossMSE
+	}
+	return nn.LossCE
+}
+
+// NewLoss returns the job's loss (LossName) over threads.
+func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
+	l, err := nn.NewLoss(s.LossName(d), threads)
+	if err != nil {
+		panic(err) // a checked spec names a known loss
+	}
+	return l
+}
+
+// checkTargets refuses data whose targets the model's output cannot be
+// scored against with the job's loss.
+func (s Spec) checkTargets(set *data.Set, md built) error {
+	y := set.Train.LabelShape
+	switch loss := s.LossName(SampleOf(set)); {
+	case loss == nn.LossCE && set.Classes == 0:
+		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s or %s)", loss, nn.LossMSE, nn.LossBCE)
+	case loss == nn.LossCE && !slices.Equal(md.labels, y):
+		return specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
+			orNone(md.labels), dimsPrefix(md.labels), orNone(y))
+	case loss != nn.LossCE && !slices.Equal(squeezed(md.output), squeezed(y)):
+		return specErr("loss %s scores each output value against a target: the model's output is [N, %s], the data's y is [N, %s]",
+			loss, dims(md.output), dims(y))
+	}
+	return nil
+}
+
+// squeezed is shape without its axes of 1.
+func squeezed(shape []int) []int {
+	return slices.DeleteFunc(slices.Clone(shape), func(d int) bool { return d == 1 })
+}
+
+func dims(shape []int) string {
+	var parts []string
+	for _, d := range shape {
+		parts = append(parts, strconv.Itoa(d))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // buildModel is BuildModel that also says where each input's channels are
@@ -607,8 +670,11 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 		if err != nil {
 			return nil, built{}, specErr("%s: %v", s.Model, err)
 		}
-		g, b = md.Graph, built{channels: md.ChannelAxes, labels: md.Labels}
+		g, b = md.Graph, built{channels: md.ChannelAxes, labels: md.Labels, output: append(slices.Clone(md.Labels), md.Classes)}
 	} else {
+		if d.Classes == 0 {
+			return nil, built{}, specErr("%s is a classifier: float targets need a model of yours (an ONNX file)", s.Model)
+		}
 		if len(d.Inputs) != 1 || d.Inputs[0].Int {
 			return nil, built{}, specErr("%s takes one array of features; the data has %s", s.Model, describeInputs(d.Inputs))
 		}
@@ -616,7 +682,7 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 		if g, err = zoo.Build(s.Model, zoo.Options{Width: s.Width, Input: d.Inputs[0].Shape, Classes: d.Classes}); err != nil {
 			return nil, built{}, specErr("%v", err)
 		}
-		b.labels = []int{}
+		b.labels, b.output = []int{}, []int{d.Classes}
 	}
 	if s.Init != "" {
 		if err := s.giveWeights(g, s.Init); err != nil {
@@ -735,6 +801,14 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 	return nn.NewBackend(s.Backend, threads, s.Deterministic)
 }
 
+// NewTrainer returns a single-process trainer of the job's model with its
+// loss.
+func (j *Job) NewTrainer(opt nn.Optimizer, be nn.Backend) *nn.Trainer {
+	tr := nn.NewTrainer(j.Graph, opt, be, j.Spec.Seed)
+	tr.Loss = j.Spec.NewLoss(SampleOf(j.Set), be.Threads())
+	return tr
+}
+
 // Evaluate returns the accuracy and the mean loss of tr's model on the
 // job's test split (per label: per sample, or per position). progress, if
 // set, hears after each chunk how many of the split's samples are done.
@@ -783,8 +857,11 @@ type Result struct {
 	// TestLoss is the mean loss over the test split's labels; Perplexity
 	// its exponential, for models with a label a position (language
 	// models).
-	TestLoss      float64 `json:"test_loss"`
-	Perplexity    float64 `json:"perplexity,omitempty"`
+	TestLoss   float64 `json:"test_loss"`
+	Perplexity float64 `json:"perplexity,omitempty"`
+	// Loss names the loss (Spec.LossName); under mse there is no
+	// accuracy, and both accuracies are 0.
+	Loss          string  `json:"loss,omitempty"`
 	Backend       string  `json:"backend"`
 	Threads       int     `json:"threads"`
 	Deterministic bool    `json:"deterministic"`
@@ -826,7 +903,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	if err != nil {
 		return nil, err
 	}
-	tr := nn.NewTrainer(j.Graph, opt, be, s.Seed)
+	tr := j.NewTrainer(opt, be)
 	start := time.Now()
 	var last nn.StepResult
 	var correct, seen int
@@ -856,21 +933,24 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc, TestLoss: testLoss,
-		Perplexity: j.Perplexity(testLoss),
-		Backend:    nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
+		Perplexity: j.Perplexity(testLoss), Loss: j.LossName(),
+		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: evalSeconds, WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(),
 	}, nil
 }
 
-// Perplexity is exp(loss) for a model with a label a position (a language
-// model's), else 0.
+// Perplexity is exp(loss) for a model with a class label a position (a
+// language model's), else 0.
 func (j *Job) Perplexity(loss float64) float64 {
-	if len(j.Set.Train.LabelShape) == 0 {
+	if len(j.Set.Train.LabelShape) == 0 || j.LossName() != nn.LossCE {
 		return 0
 	}
 	return math.Exp(loss)
 }
+
+// LossName is the loss the job minimises (Spec.LossName).
+func (j *Job) LossName() string { return j.Spec.LossName(SampleOf(j.Set)) }
 
 // WeightsMeta is the metadata of a safetensors file of the job's final
 // weights (WeightsEntries): what a user needs to use them elsewhere (the

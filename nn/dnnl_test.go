@@ -409,7 +409,7 @@ func TestDNNLTrainingPassAllocatesNothing(t *testing.T) {
 			tr := newTrainer(t, model, o, be)
 			b := randomBatches(o.Input, 12, 2, 5)
 			xs := make([]*nn.Tensor, 2)
-			ys := make([][]int32, 2)
+			ys := make([][]float32, 2)
 			for m := range xs {
 				mb := nn.MicroBatch(b, 0, 0, m)
 				xs[m], ys[m] = mb.X[0], mb.Y

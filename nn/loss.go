@@ -2,11 +2,61 @@ package nn
 
 import (
 	"fmt"
+	"math"
 )
 
+// Loss scores a micro-batch's output against its targets, sample after
+// sample. Implementations must not be copied after their first Forward.
+type Loss interface {
+	// Targets is how many targets an output of shape out has: one a row of
+	// logits for a classification, one a value for a regression.
+	Targets(out []int) int
+	// Check says why y cannot be the targets of an output of shape out
+	// (nil when it can); y comes from data a user or a peer sent.
+	Check(out []int, y []float32) error
+	// Forward returns the sum of the per-target losses, how many targets
+	// were predicted right (0 for a loss without such a notion), and the
+	// gradient of scale·sum with respect to out, which belongs to the loss
+	// and stays valid until its next call. With scale = LossScale the
+	// gradients of a mini-batch's micro-batches add up to the gradient of
+	// its mean loss. The sum runs in order, whatever the threads.
+	Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor)
+}
+
+// The losses NewLoss knows, by the names a job spec gives them.
+const (
+	// LossCE is the softmax cross-entropy of logits [N, ..., classes]
+	// against one class a row (PyTorch's CrossEntropyLoss).
+	LossCE = "ce"
+	// LossMSE is the squared error of each output value against a target
+	// of the output's shape (MSELoss).
+	LossMSE = "mse"
+	// LossBCE is the binary cross-entropy of each output value taken as a
+	// logit against a target in [0, 1] of the output's shape
+	// (BCEWithLogitsLoss); a value is predicted right when its sign agrees
+	// with its target's side of 1/2.
+	LossBCE = "bce"
+)
+
+// NewLoss returns the loss of that name (LossCE, LossMSE or LossBCE),
+// spreading its work over threads (0: one); its results do not depend on
+// them.
+func NewLoss(name string, threads int) (Loss, error) {
+	switch name {
+	case LossCE:
+		return &SoftmaxCE{Threads: threads}, nil
+	case LossMSE:
+		return &elementLoss{threads: threads, fn: mseElem}, nil
+	case LossBCE:
+		return &elementLoss{threads: threads, fn: bceElem, unit: true, scored: true}, nil
+	}
+	return nil, fmt.Errorf("nn: unknown loss %q (want %s, %s or %s)", name, LossCE, LossMSE, LossBCE)
+}
+
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
-// one label per row of the last axis (per sample, or per position). It must
-// not be copied after its first Forward.
+// one label per row of the last axis (per sample, or per position), a class
+// number held exactly as a float32. It must not be copied after its first
+// Forward.
 type SoftmaxCE struct {
 	// Threads is the number of threads rows are spread over (0: one); the
 	// result does not depend on it.
@@ -19,29 +69,39 @@ type SoftmaxCE struct {
 	// The pass in progress, for fn (made once: a closure per call would
 	// allocate).
 	z, g   []float32
-	labels []int32
+	labels []float32
 	k      int
 	scale  float32
 	fn     func(lo, hi int)
 }
 
-// Forward returns the sum over the micro-batch of the per-sample losses, the
-// number of samples whose largest logit is the label, and the gradient of
-// scale·(summed loss) with respect to the logits. With scale = 1/B for a
-// mini-batch of B samples, the gradients of its micro-batches add up to the
-// gradient of the mean loss. The gradient belongs to the loss and stays
-// valid until its next call. Rows are summed in order.
-func (l *SoftmaxCE) Forward(logits *Tensor, labels []int32, scale float32) (loss float64, correct int, grad *Tensor) {
-	k := lastDim(logits)
-	n := len(F32(logits)) / k
-	if len(labels) != n {
-		panic(fmt.Sprintf("nn: %d labels for %d rows", len(labels), n))
+// Targets is the number of rows of the last axis.
+func (l *SoftmaxCE) Targets(out []int) int { return Size(out) / max(out[len(out)-1], 1) }
+
+// Check requires a class in [0, classes) for every row.
+func (l *SoftmaxCE) Check(out []int, y []float32) error {
+	if n := l.Targets(out); len(y) != n {
+		return fmt.Errorf("%d labels for %d rows of logits %v", len(y), n, out)
 	}
-	for _, y := range labels {
-		if y < 0 || int(y) >= k {
-			panic(fmt.Sprintf("nn: label %d out of range [0, %d)", y, k))
+	k := out[len(out)-1]
+	for i, f := range y {
+		if f != float32(int32(f)) || f < 0 || int(f) >= k {
+			return fmt.Errorf("label %d is %v, want a class in [0, %d)", i, f, k)
 		}
 	}
+	return nil
+}
+
+// Forward returns the sum over the micro-batch of the per-row losses, the
+// number of rows whose largest logit is the label, and the gradient of
+// scale·(summed loss) with respect to the logits. Rows are summed in
+// order.
+func (l *SoftmaxCE) Forward(logits *Tensor, labels []float32, scale float32) (loss float64, correct int, grad *Tensor) {
+	if err := l.Check(logits.Shape(), labels); err != nil {
+		panic("nn: " + err.Error())
+	}
+	k := lastDim(logits)
+	n := len(labels)
 	z := F32(logits)
 	grad = l.s.Buf(0, logits.Shape()...)
 	g := F32(grad)
@@ -84,4 +144,84 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 		}
 		gs[y] -= scale
 	}
+}
+
+// elementLoss is a loss of one output value against one target: the
+// squared error or the binary cross-entropy with logits.
+type elementLoss struct {
+	threads int
+	// fn returns the loss of output z against target y, its gradient with
+	// respect to z, and whether z predicts y right.
+	fn     func(z, y float32) (loss float64, grad float32, hit bool)
+	unit   bool // targets lie in [0, 1]
+	scored bool // hits count
+
+	s     Slot
+	vals  []float64
+	hits  []bool
+	z, g  []float32
+	y     []float32
+	scale float32
+	run   func(lo, hi int)
+}
+
+func (l *elementLoss) Targets(out []int) int { return Size(out) }
+
+func (l *elementLoss) Check(out []int, y []float32) error {
+	if n := Size(out); len(y) != n {
+		return fmt.Errorf("%d targets for an output of shape %v (%d values)", len(y), out, n)
+	}
+	for i, v := range y {
+		switch {
+		case math.IsNaN(float64(v)) || math.IsInf(float64(v), 0):
+			return fmt.Errorf("target %d is %v", i, v)
+		case l.unit && (v < 0 || v > 1):
+			return fmt.Errorf("target %d is %v, want a value in [0, 1]", i, v)
+		}
+	}
+	return nil
+}
+
+func (l *elementLoss) Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor) {
+	if err := l.Check(out.Shape(), y); err != nil {
+		panic("nn: " + err.Error())
+	}
+	n := len(y)
+	grad = l.s.Buf(0, out.Shape()...)
+	if cap(l.vals) < n {
+		l.vals, l.hits = make([]float64, n), make([]bool, n)
+	}
+	l.z, l.g, l.y, l.scale = F32(out), F32(grad), y, scale
+	if l.run == nil {
+		l.run = l.elements
+	}
+	parallel(max(l.threads, 1), n, mathGrain, l.run)
+	for i, v := range l.vals[:n] {
+		loss += v
+		if l.scored && l.hits[i] {
+			correct++
+		}
+	}
+	return loss, correct, grad
+}
+
+func (l *elementLoss) elements(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		v, g, hit := l.fn(l.z[i], l.y[i])
+		l.vals[i], l.g[i], l.hits[i] = v, g*l.scale, hit
+	}
+}
+
+// mseElem is (z − y)², of gradient 2(z − y).
+func mseElem(z, y float32) (float64, float32, bool) {
+	d := z - y
+	return float64(d) * float64(d), 2 * d, false
+}
+
+// bceElem is −y·log σ(z) − (1 − y)·log(1 − σ(z)), computed without
+// overflow as max(z, 0) − z·y + log(1 + e^−|z|), of gradient σ(z) − y.
+func bceElem(z, y float32) (float64, float32, bool) {
+	zf := float64(z)
+	loss := max(zf, 0) - float64(zf*float64(y)) + logFast(1+expFast(-math.Abs(zf)))
+	return loss, float32(sigmoidFast(zf)) - y, (z > 0) == (y > 0.5)
 }

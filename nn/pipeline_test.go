@@ -19,7 +19,7 @@ func pipelineStep(g *nn.Graph, stages []*nn.Stage, opt nn.Optimizer, be nn.Backe
 	M := b.MicroBatches()
 	ctx := &nn.Ctx{Backend: be, Train: true, Seed: 1, Step: global}
 	vals := make([]map[string]*nn.Tensor, M)
-	labels := make([][]int32, M)
+	labels := make([][]float32, M)
 	var losses []nn.SoftmaxCE = make([]nn.SoftmaxCE, M)
 	scale := float32(1 / float64(b.BatchSize()))
 	slot := func(m int) int {

@@ -77,7 +77,7 @@ func describe(g *nn.Graph) []specNode {
 // fixedBatches serves one mini-batch, cut into micro-batches of given sizes.
 type fixedBatches struct {
 	x     []float32
-	y     []int32
+	y     []float32
 	shape []int
 	sizes []int
 }
@@ -85,14 +85,14 @@ type fixedBatches struct {
 func (f *fixedBatches) BatchSize() int     { return len(f.y) }
 func (f *fixedBatches) MicroBatches() int  { return len(f.sizes) }
 func (f *fixedBatches) StepsPerEpoch() int { return 1 }
-func (f *fixedBatches) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+func (f *fixedBatches) Micro(epoch, step, m int, x *nn.Tensor, y []float32) (*nn.Tensor, []float32) {
 	lo := 0
 	for _, s := range f.sizes[:m] {
 		lo += s
 	}
 	n, per := f.sizes[m], nn.Size(f.shape)
 	x = nn.FromData(append([]float32(nil), f.x[lo*per:(lo+n)*per]...), append([]int{n}, f.shape...)...)
-	return x, append([]int32(nil), f.y[lo:lo+n]...)
+	return x, append([]float32(nil), f.y[lo:lo+n]...)
 }
 
 func (f *fixedBatches) Fill(epoch, step, m int, b *nn.Batch) {
@@ -247,12 +247,12 @@ func parityStart(g *nn.Graph, shape []int, draw uint64) *fixedBatches {
 	}
 	sizes := []int{5, 4, 5} // uneven micro-batches
 	B := 14
-	fb := &fixedBatches{x: make([]float32, B*nn.Size(shape)), y: make([]int32, B), shape: shape, sizes: sizes}
+	fb := &fixedBatches{x: make([]float32, B*nn.Size(shape)), y: make([]float32, B), shape: shape, sizes: sizes}
 	for i := range fb.x {
 		fb.x[i] = float32(r.NormFloat64())
 	}
 	for i := range fb.y {
-		fb.y[i] = int32(r.IntN(5))
+		fb.y[i] = float32(r.IntN(5))
 	}
 	return fb
 }

@@ -9,11 +9,12 @@ import (
 )
 
 // Batch is one micro-batch: a tensor per graph input, batch first, and
-// the labels (one per sample, or one per position of a sample: a language
-// model's next tokens), sample after sample.
+// the targets, sample after sample: classes as float32 numbers (one a
+// sample, or one a position of a sample: a language model's next tokens),
+// or values of the output's shape.
 type Batch struct {
 	X []*Tensor
-	Y []int32
+	Y []float32
 }
 
 // Batches supplies a mini-batch's micro-batches in the deterministic order
@@ -36,8 +37,9 @@ type Trainer struct {
 	Stage *Stage
 	Opt   Optimizer
 	Ctx   Ctx
+	// Loss scores the outputs (NewTrainer's: the softmax cross-entropy).
+	Loss Loss
 
-	loss SoftmaxCE
 	bs   []Batch
 	dout []*Tensor
 	ties [][]*Param
@@ -47,23 +49,23 @@ type Trainer struct {
 func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
 	st := g.Whole()
 	return &Trainer{Graph: g, Stage: st, Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1),
-		loss: SoftmaxCE{Threads: be.Threads()}, ties: Ties(st.Params())}
+		Loss: &SoftmaxCE{Threads: be.Threads()}, ties: Ties(st.Params())}
 }
 
-// StepResult is one step's loss (mean over the mini-batch's labels) and
+// StepResult is one step's loss (mean over the mini-batch's targets) and
 // training accuracy.
 type StepResult struct {
 	Loss    float64
 	Correct int
-	// Samples counts the labels: samples, or their positions.
+	// Samples counts the targets: samples, their positions or values.
 	Samples int
 }
 
 // LossScale is the factor of a micro-batch's summed loss that makes the
-// gradients of a mini-batch of batch samples, labels per sample each, add
+// gradients of a mini-batch of batch samples, targets per sample each, add
 // up to the gradient of its mean loss.
-func LossScale(batch, labels int) float32 {
-	return float32(1 / float64(batch*labels))
+func LossScale(batch, targets int) float32 {
+	return float32(1 / float64(batch*targets))
 }
 
 // Step trains on mini-batch step of epoch; global numbers the step across
@@ -85,7 +87,7 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		}
 		t.Ctx.Micro = m
 		out := t.Stage.Forward(&t.Ctx, 0, bm.X)
-		loss, correct, grad := t.loss.Forward(out[0], bm.Y, scale)
+		loss, correct, grad := t.Loss.Forward(out[0], bm.Y, scale)
 		r.Loss += loss
 		r.Correct += correct
 		r.Samples += len(bm.Y)
@@ -101,17 +103,16 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 }
 
 // Evaluate returns the accuracy and the mean loss of the model in
-// evaluation mode over the labels of the batches next fills (it returns
+// evaluation mode over the targets of the batches next fills (it returns
 // false when done).
 func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 	ctx := t.Ctx
 	ctx.Train = false
 	var b Batch
-	ce := SoftmaxCE{Threads: threadsOf(&ctx)}
 	correct, n := 0, 0
 	for next(&b) {
 		out := t.Stage.Forward(&ctx, 1, b.X)
-		l, c, _ := ce.Forward(out[0], b.Y, 0)
+		l, c, _ := t.Loss.Forward(out[0], b.Y, 0)
 		loss += l
 		correct += c
 		n += len(b.Y)

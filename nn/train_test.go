@@ -15,12 +15,12 @@ import (
 // measurements).
 func randomBatches(shape []int, batch, micro, classes int) *fixedBatches {
 	r := rand.New(rand.NewPCG(1, 1))
-	fb := &fixedBatches{x: make([]float32, batch*nn.Size(shape)), y: make([]int32, batch), shape: shape}
+	fb := &fixedBatches{x: make([]float32, batch*nn.Size(shape)), y: make([]float32, batch), shape: shape}
 	for i := range fb.x {
 		fb.x[i] = float32(r.NormFloat64())
 	}
 	for i := range fb.y {
-		fb.y[i] = int32(r.IntN(classes))
+		fb.y[i] = float32(r.IntN(classes))
 	}
 	for m := 0; m < micro; m++ {
 		fb.sizes = append(fb.sizes, batch/micro+btoi(m < batch%micro))
@@ -38,7 +38,7 @@ func btoi(b bool) int {
 // reuse makes Micro copy into the caller's buffers, as data.Loader does.
 type reuse struct{ *fixedBatches }
 
-func (r reuse) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, []int32) {
+func (r reuse) Micro(epoch, step, m int, x *nn.Tensor, y []float32) (*nn.Tensor, []float32) {
 	lo := 0
 	for _, s := range r.sizes[:m] {
 		lo += s
@@ -46,7 +46,7 @@ func (r reuse) Micro(epoch, step, m int, x *nn.Tensor, y []int32) (*nn.Tensor, [
 	n, per := r.sizes[m], nn.Size(r.shape)
 	if x == nil || nn.Rows(x) != n {
 		x = nn.New(append([]int{n}, r.shape...)...)
-		y = make([]int32, n)
+		y = make([]float32, n)
 	}
 	copy(nn.F32(x), r.x[lo*per:(lo+n)*per])
 	copy(y, r.y[lo:lo+n])

@@ -130,10 +130,7 @@ func (s *steps) Fill(epoch, step, m int, b *nn.Batch) {
 		b.X = append(b.X, nn.FromData(slices.Clone(nn.F32(x)[off:off+n*per]), append([]int{n}, x.Shape()[2:]...)...))
 	}
 	L := s.labels()
-	b.Y = make([]int32, n*L)
-	for i := range b.Y {
-		b.Y[i] = int32(nn.F32(s.y)[(step*bs+lo)*L+i])
-	}
+	b.Y = slices.Clone(nn.F32(s.y)[(step*bs+lo)*L : (step*bs+lo+n)*L])
 }
 
 // A model exported from PyTorch trains in ppnode as in PyTorch, on every
@@ -160,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
-		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc"}
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}
@@ -178,7 +175,15 @@ func TestTorchModels(t *testing.T) {
 
 func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be nn.Backend) {
 	data := newSteps(t, ref)
-	md, err := onnx.Read(path, onnx.Options{Inputs: data.inputs(t, path), Classes: 5})
+	lossName := nn.LossCE
+	if l, ok := ref["__loss"]; ok {
+		lossName = []string{nn.LossCE, nn.LossMSE, nn.LossBCE}[int(nn.F32(l)[0])]
+	}
+	classes := 5
+	if lossName != nn.LossCE {
+		classes = 0
+	}
+	md, err := onnx.Read(path, onnx.Options{Inputs: data.inputs(t, path), Classes: classes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +194,9 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 		t.Fatal(err)
 	}
 	tr := nn.NewTrainer(g, opt, be, 1)
+	if tr.Loss, err = nn.NewLoss(lossName, be.Threads()); err != nil {
+		t.Fatal(err)
+	}
 	loss := firstStep(tr, data)
 	tol := 1e-4
 	if v, ok := ref["__tol"]; ok {
@@ -231,7 +239,6 @@ func f32(t *testing.T, ref map[string]*nn.Tensor, name string) []float32 {
 // firstStep runs the forward and backward passes of the first mini-batch
 // and returns its mean loss, leaving the gradients in place.
 func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
-	var ce nn.SoftmaxCE
 	tr.Ctx.Train = true
 	var total float64
 	var labels int
@@ -240,7 +247,7 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 		mb := nn.MicroBatch(b, 0, 0, m)
 		tr.Ctx.Micro = m
 		out := tr.Stage.Forward(&tr.Ctx, 0, mb.X)
-		loss, _, grad := ce.Forward(out[0], mb.Y, nn.LossScale(b.BatchSize(), len(mb.Y)/nn.Rows(mb.X[0])))
+		loss, _, grad := tr.Loss.Forward(out[0], mb.Y, nn.LossScale(b.BatchSize(), len(mb.Y)/nn.Rows(mb.X[0])))
 		labels += len(mb.Y)
 		total += loss
 		dout[0] = grad

@@ -13,7 +13,8 @@ sets are NHWC ([28, 28, 1] for MNIST), so the metadata's input_shape is
 feature map it does so in NHWC order, and these modules do the same.
 
 The second half defines models to export to ONNX (GPT, DLRM, TwoTower,
-TransformerClassifier, ViT, RNNClassifier, AutoencoderClassifier, Misc),
+TransformerClassifier, ViT, RNNClassifier, AutoencoderClassifier, Misc,
+and Regressor and DenoisingAutoencoder for the regression losses),
 export_onnx, which exports one as ppnode expects, and write_safetensors;
 python/export_models.py builds and exports them from the command line.
 """
@@ -756,6 +757,35 @@ class AutoencoderClassifier(nn.Module):
         x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
         x = F.relu(self.out(x))
         return self.fc(torch.flatten(x, 1))
+
+
+class Regressor(nn.Module):
+    """A tabular regression MLP (trained with --loss mse): Linear, LayerNorm,
+    GELU, Linear. Input: features float32 [N, features]; output: values
+    [N, outputs]."""
+
+    def __init__(self, features=8, hidden=32, outputs=1):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, outputs))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class DenoisingAutoencoder(nn.Module):
+    """A convolutional autoencoder trained to reconstruct images (--loss
+    mse against clean images): Conv2d stride 2 twice, ConvTranspose2d twice
+    back to the input's size. Input: images float32 [N, channels, image,
+    image]; output: images of the same shape."""
+
+    def __init__(self, channels=1, width=8):
+        super().__init__()
+        w = width
+        self.enc = nn.Sequential(nn.Conv2d(channels, w, 3, 2, 1), nn.ReLU(), nn.Conv2d(w, 2 * w, 3, 2, 1), nn.ReLU())
+        self.dec = nn.Sequential(nn.ConvTranspose2d(2 * w, w, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(w, channels, 4, 2, 1))
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
 
 
 class Misc(nn.Module):

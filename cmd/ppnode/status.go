@@ -130,7 +130,7 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 				fmt.Fprintf(w, "  error: %s\n", j.Error)
 			}
 			if j.Result != nil {
-				fmt.Fprintf(w, "  result: test accuracy %.4f, test loss %.4f%s%s, weights %s\n", j.Result.TestAccuracy, j.Result.TestLoss, perplexity(j.Result), evaluated(j.Result), j.Result.WeightsSHA256)
+				fmt.Fprintf(w, "  result: %stest loss %.4f%s%s, weights %s\n", accuracy(j.Result, ", "), j.Result.TestLoss, perplexity(j.Result), evaluated(j.Result), j.Result.WeightsSHA256)
 			}
 			if j.Cuts > 0 {
 				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, every %d steps; the last paused the pipeline %.0f ms, written and copied in %.0f ms",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nn/zoo"
 )
 
@@ -29,6 +30,7 @@ type trainFlags struct {
 	lr            float64
 	momentum, wd  float64
 	optimizer     string
+	loss          string
 	schedule      string
 	warmup        int
 	seed          uint64
@@ -59,6 +61,9 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam or sgd")
+	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse (squared error against\n"+
+		"float targets of the output's shape) or bce (binary cross-entropy of logits against targets in [0, 1])\n"+
+		"(default: ce for integer labels, mse for float targets)")
 	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule: cosine (decays to 0 at the last step) or constant")
 	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of initialisation, data order and dropout")
@@ -89,7 +94,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
-		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
@@ -176,8 +181,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 // printResult prints a job's result: a summary, and with asJSON one JSON
 // object as the last line of stdout.
 func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, test accuracy %.4f, test loss %.4f%s%s\n",
-		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res), evaluated(res))
+	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, %stest loss %.4f%s%s\n",
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, accuracy(res, ", "), res.TestLoss, perplexity(res), evaluated(res))
 	if asJSON {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -186,8 +191,8 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  test accuracy %.4f  test loss %.4f%s  weights %s\n",
-		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, res.TestAccuracy, res.TestLoss, perplexity(res), res.WeightsSHA256[:16])
+	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  %stest loss %.4f%s  weights %s\n",
+		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, accuracy(res, "  "), res.TestLoss, perplexity(res), res.WeightsSHA256[:16])
 	return nil
 }
 
@@ -197,6 +202,15 @@ func evaluated(res *job.Result) string {
 		return fmt.Sprintf(", evaluated in %.1f s", res.EvalSeconds)
 	}
 	return fmt.Sprintf(", evaluated on the %s in %.1f s", res.EvaluatedOn, res.EvalSeconds)
+}
+
+// accuracy shows the test accuracy followed by sep, unless the loss has
+// none (a regression's squared error): then the loss's name.
+func accuracy(res *job.Result, sep string) string {
+	if res.Loss == nn.LossMSE {
+		return "loss " + res.Loss + sep
+	}
+	return fmt.Sprintf("test accuracy %.4f%s", res.TestAccuracy, sep)
 }
 
 // perplexity shows a language model's test perplexity.

@@ -572,7 +572,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: st.acc.Loss,
 		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: e.Accuracy,
-		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss),
+		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss), Loss: j.LossName(),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: e.Evaluated.Seconds(), EvaluatedOn: evaluatedOn(e.OnStages), WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,

@@ -202,6 +202,7 @@
     if (ev && ev.samples > 0) h += `<span class="kv">evaluating the weights after step ${esc(ev.step)}: <b>${esc(ev.done)}</b> / ${esc(ev.samples)} test samples</span>`;
     if (r && isNum(r.test_accuracy) && r.test_accuracy > 0) h += `<span class="kv">test accuracy <b>${num(r.test_accuracy, 4)}</b></span>`;
     else if (acc) h += `<span class="kv">accuracy <b>${num(acc.accuracy, 4)}</b> (epoch ${esc(acc.epoch)})</span>`;
+    if (r && r.loss && r.loss !== 'ce' && isNum(r.test_loss)) h += `<span class="kv">test loss (${esc(r.loss)}) <b>${num(r.test_loss, 4)}</b></span>`;
     h += `<span class="kv muted">coordinator ${esc(j.coordinator)}${(j.holders || []).length ? ', copies on ' + esc(j.holders.join(', ')) : ''}</span>`;
     if (j.takeover) h += `<span class="kv muted">taken over from ${esc(j.takeover.from)} at step ${esc(j.takeover.step)}</span>`;
     if (j.moved_to) h += `<span class="kv error">moved to ${esc(j.moved_to)}</span>`;

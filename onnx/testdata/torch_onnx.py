@@ -244,7 +244,40 @@ def families():
         "autoencoder": (lambda: pm.AutoencoderClassifier(channels=2, image=16, width=4, classes=CLASSES), [("x", (2, 16, 16), None)], ()),
         "normact": (lambda: pm.NormAct(channels=2, image=4, width=4, classes=CLASSES), [("x", (2, 4, 4), None)], ()),
         "misc": (lambda: pm.Misc(channels=2, image=6, width=3, classes=CLASSES), [("x", (2, 6, 6), None)], ()),
+        # Losses other than the cross-entropy (FAMILY_LOSS): the label shape
+        # is the targets', the output's.
+        "regress": (lambda: pm.Regressor(features=6, hidden=8, outputs=3), [("x", (6,), None)], (3,)),
+        "denoise": (lambda: pm.DenoisingAutoencoder(channels=2, width=4), [("x", (2, 8, 8), None)], (2, 8, 8)),
+        "ctr": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, 1)), [("x0", (5,), None), ("x1", (3,), 7)], ()),
+        "multilabel": (lambda: pm.TransformerClassifier(vocab=11, T=6, d=8, heads=2, layers=1, classes=6), [("x", (6,), 11)], (6,)),
     }
+
+
+# The families trained with another loss than the cross-entropy: squared
+# error against float targets, binary cross-entropy of logits against
+# targets in [0, 1] (soft ones for multilabel, clicks for ctr: one logit a
+# sample against y of shape [N]).
+FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce"}
+
+
+def loss_of(name, out, y):
+    """The family's loss summed over the micro-batch."""
+    kind = FAMILY_LOSS.get(name, "ce")
+    if kind == "mse":
+        return F.mse_loss(out, y.reshape(out.shape), reduction="sum")
+    if kind == "bce":
+        return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum")
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum")
+
+
+def targets(name, shape, g):
+    """Random targets of the family's loss: classes, values or probabilities."""
+    kind = FAMILY_LOSS.get(name, "ce")
+    if kind == "mse":
+        return torch.randn(*shape, generator=g)
+    if kind == "bce":
+        return torch.rand(*shape, generator=g) if name == "multilabel" else torch.randint(0, 2, shape, generator=g).float()
+    return torch.randint(0, CLASSES, shape, generator=g)
 
 
 # MobileNetV2's BatchNorm over a few 2x2 feature maps is so ill-conditioned
@@ -278,13 +311,14 @@ def family(name, outdir):
             xs.append(torch.randn(STEPS, BATCH, *shape, generator=g))
         else:
             xs.append(torch.randint(0, hi, (STEPS, BATCH, *shape), generator=g))
-    ys = torch.randint(0, CLASSES, (STEPS, BATCH, *labels), generator=g)
+    ys = targets(name, (STEPS, BATCH, *labels), g)
     names = [n for n, _, _ in inputs]
     pm.export_onnx(model, tuple(x[0, :2] for x in xs), outdir + "/model.onnx", names, FAMILY_OPSET.get(name, 13))
     steps = FAMILY_STEPS.get(name, STEPS)
     xs, ys = [x[:steps] for x in xs], ys[:steps]
     out = {"__y": ys.numpy().astype(np.float32), "__micro": np.array(micro, dtype=np.float32),
-           "__tol": np.array([FAMILY_TOL.get(name, 1e-4)])}
+           "__tol": np.array([FAMILY_TOL.get(name, 1e-4)]),
+           "__loss": np.array([["ce", "mse", "bce"].index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32)}
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)
@@ -297,9 +331,9 @@ def family(name, outdir):
         total, lo = 0.0, 0
         for n in micro:
             args = [x[s, lo:lo + n].double() if x.is_floating_point() else x[s, lo:lo + n] for x in xs]
-            logits = model(*args)
+            out_ = model(*args)
             y = ys[s, lo:lo + n]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum") / (BATCH * per)
+            loss = loss_of(name, out_, y.double() if y.is_floating_point() else y) / (BATCH * per)
             loss.backward()
             total += loss.item()
             lo += n
@@ -344,6 +378,17 @@ def family_data(name, path, n, seed=2):
             x = torch.randint(0, hi, (n, *shape), generator=g)
             score += (x.reshape(n, -1)[:, 0] % 2).float()
             arrays[key] = x.numpy().astype(np.int64)
+    kind = FAMILY_LOSS.get(name, "ce")
+    if kind == "mse":  # values the inputs determine: a sum for each target
+        x = next(torch.from_numpy(a) for a in arrays.values() if a.dtype == np.float32).reshape(n, -1)
+        per = int(np.prod(labels)) if labels else 1
+        y = (x[:, :per] + 0.5 * x[:, -per:] + 0.1 * torch.randn(n, per, generator=g)).reshape(n, *labels)
+        np.savez(path, y=y.numpy().astype(np.float32), **arrays)
+        return
+    if kind == "bce":  # a click or a label each where the score says
+        y = (score.reshape(n, *([1] * len(labels))) + torch.randn(n, *labels, generator=g) > score.median()).float()
+        np.savez(path, y=y.numpy().astype(np.float32), **arrays)
+        return
     if labels:
         ids = [x for x in arrays.values() if x.dtype == np.int64 and x.shape[1:] == tuple(labels)][-1]
         y = np.roll(ids, -1, axis=1) % CLASSES  # the next id: a language model's target

@@ -1,0 +1,97 @@
+package job
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
+)
+
+// targetsFile writes n samples of 24 features and y of shape [n, per...]:
+// floats, or the integers 0 and 1.
+func targetsFile(t *testing.T, floats bool, per ...int) string {
+	t.Helper()
+	const n = 40
+	x := nn.New(n, 24)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i)))
+	}
+	shape := append([]int{n}, per...)
+	m := nn.Size(shape)
+	var y tensorio.Entry
+	if floats {
+		v := nn.New(shape...)
+		for i := range nn.F32(v) {
+			nn.F32(v)[i] = float32(math.Cos(float64(i)))
+		}
+		var err error
+		if y, err = tensorio.F32Entry("y", v); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		v := make([]int64, m)
+		for i := range v {
+			v[i] = int64(i % 2)
+		}
+		y = tensorio.I64Entry("y", v, shape...)
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "d.safetensors")
+	if err := tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, y}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Float targets train with the squared error unasked; a loss that cannot
+// score the model's output against the data's y is refused, naming both.
+func TestLossOfTheData(t *testing.T) {
+	model := "../onnx/testdata/towers.onnx" // [N, 24] to [N, 5]
+	for _, tc := range []struct {
+		name, loss, model string
+		floats            bool
+		y                 []int
+		trains, err       string // the loss trained, or the error
+	}{
+		{"float targets", "", model, true, []int{5}, nn.LossMSE, ""},
+		{"targets with an axis of 1", "", model, true, []int{5, 1}, nn.LossMSE, ""},
+		{"binary labels as bce targets", nn.LossBCE, model, false, []int{5}, nn.LossBCE, ""},
+		{"class labels", "", model, false, nil, nn.LossCE, ""},
+		{"ce on floats", nn.LossCE, model, true, []int{5}, "", "needs class labels"},
+		{"wrong target shape", "", model, true, []int{4}, "", "the model's output is [N, 5], the data's y is [N, 4]"},
+		{"a zoo classifier on floats", "", "mlp32", true, []int{5}, "", "mlp32 is a classifier"},
+		{"unknown loss", "hinge", model, true, []int{5}, "", `unknown loss "hinge"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := DefaultSpec()
+			s.Model, s.Data, s.Loss, s.Batch, s.MicroBatches, s.Steps, s.Epochs = tc.model, targetsFile(t, tc.floats, tc.y...), tc.loss, 8, 2, 3, 0
+			c, err := Check(s)
+			var j *Job
+			if err == nil {
+				j, err = c.Prepare()
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("%v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := j.TrainLocal(1, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Loss != tc.trains || math.IsNaN(res.TestLoss) || res.TestLoss <= 0 || res.Perplexity != 0 {
+				t.Fatalf("loss %q, test loss %v, perplexity %v; want %s", res.Loss, res.TestLoss, res.Perplexity, tc.trains)
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package nn_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ppnode/ppnode/nn"
+)
+
+// Each loss's value against a float64 formula, its gradient against
+// central differences of that formula, and the same bits whatever the
+// threads.
+func TestLosses(t *testing.T) {
+	type formula func(z, y float64) float64
+	sigmoid := func(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
+	for _, tc := range []struct {
+		name    string
+		f       formula
+		targets func(r *rand.Rand) float32
+		hit     func(z, y float32) bool
+	}{
+		{nn.LossMSE, func(z, y float64) float64 { return (z - y) * (z - y) }, func(r *rand.Rand) float32 { return float32(r.NormFloat64()) }, nil},
+		{nn.LossBCE, func(z, y float64) float64 { return -y*math.Log(sigmoid(z)) - (1-y)*math.Log(1-sigmoid(z)) },
+			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			const n, d = 2500, 7 // three chunks of mathGrain
+			z, y := nn.New(n, d), make([]float32, n*d)
+			for i := range y {
+				nn.F32(z)[i], y[i] = float32(2*r.NormFloat64()), tc.targets(r)
+			}
+			scale := nn.LossScale(n, d)
+			var bits []float32
+			var sums []float64
+			for _, threads := range []int{1, 2, 5} {
+				l, err := nn.NewLoss(tc.name, threads)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum, correct, grad := l.Forward(z, y, scale)
+				if l.Targets(z.Shape()) != n*d {
+					t.Fatalf("%d targets for %v", l.Targets(z.Shape()), z.Shape())
+				}
+				want, hits := 0.0, 0
+				for i, v := range nn.F32(z) {
+					want += tc.f(float64(v), float64(y[i]))
+					if tc.hit != nil && tc.hit(v, y[i]) {
+						hits++
+					}
+					const h = 1e-4
+					num := (tc.f(float64(v)+h, float64(y[i])) - tc.f(float64(v)-h, float64(y[i]))) / (2 * h) * float64(scale)
+					if got := float64(nn.F32(grad)[i]); math.Abs(got-num) > 1e-5*float64(scale)*max(1, math.Abs(num/float64(scale))) {
+						t.Fatalf("threads %d: gradient %d is %v, central differences %v", threads, i, got, num)
+					}
+				}
+				if math.Abs(sum-want) > 1e-6*math.Abs(want) || correct != hits {
+					t.Fatalf("threads %d: loss %v, correct %d; want %v, %d", threads, sum, correct, want, hits)
+				}
+				if bits == nil {
+					bits = append([]float32(nil), nn.F32(grad)...)
+				}
+				for i, g := range nn.F32(grad) {
+					if g != bits[i] {
+						t.Fatalf("threads %d: gradient %d is %v, with one thread %v", threads, i, g, bits[i])
+					}
+				}
+				sums = append(sums, sum)
+			}
+			if sums[1] != sums[0] || sums[2] != sums[0] {
+				t.Fatalf("sums %v differ with the threads", sums)
+			}
+		})
+	}
+}
+
+// The binary cross-entropy neither overflows nor loses a saturated logit's
+// loss.
+func TestBCEExtremeLogits(t *testing.T) {
+	l, _ := nn.NewLoss(nn.LossBCE, 1)
+	z := nn.FromData([]float32{-200, 200, -200, 200, 0}, 5)
+	sum, correct, grad := l.Forward(z, []float32{0, 1, 1, 0, 0.5}, 1)
+	if want := 400 + math.Ln2; math.Abs(sum-want) > 1e-12 || correct != 3 {
+		t.Fatalf("loss %v, correct %d; want %v, 3", sum, correct, want)
+	}
+	if g := nn.F32(grad); g[0] != 0 || g[1] != 0 || g[2] != -1 || g[3] != 1 || g[4] != 0 {
+		t.Fatalf("gradient %v", g)
+	}
+}
+
+// Targets from a peer or a file are checked before a loss reads them.
+func TestLossRefusesBadTargets(t *testing.T) {
+	for _, tc := range []struct {
+		loss string
+		out  []int
+		y    []float32
+		want string
+	}{
+		{nn.LossCE, []int{2, 3}, []float32{0}, "1 labels for 2 rows"},
+		{nn.LossCE, []int{2, 3}, []float32{0, 3}, "want a class in [0, 3)"},
+		{nn.LossCE, []int{2, 3}, []float32{0, 1.5}, "want a class in [0, 3)"},
+		{nn.LossMSE, []int{2, 3}, []float32{0, 1, 2, 3, 4}, "5 targets for an output of shape [2 3]"},
+		{nn.LossMSE, []int{1, 2}, []float32{0, float32(math.Inf(1))}, "target 1 is +Inf"},
+		{nn.LossBCE, []int{1, 2}, []float32{0, 1.5}, "want a value in [0, 1]"},
+		{nn.LossBCE, []int{1, 2}, []float32{float32(math.NaN()), 1}, "target 0 is NaN"},
+	} {
+		l, err := nn.NewLoss(tc.loss, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(tc.out, tc.y); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v %v: %v, want an error containing %q", tc.loss, tc.out, tc.y, err, tc.want)
+		}
+	}
+	if _, err := nn.NewLoss("hinge", 1); err == nil {
+		t.Error("an unknown loss was made")
+	}
+}

@@ -4,15 +4,19 @@ python/export_models.py it
   1. exports the model (export_models.py: model.onnx, init.safetensors),
   2. makes a data set whose labels the model can learn (a fixed random
      teacher; for the GPT, bytes of the fortunes text),
-  3. trains STEPS steps with SGD in ppnode on one process and on a cluster
+  3. trains STEPS steps (SGD, or --optimizer) in ppnode on one process and on a cluster
      of three nodes (`train --via --partition uniform`: a stage on each,
      or the automatic plan where the planner refuses that cut), both
      --deterministic, and checks that their weights are the same bits,
   4. loads the three nodes' weights (--out) into the PyTorch module with
      load_state_dict(strict=True),
   5. trains the same steps in PyTorch (bench/torch_ref.py: same initial
-     weights, data order, micro-batches and optimizer) and compares the
-     final training loss and the test loss: within 2%.
+     weights, data order, micro-batches, optimizer and loss) and compares
+     the final training loss and the test loss: within 2%.
+
+The families regress, denoise and ctr train with the squared error and the
+binary cross-entropy (LOSS) on float targets: a teacher's values, noisy
+Fashion-MNIST against the clean images (python/noisy_images.py), clicks.
 
 Run: /usr/bin/python3 bench/families.py --ppnode /tmp/ppnode [--steps 200] [--models gpt,dlrm,...]
 It starts its three nodes on 127.0.0.1 (ports from --port, default 17600)
@@ -34,6 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import export_models  # noqa: E402
+import noisy_images  # noqa: E402
 import ppnode_models as pm  # noqa: E402
 
 # Model options: the defaults, but a smaller GPT (its full size is
@@ -48,11 +53,21 @@ def last_json(out):
     raise RuntimeError("no JSON in:\n" + out[-3000:])
 
 
+# The families trained with another loss than the cross-entropy (ppnode's
+# --loss; float targets take mse unasked).
+LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce"}
+
+
 def make_data(model, opts, path, n=2400, seed=7):
-    """n samples (10% test) with labels a fixed random teacher gives."""
+    """n samples (10% test) with labels a fixed random teacher gives: for
+    regress its values, for ctr a click where its score is above the
+    median; for denoise Fashion-MNIST with noise (python/noisy_images.py)."""
     m, inputs = export_models.build(model, **export_models.parse_options(opts))
     g = torch.Generator().manual_seed(seed)
     arrays = {}
+    if model == "denoise":
+        noisy_images.make(path, train=n * 9 // 10, test=n // 10, seed=seed)
+        return
     if model == "gpt":
         ctx = inputs[0][1][0]
         text = b"".join(open(os.path.join("/usr/share/games/fortunes", f), "rb").read()
@@ -76,7 +91,12 @@ def make_data(model, opts, path, n=2400, seed=7):
                 proj = torch.randn(x[0].numel(), classes, generator=g)
                 score += x.reshape(n, -1) @ proj / x[0].numel() ** 0.5
                 arrays[key] = x.numpy().astype(np.float32)
-        arrays["y"] = score.argmax(1).numpy().astype(np.int64)
+        if model == "regress":
+            arrays["y"] = torch.tanh(score).numpy().astype(np.float32)
+        elif model == "ctr":
+            arrays["y"] = (score[:, 0] > score[:, 0].median()).numpy().astype(np.float32)
+        else:
+            arrays["y"] = score.argmax(1).numpy().astype(np.int64)
     k = len(arrays["y"]) * 9 // 10
     out = {}
     for key, a in arrays.items():
@@ -118,6 +138,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--port", type=int, default=17600)
+    ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    ap.add_argument("--lr", type=float, default=0, help="peak rate (0: ppnode's default for the optimizer)")
+    ap.add_argument("--samples", type=int, default=2400, help="samples of each data set, 10%% of them for testing")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="families-")
     cluster = Cluster(a.ppnode, a.port, tmp)
@@ -129,10 +152,10 @@ def main():
             subprocess.run([sys.executable, os.path.join(HERE, "..", "python", "export_models.py"), model, d] + opts,
                            check=True, capture_output=True)
             data = os.path.join(d, "data.npz")
-            make_data(model, opts, data)
+            make_data(model, opts, data, n=a.samples)
             common = ["--model", os.path.join(d, "model.onnx"), "--data", data, "--steps", str(a.steps),
-                      "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", "sgd",
-                      "--deterministic", "--json"]
+                      "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
+                      "--lr", str(a.lr), "--deterministic", "--json"] + (["--loss", LOSS[model]] if model in LOSS else [])
             t0 = time.time()
             local = last_json(subprocess.run([a.ppnode, "train", "--local"] + common, capture_output=True, text=True, check=True).stdout)
             t1 = time.time()
@@ -154,12 +177,13 @@ def main():
             m.load_state_dict(pm.read_safetensors(out)[0], strict=True)
             ref = last_json(subprocess.run([sys.executable, os.path.join(HERE, "torch_ref.py"), "--model", model,
                                             "--init", os.path.join(d, "init.safetensors"), "--data", data, "--steps", str(a.steps),
-                                            "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", "sgd",
-                                            "--threads", "1"] + opts, capture_output=True, text=True, check=True).stdout)
+                                            "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
+                                            "--lr", str(a.lr), "--threads", "1", "--loss", LOSS.get(model, "ce")] + opts,
+                                           capture_output=True, text=True, check=True).stdout)
             same = local["weights_sha256"] == via["weights_sha256"]
             dtrain = abs(via["train_loss"] - ref["train_loss"]) / ref["train_loss"]
             dtest = abs(via["test_loss"] - ref["test_loss"]) / ref["test_loss"]
-            row = dict(model=model, params=via["params"], plan=via["plan"], nodes=len(via.get("nodes", [])), same_bits=same,
+            row = dict(model=model, loss=via.get("loss", "ce"), params=via["params"], plan=via["plan"], nodes=len(via.get("nodes", [])), same_bits=same,
                        strict_load=True, first_loss=via["loss_history"][0][1], ppnode_train=via["train_loss"], torch_train=ref["train_loss"],
                        ppnode_test=via["test_loss"], torch_test=ref["test_loss"], d_train=dtrain, d_test=dtest,
                        local_s=t1 - t0, via_s=t2 - t1)
@@ -167,10 +191,10 @@ def main():
             print(json.dumps(row), flush=True)
     finally:
         cluster.stop()
-    print("| model | params | nodes | --local = 3 nodes | strict load | first loss | train loss ppnode / PyTorch | test loss ppnode / PyTorch | worst difference |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | loss | params | nodes | --local = 3 nodes | strict load | first loss | train loss ppnode / PyTorch | test loss ppnode / PyTorch | worst difference |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['params']} | {r['nodes']} | {'yes' if r['same_bits'] else 'NO'} | yes | {r['first_loss']:.4f} | "
+        print(f"| {r['model']} | {r['loss']} | {r['params']} | {r['nodes']} | {'yes' if r['same_bits'] else 'NO'} | yes | {r['first_loss']:.4f} | "
               f"{r['ppnode_train']:.4f} / {r['torch_train']:.4f} | {r['ppnode_test']:.4f} / {r['torch_test']:.4f} | "
               f"{100 * max(r['d_train'], r['d_test']):.2f}% |")
 

@@ -24,8 +24,10 @@ file's initial weights) with strict=True, and trains it as ppnode does:
   ppnode's order (bench/data_order.py: data/loader.go's permutation), cut
   into M micro-batches of consecutive samples, the first B%M one larger.
 - a step: each micro-batch its own forward (BatchNorm statistics per
-  micro-batch); its cross-entropy summed over every label (per sample or per
-  position) times 1/(B·labels a sample) is backpropagated; the gradients add
+  micro-batch); its loss (--loss: the cross-entropy, or for float targets
+  the squared error, or the binary cross-entropy of logits) summed over
+  every target (per sample, per position or per value) times
+  1/(B·targets a sample) is backpropagated; the gradients add
   up in micro-batch order; one optimizer step.
 - the optimizer: torch.optim.SGD (dampening 0, no Nesterov, weight decay
   added to the gradient, the first step's momentum buffer the gradient) or
@@ -150,9 +152,13 @@ def load_npz(path):
         a = z[n]
         return a.astype(np.int64) if a.dtype.kind == "i" else _features(a, n)
 
-    xs, y = [conv(n) for n in names], z["y"].astype(np.int64)
+    def labels(n):  # float targets stay floats (float32, as ppnode holds them)
+        a = z[n]
+        return a.astype(np.float32) if a.dtype.kind == "f" else a.astype(np.int64)
+
+    xs, y = [conv(n) for n in names], labels("y")
     if names[0] + "_test" in z.files or "y_test" in z.files:
-        xt, yt = [conv(n + "_test") for n in names], z["y_test"].astype(np.int64)
+        xt, yt = [conv(n + "_test") for n in names], labels("y_test")
     else:
         k = int(float(len(y)) * HELD_OUT)
         if k < 1 or len(y) - k < 1:
@@ -274,10 +280,20 @@ class TorchOptim:
 # ---------------------------------------------------------------- training
 
 
-def forward_loss(model, xs, y):
-    """The micro-batch's summed cross-entropy over every label, the number
-    of labels whose largest logit is the label, and the labels."""
+def forward_loss(model, xs, y, kind="ce"):
+    """The micro-batch's summed loss over every target, the number of
+    targets predicted right and the targets. kind is ppnode's --loss: ce
+    (class labels), mse (float targets of the output's shape) or bce
+    (logits against targets in [0, 1]; right when the sign agrees with the
+    target's side of 1/2)."""
     out = model(*xs)
+    if kind == "mse":
+        t = y.to(out.dtype).reshape(out.shape)
+        return F.mse_loss(out, t, reduction="sum"), 0, t.numel()
+    if kind == "bce":
+        t = y.to(out.dtype).reshape(out.shape)
+        correct = int(((out.detach() > 0) == (t > 0.5)).sum())
+        return F.binary_cross_entropy_with_logits(out, t, reduction="sum"), correct, t.numel()
     logits = out.reshape(-1, out.shape[-1])
     labels = y.reshape(-1)
     loss = F.cross_entropy(logits, labels, reduction="sum")
@@ -285,14 +301,14 @@ def forward_loss(model, xs, y):
     return loss, correct, labels.numel()
 
 
-def evaluate(model, xs, y, batch):
+def evaluate(model, xs, y, batch, kind="ce"):
     """Mean loss and accuracy over the labels of a split, in eval mode, in
     stored order."""
     model.eval()
     total, correct, n = 0.0, 0, 0
     with torch.no_grad():
         for lo in range(0, len(y), batch):
-            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch])
+            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind)
             total += float(loss)
             correct += c
             n += k
@@ -328,6 +344,8 @@ def main():
     ap.add_argument("--time-only", action="store_true", help="skip the evaluation (speed comparisons)")
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
+    ap.add_argument("--loss", choices=["", "ce", "mse", "bce"], default="",
+                    help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
     ap.add_argument("--log-every", type=int, default=10, help="a JSON line every N steps (0: none)")
     ap.add_argument("--eval-batch", type=int, default=256)
     ap.add_argument("--out", default="", help="write the final state_dict to this safetensors file")
@@ -382,6 +400,8 @@ def main():
             raise SystemExit("%s holds ids outside [0, %d)" % (names[k], high))
         if a.standardize and not is_int:
             standardize(xs[k], xt[k], axis)
+    if a.loss == "":
+        a.loss = "mse" if y.dtype.kind == "f" else "ce"
     N = len(y)
     spe = data_order.steps_per_epoch(N, a.batch)
     if not 1 <= a.micro_batches <= a.batch <= N:
@@ -419,7 +439,7 @@ def main():
         step_loss, step_correct, step_labels = 0.0, 0, 0
         for idx in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g):
             i = torch.from_numpy(np.array(idx, dtype=np.int64))  # a writable copy
-            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i])
+            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss)
             (loss * scale).backward()
             step_loss += float(loss)
             step_correct += correct
@@ -439,12 +459,12 @@ def main():
            "epochs": total / spe, "batch": a.batch, "micro_batches": a.micro_batches, "optimizer": a.optimizer,
            "lr": a.lr, "lr_schedule": a.lr_schedule, "warmup": warmup, "seed": a.seed,
            "dtype": "float64" if a.float64 else "float32", "ppnode_optim": a.ppnode_optim,
-           "threads": torch.get_num_threads(), "train_loss": train_loss,
+           "threads": torch.get_num_threads(), "loss": a.loss, "train_loss": train_loss,
            "train_accuracy": correct_all / max(seen, 1), "samples_per_sec": total * a.batch / seconds,
            "seconds": seconds}
     if not a.time_only:
-        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch)
-        if y.ndim > 1:
+        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss)
+        if y.ndim > 1 and a.loss == "ce":
             res["perplexity"] = math.exp(res["test_loss"])
     if a.out:
         sd = {k: v.float() if v.is_floating_point() else v for k, v in model.state_dict().items()}

@@ -1,7 +1,8 @@
 // Package nn is ppnode's compute core: float32 tensors (gorgonia.org/tensor
 // *tensor.Dense used as the container; the hot loops are our own), the GEMM
-// backend, layers with forward and backward passes, the softmax cross-entropy
-// loss, optimizers, and the model graph, a DAG of named layers.
+// backend, layers with forward and backward passes, the losses (softmax
+// cross-entropy, squared error, binary cross-entropy of logits), optimizers,
+// and the model graph, a DAG of named layers.
 //
 // # Layout
 //
@@ -39,7 +40,7 @@
 // layers round every product before they add it, float32(x*y) + z, since Go
 // may fuse x*y + z into one multiply-add on arm64 (and on amd64 from
 // GOAMD64=v3), which rounds once instead of twice. Softmax, LogSoftmax,
-// the softmax cross-entropy, GELU, sigmoid, tanh, SiLU, Exp, ELU and the LSTM,
+// the softmax and binary cross-entropies, GELU, sigmoid, tanh, SiLU, Exp, ELU and the LSTM,
 // GRU and RNN cells take their exp and log from fastmath.go, built the same
 // way (its AVX2 kernels give its bits). One caveat: the math package's
 // Exp, Log, Cos, Tanh, Erf and Pow are not bit-identical across

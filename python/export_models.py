@@ -3,7 +3,9 @@
 Usage: /usr/bin/python3 python/export_models.py MODEL OUTDIR [--seed S] [--key=value ...]
 
 MODEL is gpt, dlrm, twotower, transformer, vit, lstm, gru, mobilenetv2,
-autoencoder or misc; --key=value sets a constructor argument of the model
+autoencoder, misc, or for the losses other than the cross-entropy regress
+(ppnode's --loss mse), denoise (mse against clean images) or ctr (DLRM with
+one logit, --loss bce); --key=value sets a constructor argument of the model
 (python/ppnode_models.py), for example --d=128 --blocks=2 for gpt or
 --bottom=64,16 for dlrm. Writes OUTDIR/model.onnx (export_onnx: training
 mode, no constant folding, opset 13, batch axis dynamic, "ppnode.buffers"
@@ -27,7 +29,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ppnode_models as pm  # noqa: E402
 
-MODELS = ["gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "mobilenetv2", "autoencoder", "misc"]
+MODELS = ["gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "mobilenetv2", "autoencoder", "misc",
+          "regress", "denoise", "ctr"]
 
 
 def parse_value(v):
@@ -105,6 +108,16 @@ def build(name, **opts):
     if name == "autoencoder":
         a = _args(pm.AutoencoderClassifier, opts)
         return pm.AutoencoderClassifier(**a), [("x", (a["channels"], a["image"], a["image"]), f32, None)]
+    if name == "regress":  # --loss mse
+        a = _args(pm.Regressor, opts)
+        return pm.Regressor(**a), [("x", (a["features"],), f32, None)]
+    if name == "denoise":  # --loss mse against clean images
+        a = _args(pm.DenoisingAutoencoder, opts)
+        return pm.DenoisingAutoencoder(**a), [("x", (a["channels"], a["image"], a["image"]), f32, None)]
+    if name == "ctr":  # DLRM with one logit, --loss bce against clicks
+        a = _args(pm.DLRM, opts)
+        a["top"] = tuple(a["top"][:-1]) + (1,)
+        return pm.DLRM(**a), [("x0", (a["dense"],), f32, None), ("x1", (a["tables"],), i64, a["rows"])]
     if name == "misc":
         a = _args(pm.Misc, opts)
         return pm.Misc(**a), [("x", (a["channels"], a["image"], a["image"]), f32, None)]

@@ -778,8 +778,9 @@ class DenoisingAutoencoder(nn.Module):
     back to the input's size. Input: images float32 [N, channels, image,
     image]; output: images of the same shape."""
 
-    def __init__(self, channels=1, width=8):
+    def __init__(self, channels=1, width=8, image=28):
         super().__init__()
+        assert image % 4 == 0, "two stride-2 convolutions and back: a side divisible by 4"
         w = width
         self.enc = nn.Sequential(nn.Conv2d(channels, w, 3, 2, 1), nn.ReLU(), nn.Conv2d(w, 2 * w, 3, 2, 1), nn.ReLU())
         self.dec = nn.Sequential(nn.ConvTranspose2d(2 * w, w, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(w, channels, 4, 2, 1))

@@ -294,6 +294,8 @@ def forward_loss(model, xs, y, kind="ce"):
         t = y.to(out.dtype).reshape(out.shape)
         correct = int(((out.detach() > 0) == (t > 0.5)).sum())
         return F.binary_cross_entropy_with_logits(out, t, reduction="sum"), correct, t.numel()
+    if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]) and out.shape[1] != out.shape[-1]:
+        out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
     logits = out.reshape(-1, out.shape[-1])
     labels = y.reshape(-1)
     loss = F.cross_entropy(logits, labels, reduction="sum")

@@ -625,12 +625,28 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 	switch loss := s.LossName(SampleOf(set)); {
 	case loss == nn.LossCE && set.Classes == 0:
 		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s or %s)", loss, nn.LossMSE, nn.LossBCE)
-	case loss == nn.LossCE && !slices.Equal(md.labels, y):
+	case loss == nn.LossCE && slices.Equal(md.labels, y):
+		return enoughClasses(md.output[len(md.output)-1], set.Classes)
+	case loss == nn.LossCE && len(md.output) > 1 && slices.Equal(md.output[1:], y):
+		// Classes on axis 1, a label a position (a segmentation's).
+		if c := md.output[0]; c == md.output[len(md.output)-1] {
+			return specErr("the model's logits [N, %s] could hold the %d classes on axis 1 or on the last axis; make them differ in size (the data's y is [N, %s])",
+				dims(md.output), c, dims(y))
+		}
+		return enoughClasses(md.output[0], set.Classes)
+	case loss == nn.LossCE:
 		return specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
 			orNone(md.labels), dimsPrefix(md.labels), orNone(y))
 	case loss != nn.LossCE && !slices.Equal(squeezed(md.output), squeezed(y)):
 		return specErr("loss %s scores each output value against a target: the model's output is [N, %s], the data's y is [N, %s]",
 			loss, dims(md.output), dims(y))
+	}
+	return nil
+}
+
+func enoughClasses(outputs, classes int) error {
+	if outputs < classes {
+		return specErr("the model has %d outputs; the data has %d classes", outputs, classes)
 	}
 	return nil
 }
@@ -666,7 +682,7 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 		if err != nil {
 			return nil, built{}, specErr("%v", err)
 		}
-		md, err := onnx.Import(m, onnx.Options{Inputs: d.Inputs, Classes: d.Classes})
+		md, err := onnx.Import(m, onnx.Options{Inputs: d.Inputs})
 		if err != nil {
 			return nil, built{}, specErr("%s: %v", s.Model, err)
 		}

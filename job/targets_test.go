@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppnode/ppnode/data"
 	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/tensorio"
 )
 
 // targetsFile writes n samples of 24 features and y of shape [n, per...]:
-// floats, or the integers 0 and 1.
-func targetsFile(t *testing.T, floats bool, per ...int) string {
+// floats, or integers 0 to classes-1.
+func targetsFile(t *testing.T, floats bool, classes int, per ...int) string {
 	t.Helper()
 	const n = 40
 	x := nn.New(n, 24)
@@ -34,7 +35,7 @@ func targetsFile(t *testing.T, floats bool, per ...int) string {
 	} else {
 		v := make([]int64, m)
 		for i := range v {
-			v[i] = int64(i % 2)
+			v[i] = int64(i % classes)
 		}
 		y = tensorio.I64Entry("y", v, shape...)
 	}
@@ -57,20 +58,22 @@ func TestLossOfTheData(t *testing.T) {
 		name, loss, model string
 		floats            bool
 		y                 []int
+		classes           int    // of integer labels (0: 2)
 		trains, err       string // the loss trained, or the error
 	}{
-		{"float targets", "", model, true, []int{5}, nn.LossMSE, ""},
-		{"targets with an axis of 1", "", model, true, []int{5, 1}, nn.LossMSE, ""},
-		{"binary labels as bce targets", nn.LossBCE, model, false, []int{5}, nn.LossBCE, ""},
-		{"class labels", "", model, false, nil, nn.LossCE, ""},
-		{"ce on floats", nn.LossCE, model, true, []int{5}, "", "needs class labels"},
-		{"wrong target shape", "", model, true, []int{4}, "", "the model's output is [N, 5], the data's y is [N, 4]"},
-		{"a zoo classifier on floats", "", "mlp32", true, []int{5}, "", "mlp32 is a classifier"},
-		{"unknown loss", "hinge", model, true, []int{5}, "", `unknown loss "hinge"`},
+		{"float targets", "", model, true, []int{5}, 0, nn.LossMSE, ""},
+		{"targets with an axis of 1", "", model, true, []int{5, 1}, 0, nn.LossMSE, ""},
+		{"binary labels as bce targets", nn.LossBCE, model, false, []int{5}, 0, nn.LossBCE, ""},
+		{"class labels", "", model, false, nil, 0, nn.LossCE, ""},
+		{"too many classes", "", model, false, []int{}, 7, "", "the model has 5 outputs; the data has 7 classes"},
+		{"ce on floats", nn.LossCE, model, true, []int{5}, 0, "", "needs class labels"},
+		{"wrong target shape", "", model, true, []int{4}, 0, "", "the model's output is [N, 5], the data's y is [N, 4]"},
+		{"a zoo classifier on floats", "", "mlp32", true, []int{5}, 0, "", "mlp32 is a classifier"},
+		{"unknown loss", "hinge", model, true, []int{5}, 0, "", `unknown loss "hinge"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := DefaultSpec()
-			s.Model, s.Data, s.Loss, s.Batch, s.MicroBatches, s.Steps, s.Epochs = tc.model, targetsFile(t, tc.floats, tc.y...), tc.loss, 8, 2, 3, 0
+			s.Model, s.Data, s.Loss, s.Batch, s.MicroBatches, s.Steps, s.Epochs = tc.model, targetsFile(t, tc.floats, max(tc.classes, 2), tc.y...), tc.loss, 8, 2, 3, 0
 			c, err := Check(s)
 			var j *Job
 			if err == nil {
@@ -93,5 +96,27 @@ func TestLossOfTheData(t *testing.T) {
 				t.Fatalf("loss %q, test loss %v, perplexity %v; want %s", res.Loss, res.TestLoss, res.Perplexity, tc.trains)
 			}
 		})
+	}
+}
+
+// Logits [N, classes, H, W] take a label a pixel (the classes on axis 1),
+// unless the classes could as well be on the last axis.
+func TestClassesOnAxis1(t *testing.T) {
+	for _, tc := range []struct {
+		output, y []int
+		err       string
+	}{
+		{[]int{5, 6, 7}, []int{6, 7}, ""},
+		{[]int{5, 6, 7}, []int{5, 6}, ""}, // the classes last: 7 of them
+		{[]int{5, 6, 5}, []int{6, 5}, "could hold the 5 classes on axis 1 or on the last axis"},
+		{[]int{3, 6, 7}, []int{6, 7}, "the model has 3 outputs; the data has 5 classes"},
+		{[]int{5, 6, 7}, []int{7, 6}, "the model gives [5 6] labels a sample"},
+	} {
+		set := &data.Set{Classes: 5, Train: &data.Split{LabelShape: tc.y, Classes: 5}}
+		md := built{output: tc.output, labels: tc.output[:len(tc.output)-1]}
+		err := DefaultSpec().checkTargets(set, md)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("logits [N %v], y [N %v]: %v, want %q", tc.output, tc.y, err, tc.err)
+		}
 	}
 }

@@ -8,9 +8,6 @@ import (
 // Loss scores a micro-batch's output against its targets, sample after
 // sample. Implementations must not be copied after their first Forward.
 type Loss interface {
-	// Targets is how many targets an output of shape out has: one a row of
-	// logits for a classification, one a value for a regression.
-	Targets(out []int) int
 	// Check says why y cannot be the targets of an output of shape out
 	// (nil when it can); y comes from data a user or a peer sent.
 	Check(out []int, y []float32) error
@@ -55,8 +52,10 @@ func NewLoss(name string, threads int) (Loss, error) {
 
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
 // one label per row of the last axis (per sample, or per position), a class
-// number held exactly as a float32. It must not be copied after its first
-// Forward.
+// number held exactly as a float32. Logits [N, classes, d1, ...] with a label
+// for each of their N·d1·... positions, as PyTorch's CrossEntropyLoss takes a
+// segmentation's, hold the classes on axis 1 (ClassAxis). It must not be
+// copied after its first Forward.
 type SoftmaxCE struct {
 	// Threads is the number of threads rows are spread over (0: one); the
 	// result does not depend on it.
@@ -75,15 +74,28 @@ type SoftmaxCE struct {
 	fn     func(lo, hi int)
 }
 
-// Targets is the number of rows of the last axis.
-func (l *SoftmaxCE) Targets(out []int) int { return Size(out) / max(out[len(out)-1], 1) }
-
-// Check requires a class in [0, classes) for every row.
-func (l *SoftmaxCE) Check(out []int, y []float32) error {
-	if n := l.Targets(out); len(y) != n {
-		return fmt.Errorf("%d labels for %d rows of logits %v", len(y), n, out)
+// ClassAxis is the axis of logits of shape out that holds the classes when
+// labels labels go with them: the last when there is a label for each row
+// of it, else 1 when there is one for each position of the other axes (the
+// two differ unless both axes are as long). It returns -1 when neither fits.
+func ClassAxis(out []int, labels int) int {
+	switch {
+	case len(out) > 0 && Size(out)/max(out[len(out)-1], 1) == labels:
+		return len(out) - 1
+	case len(out) > 2 && Size(out)/max(out[1], 1) == labels:
+		return 1
 	}
-	k := out[len(out)-1]
+	return -1
+}
+
+// Check requires a class in [0, classes) for every row of the class axis.
+func (l *SoftmaxCE) Check(out []int, y []float32) error {
+	a := ClassAxis(out, len(y))
+	if a < 0 {
+		return fmt.Errorf("%d labels for logits %v: want one for each row of the last axis (%d) or, classes on axis 1, each position (%d)",
+			len(y), out, Size(out)/max(out[len(out)-1], 1), Size(out)/max(out[min(1, len(out)-1)], 1))
+	}
+	k := out[a]
 	for i, f := range y {
 		if f != float32(int32(f)) || f < 0 || int(f) >= k {
 			return fmt.Errorf("label %d is %v, want a class in [0, %d)", i, f, k)
@@ -100,11 +112,20 @@ func (l *SoftmaxCE) Forward(logits *Tensor, labels []float32, scale float32) (lo
 	if err := l.Check(logits.Shape(), labels); err != nil {
 		panic("nn: " + err.Error())
 	}
-	k := lastDim(logits)
-	n := len(labels)
+	sh := logits.Shape()
+	a := ClassAxis(sh, len(labels))
+	k, n := sh[a], len(labels)
 	z := F32(logits)
-	grad = l.s.Buf(0, logits.Shape()...)
+	grad = l.s.Buf(0, sh...)
 	g := F32(grad)
+	var inner int // positions per class of a sample, with the classes on axis 1
+	if a != len(sh)-1 {
+		// Rows of classes, [N, positions, classes], to and from the layout.
+		inner = Size(sh[2:])
+		zt, gt := F32(l.s.Buf(1, n, k)), F32(l.s.Buf(2, n, k))
+		transposeClasses(z, zt, sh[0], k, inner, false)
+		z, g = zt, gt
+	}
 	if cap(l.rows) < n {
 		l.rows, l.hits = make([]float64, n), make([]bool, n)
 	}
@@ -113,6 +134,9 @@ func (l *SoftmaxCE) Forward(logits *Tensor, labels []float32, scale float32) (lo
 		l.fn = l.lossRows
 	}
 	parallel(max(l.Threads, 1), n, max(1, mathGrain/k), l.fn)
+	if inner > 0 {
+		transposeClasses(F32(grad), g, sh[0], k, inner, true)
+	}
 	rows, hits := l.rows[:n], l.hits[:n]
 	for i, r := range rows {
 		loss += r
@@ -146,6 +170,23 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 	}
 }
 
+// transposeClasses copies [n, k, inner] values a into [n, inner, k] rows b,
+// or, back, b's rows into a.
+func transposeClasses(a, b []float32, n, k, inner int, back bool) {
+	for s := range n {
+		as, bs := a[s*k*inner:(s+1)*k*inner], b[s*k*inner:(s+1)*k*inner]
+		for c := range k {
+			for p := range inner {
+				if back {
+					as[c*inner+p] = bs[p*k+c]
+				} else {
+					bs[p*k+c] = as[c*inner+p]
+				}
+			}
+		}
+	}
+}
+
 // elementLoss is a loss of one output value against one target: the
 // squared error or the binary cross-entropy with logits.
 type elementLoss struct {
@@ -164,8 +205,6 @@ type elementLoss struct {
 	scale float32
 	run   func(lo, hi int)
 }
-
-func (l *elementLoss) Targets(out []int) int { return Size(out) }
 
 func (l *elementLoss) Check(out []int, y []float32) error {
 	if n := Size(out); len(y) != n {

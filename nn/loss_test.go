@@ -41,9 +41,6 @@ func TestLosses(t *testing.T) {
 					t.Fatal(err)
 				}
 				sum, correct, grad := l.Forward(z, y, scale)
-				if l.Targets(z.Shape()) != n*d {
-					t.Fatalf("%d targets for %v", l.Targets(z.Shape()), z.Shape())
-				}
 				want, hits := 0.0, 0
 				for i, v := range nn.F32(z) {
 					want += tc.f(float64(v), float64(y[i]))
@@ -98,7 +95,9 @@ func TestLossRefusesBadTargets(t *testing.T) {
 		y    []float32
 		want string
 	}{
-		{nn.LossCE, []int{2, 3}, []float32{0}, "1 labels for 2 rows"},
+		{nn.LossCE, []int{2, 3}, []float32{0}, "1 labels for logits [2 3]: want one for each row of the last axis (2)"},
+		{nn.LossCE, []int{2, 3, 4}, []float32{0, 1, 2}, "or, classes on axis 1, each position (8)"},
+		{nn.LossCE, []int{2, 3, 4}, []float32{0, 1, 2, 3, 0, 1, 2, 3}, "want a class in [0, 3)"},
 		{nn.LossCE, []int{2, 3}, []float32{0, 3}, "want a class in [0, 3)"},
 		{nn.LossCE, []int{2, 3}, []float32{0, 1.5}, "want a class in [0, 3)"},
 		{nn.LossMSE, []int{2, 3}, []float32{0, 1, 2, 3, 4}, "5 targets for an output of shape [2 3]"},
@@ -116,5 +115,44 @@ func TestLossRefusesBadTargets(t *testing.T) {
 	}
 	if _, err := nn.NewLoss("hinge", 1); err == nil {
 		t.Error("an unknown loss was made")
+	}
+}
+
+// Logits [N, classes, H, W] with a label for each of the N·H·W positions
+// (a segmentation's, as PyTorch's CrossEntropyLoss takes them) give what
+// the same logits moved to [N, H, W, classes] give.
+func TestCrossEntropyClassesOnAxis1(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const n, k, h, w = 3, 4, 5, 2
+	z, moved := nn.New(n, k, h, w), nn.New(n, h, w, k)
+	y := make([]float32, n*h*w)
+	for i := range y {
+		y[i] = float32(r.IntN(k))
+	}
+	for s := range n {
+		for c := range k {
+			for p := range h * w {
+				v := float32(r.NormFloat64())
+				nn.F32(z)[(s*k+c)*h*w+p], nn.F32(moved)[(s*h*w+p)*k+c] = v, v
+			}
+		}
+	}
+	if a := nn.ClassAxis(z.Shape(), len(y)); a != 1 {
+		t.Fatalf("class axis %d, want 1", a)
+	}
+	var axis1, last nn.SoftmaxCE
+	l1, c1, g1 := axis1.Forward(z, y, 0.25)
+	l2, c2, g2 := last.Forward(moved, y, 0.25)
+	if l1 != l2 || c1 != c2 {
+		t.Fatalf("loss %v, %d correct; classes last: %v, %d", l1, c1, l2, c2)
+	}
+	for s := range n {
+		for c := range k {
+			for p := range h * w {
+				if a, b := nn.F32(g1)[(s*k+c)*h*w+p], nn.F32(g2)[(s*h*w+p)*k+c]; a != b {
+					t.Fatalf("gradient of sample %d class %d position %d: %v, classes last %v", s, c, p, a, b)
+				}
+			}
+		}
 	}
 }

@@ -31,9 +31,6 @@ type Options struct {
 	// Inputs are the data's arrays, in the data's order; the graph takes
 	// its inputs in this order.
 	Inputs []Input
-	// Classes is the data's number of classes; the model's outputs must be
-	// at least as many.
-	Classes int
 }
 
 // Model is an imported model.
@@ -47,7 +44,8 @@ type Model struct {
 	// channels, the axis standardisation works per (-1: an integer input,
 	// not standardised).
 	ChannelAxes []int
-	// Classes is the model's number of outputs.
+	// Classes is the size of the output's last axis: the classes when
+	// they are there.
 	Classes int
 	// Labels is the per-sample shape of the targets: [] for one class a
 	// sample (logits [N, classes]), [T] for one a position (a language
@@ -483,9 +481,6 @@ func (im *importer) output(g *onnxpb.GraphProto, md *Model, o Options) error {
 		return modelErr("output %q holds integers; want logits", outs[0].GetName())
 	}
 	classes := shape[len(shape)-1]
-	if classes < o.Classes {
-		return modelErr("the model has %d outputs; the data has %d classes", classes, o.Classes)
-	}
 	im.carry()
 	graph, err := im.b.Build(v.name)
 	if err != nil {

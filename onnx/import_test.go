@@ -48,7 +48,7 @@ var models = map[string][]onnx.Input{
 // tok.weight, one tied group, known also by the head's name that the file's
 // metadata gives (the state_dict's).
 func TestTiedCopies(t *testing.T) {
-	md, err := onnx.Import(read(t, "testdata/tiedgpt.onnx"), onnx.Options{Inputs: models["testdata/tiedgpt.onnx"], Classes: 5})
+	md, err := onnx.Import(read(t, "testdata/tiedgpt.onnx"), onnx.Options{Inputs: models["testdata/tiedgpt.onnx"]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestTiedCopies(t *testing.T) {
 				p.Value = &bad
 			}
 		}
-		_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/tiedgpt.onnx"], Classes: 5})
+		_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/tiedgpt.onnx"]})
 		if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), onnx.TiedKey) {
 			t.Errorf("%s = %q: %v, want onnx.ErrModel naming the key", onnx.TiedKey, bad, err)
 		}
@@ -88,7 +88,7 @@ func TestParametersKeepTheirShapes(t *testing.T) {
 				dims[in.GetName()] = append(dims[in.GetName()], int(d))
 			}
 		}
-		md, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 5})
+		md, err := onnx.Import(m, onnx.Options{Inputs: inputs})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -114,7 +114,7 @@ func read(t testing.TB, path string) *onnxpb.ModelProto {
 }
 
 func TestImport(t *testing.T) {
-	md, err := onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{4, 9, 7}), Classes: 5})
+	md, err := onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{4, 9, 7})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestImport(t *testing.T) {
 		t.Errorf("classes %d, channel axis %d", md.Classes, md.ChannelAxes)
 	}
 	// NHWC images feed the same model without the first permutation.
-	md, err = onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{9, 7, 4}), Classes: 5})
+	md, err = onnx.Read("testdata/convnet.onnx", onnx.Options{Inputs: feats([]int{9, 7, 4})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,17 +174,12 @@ func TestBadModels(t *testing.T) {
 		{"empty", nil, []int{24}, []string{"no graph"}},
 		{"text", []byte("this is not a model"), []int{24}, []string{"not an ONNX model"}},
 		{"other data", good, []int{5, 5}, []string{"samples of shape [24]", "[5 5]"}},
-		{"too few outputs", good, []int{24}, nil}, // classes below
 		{"missing initializer", noInitB, []int{24}, []string{"a1.weight"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			classes := 5
-			if c.name == "too few outputs" {
-				classes, c.want = 7, []string{"5 outputs", "7 classes"}
-			}
 			m, err := onnx.Parse(c.b)
 			if err == nil {
-				_, err = onnx.Import(m, onnx.Options{Inputs: feats(c.input), Classes: classes})
+				_, err = onnx.Import(m, onnx.Options{Inputs: feats(c.input)})
 			}
 			if !errors.Is(err, onnx.ErrModel) && c.name != "missing initializer" || err == nil {
 				t.Fatalf("error %v, want onnx.ErrModel", err)
@@ -215,7 +210,7 @@ func FuzzImport(f *testing.F) {
 			return
 		}
 		for _, inputs := range models {
-			md, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 2})
+			md, err := onnx.Import(m, onnx.Options{Inputs: inputs})
 			if err == nil {
 				md.Graph.Init(1)
 			} else if !errors.Is(err, onnx.ErrModel) || strings.Contains(err.Error(), "could not be imported") {

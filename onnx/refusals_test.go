@@ -68,7 +68,7 @@ func importGraph(t *testing.T, g *graph, out string) (*onnx.Model, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return onnx.Import(m, onnx.Options{Inputs: feats([]int{g.features}), Classes: 2})
+	return onnx.Import(m, onnx.Options{Inputs: feats([]int{g.features})})
 }
 
 // forward runs a model's graph on one sample.
@@ -286,7 +286,7 @@ func TestLearnedInitialStateIsRefused(t *testing.T) {
 	}
 	m.Graph.Initializer = append(m.Graph.Initializer, &onnxpb.TensorProto{Name: proto.String("h0"), Dims: []int64{1, 1, 6},
 		DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: make([]float32, 6)})
-	_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/gru.onnx"], Classes: 5})
+	_, err := onnx.Import(m, onnx.Options{Inputs: models["testdata/gru.onnx"]})
 	if !errors.Is(err, onnx.ErrModel) || !strings.Contains(err.Error(), "learned initial state") {
 		t.Errorf("error %v, want onnx.ErrModel refusing the learned initial state", err)
 	}
@@ -424,7 +424,7 @@ func mutate(t *testing.T, base *onnxpb.ModelProto, inputs []onnx.Input) {
 				continue
 			}
 			mut(m.Graph.Node[i])
-			_, err := onnx.Import(m, onnx.Options{Inputs: inputs, Classes: 5})
+			_, err := onnx.Import(m, onnx.Options{Inputs: inputs})
 			if err == nil {
 				continue
 			}

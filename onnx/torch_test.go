@@ -157,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
-		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel"}
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}
@@ -179,11 +179,7 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	if l, ok := ref["__loss"]; ok {
 		lossName = []string{nn.LossCE, nn.LossMSE, nn.LossBCE}[int(nn.F32(l)[0])]
 	}
-	classes := 5
-	if lossName != nn.LossCE {
-		classes = 0
-	}
-	md, err := onnx.Read(path, onnx.Options{Inputs: data.inputs(t, path), Classes: classes})
+	md, err := onnx.Read(path, onnx.Options{Inputs: data.inputs(t, path)})
 	if err != nil {
 		t.Fatal(err)
 	}

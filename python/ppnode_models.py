@@ -14,7 +14,8 @@ feature map it does so in NHWC order, and these modules do the same.
 
 The second half defines models to export to ONNX (GPT, DLRM, TwoTower,
 TransformerClassifier, ViT, RNNClassifier, AutoencoderClassifier, Misc,
-and Regressor and DenoisingAutoencoder for the regression losses),
+Regressor and DenoisingAutoencoder for the regression losses, UNet for
+segmentation),
 export_onnx, which exports one as ppnode expects, and write_safetensors;
 python/export_models.py builds and exports them from the command line.
 """
@@ -787,6 +788,36 @@ class DenoisingAutoencoder(nn.Module):
 
     def forward(self, x):
         return self.dec(self.enc(x))
+
+
+class UNet(nn.Module):
+    """A small U-Net for semantic segmentation (trained with the cross-entropy
+    over its class axis 1, a label a pixel, as PyTorch's CrossEntropyLoss
+    takes [N, classes, H, W] logits): two 3x3 convolution blocks with
+    BatchNorm, max pooling, a ConvTranspose2d up, the skip connection
+    concatenated, a 1x1 convolution to the classes. Input: images float32
+    [N, channels, image, image] (image even); output: logits [N, classes,
+    image, image]."""
+
+    def __init__(self, channels=3, width=8, classes=5, image=32):
+        super().__init__()
+        assert image % 2 == 0, "one max pooling and back: an even side"
+        w = width
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+
+        self.enc = block(channels, w)
+        self.down = nn.MaxPool2d(2)
+        self.mid = block(w, 2 * w)
+        self.up = nn.ConvTranspose2d(2 * w, w, 2, 2)
+        self.dec = block(2 * w, w)
+        self.head = nn.Conv2d(w, classes, 1)
+
+    def forward(self, x):
+        e = self.enc(x)
+        m = self.mid(self.down(e))
+        return self.head(self.dec(torch.cat([self.up(m), e], dim=1)))
 
 
 class Misc(nn.Module):

@@ -250,6 +250,8 @@ def families():
         "denoise": (lambda: pm.DenoisingAutoencoder(channels=2, width=4), [("x", (2, 8, 8), None)], (2, 8, 8)),
         "ctr": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, 1)), [("x0", (5,), None), ("x1", (3,), 7)], ()),
         "multilabel": (lambda: pm.TransformerClassifier(vocab=11, T=6, d=8, heads=2, layers=1, classes=6), [("x", (6,), 11)], (6,)),
+        # A class a pixel, the classes on axis 1 of the logits [N, 5, 6, 6].
+        "segment": (lambda: pm.UNet(channels=2, width=4, classes=CLASSES, image=6), [("x", (2, 6, 6), None)], (6, 6)),
     }
 
 
@@ -267,6 +269,8 @@ def loss_of(name, out, y):
         return F.mse_loss(out, y.reshape(out.shape), reduction="sum")
     if kind == "bce":
         return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum")
+    if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]):  # classes on axis 1
+        return F.cross_entropy(out, y, reduction="sum")
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum")
 
 
@@ -388,6 +392,11 @@ def family_data(name, path, n, seed=2):
     if kind == "bce":  # a click or a label each where the score says
         y = (score.reshape(n, *([1] * len(labels))) + torch.randn(n, *labels, generator=g) > score.median()).float()
         np.savez(path, y=y.numpy().astype(np.float32), **arrays)
+        return
+    if name == "segment":  # a pixel's class: where its first channel's value falls
+        x = torch.from_numpy(arrays["x"])[:, 0]
+        y = torch.bucketize(x, torch.tensor([-0.8, -0.25, 0.25, 0.8]))
+        np.savez(path, y=y.numpy().astype(np.int64), **arrays)
         return
     if labels:
         ids = [x for x in arrays.values() if x.dtype == np.int64 and x.shape[1:] == tuple(labels)][-1]

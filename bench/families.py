@@ -16,7 +16,8 @@ python/export_models.py it
 
 The families regress, denoise and ctr train with the squared error and the
 binary cross-entropy (LOSS) on float targets: a teacher's values, noisy
-Fashion-MNIST against the clean images (python/noisy_images.py), clicks.
+Fashion-MNIST against the clean images (python/noisy_images.py), clicks;
+segment (a U-Net) has a class a pixel, the classes on axis 1 of its logits.
 
 Run: /usr/bin/python3 bench/families.py --ppnode /tmp/ppnode [--steps 200] [--models gpt,dlrm,...]
 It starts its three nodes on 127.0.0.1 (ports from --port, default 17600)
@@ -36,6 +37,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import export_models  # noqa: E402
 import noisy_images  # noqa: E402
@@ -68,7 +70,12 @@ def make_data(model, opts, path, n=2400, seed=7):
     if model == "denoise":
         noisy_images.make(path, train=n * 9 // 10, test=n // 10, seed=seed)
         return
-    if model == "gpt":
+    if model == "segment":  # a pixel's class: where a smoothed channel's value falls
+        x = torch.randn((n,) + tuple(inputs[0][1]), generator=g)
+        s = F.avg_pool2d(x[:, :1], 3, 1, 1)[:, 0] * 3
+        arrays = {"x": x.numpy().astype(np.float32),
+                  "y": torch.bucketize(s, torch.tensor([-1.0, -0.3, 0.3, 1.0])).numpy().astype(np.int64)}
+    elif model == "gpt":
         ctx = inputs[0][1][0]
         text = b"".join(open(os.path.join("/usr/share/games/fortunes", f), "rb").read()
                         for f in sorted(os.listdir("/usr/share/games/fortunes"))

@@ -4,8 +4,8 @@ Usage: /usr/bin/python3 python/export_models.py MODEL OUTDIR [--seed S] [--key=v
 
 MODEL is gpt, dlrm, twotower, transformer, vit, lstm, gru, mobilenetv2,
 autoencoder, misc, or for the losses other than the cross-entropy regress
-(ppnode's --loss mse), denoise (mse against clean images) or ctr (DLRM with
-one logit, --loss bce); --key=value sets a constructor argument of the model
+(ppnode's --loss mse), denoise (mse against clean images), ctr (DLRM with
+one logit, --loss bce) or segment (a U-Net, a class a pixel); --key=value sets a constructor argument of the model
 (python/ppnode_models.py), for example --d=128 --blocks=2 for gpt or
 --bottom=64,16 for dlrm. Writes OUTDIR/model.onnx (export_onnx: training
 mode, no constant folding, opset 13, batch axis dynamic, "ppnode.buffers"
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ppnode_models as pm  # noqa: E402
 
 MODELS = ["gpt", "dlrm", "twotower", "transformer", "vit", "lstm", "gru", "mobilenetv2", "autoencoder", "misc",
-          "regress", "denoise", "ctr"]
+          "regress", "denoise", "ctr", "segment"]
 
 
 def parse_value(v):
@@ -118,6 +118,9 @@ def build(name, **opts):
         a = _args(pm.DLRM, opts)
         a["top"] = tuple(a["top"][:-1]) + (1,)
         return pm.DLRM(**a), [("x0", (a["dense"],), f32, None), ("x1", (a["tables"],), i64, a["rows"])]
+    if name == "segment":  # a class a pixel, the classes on axis 1
+        a = _args(pm.UNet, opts)
+        return pm.UNet(**a), [("x", (a["channels"], a["image"], a["image"]), f32, None)]
     if name == "misc":
         a = _args(pm.Misc, opts)
         return pm.Misc(**a), [("x", (a["channels"], a["image"], a["image"]), f32, None)]

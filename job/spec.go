@@ -630,16 +630,16 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 	case loss == nn.LossCE && len(md.output) > 1 && slices.Equal(md.output[1:], y):
 		// Classes on axis 1, a label a position (a segmentation's).
 		if c := md.output[0]; c == md.output[len(md.output)-1] {
-			return specErr("the model's logits [N, %s] could hold the %d classes on axis 1 or on the last axis; make them differ in size (the data's y is [N, %s])",
-				dims(md.output), c, dims(y))
+			return specErr("the model's logits %s could hold the %d classes on axis 1 or on the last axis; make them differ in size (the data's y is %s)",
+				batchShape(md.output), c, batchShape(y))
 		}
 		return enoughClasses(md.output[0], set.Classes)
 	case loss == nn.LossCE:
 		return specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
 			orNone(md.labels), dimsPrefix(md.labels), orNone(y))
 	case loss != nn.LossCE && !slices.Equal(squeezed(md.output), squeezed(y)):
-		return specErr("loss %s scores each output value against a target: the model's output is [N, %s], the data's y is [N, %s]",
-			loss, dims(md.output), dims(y))
+		return specErr("loss %s scores each output value against a target: the model's output is %s, the data's y is %s",
+			loss, batchShape(md.output), batchShape(y))
 	}
 	return nil
 }
@@ -656,12 +656,13 @@ func squeezed(shape []int) []int {
 	return slices.DeleteFunc(slices.Clone(shape), func(d int) bool { return d == 1 })
 }
 
-func dims(shape []int) string {
-	var parts []string
+// batchShape writes a per-sample shape with the batch first: [N, 5].
+func batchShape(shape []int) string {
+	parts := []string{"N"}
 	for _, d := range shape {
 		parts = append(parts, strconv.Itoa(d))
 	}
-	return strings.Join(parts, ", ")
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // buildModel is BuildModel that also says where each input's channels are

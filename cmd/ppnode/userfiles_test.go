@@ -95,7 +95,7 @@ func TestBadUserFiles(t *testing.T) {
 		{[]string{"--model", filepath.Join(dir, "unsupported.onnx"), "--data", good}, "operator Det (node \"/Constant_3\") is not supported; ppnode supports Abs, Add, "},
 		{[]string{"--model", filepath.Join(dir, "truncated.onnx"), "--data", good}, "truncated or corrupt"},
 		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", short}, "y"},
-		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", floaty}, "label"},
+		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", floaty}, "loss mse scores each output value against a target: the model's output is [N, 5], the data's y is [N]"},
 		{[]string{"--model", filepath.Join(dir, "towers.onnx"), "--data", good, "--init", mlp}, "not of this model: it lacks a1.weight"},
 	} {
 		out.Reset()

@@ -283,13 +283,14 @@ class TorchOptim:
 def forward_loss(model, xs, y, kind="ce"):
     """The micro-batch's summed loss over every target, the number of
     targets predicted right and the targets. kind is ppnode's --loss: ce
-    (class labels), mse (float targets of the output's shape) or bce
+    (class labels), mse, l1 or huber (float targets of the output's shape) or bce
     (logits against targets in [0, 1]; right when the sign agrees with the
     target's side of 1/2)."""
     out = model(*xs)
-    if kind == "mse":
+    if kind in ("mse", "l1", "huber"):
         t = y.to(out.dtype).reshape(out.shape)
-        return F.mse_loss(out, t, reduction="sum"), 0, t.numel()
+        f = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}[kind]
+        return f(out, t, reduction="sum"), 0, t.numel()
     if kind == "bce":
         t = y.to(out.dtype).reshape(out.shape)
         correct = int(((out.detach() > 0) == (t > 0.5)).sum())
@@ -346,7 +347,7 @@ def main():
     ap.add_argument("--time-only", action="store_true", help="skip the evaluation (speed comparisons)")
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
-    ap.add_argument("--loss", choices=["", "ce", "mse", "bce"], default="",
+    ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
                     help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
     ap.add_argument("--log-every", type=int, default=10, help="a JSON line every N steps (0: none)")
     ap.add_argument("--eval-batch", type=int, default=256)

@@ -109,11 +109,11 @@ type Spec struct {
 	// (0: DefaultReplicas; 1 to MaxReplicas). A job survives the loss of
 	// its coordinator's node when Replicas >= 2.
 	Replicas int `json:"replicas"`
-	// Loss is what training minimises: "ce" (softmax cross-entropy over
-	// the last axis against class labels), "mse" (squared error against
-	// float targets of the output's shape) or "bce" (binary cross-entropy
-	// of logits against targets in [0, 1]); empty: ce for class labels,
-	// mse for float targets (LossName).
+	// Loss is what training minimises: "ce" (softmax cross-entropy against
+	// class labels), "mse", "l1" or "huber" (squared, absolute or Huber
+	// error against float targets of the output's shape) or "bce" (binary
+	// cross-entropy of logits against targets in [0, 1]); empty: ce for
+	// class labels, mse for float targets (LossName; nn.NewLoss).
 	Loss string `json:"loss,omitempty"`
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
@@ -330,10 +330,8 @@ func (s *Spec) normalize() error {
 	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
 		return specErr("%v", err)
 	}
-	switch s.Loss {
-	case "", nn.LossCE, nn.LossMSE, nn.LossBCE:
-	default:
-		return specErr("unknown loss %q (have %s, %s, %s; none: %s for class labels, %s for float targets)", s.Loss, nn.LossCE, nn.LossMSE, nn.LossBCE, nn.LossCE, nn.LossMSE)
+	if s.Loss != "" && !slices.Contains(nn.LossNames(), s.Loss) {
+		return specErr("unknown loss %q (have %s; none: %s for class labels, %s for float targets)", s.Loss, strings.Join(nn.LossNames(), ", "), nn.LossCE, nn.LossMSE)
 	}
 	switch s.Wire {
 	case "", "raw", "bf16", "int8":
@@ -624,7 +622,7 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 	y := set.Train.LabelShape
 	switch loss := s.LossName(SampleOf(set)); {
 	case loss == nn.LossCE && set.Classes == 0:
-		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s or %s)", loss, nn.LossMSE, nn.LossBCE)
+		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s, %s, %s or %s)", loss, nn.LossMSE, nn.LossL1, nn.LossHuber, nn.LossBCE)
 	case loss == nn.LossCE && slices.Equal(md.labels, y):
 		return enoughClasses(md.output[len(md.output)-1], set.Classes)
 	case loss == nn.LossCE && len(md.output) > 1 && slices.Equal(md.output[1:], y):
@@ -876,8 +874,8 @@ type Result struct {
 	// models).
 	TestLoss   float64 `json:"test_loss"`
 	Perplexity float64 `json:"perplexity,omitempty"`
-	// Loss names the loss (Spec.LossName); under mse there is no
-	// accuracy, and both accuracies are 0.
+	// Loss names the loss (Spec.LossName); under mse, l1 and huber there
+	// is no accuracy (nn.LossScores), and both accuracies are 0.
 	Loss          string  `json:"loss,omitempty"`
 	Backend       string  `json:"backend"`
 	Threads       int     `json:"threads"`

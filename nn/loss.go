@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Loss scores a micro-batch's output against its targets, sample after
@@ -20,6 +21,13 @@ type Loss interface {
 	Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor)
 }
 
+// LossScores reports whether the loss of that name counts predictions
+// right (the accuracy): the cross-entropies do, the errors do not.
+func LossScores(name string) bool { return name == LossCE || name == LossBCE }
+
+// LossNames lists the losses NewLoss knows.
+func LossNames() []string { return []string{LossCE, LossMSE, LossL1, LossHuber, LossBCE} }
+
 // The losses NewLoss knows, by the names a job spec gives them.
 const (
 	// LossCE is the softmax cross-entropy of logits [N, ..., classes]
@@ -28,6 +36,12 @@ const (
 	// LossMSE is the squared error of each output value against a target
 	// of the output's shape (MSELoss).
 	LossMSE = "mse"
+	// LossL1 is the absolute error (L1Loss).
+	LossL1 = "l1"
+	// LossHuber is the squared error's half within 1 of the target and the
+	// absolute error less 1/2 beyond (HuberLoss with delta 1, which is
+	// SmoothL1Loss with beta 1).
+	LossHuber = "huber"
 	// LossBCE is the binary cross-entropy of each output value taken as a
 	// logit against a target in [0, 1] of the output's shape
 	// (BCEWithLogitsLoss); a value is predicted right when its sign agrees
@@ -35,7 +49,8 @@ const (
 	LossBCE = "bce"
 )
 
-// NewLoss returns the loss of that name (LossCE, LossMSE or LossBCE),
+// NewLoss returns the loss of that name (LossCE, LossMSE, LossL1, LossHuber
+// or LossBCE),
 // spreading its work over threads (0: one); its results do not depend on
 // them.
 func NewLoss(name string, threads int) (Loss, error) {
@@ -44,10 +59,14 @@ func NewLoss(name string, threads int) (Loss, error) {
 		return &SoftmaxCE{Threads: threads}, nil
 	case LossMSE:
 		return &elementLoss{threads: threads, fn: mseElem}, nil
+	case LossL1:
+		return &elementLoss{threads: threads, fn: l1Elem}, nil
+	case LossHuber:
+		return &elementLoss{threads: threads, fn: huberElem}, nil
 	case LossBCE:
 		return &elementLoss{threads: threads, fn: bceElem, unit: true, scored: true}, nil
 	}
-	return nil, fmt.Errorf("nn: unknown loss %q (want %s, %s or %s)", name, LossCE, LossMSE, LossBCE)
+	return nil, fmt.Errorf("nn: unknown loss %q (want %s)", name, strings.Join(LossNames(), ", "))
 }
 
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
@@ -255,6 +274,32 @@ func (l *elementLoss) elements(lo, hi int) {
 func mseElem(z, y float32) (float64, float32, bool) {
 	d := z - y
 	return float64(d) * float64(d), 2 * d, false
+}
+
+// l1Elem is |z − y|, of gradient sign(z − y) (0 at 0, as PyTorch's).
+func l1Elem(z, y float32) (float64, float32, bool) {
+	d := z - y
+	g := float32(0)
+	switch {
+	case d > 0:
+		g = 1
+	case d < 0:
+		g = -1
+	}
+	return math.Abs(float64(d)), g, false
+}
+
+// huberElem is d²/2 for |d| < 1 and |d| − 1/2 beyond, d = z − y, of
+// gradient d within and sign(d) beyond.
+func huberElem(z, y float32) (float64, float32, bool) {
+	d := z - y
+	switch {
+	case d >= 1:
+		return float64(d) - 0.5, 1, false
+	case d <= -1:
+		return -float64(d) - 0.5, -1, false
+	}
+	return 0.5 * float64(d) * float64(d), d, false
 }
 
 // bceElem is −y·log σ(z) − (1 − y)·log(1 − σ(z)), computed without

@@ -157,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
-		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment"}
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment", "regressl1", "regresshuber"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}
@@ -177,7 +177,7 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	data := newSteps(t, ref)
 	lossName := nn.LossCE
 	if l, ok := ref["__loss"]; ok {
-		lossName = []string{nn.LossCE, nn.LossMSE, nn.LossBCE}[int(nn.F32(l)[0])]
+		lossName = []string{nn.LossCE, nn.LossMSE, nn.LossBCE, nn.LossL1, nn.LossHuber}[int(nn.F32(l)[0])]
 	}
 	md, err := onnx.Read(path, onnx.Options{Inputs: data.inputs(t, path)})
 	if err != nil {

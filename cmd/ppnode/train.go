@@ -61,9 +61,9 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam or sgd")
-	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse (squared error against\n"+
-		"float targets of the output's shape) or bce (binary cross-entropy of logits against targets in [0, 1])\n"+
-		"(default: ce for integer labels, mse for float targets)")
+	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse, l1 or huber\n"+
+		"(squared, absolute or Huber error against float targets of the output's shape) or bce (binary cross-entropy\n"+
+		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")
 	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule: cosine (decays to 0 at the last step) or constant")
 	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of initialisation, data order and dropout")
@@ -205,9 +205,9 @@ func evaluated(res *job.Result) string {
 }
 
 // accuracy shows the test accuracy followed by sep, unless the loss has
-// none (a regression's squared error): then the loss's name.
+// none (a regression's error): then the loss's name.
 func accuracy(res *job.Result, sep string) string {
-	if res.Loss == nn.LossMSE {
+	if res.Loss != "" && !nn.LossScores(res.Loss) {
 		return "loss " + res.Loss + sep
 	}
 	return fmt.Sprintf("test accuracy %.4f%s", res.TestAccuracy, sep)

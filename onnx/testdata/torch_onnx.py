@@ -247,6 +247,8 @@ def families():
         # Losses other than the cross-entropy (FAMILY_LOSS): the label shape
         # is the targets', the output's.
         "regress": (lambda: pm.Regressor(features=6, hidden=8, outputs=3), [("x", (6,), None)], (3,)),
+        "regressl1": (lambda: pm.Regressor(features=6, hidden=8, outputs=3), [("x", (6,), None)], (3,)),
+        "regresshuber": (lambda: pm.Regressor(features=6, hidden=8, outputs=3), [("x", (6,), None)], (3,)),
         "denoise": (lambda: pm.DenoisingAutoencoder(channels=2, width=4), [("x", (2, 8, 8), None)], (2, 8, 8)),
         "ctr": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, 1)), [("x0", (5,), None), ("x1", (3,), 7)], ()),
         "multilabel": (lambda: pm.TransformerClassifier(vocab=11, T=6, d=8, heads=2, layers=1, classes=6), [("x", (6,), 11)], (6,)),
@@ -259,7 +261,8 @@ def families():
 # error against float targets, binary cross-entropy of logits against
 # targets in [0, 1] (soft ones for multilabel, clicks for ctr: one logit a
 # sample against y of shape [N]).
-FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce"}
+FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "regressl1": "l1", "regresshuber": "huber"}
+LOSSES = ["ce", "mse", "bce", "l1", "huber"]  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
 
 
 def loss_of(name, out, y):
@@ -267,6 +270,10 @@ def loss_of(name, out, y):
     kind = FAMILY_LOSS.get(name, "ce")
     if kind == "mse":
         return F.mse_loss(out, y.reshape(out.shape), reduction="sum")
+    if kind == "l1":
+        return F.l1_loss(out, y.reshape(out.shape), reduction="sum")
+    if kind == "huber":
+        return F.huber_loss(out, y.reshape(out.shape), reduction="sum", delta=1.0)
     if kind == "bce":
         return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum")
     if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]):  # classes on axis 1
@@ -277,8 +284,8 @@ def loss_of(name, out, y):
 def targets(name, shape, g):
     """Random targets of the family's loss: classes, values or probabilities."""
     kind = FAMILY_LOSS.get(name, "ce")
-    if kind == "mse":
-        return torch.randn(*shape, generator=g)
+    if kind in ("mse", "l1", "huber"):  # some beyond huber's bend at 1
+        return 2 * torch.randn(*shape, generator=g)
     if kind == "bce":
         return torch.rand(*shape, generator=g) if name == "multilabel" else torch.randint(0, 2, shape, generator=g).float()
     return torch.randint(0, CLASSES, shape, generator=g)
@@ -322,7 +329,7 @@ def family(name, outdir):
     xs, ys = [x[:steps] for x in xs], ys[:steps]
     out = {"__y": ys.numpy().astype(np.float32), "__micro": np.array(micro, dtype=np.float32),
            "__tol": np.array([FAMILY_TOL.get(name, 1e-4)]),
-           "__loss": np.array([["ce", "mse", "bce"].index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32)}
+           "__loss": np.array([LOSSES.index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32)}
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)
@@ -383,7 +390,7 @@ def family_data(name, path, n, seed=2):
             score += (x.reshape(n, -1)[:, 0] % 2).float()
             arrays[key] = x.numpy().astype(np.int64)
     kind = FAMILY_LOSS.get(name, "ce")
-    if kind == "mse":  # values the inputs determine: a sum for each target
+    if kind in ("mse", "l1", "huber"):  # values the inputs determine: a sum for each target
         x = next(torch.from_numpy(a) for a in arrays.values() if a.dtype == np.float32).reshape(n, -1)
         per = int(np.prod(labels)) if labels else 1
         y = (x[:, :per] + 0.5 * x[:, -per:] + 0.1 * torch.randn(n, per, generator=g)).reshape(n, *labels)

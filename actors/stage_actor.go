@@ -312,14 +312,29 @@ func (a *stageActor) coordinatorLost(err error) { a.post(coordinatorGone{err}) }
 // another job or an older plan (those are dropped, as the plan rule says).
 func (a *stageActor) admit(msg JobMessage, reply func(proto.Message)) bool {
 	if a.eng == nil {
-		reply(ack(msg.GetHeader(), fmt.Errorf("stage is not set up")))
+		reply(refusal(msg, "stage is not set up"))
 		return false
 	}
 	if !a.gate.Admit(msg) {
-		a.log().Debug("stage drops a message of another job or plan", "job", msg.GetHeader().GetJobId(), "generation", msg.GetHeader().GetGeneration())
+		h := msg.GetHeader()
+		a.log().Debug("stage drops a message of another job or plan", "job", h.GetJobId(), "generation", h.GetGeneration())
+		if h.GetJobId() == a.eng.spec.Job.ID() {
+			// An older plan's request: its sender hears now rather than
+			// when it gives up waiting.
+			reply(refusal(msg, fmt.Sprintf("stage is at generation %d (a newer plan), the request of %d", a.gate.Generation(), h.GetGeneration())))
+		}
 		return false
 	}
 	return true
+}
+
+// refusal is the reply to a request the stage does not run, of the type
+// its sender waits for.
+func refusal(msg JobMessage, why string) proto.Message {
+	if _, ok := msg.(*ConnectStage); ok {
+		return &Ack{Header: msg.GetHeader(), Error: why}
+	}
+	return &StepDone{Header: msg.GetHeader(), Error: why}
 }
 
 func ack(h *Header, err error) *Ack {

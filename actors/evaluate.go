@@ -192,7 +192,7 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 				res.forwardNs += int64(time.Since(t0))
 				res.losses = append(res.losses, l)
 				res.correct += int64(n)
-				res.samples += int64(len(labels))
+				res.samples += int64(loss.Count(labels))
 				if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindGradient, MicroBatch: tag, Tensor: labelsTensor}, credit); err != nil {
 					return res, err
 				}
@@ -343,7 +343,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		}
 		c.log.Info("evaluated on the stages", "step", step, "chunks", chunks, "samples", size, "s", c.clk.Now().Sub(t0).Seconds(), "stages", strings.Join(per, "; "))
 	}
-	return sumEval(s, results, chunks, M, test.N*test.Labels())
+	return sumEval(s, results, chunks, M, c.job.Targets(test.Y))
 }
 
 // feedEval sends the test split's chunks to the stages that read the

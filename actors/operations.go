@@ -274,9 +274,14 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	M := c.spec.MicroBatches
 	epoch, step := a.Step/j.StepsPerEpoch, a.Step%j.StepsPerEpoch
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	var targets int // the mini-batch's, for the loss stages' mean
+	for m := range M {
+		j.Loader.Fill(epoch, step, m, &c.batches[m])
+		targets += j.Targets(c.batches[m].Y)
+	}
 	dones := make([]<-chan reply, len(s.refs))
 	for k, ref := range s.refs {
-		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}}
+		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}, Targets: uint64(targets)}
 		for p, r := range a.Rates {
 			if p[0] == k {
 				begin.LinkRates[int32(p[1])] = r
@@ -291,7 +296,6 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	}
 	for m := range M {
 		b := &c.batches[m]
-		j.Loader.Fill(epoch, step, m, b)
 		c.labels[m] = labelTensor(b.Y, c.labels[m])
 		for _, f := range s.feeds {
 			if !f.micros[m] {

@@ -404,7 +404,11 @@ type StepBegin struct {
 	Lr           float64                `protobuf:"fixed64,4,opt,name=lr,proto3" json:"lr,omitempty"` // the learning rate of this step's optimizer update
 	// The speed (bytes/s) of the stage's link to each peer stage (-1: the
 	// coordinator), as the job measures it; the link's codecs follow it.
-	LinkRates     map[int32]float64 `protobuf:"bytes,5,rep,name=link_rates,json=linkRates,proto3" json:"link_rates,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	LinkRates map[int32]float64 `protobuf:"bytes,5,rep,name=link_rates,json=linkRates,proto3" json:"link_rates,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// The step's targets that count (labels not ignored), when some are
+	// ignored: the loss stage scales the loss by 1/targets; 0: by
+	// 1/(batch x targets a sample).
+	Targets       uint64 `protobuf:"varint,6,opt,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -472,6 +476,13 @@ func (x *StepBegin) GetLinkRates() map[int32]float64 {
 		return x.LinkRates
 	}
 	return nil
+}
+
+func (x *StepBegin) GetTargets() uint64 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
 }
 
 // EvalBegin makes a stage run its layers' forward passes over the test
@@ -1834,14 +1845,15 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1f\n" +
 	"\vpid_address\x18\x04 \x01(\tR\n" +
 	"pidAddress\x12\x15\n" +
-	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"\x89\x02\n" +
+	"\x06pid_id\x18\x05 \x01(\tR\x05pidId\"\xa3\x02\n" +
 	"\tStepBegin\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12#\n" +
 	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
 	"\x02lr\x18\x04 \x01(\x01R\x02lr\x12F\n" +
 	"\n" +
-	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x1a<\n" +
+	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x12\x18\n" +
+	"\atargets\x18\x06 \x01(\x04R\atargets\x1a<\n" +
 	"\x0eLinkRatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"~\n" +

@@ -467,10 +467,11 @@ func (r *stepResult) pass(op balance.Op, m int, t0 time.Time) int64 {
 	return int64(d)
 }
 
-// step runs the program once: one training step with learning rate lr.
-// A panic inside the model (a malformed tensor from a peer) becomes an
-// error; the stage is then unusable until it is set up again.
-func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
+// step runs the program once: one training step with learning rate lr,
+// its mean loss over targets targets (0: batch × targets a sample). A panic
+// inside the model (a malformed tensor from a peer) becomes an error; the
+// stage is then unusable until it is set up again.
+func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResult, err error) {
 	// The tensors this step received are done with before the next step's
 	// arrive into the same buffers (inbox.buffer); that order comes through
 	// the coordinator, over the network, so the inbox marks it too.
@@ -571,11 +572,15 @@ func (e *stageEngine) step(global int, lr float64) (res stepResult, err error) {
 			if err := e.loss[m].Check(logits.Shape(), e.labels[m]); err != nil {
 				return res, fmt.Errorf("micro-batch %d: %w", m, err)
 			}
-			l, c, grad := e.loss[m].Forward(logits, e.labels[m], e.scale)
+			scale := e.scale
+			if targets > 0 {
+				scale = float32(1 / float64(targets))
+			}
+			l, c, grad := e.loss[m].Forward(logits, e.labels[m], scale)
 			e.lossGrad[m] = grad
 			res.loss += l
 			res.correct += int64(c)
-			res.samples += int64(len(e.labels[m]))
+			res.samples += int64(e.loss[m].Count(e.labels[m]))
 			res.forwardNs += res.pass(in.Op, m, t0)
 		case balance.OpSendAct:
 			for _, name := range in.Tensors {

@@ -299,9 +299,9 @@ def forward_loss(model, xs, y, kind="ce"):
         out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
     logits = out.reshape(-1, out.shape[-1])
     labels = y.reshape(-1)
-    loss = F.cross_entropy(logits, labels, reduction="sum")
+    loss = F.cross_entropy(logits, labels, reduction="sum")  # -100 is ignored
     correct = int((logits.detach().argmax(dim=-1) == labels).sum())
-    return loss, correct, labels.numel()
+    return loss, correct, int((labels != -100).sum())
 
 
 def evaluate(model, xs, y, batch, kind="ce"):
@@ -421,6 +421,7 @@ def main():
         return t if arr.dtype == np.int64 else t.to(dtype)
 
     X, Y = [tensor(x) for x in xs], torch.from_numpy(y)
+    ignored = a.loss == "ce" and bool((Y == -100).any())
     XT, YT = [tensor(x) for x in xt], torch.from_numpy(yt)
     params = list(model.parameters())
     for p in params:
@@ -440,6 +441,11 @@ def main():
         lr = lr_at(g, a.lr, warmup, total, a.lr_schedule)
         opt.lr = lr
         step_loss, step_correct, step_labels = 0.0, 0, 0
+        if ignored:  # the mean over the labels that count (-100 is ignored)
+            idx = np.concatenate([np.array(i, dtype=np.int64) for i in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g)])
+            scale = 1.0 / float((Y[torch.from_numpy(idx)] != -100).sum())
+            if not a.float64:
+                scale = float(np.float32(scale))
         for idx in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g):
             i = torch.from_numpy(np.array(idx, dtype=np.int64))  # a writable copy
             loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss)

@@ -22,7 +22,8 @@ import (
 // scaled to [0, 1]) holds features; one of signed integers (int8 to int64)
 // holds ids (token ids, categories) in [0, MaxID). The labels y are
 // integers of shape [N] (a class a sample) or [N, T...] (a class a
-// position, a language model's next tokens), or float32 or float64 values
+// position, a language model's next tokens; -100, nn.IgnoreLabel, where a
+// position takes no part, as PyTorch's ignore_index), or float32 or float64 values
 // (a regression's targets, of the model output's shape; the set then has
 // no classes).
 

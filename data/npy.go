@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ppnode/ppnode/nn"
 	"io"
 	"math"
 	"strconv"
@@ -221,7 +222,7 @@ func (a *array) ids(name string) ([]float32, error) {
 	return a.integers(name, "id", MaxID-1)
 }
 
-// labels returns the array's elements as class labels.
+// labels returns the array's elements as class labels, or nn.IgnoreLabel.
 func (a *array) labels(name string) ([]float32, error) {
 	return a.integers(name, "label", maxFileClasses)
 }
@@ -252,7 +253,7 @@ func (a *array) integers(name, what string, hi int64) ([]float32, error) {
 		default:
 			return nil, corrupt(name, "%ss of type %s: want an integer type", what, a.dtype)
 		}
-		if v < 0 || v > hi {
+		if (v < 0 || v > hi) && !(what == "label" && v == nn.IgnoreLabel) {
 			return nil, corrupt(name, "%s %d at %d is not in [0, %d]", what, v, i, hi)
 		}
 		out[i] = float32(v)

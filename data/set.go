@@ -29,7 +29,8 @@ type Split struct {
 	// regression's target shape.
 	LabelShape []int
 	// Y holds N*Size(LabelShape) labels: classes in [0, Classes), exact as
-	// float32, or a regression's target values when Classes is 0.
+	// float32, or nn.IgnoreLabel (a position the loss skips); or a
+	// regression's target values when Classes is 0.
 	Y       []float32
 	Classes int // number of classes; 0 when Y holds values
 }
@@ -110,8 +111,8 @@ func (s *Split) Validate() error {
 		switch {
 		case s.Classes == 0 && (math.IsNaN(float64(y)) || math.IsInf(float64(y), 0)):
 			return fmt.Errorf("data: split: target %v of sample %d is not finite", y, i/max(s.Labels(), 1))
-		case s.Classes > 0 && (y != float32(int32(y)) || y < 0 || int(y) >= s.Classes):
-			return fmt.Errorf("data: split: label %v of sample %d is not in [0, %d)", y, i/max(s.Labels(), 1), s.Classes)
+		case s.Classes > 0 && (y != float32(int32(y)) || y < 0 || int(y) >= s.Classes) && y != nn.IgnoreLabel:
+			return fmt.Errorf("data: split: label %v of sample %d is not in [0, %d) (nor %d, ignored)", y, i/max(s.Labels(), 1), s.Classes, nn.IgnoreLabel)
 		}
 	}
 	return nil

@@ -89,7 +89,7 @@ func TestONNXFamilies(t *testing.T) {
 	needTorch(t)
 	cl := StartCluster(t, NodeOptions{Threads: 1}, NodeOptions{Threads: 1}, NodeOptions{Threads: 1})
 	waitMembers(t, cl.Node("a"), 3)
-	models := []string{"tiedgpt", "albert", "seq2seq", "lasttoken", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet", "denoise", "ctr", "segment"}
+	models := []string{"tiedgpt", "albert", "seq2seq", "lasttoken", "llama", "dlrm", "twotower", "transformer", "padmask", "vit", "lstm", "bilstm", "mobilenetv3", "autoencoder", "normact", "misc", "mobilenet", "denoise", "ctr", "segment", "padlm"}
 	root := t.TempDir()
 	export := append([]string{"../onnx/testdata/torch_onnx.py", "--each", root, "240"}, models...)
 	if out, err := exec.Command(torchPython, export...).CombinedOutput(); err != nil {
@@ -104,7 +104,7 @@ func TestONNXFamilies(t *testing.T) {
 			switch model {
 			case "ctr": // a click a sample: one logit against y of [N]
 				args = append(args, "--loss", "bce")
-			case "denoise", "segment": // (denoise's float images take mse unasked); the automatic plans keep them on one node
+			case "denoise", "segment", "padlm": // (denoise's float images take mse unasked); the automatic plans keep them on one node
 				args = append(args, "--partition", "uniform")
 			}
 			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)

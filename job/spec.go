@@ -390,7 +390,13 @@ type Job struct {
 	// Mean and Std standardised the inputs, per channel (nil: not
 	// standardised).
 	Mean, Std []float64
+
+	loss nn.Loss // counts targets (Targets)
 }
+
+// Targets is how many of the targets y count in the job's mean loss: all
+// but the ignored labels (nn.IgnoreLabel).
+func (j *Job) Targets(y []float32) int { return j.loss.Count(y) }
 
 // Prepare checks that what this process allocates for the job fits this
 // machine's memory (see PrepareWithin), loads the data and builds the
@@ -468,7 +474,8 @@ func (c Checked) prepare(memory int64, check func(Footprint, int64) error) (*Job
 	if err != nil {
 		return nil, specErr("%v", err)
 	}
-	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std}, nil
+	return &Job{Spec: s, Set: set, Graph: g, Loader: loader, LR: sched, StepsPerEpoch: spe, Total: total, Mean: mean, Std: std,
+		loss: s.NewLoss(SampleOf(set), 1)}, nil
 }
 
 // TotalSteps is the length in steps of a job of epochs epochs of
@@ -620,7 +627,11 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 // scored against with the job's loss.
 func (s Spec) checkTargets(set *data.Set, md built) error {
 	y := set.Train.LabelShape
-	switch loss := s.LossName(SampleOf(set)); {
+	loss := s.LossName(SampleOf(set))
+	if loss != nn.LossCE && set.Classes > 0 && (slices.Contains(set.Train.Y, nn.IgnoreLabel) || slices.Contains(set.Test.Y, nn.IgnoreLabel)) {
+		return specErr("the data's y has labels %d, which only the loss %s ignores (loss %s)", nn.IgnoreLabel, nn.LossCE, loss)
+	}
+	switch {
 	case loss == nn.LossCE && set.Classes == 0:
 		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s, %s, %s or %s)", loss, nn.LossMSE, nn.LossL1, nn.LossHuber, nn.LossBCE)
 	case loss == nn.LossCE && slices.Equal(md.labels, y):

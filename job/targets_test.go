@@ -112,11 +112,54 @@ func TestClassesOnAxis1(t *testing.T) {
 		{[]int{3, 6, 7}, []int{6, 7}, "the model has 3 outputs; the data has 5 classes"},
 		{[]int{5, 6, 7}, []int{7, 6}, "the model gives [5 6] labels a sample"},
 	} {
-		set := &data.Set{Classes: 5, Train: &data.Split{LabelShape: tc.y, Classes: 5}}
+		set := &data.Set{Classes: 5, Train: &data.Split{LabelShape: tc.y, Classes: 5}, Test: &data.Split{LabelShape: tc.y, Classes: 5}}
 		md := built{output: tc.output, labels: tc.output[:len(tc.output)-1]}
 		err := DefaultSpec().checkTargets(set, md)
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("logits [N %v], y [N %v]: %v, want %q", tc.output, tc.y, err, tc.err)
 		}
+	}
+}
+
+// Labels -100 are ignored by the cross-entropy and refused by the other
+// losses, which would take them for targets.
+func TestIgnoredLabels(t *testing.T) {
+	const n = 40
+	x := nn.New(n, 24)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i)))
+	}
+	y := make([]int64, n)
+	for i := range y {
+		y[i] = int64(i % 2)
+		if i%4 == 3 {
+			y[i] = nn.IgnoreLabel
+		}
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "d.safetensors")
+	if err := tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, tensorio.I64Entry("y", y, n)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := DefaultSpec()
+	s.Model, s.Data, s.Batch, s.MicroBatches, s.Steps, s.Epochs = "../onnx/testdata/towers.onnx", path, 8, 2, 3, 0
+	s.Loss = nn.LossBCE
+	if _, err := mustCheck(t, s).Prepare(); err == nil || !strings.Contains(err.Error(), "labels -100, which only the loss ce ignores") {
+		t.Fatalf("bce on ignored labels: %v", err)
+	}
+	s.Loss = ""
+	j, err := mustCheck(t, s).Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := j.Targets(j.Set.Test.Y), j.Set.Test.N-1; got != want { // the test samples are 36-39
+		t.Fatalf("%d test labels count, want %d", got, want)
+	}
+	res, err := j.TrainLocal(1, nil, nil)
+	if err != nil || math.IsNaN(res.TestLoss) {
+		t.Fatalf("%v, test loss %v", err, res.TestLoss)
 	}
 }

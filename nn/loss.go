@@ -12,6 +12,9 @@ type Loss interface {
 	// Check says why y cannot be the targets of an output of shape out
 	// (nil when it can); y comes from data a user or a peer sent.
 	Check(out []int, y []float32) error
+	// Count is how many of the targets y count: the mean loss divides by
+	// them (the cross-entropy's ignored labels do not).
+	Count(y []float32) int
 	// Forward returns the sum of the per-target losses, how many targets
 	// were predicted right (0 for a loss without such a notion), and the
 	// gradient of scale·sum with respect to out, which belongs to the loss
@@ -69,9 +72,14 @@ func NewLoss(name string, threads int) (Loss, error) {
 	return nil, fmt.Errorf("nn: unknown loss %q (want %s)", name, strings.Join(LossNames(), ", "))
 }
 
+// IgnoreLabel is a label the softmax cross-entropy skips (PyTorch's
+// default ignore_index): no loss, no gradient, not counted, so that padding
+// and prompt positions of a language model's sequences take no part.
+const IgnoreLabel = -100
+
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
 // one label per row of the last axis (per sample, or per position), a class
-// number held exactly as a float32. Logits [N, classes, d1, ...] with a label
+// number held exactly as a float32, or IgnoreLabel. Logits [N, classes, d1, ...] with a label
 // for each of their N·d1·... positions, as PyTorch's CrossEntropyLoss takes a
 // segmentation's, hold the classes on axis 1 (ClassAxis). It must not be
 // copied after its first Forward.
@@ -116,11 +124,22 @@ func (l *SoftmaxCE) Check(out []int, y []float32) error {
 	}
 	k := out[a]
 	for i, f := range y {
-		if f != float32(int32(f)) || f < 0 || int(f) >= k {
-			return fmt.Errorf("label %d is %v, want a class in [0, %d)", i, f, k)
+		if (f != float32(int32(f)) || f < 0 || int(f) >= k) && f != IgnoreLabel {
+			return fmt.Errorf("label %d is %v, want a class in [0, %d) (or %d, ignored)", i, f, k, IgnoreLabel)
 		}
 	}
 	return nil
+}
+
+// Count is the number of labels that are not IgnoreLabel.
+func (l *SoftmaxCE) Count(y []float32) int {
+	n := len(y)
+	for _, f := range y {
+		if f == IgnoreLabel {
+			n--
+		}
+	}
+	return n
 }
 
 // Forward returns the sum over the micro-batch of the per-row losses, the
@@ -171,6 +190,11 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 	z, g, k, scale := l.z, l.g, l.k, l.scale
 	for i := lo; i < hi; i++ {
 		zs, gs := z[i*k:(i+1)*k], g[i*k:(i+1)*k]
+		if l.labels[i] == IgnoreLabel {
+			l.rows[i], l.hits[i] = 0, false
+			clear(gs)
+			continue
+		}
 		y := int(l.labels[i])
 		m, arg := zs[0], 0
 		for j, v := range zs {
@@ -239,6 +263,8 @@ func (l *elementLoss) Check(out []int, y []float32) error {
 	}
 	return nil
 }
+
+func (l *elementLoss) Count(y []float32) int { return len(y) }
 
 func (l *elementLoss) Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor) {
 	if err := l.Check(out.Shape(), y); err != nil {

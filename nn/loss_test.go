@@ -169,3 +169,50 @@ func TestCrossEntropyClassesOnAxis1(t *testing.T) {
 		}
 	}
 }
+
+// Labels nn.IgnoreLabel take no part: the loss and the gradient of the
+// other rows are those of the logits without the ignored rows, the
+// ignored rows' gradient is 0, and Count leaves them out.
+func TestCrossEntropyIgnoresLabels(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const rows, k = 40, 7
+	z := nn.New(rows, k)
+	y := make([]float32, rows)
+	var kept []float32
+	var keptY []float32
+	for i := range rows {
+		for j := range k {
+			nn.F32(z)[i*k+j] = float32(r.NormFloat64())
+		}
+		y[i] = float32(r.IntN(k))
+		if i%3 == 1 {
+			y[i] = nn.IgnoreLabel
+			continue
+		}
+		kept, keptY = append(kept, nn.F32(z)[i*k:(i+1)*k]...), append(keptY, y[i])
+	}
+	var all, some nn.SoftmaxCE
+	if err := all.Check(z.Shape(), y); err != nil {
+		t.Fatal(err)
+	}
+	if n := all.Count(y); n != len(keptY) {
+		t.Fatalf("count %d, want %d", n, len(keptY))
+	}
+	l1, c1, g1 := all.Forward(z, y, 0.5)
+	l2, c2, g2 := some.Forward(nn.FromData(kept, len(keptY), k), keptY, 0.5)
+	if l1 != l2 || c1 != c2 {
+		t.Fatalf("loss %v, %d correct; without the ignored rows %v, %d", l1, c1, l2, c2)
+	}
+	j := 0
+	for i := range rows {
+		for c := range k {
+			got := nn.F32(g1)[i*k+c]
+			if y[i] == nn.IgnoreLabel && got != 0 || y[i] != nn.IgnoreLabel && got != nn.F32(g2)[j*k+c] {
+				t.Fatalf("gradient of row %d class %d: %v", i, c, got)
+			}
+		}
+		if y[i] != nn.IgnoreLabel {
+			j++
+		}
+	}
+}

@@ -57,7 +57,8 @@ func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
 type StepResult struct {
 	Loss    float64
 	Correct int
-	// Samples counts the targets: samples, their positions or values.
+	// Samples counts the targets: samples, their positions or values
+	// (not the ignored labels).
 	Samples int
 }
 
@@ -76,21 +77,22 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		t.bs = append(t.bs, Batch{})
 	}
 	var r StepResult
-	var scale float32
+	for m := range M {
+		b.Fill(epoch, step, m, &t.bs[m])
+		r.Samples += t.Loss.Count(t.bs[m].Y)
+	}
+	// The mean over the targets that count: 1/(batch × targets a sample)
+	// when all do.
+	scale := float32(1 / float64(r.Samples))
 	t.Ctx.Train = true
 	t.Ctx.Step = global
-	for m := 0; m < M; m++ {
+	for m := range M {
 		bm := &t.bs[m]
-		b.Fill(epoch, step, m, bm)
-		if m == 0 {
-			scale = LossScale(b.BatchSize(), len(bm.Y)/Rows(bm.X[0]))
-		}
 		t.Ctx.Micro = m
 		out := t.Stage.Forward(&t.Ctx, 0, bm.X)
 		loss, correct, grad := t.Loss.Forward(out[0], bm.Y, scale)
 		r.Loss += loss
 		r.Correct += correct
-		r.Samples += len(bm.Y)
 		t.dout[0] = grad
 		t.Stage.Backward(&t.Ctx, 0, t.dout)
 	}
@@ -115,7 +117,7 @@ func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 		l, c, _ := t.Loss.Forward(out[0], b.Y, 0)
 		loss += l
 		correct += c
-		n += len(b.Y)
+		n += t.Loss.Count(b.Y)
 	}
 	if n == 0 {
 		return math.NaN(), math.NaN()

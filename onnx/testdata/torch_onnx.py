@@ -173,6 +173,9 @@ def families():
     shape per sample."""
     return {
         "gpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
+        # Padded sequences: the labels of the padding are -100, ignored (the
+        # mean over the rest, as PyTorch's ignore_index).
+        "padlm": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         # Weights read by several layers: GPT-2's head tied to the token
         # embedding, one block applied three times, one encoder for two inputs.
         "tiedgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
@@ -288,7 +291,11 @@ def targets(name, shape, g):
         return 2 * torch.randn(*shape, generator=g)
     if kind == "bce":
         return torch.rand(*shape, generator=g) if name == "multilabel" else torch.randint(0, 2, shape, generator=g).float()
-    return torch.randint(0, CLASSES, shape, generator=g)
+    y = torch.randint(0, CLASSES, shape, generator=g)
+    if name == "padlm":  # each sequence's tail from a random length on is padding
+        length = torch.randint(1, shape[-1] + 1, shape[:-1] + (1,), generator=g)
+        y[torch.arange(shape[-1]).expand(shape) >= length] = -100
+    return y
 
 
 # MobileNetV2's BatchNorm over a few 2x2 feature maps is so ill-conditioned
@@ -340,11 +347,13 @@ def family(name, outdir):
 
     def one(s):
         total, lo = 0.0, 0
+        # The mean over the labels that count (-100 is ignored).
+        count = int((ys[s] != -100).sum()) if FAMILY_LOSS.get(name, "ce") == "ce" else BATCH * per
         for n in micro:
             args = [x[s, lo:lo + n].double() if x.is_floating_point() else x[s, lo:lo + n] for x in xs]
             out_ = model(*args)
             y = ys[s, lo:lo + n]
-            loss = loss_of(name, out_, y.double() if y.is_floating_point() else y) / (BATCH * per)
+            loss = loss_of(name, out_, y.double() if y.is_floating_point() else y) / count
             loss.backward()
             total += loss.item()
             lo += n
@@ -408,6 +417,9 @@ def family_data(name, path, n, seed=2):
     if labels:
         ids = [x for x in arrays.values() if x.dtype == np.int64 and x.shape[1:] == tuple(labels)][-1]
         y = np.roll(ids, -1, axis=1) % CLASSES  # the next id: a language model's target
+        if name == "padlm":  # a random tail of each sequence is padding, its labels ignored
+            length = torch.randint(1, y.shape[1] + 1, (n, 1), generator=g).numpy()
+            y = np.where(np.arange(y.shape[1]) >= length, -100, y)
     else:
         y = (score > score.median()).long().numpy() + 2 * (torch.rand(n, generator=g) > 0.5).long().numpy()
     np.savez(path, y=y.astype(np.int64), **arrays)

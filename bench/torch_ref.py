@@ -280,7 +280,7 @@ class TorchOptim:
 # ---------------------------------------------------------------- training
 
 
-def forward_loss(model, xs, y, kind="ce"):
+def forward_loss(model, xs, y, kind="ce", smoothing=0.0):
     """The micro-batch's summed loss over every target, the number of
     targets predicted right and the targets. kind is ppnode's --loss: ce
     (class labels), mse, l1 or huber (float targets of the output's shape) or bce
@@ -299,19 +299,19 @@ def forward_loss(model, xs, y, kind="ce"):
         out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
     logits = out.reshape(-1, out.shape[-1])
     labels = y.reshape(-1)
-    loss = F.cross_entropy(logits, labels, reduction="sum")  # -100 is ignored
+    loss = F.cross_entropy(logits, labels, reduction="sum", label_smoothing=smoothing)  # -100 is ignored
     correct = int((logits.detach().argmax(dim=-1) == labels).sum())
     return loss, correct, int((labels != -100).sum())
 
 
-def evaluate(model, xs, y, batch, kind="ce"):
+def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0):
     """Mean loss and accuracy over the labels of a split, in eval mode, in
     stored order."""
     model.eval()
     total, correct, n = 0.0, 0, 0
     with torch.no_grad():
         for lo in range(0, len(y), batch):
-            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind)
+            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind, smoothing)
             total += float(loss)
             correct += c
             n += k
@@ -347,6 +347,7 @@ def main():
     ap.add_argument("--time-only", action="store_true", help="skip the evaluation (speed comparisons)")
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
+    ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
     ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
                     help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
     ap.add_argument("--log-every", type=int, default=10, help="a JSON line every N steps (0: none)")
@@ -448,7 +449,7 @@ def main():
                 scale = float(np.float32(scale))
         for idx in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g):
             i = torch.from_numpy(np.array(idx, dtype=np.int64))  # a writable copy
-            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss)
+            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss, a.label_smoothing)
             (loss * scale).backward()
             step_loss += float(loss)
             step_correct += correct
@@ -472,7 +473,7 @@ def main():
            "train_accuracy": correct_all / max(seen, 1), "samples_per_sec": total * a.batch / seconds,
            "seconds": seconds}
     if not a.time_only:
-        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss)
+        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing)
         if y.ndim > 1 and a.loss == "ce":
             res["perplexity"] = math.exp(res["test_loss"])
     if a.out:

@@ -104,8 +104,10 @@ func TestONNXFamilies(t *testing.T) {
 			switch model {
 			case "ctr": // a click a sample: one logit against y of [N]
 				args = append(args, "--loss", "bce")
-			case "denoise", "segment", "padlm": // (denoise's float images take mse unasked); the automatic plans keep them on one node
+			case "denoise", "segment": // (denoise's float images take mse unasked); the automatic plans keep them on one node
 				args = append(args, "--partition", "uniform")
+			case "padlm": // ignored labels, and label smoothing on the loss stage
+				args = append(args, "--partition", "uniform", "--label-smoothing", "0.1")
 			}
 			local, err := Train(t, time.Minute, append([]string{"--local"}, args...)...)
 			if err != nil {
@@ -127,6 +129,12 @@ func TestONNXFamilies(t *testing.T) {
 			}
 			if model == "tiedgpt" {
 				loadTied(t, filepath.Join(dir, "out.safetensors"))
+			}
+			if model == "padlm" { // the smoothing took part
+				plain, err := Train(t, time.Minute, append([]string{"--local"}, args[:len(args)-2]...)...)
+				if err != nil || plain.WeightsSHA256 == res.WeightsSHA256 {
+					t.Errorf("without label smoothing: weights %.16s, %v", plain.WeightsSHA256, err)
+				}
 			}
 			t.Logf("%s: plan %s; weights %.16s on one process and on %d nodes", model, res.Plan, res.WeightsSHA256, len(res.Nodes))
 		})

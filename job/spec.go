@@ -115,6 +115,9 @@ type Spec struct {
 	// cross-entropy of logits against targets in [0, 1]); empty: ce for
 	// class labels, mse for float targets (LossName; nn.NewLoss).
 	Loss string `json:"loss,omitempty"`
+	// LabelSmoothing ε in [0, 1), with the ce loss, takes each label's
+	// target as 1−ε on it and ε spread over the classes.
+	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
@@ -332,6 +335,12 @@ func (s *Spec) normalize() error {
 	}
 	if s.Loss != "" && !slices.Contains(nn.LossNames(), s.Loss) {
 		return specErr("unknown loss %q (have %s; none: %s for class labels, %s for float targets)", s.Loss, strings.Join(nn.LossNames(), ", "), nn.LossCE, nn.LossMSE)
+	}
+	if !(s.LabelSmoothing >= 0 && s.LabelSmoothing < 1) {
+		return specErr("label smoothing %v: want a value in [0, 1)", s.LabelSmoothing)
+	}
+	if s.LabelSmoothing != 0 && s.Loss != "" && s.Loss != nn.LossCE {
+		return specErr("label smoothing is the %s loss's; the loss is %s", nn.LossCE, s.Loss)
 	}
 	switch s.Wire {
 	case "", "raw", "bf16", "int8":
@@ -620,6 +629,9 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 	if err != nil {
 		panic(err) // a checked spec names a known loss
 	}
+	if ce, ok := l.(*nn.SoftmaxCE); ok {
+		ce.Smoothing = float32(s.LabelSmoothing)
+	}
 	return l
 }
 
@@ -632,6 +644,8 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 		return specErr("the data's y has labels %d, which only the loss %s ignores (loss %s)", nn.IgnoreLabel, nn.LossCE, loss)
 	}
 	switch {
+	case s.LabelSmoothing != 0 && loss != nn.LossCE:
+		return specErr("label smoothing is the %s loss's; float targets take %s", nn.LossCE, loss)
 	case loss == nn.LossCE && set.Classes == 0:
 		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s, %s, %s or %s)", loss, nn.LossMSE, nn.LossL1, nn.LossHuber, nn.LossBCE)
 	case loss == nn.LossCE && slices.Equal(md.labels, y):

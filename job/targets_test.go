@@ -163,3 +163,32 @@ func TestIgnoredLabels(t *testing.T) {
 		t.Fatalf("%v, test loss %v", err, res.TestLoss)
 	}
 }
+
+// Label smoothing is the cross-entropy's, in [0, 1).
+func TestLabelSmoothingSpec(t *testing.T) {
+	for _, tc := range []struct {
+		loss      string
+		smoothing float64
+		floats    bool
+		err       string
+	}{
+		{"", 0.1, false, ""},
+		{"", 1, false, "label smoothing 1: want a value in [0, 1)"},
+		{"", math.NaN(), false, "want a value in [0, 1)"},
+		{nn.LossMSE, 0.1, true, "label smoothing is the ce loss's; the loss is mse"},
+		{"", 0.1, true, "label smoothing is the ce loss's; float targets take mse"},
+	} {
+		s := DefaultSpec()
+		s.Model, s.Data, s.Loss, s.LabelSmoothing, s.Batch, s.MicroBatches, s.Steps, s.Epochs = "../onnx/testdata/towers.onnx", targetsFile(t, tc.floats, 2, 5), tc.loss, tc.smoothing, 8, 2, 3, 0
+		if !tc.floats {
+			s.Data = targetsFile(t, false, 2)
+		}
+		c, err := Check(s)
+		if err == nil {
+			_, err = c.Prepare()
+		}
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("loss %q, smoothing %v: %v, want %q", tc.loss, tc.smoothing, err, tc.err)
+		}
+	}
+}

@@ -87,6 +87,9 @@ type SoftmaxCE struct {
 	// Threads is the number of threads rows are spread over (0: one); the
 	// result does not depend on it.
 	Threads int
+	// Smoothing ε in [0, 1) takes the target of a row as 1−ε on its label
+	// plus ε spread evenly over the classes (PyTorch's label_smoothing).
+	Smoothing float32
 
 	s    Slot
 	rows []float64 // per row: its loss
@@ -206,11 +209,32 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 		lse := float64(m) + logFast(expRow(zs, gs, float64(m)))
 		l.rows[i], l.hits[i] = lse-float64(zs[y]), arg == y
 		expRow(zs, gs, lse)
+		if l.Smoothing != 0 {
+			l.rows[i] = l.smoothRow(zs, gs, y, lse, l.rows[i], scale)
+			continue
+		}
 		for j := range gs {
 			gs[j] *= scale
 		}
 		gs[y] -= scale
 	}
+}
+
+// smoothRow returns a row's loss under label smoothing, (1−ε)·nll plus
+// ε/k·Σ_j −log p_j, and turns gs, the row's probabilities, into the
+// gradient scale·(p − q) of its target distribution q.
+func (l *SoftmaxCE) smoothRow(zs, gs []float32, y int, lse, nll float64, scale float32) float64 {
+	eps, k := float64(l.Smoothing), float64(len(zs))
+	var sum float64 // Σ_j −log p_j = k·lse − Σ_j z_j
+	for _, v := range zs {
+		sum += float64(v)
+	}
+	spread := float32(eps / k)
+	for j := range gs {
+		gs[j] = (gs[j] - spread) * scale
+	}
+	gs[y] -= float32(1-eps) * scale
+	return (1-eps)*nll + eps/k*(k*lse-sum)
 }
 
 // transposeClasses copies [n, k, inner] values a into [n, inner, k] rows b,

@@ -216,3 +216,56 @@ func TestCrossEntropyIgnoresLabels(t *testing.T) {
 		}
 	}
 }
+
+// Label smoothing ε: a row's loss is −Σ_j q_j log p_j for the target
+// q = (1−ε)·onehot + ε/k, its gradient p − q; with ε = 0 the plain loss's
+// bits.
+func TestLabelSmoothing(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const rows, k = 30, 6
+	z := nn.New(rows, k)
+	y := make([]float32, rows)
+	for i := range y {
+		for j := range k {
+			nn.F32(z)[i*k+j] = float32(2 * r.NormFloat64())
+		}
+		y[i] = float32(r.IntN(k))
+	}
+	y[4] = nn.IgnoreLabel
+	const eps = 0.1
+	smooth := nn.SoftmaxCE{Smoothing: eps}
+	sum, _, grad := smooth.Forward(z, y, 1)
+	want := 0.0
+	for i := range rows {
+		if y[i] == nn.IgnoreLabel {
+			continue
+		}
+		zs := nn.F32(z)[i*k : (i+1)*k]
+		lse := 0.0
+		for _, v := range zs {
+			lse += math.Exp(float64(v))
+		}
+		lse = math.Log(lse)
+		for j, v := range zs {
+			q := eps / k
+			if j == int(y[i]) {
+				q += 1 - eps
+			}
+			p := math.Exp(float64(v) - lse)
+			want -= q * (float64(v) - lse)
+			if g := float64(nn.F32(grad)[i*k+j]); math.Abs(g-(p-q)) > 1e-6 {
+				t.Fatalf("row %d class %d: gradient %v, want %v", i, j, g, p-q)
+			}
+		}
+	}
+	if math.Abs(sum-want) > 1e-9*math.Abs(want) {
+		t.Fatalf("loss %v, want %v", sum, want)
+	}
+	var plain, zero nn.SoftmaxCE
+	zero.Smoothing = 0
+	l1, _, g1 := plain.Forward(z, y, 0.5)
+	l2, _, g2 := zero.Forward(z, y, 0.5)
+	if l1 != l2 || !slices.Equal(nn.F32(g1), nn.F32(g2)) {
+		t.Fatal("smoothing 0 changed the bits")
+	}
+}

@@ -154,7 +154,7 @@ func TestTorchModels(t *testing.T) {
 	if nn.Describe(def) != nn.Describe(det) {
 		backends = append(backends, def)
 	}
-	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
+	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "smooth", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
 		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment", "regressl1", "regresshuber"}
@@ -192,6 +192,9 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	tr := nn.NewTrainer(g, opt, be, 1)
 	if tr.Loss, err = nn.NewLoss(lossName, be.Threads()); err != nil {
 		t.Fatal(err)
+	}
+	if eps, ok := ref["__smoothing"]; ok && lossName == nn.LossCE {
+		tr.Loss.(*nn.SoftmaxCE).Smoothing = nn.F32(eps)[0]
 	}
 	loss := firstStep(tr, data)
 	tol := 1e-4

@@ -176,6 +176,9 @@ def families():
         # Padded sequences: the labels of the padding are -100, ignored (the
         # mean over the rest, as PyTorch's ignore_index).
         "padlm": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
+        # The cross-entropy with label smoothing 0.1 (FAMILY_SMOOTHING), some
+        # labels ignored too.
+        "smooth": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2), [("x", (6,), CLASSES)], (6,)),
         # Weights read by several layers: GPT-2's head tied to the token
         # embedding, one block applied three times, one encoder for two inputs.
         "tiedgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
@@ -265,7 +268,8 @@ def families():
 # targets in [0, 1] (soft ones for multilabel, clicks for ctr: one logit a
 # sample against y of shape [N]).
 FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "regressl1": "l1", "regresshuber": "huber"}
-LOSSES = ["ce", "mse", "bce", "l1", "huber"]  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
+LOSSES = ["ce", "mse", "bce", "l1", "huber"]
+FAMILY_SMOOTHING = {"smooth": 0.1}  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
 
 
 def loss_of(name, out, y):
@@ -279,9 +283,10 @@ def loss_of(name, out, y):
         return F.huber_loss(out, y.reshape(out.shape), reduction="sum", delta=1.0)
     if kind == "bce":
         return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum")
+    eps = FAMILY_SMOOTHING.get(name, 0.0)
     if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]):  # classes on axis 1
-        return F.cross_entropy(out, y, reduction="sum")
-    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum")
+        return F.cross_entropy(out, y, reduction="sum", label_smoothing=eps)
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum", label_smoothing=eps)
 
 
 def targets(name, shape, g):
@@ -292,7 +297,7 @@ def targets(name, shape, g):
     if kind == "bce":
         return torch.rand(*shape, generator=g) if name == "multilabel" else torch.randint(0, 2, shape, generator=g).float()
     y = torch.randint(0, CLASSES, shape, generator=g)
-    if name == "padlm":  # each sequence's tail from a random length on is padding
+    if name in ("padlm", "smooth"):  # each sequence's tail from a random length on is padding
         length = torch.randint(1, shape[-1] + 1, shape[:-1] + (1,), generator=g)
         y[torch.arange(shape[-1]).expand(shape) >= length] = -100
     return y
@@ -336,7 +341,8 @@ def family(name, outdir):
     xs, ys = [x[:steps] for x in xs], ys[:steps]
     out = {"__y": ys.numpy().astype(np.float32), "__micro": np.array(micro, dtype=np.float32),
            "__tol": np.array([FAMILY_TOL.get(name, 1e-4)]),
-           "__loss": np.array([LOSSES.index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32)}
+           "__loss": np.array([LOSSES.index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32),
+           "__smoothing": np.array([FAMILY_SMOOTHING.get(name, 0.0)], dtype=np.float32)}
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)

@@ -39,7 +39,7 @@ type Options struct {
 	// MaxMicroBatches (default 32).
 	MicroBatches    int
 	MaxMicroBatches int
-	// Optimizer is "sgd" (default), "adam" or "none": it sets the
+	// Optimizer is "sgd" (default), "adam", "adamw" or "none": it sets the
 	// optimizer state kept per parameter.
 	Optimizer string
 	// Model is recorded in the plan.

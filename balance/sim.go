@@ -182,7 +182,7 @@ func (c *profileCosts) input(s, m int, tensors []string) float64 {
 // SimOptions configure a simulation.
 type SimOptions struct {
 	// Optimizer is "sgd" (momentum: one state tensor per parameter, the
-	// default), "adam" (two) or "none".
+	// default), "adam" or "adamw" (two) or "none".
 	Optimizer string
 }
 
@@ -190,12 +190,12 @@ func optimizerSlots(name string) (int, error) {
 	switch name {
 	case "", "sgd":
 		return 1, nil
-	case "adam":
+	case "adam", "adamw":
 		return 2, nil
 	case "none":
 		return 0, nil
 	}
-	return 0, fmt.Errorf("%w: unknown optimizer %q (want sgd, adam or none)", ErrPlan, name)
+	return 0, fmt.Errorf("%w: unknown optimizer %q (want sgd, adam, adamw or none)", ErrPlan, name)
 }
 
 // Simulate replays one training step of p event by event: each stage runs

@@ -258,13 +258,16 @@ class PpnodeAdam:
 
 
 class TorchOptim:
-    """torch.optim.SGD or Adam with ppnode's conventions, the rate set
-    before each step."""
+    """torch.optim.SGD, Adam or AdamW with ppnode's conventions, the rate
+    set before each step."""
 
     def __init__(self, name, params, lr, momentum, weight_decay):
         if name == "sgd":
             self.opt = torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=0, nesterov=False,
                                        weight_decay=weight_decay, foreach=False)
+        elif name == "adamw":
+            self.opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
+                                         amsgrad=False, foreach=False)
         else:
             self.opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
                                         amsgrad=False, foreach=False)
@@ -333,7 +336,7 @@ def main():
                     help="epochs (default 3; with --steps and without --epochs, as many as the steps need)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--micro-batches", type=int, default=4)
-    ap.add_argument("--optimizer", choices=["sgd", "adam"], default="adam")
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="adam")
     ap.add_argument("--lr", type=float, default=0, help="peak rate (default: 3e-4 for adam, 0.005 for sgd)")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=0)
@@ -358,7 +361,7 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     if a.lr == 0:
-        a.lr = 3e-4 if a.optimizer == "adam" else 0.005
+        a.lr = 3e-4 if a.optimizer in ("adam", "adamw") else 0.005
     if a.epochs is None:
         a.epochs = 0 if a.steps > 0 else 3
     tensors = None
@@ -427,6 +430,8 @@ def main():
     params = list(model.parameters())
     for p in params:
         p.grad = torch.zeros_like(p)
+    if a.ppnode_optim and a.optimizer == "adamw":
+        raise SystemExit("--ppnode-optim replays sgd and adam")
     if a.ppnode_optim:
         opt = PpnodeSGD(params, a.lr, a.momentum, a.weight_decay, not a.float64) if a.optimizer == "sgd" else \
             PpnodeAdam(params, a.lr, a.weight_decay, not a.float64)

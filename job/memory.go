@@ -13,6 +13,7 @@ import (
 	"github.com/ppnode/ppnode/balance"
 	"github.com/ppnode/ppnode/cgroup"
 	"github.com/ppnode/ppnode/data"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/onnx"
 )
 
@@ -107,7 +108,7 @@ func (c Checked) Estimate() (Footprint, error) {
 	}
 	slots := 0.0
 	switch {
-	case s.Optimizer == "adam":
+	case nn.IsAdam(s.Optimizer):
 		slots = 2
 	case s.Momentum != 0:
 		slots = 1

@@ -293,13 +293,13 @@ func (s *Spec) normalize() error {
 		return specErr("synthetic samples %d: want 0 to %d", s.SyntheticSamples, MaxSyntheticSamples)
 	}
 	switch s.Optimizer {
-	case "adam", "sgd":
+	case "adam", "adamw", "sgd":
 	default:
-		return specErr("unknown optimizer %q (have adam, sgd)", s.Optimizer)
+		return specErr("unknown optimizer %q (have adam, adamw, sgd)", s.Optimizer)
 	}
 	if s.LR == 0 {
 		s.LR = 0.005
-		if s.Optimizer == "adam" {
+		if nn.IsAdam(s.Optimizer) {
 			s.LR = 3e-4
 		}
 	}

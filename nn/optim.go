@@ -26,7 +26,7 @@ type Optimizer interface {
 
 // OptimizerConfig selects and configures an optimizer.
 type OptimizerConfig struct {
-	Name        string // "sgd" or "adam"
+	Name        string // "sgd", "adam" or "adamw"
 	LR          float64
 	Momentum    float64 // sgd
 	WeightDecay float64
@@ -46,8 +46,9 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 	switch c.Name {
 	case "sgd", "":
 		return &SGD{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay, threads: max(c.Threads, 1), state: map[*Param]*Tensor{}}, nil
-	case "adam":
-		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, threads: max(c.Threads, 1), state: map[*Param][2]*Tensor{}}
+	case "adam", "adamw":
+		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Decoupled: c.Name == "adamw",
+			threads: max(c.Threads, 1), state: map[*Param][2]*Tensor{}}
 		if a.Beta1 == 0 {
 			a.Beta1 = 0.9
 		}
@@ -59,8 +60,12 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 		}
 		return a, nil
 	}
-	return nil, fmt.Errorf("nn: unknown optimizer %q (want sgd or adam)", c.Name)
+	return nil, fmt.Errorf("nn: unknown optimizer %q (want sgd, adam or adamw)", c.Name)
 }
+
+// IsAdam reports whether the optimizer of that name is Adam's, with two
+// moments a parameter: adam or adamw.
+func IsAdam(name string) bool { return name == "adam" || name == "adamw" }
 
 // # How a step runs
 //
@@ -277,12 +282,16 @@ func sgdUpdate(w, g, b []float32, k *sgdCoef) {
 // w -= lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
-	steps, threads                     int
-	state                              map[*Param][2]*Tensor
+	// Decoupled makes it AdamW: the weights shrink by 1 − lr·decay before
+	// the step instead of the decay joining the gradient (PyTorch's AdamW).
+	Decoupled      bool
+	steps, threads int
+	state          map[*Param][2]*Tensor
 
-	pass pass
-	k    adamCoef
-	run  func(lo, hi int) // o.chunk, made once so that a step allocates nothing
+	pass   pass
+	k      adamCoef
+	shrink float32          // AdamW's factor of the weights before a step (1: none)
+	run    func(lo, hi int) // o.chunk, made once so that a step allocates nothing
 }
 
 // adamCoef is an Adam step's coefficients, in the layout adamAVX2 reads
@@ -325,7 +334,11 @@ func (o *Adam) Step(ps []*Param) {
 	o.k = adamCoef{
 		b1: b1, c1: 1 - b1, b2: b2, c2: 1 - b2,
 		bc2s: float32(math.Sqrt(bc2)), eps: float32(o.Eps), stepSize: float32(o.LR / bc1),
-		wd: wd, decay: wd != 0,
+		wd: wd, decay: wd != 0 && !o.Decoupled,
+	}
+	o.shrink = 1
+	if o.Decoupled && wd != 0 {
+		o.shrink = float32(1 - o.LR*o.WeightDecay)
 	}
 	o.pass.reset()
 	for _, p := range ps {
@@ -347,6 +360,12 @@ func (o *Adam) chunk(lo, hi int) {
 	for k := o.pass.find(lo); lo < hi; k++ {
 		s := &o.pass.params[k]
 		i, j := lo-s.start, min(hi, s.end)-s.start
+		if o.shrink != 1 {
+			w := s.w[i:j]
+			for x := range w {
+				w[x] *= o.shrink
+			}
+		}
 		adamUpdate(s.w[i:j], s.g[i:j], s.a[i:j], s.b[i:j], &o.k)
 		lo = s.end
 	}

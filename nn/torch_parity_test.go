@@ -147,6 +147,8 @@ func TestTorchParity(t *testing.T) {
 			nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0},
 		{"conv", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0},
 		{"conv-adam", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adam", LR: 1e-3, WeightDecay: 1e-4}, 0, 0},
+		// A decay large enough that shrinking the weights shows.
+		{"conv-adamw", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5}, 0, 0},
 		{"resnet50", func() (*nn.Graph, error) {
 			return zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5})
 			// 53 layers of float32: PyTorch's own float32 gradients differ

@@ -74,7 +74,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	saveProfile := fs.String("save-profile", "", "write the layer profile to this JSON file")
 	threads := fs.Int("threads", 0, "threads for measuring (default: all CPUs)")
 	backend := fs.String("backend", "", "GEMM backend for measuring (default: the fastest compiled in)")
-	optimizer := fs.String("optimizer", "sgd", "optimizer whose state counts in memory: sgd, adam or none")
+	optimizer := fs.String("optimizer", "sgd", "optimizer whose state counts in memory: sgd, adam, adamw or none")
 	jsonOut := fs.Bool("json", false, "print one JSON object as the last line")
 	svg := fs.String("svg", "", "write a Gantt chart of the simulated step to this SVG file")
 	trace := fs.String("trace", "", "write the simulated step as a Chrome trace to this JSON file")

@@ -61,7 +61,7 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: 3e-4 for adam, 0.005 for sgd)")
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
-	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam or sgd")
+	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam, adamw (decoupled weight decay: give --weight-decay, PyTorch's AdamW default is 0.01) or sgd")
 	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse, l1 or huber\n"+
 		"(squared, absolute or Huber error against float targets of the output's shape) or bce (binary cross-entropy\n"+
 		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")

@@ -568,7 +568,7 @@ func planMove(jb *job.Job, from, to *balance.Plan, live func(node string) bool) 
 func stateBytes(spec job.Spec, params []*nn.Param) int64 {
 	slots := int64(0)
 	switch {
-	case spec.Optimizer == "adam":
+	case nn.IsAdam(spec.Optimizer):
 		slots = 2
 	case spec.Momentum != 0:
 		slots = 1

@@ -154,6 +154,8 @@ def run(inp, spec_path, out_path):
     params = [g.params[k] for k in sorted(g.params)]
     if o["name"] == "sgd":
         opt = torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"], weight_decay=o["weight_decay"])
+    elif o["name"] == "adamw":
+        opt = torch.optim.AdamW(params, lr=o["lr"], weight_decay=o["weight_decay"])
     else:
         opt = torch.optim.Adam(params, lr=o["lr"], weight_decay=o["weight_decay"])
     sizes = spec["micro_sizes"]

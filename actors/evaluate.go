@@ -83,7 +83,9 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 	}
 	start := time.Now()
 	defer func() { res.wallNs = int64(time.Since(start)) }()
-	e.settle(math.MaxInt)
+	if err := e.settle(math.MaxInt); err != nil {
+		return res, err
+	}
 	ctx := nn.Ctx{Backend: e.be, Seed: e.job.Seed, Step: step}
 	// The chunks pass through slot 0 in place of the training buffers,
 	// which the next step allocates again: a stage holds one chunk's

@@ -326,6 +326,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	}
 	ev.Timings = make([]core.StageTiming, len(s.refs))
 	losses := make([]*StepDone, len(s.refs)) // summed in stage order: replicas of the loss stage each have some
+	sumsq := map[string]float64{}            // with clipping: each parameter's, from whichever stage has it
 	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
 		d, ok := r.(*StepDone)
 		if !ok {
@@ -343,8 +344,17 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 		if d.GetHasLoss() {
 			losses[k] = d
 		}
+		if len(d.GetGradNames()) != len(d.GetGradSumsq()) {
+			return fmt.Errorf("stage %d: %d gradient sums for %d names", k, len(d.GetGradSumsq()), len(d.GetGradNames()))
+		}
+		for i, n := range d.GetGradNames() {
+			sumsq[n] = d.GetGradSumsq()[i]
+		}
 		return nil
 	})
+	if ev.Err == nil && c.spec.ClipGradNorm > 0 {
+		ev.Err = c.clip(ctx, s, a.Step, sumsq)
+	}
 	var loss float64
 	for _, d := range losses {
 		if d != nil {
@@ -355,6 +365,30 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	}
 	ev.Loss = loss / float64(max(ev.Seen, 1))
 	return ev
+}
+
+// clip gives the stages of s the scale of step's gradients under
+// clipping: the norm over the model's trainable parameters, each once, in
+// the model's order, as nn.ClipGrads takes it in one process.
+func (c *Coordinator) clip(ctx context.Context, s *stageSet, step int, sumsq map[string]float64) error {
+	var ordered []float64
+	for _, p := range nn.Unique(c.job.Graph.Params()) {
+		if !p.Trainable() {
+			continue
+		}
+		v, ok := sumsq[p.Name]
+		if !ok {
+			return fmt.Errorf("clipping: no stage sent the gradient of %s", p.Name)
+		}
+		ordered = append(ordered, v)
+	}
+	scale := nn.ClipScale(ordered, c.spec.ClipGradNorm)
+	h := &Header{JobId: c.spec.ID, Generation: s.gen}
+	replies := make([]<-chan reply, len(s.refs))
+	for k, ref := range s.refs {
+		replies[k] = c.request(ref, &ClipGrads{Header: h, Step: uint64(step), Scale: scale}, c.cfg.Timeout)
+	}
+	return waitAll(ctx, replies, ackErr)
 }
 
 // stageRates are the rates of stage k's links by peer.

@@ -885,7 +885,12 @@ type StepDone struct {
 	Error   string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"` // non-empty: the step failed on this stage
 	// An evaluation's loss stage: the loss summed over each chunk it ran, in
 	// chunk order.
-	ChunkLoss     []float64 `protobuf:"fixed64,9,rep,packed,name=chunk_loss,json=chunkLoss,proto3" json:"chunk_loss,omitempty"`
+	ChunkLoss []float64 `protobuf:"fixed64,9,rep,packed,name=chunk_loss,json=chunkLoss,proto3" json:"chunk_loss,omitempty"`
+	// With gradient clipping, the sum of squares of each trainable parameter's
+	// gradient, by name (a tied tensor's copies once), for the coordinator's
+	// norm over the whole model.
+	GradNames     []string  `protobuf:"bytes,10,rep,name=grad_names,json=gradNames,proto3" json:"grad_names,omitempty"`
+	GradSumsq     []float64 `protobuf:"fixed64,11,rep,packed,name=grad_sumsq,json=gradSumsq,proto3" json:"grad_sumsq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -983,6 +988,83 @@ func (x *StepDone) GetChunkLoss() []float64 {
 	return nil
 }
 
+func (x *StepDone) GetGradNames() []string {
+	if x != nil {
+		return x.GradNames
+	}
+	return nil
+}
+
+func (x *StepDone) GetGradSumsq() []float64 {
+	if x != nil {
+		return x.GradSumsq
+	}
+	return nil
+}
+
+// ClipGrads gives the stages the factor clip_grad_norm scales the gradients
+// of step by before its optimizer update (1 when the norm is within the
+// bound). The stage replies with an Ack.
+type ClipGrads struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Scale         float32                `protobuf:"fixed32,3,opt,name=scale,proto3" json:"scale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClipGrads) Reset() {
+	*x = ClipGrads{}
+	mi := &file_ppnode_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClipGrads) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClipGrads) ProtoMessage() {}
+
+func (x *ClipGrads) ProtoReflect() protoreflect.Message {
+	mi := &file_ppnode_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClipGrads.ProtoReflect.Descriptor instead.
+func (*ClipGrads) Descriptor() ([]byte, []int) {
+	return file_ppnode_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ClipGrads) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ClipGrads) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ClipGrads) GetScale() float32 {
+	if x != nil {
+		return x.Scale
+	}
+	return 0
+}
+
 // LinkAddr is one data-plane link of a plan: stage from sends activations
 // to stage to (from = -1: the coordinator feeds inputs and labels), the
 // receiver listens at addr.
@@ -998,7 +1080,7 @@ type LinkAddr struct {
 
 func (x *LinkAddr) Reset() {
 	*x = LinkAddr{}
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1092,7 @@ func (x *LinkAddr) String() string {
 func (*LinkAddr) ProtoMessage() {}
 
 func (x *LinkAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[11]
+	mi := &file_ppnode_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1105,7 @@ func (x *LinkAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkAddr.ProtoReflect.Descriptor instead.
 func (*LinkAddr) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{11}
+	return file_ppnode_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LinkAddr) GetLink() uint32 {
@@ -1068,7 +1150,7 @@ type SetupStage struct {
 
 func (x *SetupStage) Reset() {
 	*x = SetupStage{}
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1162,7 @@ func (x *SetupStage) String() string {
 func (*SetupStage) ProtoMessage() {}
 
 func (x *SetupStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[12]
+	mi := &file_ppnode_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1175,7 @@ func (x *SetupStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStage.ProtoReflect.Descriptor instead.
 func (*SetupStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{12}
+	return file_ppnode_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetupStage) GetHeader() *Header {
@@ -1126,7 +1208,7 @@ type SetupStageReply struct {
 
 func (x *SetupStageReply) Reset() {
 	*x = SetupStageReply{}
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1220,7 @@ func (x *SetupStageReply) String() string {
 func (*SetupStageReply) ProtoMessage() {}
 
 func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[13]
+	mi := &file_ppnode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1233,7 @@ func (x *SetupStageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupStageReply.ProtoReflect.Descriptor instead.
 func (*SetupStageReply) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{13}
+	return file_ppnode_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetupStageReply) GetHeader() *Header {
@@ -1202,7 +1284,7 @@ type ConnectStage struct {
 
 func (x *ConnectStage) Reset() {
 	*x = ConnectStage{}
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1296,7 @@ func (x *ConnectStage) String() string {
 func (*ConnectStage) ProtoMessage() {}
 
 func (x *ConnectStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[14]
+	mi := &file_ppnode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1309,7 @@ func (x *ConnectStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectStage.ProtoReflect.Descriptor instead.
 func (*ConnectStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{14}
+	return file_ppnode_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConnectStage) GetHeader() *Header {
@@ -1258,7 +1340,7 @@ type GatherWeights struct {
 
 func (x *GatherWeights) Reset() {
 	*x = GatherWeights{}
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1352,7 @@ func (x *GatherWeights) String() string {
 func (*GatherWeights) ProtoMessage() {}
 
 func (x *GatherWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[15]
+	mi := &file_ppnode_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1365,7 @@ func (x *GatherWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatherWeights.ProtoReflect.Descriptor instead.
 func (*GatherWeights) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{15}
+	return file_ppnode_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GatherWeights) GetHeader() *Header {
@@ -1313,7 +1395,7 @@ type RestoreStage struct {
 
 func (x *RestoreStage) Reset() {
 	*x = RestoreStage{}
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1407,7 @@ func (x *RestoreStage) String() string {
 func (*RestoreStage) ProtoMessage() {}
 
 func (x *RestoreStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[16]
+	mi := &file_ppnode_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1420,7 @@ func (x *RestoreStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreStage.ProtoReflect.Descriptor instead.
 func (*RestoreStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{16}
+	return file_ppnode_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RestoreStage) GetHeader() *Header {
@@ -1372,7 +1454,7 @@ type StateTransfer struct {
 
 func (x *StateTransfer) Reset() {
 	*x = StateTransfer{}
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1466,7 @@ func (x *StateTransfer) String() string {
 func (*StateTransfer) ProtoMessage() {}
 
 func (x *StateTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[17]
+	mi := &file_ppnode_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1479,7 @@ func (x *StateTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTransfer.ProtoReflect.Descriptor instead.
 func (*StateTransfer) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{17}
+	return file_ppnode_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StateTransfer) GetFrom() int32 {
@@ -1446,7 +1528,7 @@ type SendState struct {
 
 func (x *SendState) Reset() {
 	*x = SendState{}
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1540,7 @@ func (x *SendState) String() string {
 func (*SendState) ProtoMessage() {}
 
 func (x *SendState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[18]
+	mi := &file_ppnode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1553,7 @@ func (x *SendState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendState.ProtoReflect.Descriptor instead.
 func (*SendState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{18}
+	return file_ppnode_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SendState) GetHeader() *Header {
@@ -1516,7 +1598,7 @@ type ReceiveState struct {
 
 func (x *ReceiveState) Reset() {
 	*x = ReceiveState{}
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1610,7 @@ func (x *ReceiveState) String() string {
 func (*ReceiveState) ProtoMessage() {}
 
 func (x *ReceiveState) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[19]
+	mi := &file_ppnode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1623,7 @@ func (x *ReceiveState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveState.ProtoReflect.Descriptor instead.
 func (*ReceiveState) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{19}
+	return file_ppnode_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReceiveState) GetHeader() *Header {
@@ -1580,7 +1662,7 @@ type TransferStats struct {
 
 func (x *TransferStats) Reset() {
 	*x = TransferStats{}
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1674,7 @@ func (x *TransferStats) String() string {
 func (*TransferStats) ProtoMessage() {}
 
 func (x *TransferStats) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[20]
+	mi := &file_ppnode_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1687,7 @@ func (x *TransferStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStats.ProtoReflect.Descriptor instead.
 func (*TransferStats) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{20}
+	return file_ppnode_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferStats) GetFrom() int32 {
@@ -1661,7 +1743,7 @@ type StateMoved struct {
 
 func (x *StateMoved) Reset() {
 	*x = StateMoved{}
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1755,7 @@ func (x *StateMoved) String() string {
 func (*StateMoved) ProtoMessage() {}
 
 func (x *StateMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[21]
+	mi := &file_ppnode_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1768,7 @@ func (x *StateMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMoved.ProtoReflect.Descriptor instead.
 func (*StateMoved) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{21}
+	return file_ppnode_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateMoved) GetHeader() *Header {
@@ -1720,7 +1802,7 @@ type StopStage struct {
 
 func (x *StopStage) Reset() {
 	*x = StopStage{}
-	mi := &file_ppnode_proto_msgTypes[22]
+	mi := &file_ppnode_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1814,7 @@ func (x *StopStage) String() string {
 func (*StopStage) ProtoMessage() {}
 
 func (x *StopStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[22]
+	mi := &file_ppnode_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1827,7 @@ func (x *StopStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStage.ProtoReflect.Descriptor instead.
 func (*StopStage) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{22}
+	return file_ppnode_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StopStage) GetHeader() *Header {
@@ -1767,7 +1849,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_ppnode_proto_msgTypes[23]
+	mi := &file_ppnode_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1861,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_ppnode_proto_msgTypes[23]
+	mi := &file_ppnode_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1874,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_ppnode_proto_rawDescGZIP(), []int{23}
+	return file_ppnode_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ack) GetHeader() *Header {
@@ -1893,7 +1975,7 @@ const file_ppnode_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\x05R\x02op\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x19\n" +
 	"\bstart_ns\x18\x03 \x01(\x03R\astartNs\x12\x15\n" +
-	"\x06dur_ns\x18\x04 \x01(\x03R\x05durNs\"\x9b\x02\n" +
+	"\x06dur_ns\x18\x04 \x01(\x03R\x05durNs\"\xd9\x02\n" +
 	"\bStepDone\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x124\n" +
@@ -1904,7 +1986,16 @@ const file_ppnode_proto_rawDesc = "" +
 	"\asamples\x18\a \x01(\x03R\asamples\x12\x14\n" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"chunk_loss\x18\t \x03(\x01R\tchunkLoss\"V\n" +
+	"chunk_loss\x18\t \x03(\x01R\tchunkLoss\x12\x1d\n" +
+	"\n" +
+	"grad_names\x18\n" +
+	" \x03(\tR\tgradNames\x12\x1d\n" +
+	"\n" +
+	"grad_sumsq\x18\v \x03(\x01R\tgradSumsq\"d\n" +
+	"\tClipGrads\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x14\n" +
+	"\x05scale\x18\x03 \x01(\x02R\x05scale\"V\n" +
 	"\bLinkAddr\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\rR\x04link\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x05R\x04from\x12\x0e\n" +
@@ -1984,7 +2075,7 @@ func file_ppnode_proto_rawDescGZIP() []byte {
 }
 
 var file_ppnode_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_ppnode_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_ppnode_proto_goTypes = []any{
 	(SpawnStatus)(0),        // 0: ppnode.actors.SpawnStatus
 	(*Header)(nil),          // 1: ppnode.actors.Header
@@ -1998,20 +2089,21 @@ var file_ppnode_proto_goTypes = []any{
 	(*StageTiming)(nil),     // 9: ppnode.actors.StageTiming
 	(*PassTiming)(nil),      // 10: ppnode.actors.PassTiming
 	(*StepDone)(nil),        // 11: ppnode.actors.StepDone
-	(*LinkAddr)(nil),        // 12: ppnode.actors.LinkAddr
-	(*SetupStage)(nil),      // 13: ppnode.actors.SetupStage
-	(*SetupStageReply)(nil), // 14: ppnode.actors.SetupStageReply
-	(*ConnectStage)(nil),    // 15: ppnode.actors.ConnectStage
-	(*GatherWeights)(nil),   // 16: ppnode.actors.GatherWeights
-	(*RestoreStage)(nil),    // 17: ppnode.actors.RestoreStage
-	(*StateTransfer)(nil),   // 18: ppnode.actors.StateTransfer
-	(*SendState)(nil),       // 19: ppnode.actors.SendState
-	(*ReceiveState)(nil),    // 20: ppnode.actors.ReceiveState
-	(*TransferStats)(nil),   // 21: ppnode.actors.TransferStats
-	(*StateMoved)(nil),      // 22: ppnode.actors.StateMoved
-	(*StopStage)(nil),       // 23: ppnode.actors.StopStage
-	(*Ack)(nil),             // 24: ppnode.actors.Ack
-	nil,                     // 25: ppnode.actors.StepBegin.LinkRatesEntry
+	(*ClipGrads)(nil),       // 12: ppnode.actors.ClipGrads
+	(*LinkAddr)(nil),        // 13: ppnode.actors.LinkAddr
+	(*SetupStage)(nil),      // 14: ppnode.actors.SetupStage
+	(*SetupStageReply)(nil), // 15: ppnode.actors.SetupStageReply
+	(*ConnectStage)(nil),    // 16: ppnode.actors.ConnectStage
+	(*GatherWeights)(nil),   // 17: ppnode.actors.GatherWeights
+	(*RestoreStage)(nil),    // 18: ppnode.actors.RestoreStage
+	(*StateTransfer)(nil),   // 19: ppnode.actors.StateTransfer
+	(*SendState)(nil),       // 20: ppnode.actors.SendState
+	(*ReceiveState)(nil),    // 21: ppnode.actors.ReceiveState
+	(*TransferStats)(nil),   // 22: ppnode.actors.TransferStats
+	(*StateMoved)(nil),      // 23: ppnode.actors.StateMoved
+	(*StopStage)(nil),       // 24: ppnode.actors.StopStage
+	(*Ack)(nil),             // 25: ppnode.actors.Ack
+	nil,                     // 26: ppnode.actors.StepBegin.LinkRatesEntry
 }
 var file_ppnode_proto_depIdxs = []int32{
 	1,  // 0: ppnode.actors.Ping.header:type_name -> ppnode.actors.Header
@@ -2020,32 +2112,33 @@ var file_ppnode_proto_depIdxs = []int32{
 	1,  // 3: ppnode.actors.SpawnStageReply.header:type_name -> ppnode.actors.Header
 	0,  // 4: ppnode.actors.SpawnStageReply.status:type_name -> ppnode.actors.SpawnStatus
 	1,  // 5: ppnode.actors.StepBegin.header:type_name -> ppnode.actors.Header
-	25, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
+	26, // 6: ppnode.actors.StepBegin.link_rates:type_name -> ppnode.actors.StepBegin.LinkRatesEntry
 	1,  // 7: ppnode.actors.EvalBegin.header:type_name -> ppnode.actors.Header
 	8,  // 8: ppnode.actors.StageTiming.links:type_name -> ppnode.actors.LinkSent
 	10, // 9: ppnode.actors.StageTiming.passes:type_name -> ppnode.actors.PassTiming
 	1,  // 10: ppnode.actors.StepDone.header:type_name -> ppnode.actors.Header
 	9,  // 11: ppnode.actors.StepDone.timings:type_name -> ppnode.actors.StageTiming
-	1,  // 12: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
-	1,  // 13: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
-	12, // 14: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
-	12, // 15: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
-	1,  // 16: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
-	12, // 17: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
-	1,  // 18: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
-	1,  // 19: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
-	1,  // 20: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
-	18, // 21: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
-	1,  // 22: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
-	1,  // 23: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
-	21, // 24: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
-	1,  // 25: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
-	1,  // 26: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	1,  // 12: ppnode.actors.ClipGrads.header:type_name -> ppnode.actors.Header
+	1,  // 13: ppnode.actors.SetupStage.header:type_name -> ppnode.actors.Header
+	1,  // 14: ppnode.actors.SetupStageReply.header:type_name -> ppnode.actors.Header
+	13, // 15: ppnode.actors.SetupStageReply.listen:type_name -> ppnode.actors.LinkAddr
+	13, // 16: ppnode.actors.SetupStageReply.migrate:type_name -> ppnode.actors.LinkAddr
+	1,  // 17: ppnode.actors.ConnectStage.header:type_name -> ppnode.actors.Header
+	13, // 18: ppnode.actors.ConnectStage.dial:type_name -> ppnode.actors.LinkAddr
+	1,  // 19: ppnode.actors.GatherWeights.header:type_name -> ppnode.actors.Header
+	1,  // 20: ppnode.actors.RestoreStage.header:type_name -> ppnode.actors.Header
+	1,  // 21: ppnode.actors.SendState.header:type_name -> ppnode.actors.Header
+	19, // 22: ppnode.actors.SendState.transfers:type_name -> ppnode.actors.StateTransfer
+	1,  // 23: ppnode.actors.ReceiveState.header:type_name -> ppnode.actors.Header
+	1,  // 24: ppnode.actors.StateMoved.header:type_name -> ppnode.actors.Header
+	22, // 25: ppnode.actors.StateMoved.transfers:type_name -> ppnode.actors.TransferStats
+	1,  // 26: ppnode.actors.StopStage.header:type_name -> ppnode.actors.Header
+	1,  // 27: ppnode.actors.Ack.header:type_name -> ppnode.actors.Header
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ppnode_proto_init() }
@@ -2059,7 +2152,7 @@ func file_ppnode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ppnode_proto_rawDesc), len(file_ppnode_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -135,11 +135,17 @@ type stageEngine struct {
 	// turn, if set, is the executor of the node this stage shares with
 	// other stages of the plan: each instruction waits for its turn.
 	turn *turn
+	// clip says the job clips its gradients' norm: a step reports its
+	// gradients' sums of squares, and its update waits for the scale.
+	clip bool
 }
 
 type pendingUpdate struct {
 	step int
 	lr   float64
+	// scale is the gradients' factor from gradient clipping (ClipGrads;
+	// 0 until the coordinator sends it).
+	scale float32
 }
 
 func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
@@ -223,6 +229,7 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if p.Recompute {
 		e.slot, e.reused = sharedSlot(e.M)
 	}
+	e.clip = js.ClipGradNorm > 0
 	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
@@ -446,6 +453,10 @@ type stepResult struct {
 	cpuNs            int64
 	loss             float64
 	correct, samples int64
+	// gradNames and gradSumsq are, with clipping, each trainable
+	// parameter's gradient's nn.SumSquares, by name.
+	gradNames []string
+	gradSumsq []float64
 	// passes are the step's compute instructions as they ran, their
 	// times from the step's start; they point into block, allocated once
 	// a step for at most every instruction and the update.
@@ -499,7 +510,9 @@ func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResu
 	res.block = make([]PassTiming, 0, len(p.Program)+1)
 	res.passes = make([]*PassTiming, 0, len(p.Program)+1)
 	t0 := time.Now()
-	e.settle(global)
+	if err := e.settle(global); err != nil {
+		return res, err
+	}
 	res.updateNs += res.pass(balance.OpStep, 0, t0)
 	e.gradStep, e.sumSent, e.tieSent = global, e.sumSent[:0], e.tieSent[:0]
 	clear(e.tieGrad)
@@ -672,7 +685,15 @@ func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResu
 				return res, err
 			}
 			res.waitNs += int64(time.Since(t0))
-			e.pending = &pendingUpdate{step: global, lr: lr}
+			e.pending = &pendingUpdate{step: global, lr: lr, scale: 1}
+			if e.clip {
+				e.pending.scale = 0
+				for _, p := range nn.Unique(e.params) {
+					if p.Trainable() {
+						res.gradNames, res.gradSumsq = append(res.gradNames, p.Name), append(res.gradSumsq, nn.SumSquares(p))
+					}
+				}
+			}
 		}
 	}
 	if e.turn != nil {
@@ -759,9 +780,14 @@ func (e *stageEngine) recvSum(peer int, replace bool, fwd []int) error {
 
 // settle makes the parameters hold the state after steps steps: the
 // pending update is applied if its step is before that, else dropped with
-// the gradients of the step it came from.
-func (e *stageEngine) settle(steps int) {
+// the gradients of the step it came from. A clipped update whose scale has
+// not come is an error.
+func (e *stageEngine) settle(steps int) error {
 	if u := e.pending; u != nil && u.step < steps {
+		if u.scale == 0 {
+			return fmt.Errorf("the update of step %d waits for its gradients' clipping scale", u.step)
+		}
+		nn.ScaleGrads(e.params, u.scale)
 		e.opt.SetLR(u.lr)
 		e.opt.Step(e.params) // and zeroes the gradients
 	} else if e.gradStep >= 0 {
@@ -772,6 +798,19 @@ func (e *stageEngine) settle(steps int) {
 		}
 	}
 	e.pending, e.gradStep = nil, -1
+	return nil
+}
+
+// setClip gives the pending update of step its clipping scale.
+func (e *stageEngine) setClip(step int, scale float32) error {
+	if u := e.pending; u == nil || u.step != step {
+		return fmt.Errorf("no update of step %d is pending", step)
+	}
+	if !(scale > 0 && scale <= 1) {
+		return fmt.Errorf("clipping scale %v", scale)
+	}
+	e.pending.scale = scale
+	return nil
 }
 
 // outputGrad is the gradient of output k for micro-batch m: the loss's for
@@ -853,7 +892,9 @@ func stateTensors(params []*nn.Param, opt nn.Optimizer, withOpt bool) []*nn.Tens
 // gather sends the stage's state, its last update applied, to the
 // coordinator.
 func (e *stageEngine) gather(withOpt bool) error {
-	e.settle(math.MaxInt)
+	if err := e.settle(math.MaxInt); err != nil {
+		return err
+	}
 	for i, t := range stateTensors(e.params, e.opt, withOpt) {
 		if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindWeights, Tensor: uint32(i)}, t); err != nil {
 			return err

@@ -223,7 +223,8 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			}
 			t.CpuNs = res.cpuNs
 			d := &StepDone{Header: msg.GetHeader(), Step: msg.GetStep(), Timings: []*StageTiming{t},
-				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples}
+				Loss: res.loss, HasLoss: a.eng.spec.Plan.Loss, Correct: res.correct, Samples: res.samples,
+				GradNames: res.gradNames, GradSumsq: res.gradSumsq}
 			if err != nil {
 				d.Error = err.Error()
 			}
@@ -243,6 +244,19 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			}
 			return d
 		})
+	case *ClipGrads:
+		if !a.admit(msg, reply) {
+			return false
+		}
+		if a.busy != nil {
+			select {
+			case <-a.busy:
+			default:
+				reply(ack(msg.GetHeader(), errors.New("stage is busy")))
+				return false
+			}
+		}
+		reply(ack(msg.GetHeader(), a.eng.setClip(int(msg.GetStep()), msg.GetScale())))
 	case *GatherWeights:
 		if !a.admit(msg, reply) {
 			return false
@@ -279,7 +293,9 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 		}
 		quit := a.quit
 		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
-			a.eng.settle(int(msg.GetSteps()))
+			if err := a.eng.settle(int(msg.GetSteps())); err != nil {
+				return stateMoved(msg.GetHeader(), nil, err)
+			}
 			stats, err := a.sendState(msg, quit)
 			return stateMoved(msg.GetHeader(), stats, err)
 		})

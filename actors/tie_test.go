@@ -166,3 +166,39 @@ func TestPickedTokenAcrossStages(t *testing.T) {
 		}
 	}
 }
+
+// Gradients clipped by their norm over the whole model (each stage sends
+// its parameters' sums of squares, the coordinator the scale) give one
+// process's weights, bit for bit, replicas, tied copies, interleaved chunks
+// and the zero-bubble schedule included.
+func TestClippedGradientsAcrossStages(t *testing.T) {
+	tc := newInmemCluster(t, 4, nil)
+	spec := tiedSpec(t, "tiedgpt", true, 5)
+	unclipped := jobtest.Local(t, spec)
+	spec.ClipGradNorm = 0.05
+	local := jobtest.Local(t, spec)
+	if local.WeightsSHA256 == unclipped.WeightsSHA256 {
+		t.Fatal("clipping at 0.05 changed no weight")
+	}
+	for i, p := range []struct {
+		partition, schedule string
+		nodes               int
+	}{
+		{cutAt(t, spec, "a,b", "c", "d"), "1f1b", 4},
+		{cutAt(t, spec, "a", "b", "c", "d"), "zb", 4},
+		{cutAt(t, spec, "a", "b", "a", "b"), "interleaved", 2},
+		{"uniform", "gpipe", 3},
+	} {
+		if testing.Short() && i > 0 {
+			continue
+		}
+		t.Run(p.schedule+"/"+p.partition, func(t *testing.T) {
+			s := spec
+			s.Partition, s.Schedule, s.ID = p.partition, p.schedule, fmt.Sprintf("job-clip-%d", i)
+			res, _ := tc.run(t, s, p.nodes)
+			if res.WeightsSHA256 != local.WeightsSHA256 {
+				t.Fatalf("plan %s: weights %.16s, one process %.16s", res.Plan, res.WeightsSHA256, local.WeightsSHA256)
+			}
+		})
+	}
+}

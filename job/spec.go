@@ -118,6 +118,9 @@ type Spec struct {
 	// LabelSmoothing ε in [0, 1), with the ce loss, takes each label's
 	// target as 1−ε on it and ε spread over the classes.
 	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
+	// ClipGradNorm, if positive, scales each step's gradients so that their
+	// norm over the whole model is at most it (PyTorch's clip_grad_norm_).
+	ClipGradNorm float64 `json:"clip_grad_norm,omitempty"`
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
@@ -335,6 +338,9 @@ func (s *Spec) normalize() error {
 	}
 	if s.Loss != "" && !slices.Contains(nn.LossNames(), s.Loss) {
 		return specErr("unknown loss %q (have %s; none: %s for class labels, %s for float targets)", s.Loss, strings.Join(nn.LossNames(), ", "), nn.LossCE, nn.LossMSE)
+	}
+	if !(s.ClipGradNorm >= 0) || math.IsInf(s.ClipGradNorm, 0) {
+		return specErr("gradient clipping at norm %v: want a positive number (0: none)", s.ClipGradNorm)
 	}
 	if !(s.LabelSmoothing >= 0 && s.LabelSmoothing < 1) {
 		return specErr("label smoothing %v: want a value in [0, 1)", s.LabelSmoothing)
@@ -846,6 +852,7 @@ func (s Spec) NewBackend(threads int) (nn.Backend, error) {
 func (j *Job) NewTrainer(opt nn.Optimizer, be nn.Backend) *nn.Trainer {
 	tr := nn.NewTrainer(j.Graph, opt, be, j.Spec.Seed)
 	tr.Loss = j.Spec.NewLoss(SampleOf(j.Set), be.Threads())
+	tr.ClipNorm = j.Spec.ClipGradNorm
 	return tr
 }
 

@@ -39,6 +39,9 @@ type Trainer struct {
 	Ctx   Ctx
 	// Loss scores the outputs (NewTrainer's: the softmax cross-entropy).
 	Loss Loss
+	// ClipNorm, if positive, bounds the gradients' norm over the model
+	// before each step (PyTorch's clip_grad_norm_).
+	ClipNorm float64
 
 	bs   []Batch
 	dout []*Tensor
@@ -99,6 +102,9 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 	r.Loss /= float64(r.Samples)
 	for _, g := range t.ties {
 		SumTies(g, nil)
+	}
+	if t.ClipNorm > 0 {
+		ClipGrads(t.Stage.Params(), t.ClipNorm)
 	}
 	t.Opt.Step(t.Stage.Params())
 	return r

@@ -154,7 +154,7 @@ func TestTorchModels(t *testing.T) {
 	if nn.Describe(def) != nn.Describe(det) {
 		backends = append(backends, def)
 	}
-	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "smooth", "tiedgpt", "albert", "siamese", "seq2seq", "tutorial",
+	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "smooth", "tiedgpt", "clipgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
 		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment", "regressl1", "regresshuber"}
@@ -193,6 +193,9 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	if tr.Loss, err = nn.NewLoss(lossName, be.Threads()); err != nil {
 		t.Fatal(err)
 	}
+	if c, ok := ref["__clip"]; ok {
+		tr.ClipNorm = float64(nn.F32(c)[0])
+	}
 	if eps, ok := ref["__smoothing"]; ok && lossName == nn.LossCE {
 		tr.Loss.(*nn.SoftmaxCE).Smoothing = nn.F32(eps)[0]
 	}
@@ -210,6 +213,9 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 		grads++
 		exported := (&nn.Param{Value: p.Grad, Layout: p.Layout}).Exported()
 		gradDev = max(gradDev, check(t, tol, "grad1/"+p.Name, nn.F32(exported), f32(t, ref, "grad1/"+p.Name)))
+	}
+	if tr.ClipNorm > 0 {
+		nn.ClipGrads(g.Params(), tr.ClipNorm)
 	}
 	opt.Step(g.Params())
 	losses := []float64{loss}

@@ -182,6 +182,7 @@ def families():
         # Weights read by several layers: GPT-2's head tied to the token
         # embedding, one block applied three times, one encoder for two inputs.
         "tiedgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
+        "clipgpt": (lambda: pm.GPT(vocab=CLASSES, ctx=8, d=16, heads=2, blocks=2, tie=True), [("x", (6,), CLASSES)], (6,)),
         "albert": (lambda: pm.Albert(vocab=11, T=6, d=8, heads=2, depth=3, classes=CLASSES), [("x", (6,), 11)], ()),
         "siamese": (lambda: pm.Siamese(features=6, hidden=8, d=4, classes=CLASSES), [("x0", (6,), None), ("x1", (6,), None)], ()),
         # nn.TransformerDecoderLayer: cross-attention's query and key-value
@@ -269,7 +270,10 @@ def families():
 # sample against y of shape [N]).
 FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "regressl1": "l1", "regresshuber": "huber"}
 LOSSES = ["ce", "mse", "bce", "l1", "huber"]
-FAMILY_SMOOTHING = {"smooth": 0.1}  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
+FAMILY_SMOOTHING = {"smooth": 0.1}
+# Gradients clipped to this norm over the model before each step (the
+# tied GPT: its tied tensor counts once).
+FAMILY_CLIP = {"clipgpt": 0.05}  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
 
 
 def loss_of(name, out, y):
@@ -342,7 +346,8 @@ def family(name, outdir):
     out = {"__y": ys.numpy().astype(np.float32), "__micro": np.array(micro, dtype=np.float32),
            "__tol": np.array([FAMILY_TOL.get(name, 1e-4)]),
            "__loss": np.array([LOSSES.index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32),
-           "__smoothing": np.array([FAMILY_SMOOTHING.get(name, 0.0)], dtype=np.float32)}
+           "__smoothing": np.array([FAMILY_SMOOTHING.get(name, 0.0)], dtype=np.float32),
+           "__clip": np.array([FAMILY_CLIP.get(name, 0.0)])}
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)
@@ -374,6 +379,8 @@ def family(name, outdir):
             out["loss1"] = np.array([loss])
             for n, p in model.named_parameters():
                 out["grad1/" + n] = p.grad.detach().clone().numpy()
+        if name in FAMILY_CLIP:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), FAMILY_CLIP[name])
         opt.step()
     seen = set()
     for n, t in model.state_dict(keep_vars=True).items():

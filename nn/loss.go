@@ -233,8 +233,9 @@ func (l *SoftmaxCE) smoothRow(zs, gs []float32, y int, lse, nll float64, scale f
 	for j := range gs {
 		gs[j] = (gs[j] - spread) * scale
 	}
-	gs[y] -= float32(1-eps) * scale
-	return (1-eps)*nll + eps/k*(k*lse-sum)
+	// Products rounded before they are added: never fused (see doc.go).
+	gs[y] -= float32(float32(1-eps) * scale)
+	return float64((1-eps)*nll) + float64(eps/k*float64(float64(k*lse)-sum))
 }
 
 // transposeClasses copies [n, k, inner] values a into [n, inner, k] rows b,

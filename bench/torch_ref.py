@@ -351,6 +351,7 @@ def main():
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
+    ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="ppnode's --clip-grad-norm (clip_grad_norm_ before each step)")
     ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
                     help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
     ap.add_argument("--log-every", type=int, default=10, help="a JSON line every N steps (0: none)")
@@ -459,6 +460,8 @@ def main():
             step_loss += float(loss)
             step_correct += correct
             step_labels += n
+        if a.clip_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, a.clip_grad_norm)
         opt.step()
         train_loss = step_loss / step_labels
         if not math.isfinite(train_loss):

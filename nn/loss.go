@@ -18,9 +18,10 @@ type Loss interface {
 	// Forward returns the sum of the per-target losses, how many targets
 	// were predicted right (0 for a loss without such a notion), and the
 	// gradient of scale·sum with respect to out, which belongs to the loss
-	// and stays valid until its next call. With scale = LossScale the
-	// gradients of a mini-batch's micro-batches add up to the gradient of
-	// its mean loss. The sum runs in order, whatever the threads.
+	// and stays valid until its next call. With scale 1/n, n the Count of
+	// a mini-batch's targets, the gradients of its micro-batches add up to
+	// the gradient of its mean loss. The sum runs in order, whatever the
+	// threads.
 	Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor)
 }
 
@@ -53,9 +54,8 @@ const (
 )
 
 // NewLoss returns the loss of that name (LossCE, LossMSE, LossL1, LossHuber
-// or LossBCE),
-// spreading its work over threads (0: one); its results do not depend on
-// them.
+// or LossBCE), spreading its work over threads (0: one); its results do
+// not depend on them.
 func NewLoss(name string, threads int) (Loss, error) {
 	switch name {
 	case LossCE:
@@ -79,10 +79,10 @@ const IgnoreLabel = -100
 
 // SoftmaxCE is the softmax cross-entropy loss on logits [N, ..., classes]:
 // one label per row of the last axis (per sample, or per position), a class
-// number held exactly as a float32, or IgnoreLabel. Logits [N, classes, d1, ...] with a label
-// for each of their N·d1·... positions, as PyTorch's CrossEntropyLoss takes a
-// segmentation's, hold the classes on axis 1 (ClassAxis). It must not be
-// copied after its first Forward.
+// number held exactly as a float32, or IgnoreLabel. Logits [N, classes, d1,
+// ...] with a label for each of their N·d1·... positions, as PyTorch's
+// CrossEntropyLoss takes a segmentation's, hold the classes on axis 1
+// (ClassAxis). It must not be copied after its first Forward.
 type SoftmaxCE struct {
 	// Threads is the number of threads rows are spread over (0: one); the
 	// result does not depend on it.
@@ -256,7 +256,7 @@ func transposeClasses(a, b []float32, n, k, inner int, back bool) {
 }
 
 // elementLoss is a loss of one output value against one target: the
-// squared error or the binary cross-entropy with logits.
+// squared, absolute or Huber error, or the binary cross-entropy of a logit.
 type elementLoss struct {
 	threads int
 	// fn returns the loss of output z against target y, its gradient with

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -266,7 +267,9 @@ func TestMetricsAgreeWithStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := a.Wait(ctx, spec.ID); err != nil {
-		t.Fatal(err)
+		var dump strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&dump, 1)
+		t.Fatalf("the cancelled job did not end: %v; %s\n%s", err, co.Status().State, dump.String())
 	}
 
 	// The members may change under a scrape (c's failure spreading):

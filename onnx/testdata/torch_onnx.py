@@ -264,16 +264,16 @@ def families():
     }
 
 
-# The families trained with another loss than the cross-entropy: squared
-# error against float targets, binary cross-entropy of logits against
-# targets in [0, 1] (soft ones for multilabel, clicks for ctr: one logit a
-# sample against y of shape [N]).
+# The families trained with another loss than the cross-entropy: squared,
+# absolute or Huber error against float targets, binary cross-entropy of
+# logits against targets in [0, 1] (soft ones for multilabel, clicks for
+# ctr: one logit a sample against y of shape [N]).
 FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "regressl1": "l1", "regresshuber": "huber"}
-LOSSES = ["ce", "mse", "bce", "l1", "huber"]
+LOSSES = ["ce", "mse", "bce", "l1", "huber"]  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
 FAMILY_SMOOTHING = {"smooth": 0.1}
 # Gradients clipped to this norm over the model before each step (the
 # tied GPT: its tied tensor counts once).
-FAMILY_CLIP = {"clipgpt": 0.05}  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
+FAMILY_CLIP = {"clipgpt": 0.05}
 
 
 def loss_of(name, out, y):

@@ -552,8 +552,8 @@ func (c *Coordinator) exec(ctx context.Context, a core.Action) {
 			return outcome{ev: core.Probed{Op: a.Op, Live: live, Links: measureLinks(ctx, c.cfg.Links, c.log, live, a.Links, maxAge)}}
 		})
 	case core.StartStages:
-		c.start(ctx, []uint64{a.Gen}, func(context.Context) outcome {
-			s, params, err := c.startStages(a)
+		c.start(ctx, []uint64{a.Gen}, func(ctx context.Context) outcome {
+			s, params, err := c.startStages(ctx, a)
 			return outcome{ev: core.StagesStarted{Op: a.Op, Params: params, Err: err}, set: s}
 		})
 		c.op.detached = true

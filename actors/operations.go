@@ -81,9 +81,9 @@ func measureLinks(ctx context.Context, prober LinkProber, log *slog.Logger, live
 // startStages spawns, sets up and connects the stages of plan under
 // generation gen; sources, if set, are where each stage's layers' state
 // will come from (a direct move). The stages are registered (c.sets) when
-// the outcome reaches the coordinator's loop; a failure stops those
-// already spawned.
-func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int64, err error) {
+// the outcome reaches the coordinator's loop; a failure, or the end of
+// ctx, stops those already spawned.
+func (c *Coordinator) startStages(ctx context.Context, a core.StartStages) (s *stageSet, params []int64, err error) {
 	gen, plan := a.Gen, a.Plan
 	S := len(plan.Stages)
 	s = &stageSet{gen: gen, plan: plan, refs: make([]StageRef, S), links: map[int]dataplane.Link{}, sent: map[int]dataplane.Stats{}, migrate: make([][]*LinkAddr, S)}
@@ -130,7 +130,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 	var mu sync.Mutex // guards s.refs while the stages are spawned
 	err = forEachStage(S, func(k int) error {
 		sp := plan.Stages[k]
-		ref, err := c.cfg.Control.Spawn(a.Addrs[k], &SpawnStage{Header: h, Kind: StageKind, Stage: int32(k)}, c.cfg.Timeout)
+		ref, err := c.spawn(ctx, a.Addrs[k], &SpawnStage{Header: h, Kind: StageKind, Stage: int32(k)})
 		if err != nil {
 			return fmt.Errorf("stage %d on %s: %w", k, sp.Node, err)
 		}
@@ -146,7 +146,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		if err != nil {
 			return err
 		}
-		r, err := c.cfg.Control.Request(ref, &SetupStage{Header: h, Spec: b}, c.cfg.Timeout)
+		r, err := c.requestCtx(ctx, ref, &SetupStage{Header: h, Spec: b})
 		if err != nil {
 			return fmt.Errorf("setting up stage %d on %s: %w", k, sp.Node, err)
 		}
@@ -189,7 +189,7 @@ func (c *Coordinator) startStages(a core.StartStages) (s *stageSet, params []int
 		}
 	}
 	err = forEachStage(S, func(k int) error {
-		r, err := c.cfg.Control.Request(s.refs[k], &ConnectStage{Header: h, Dial: dials[k]}, c.cfg.Timeout)
+		r, err := c.requestCtx(ctx, s.refs[k], &ConnectStage{Header: h, Dial: dials[k]})
 		if err != nil {
 			return fmt.Errorf("connecting stage %d: %w", k, err)
 		}
@@ -244,6 +244,41 @@ func forEachStage(S int, f func(k int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// spawn is Control.Spawn that gives up when ctx ends; a stage spawned
+// after that is stopped when its reply comes.
+func (c *Coordinator) spawn(ctx context.Context, addr string, req *SpawnStage) (StageRef, error) {
+	type spawned struct {
+		ref StageRef
+		err error
+	}
+	ch := make(chan spawned, 1)
+	go func() {
+		ref, err := c.cfg.Control.Spawn(addr, req, c.cfg.Timeout)
+		ch <- spawned{ref, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.ref, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.err == nil {
+				c.cfg.Control.Send(r.ref, &StopStage{Header: req.GetHeader()})
+			}
+		}()
+		return StageRef{}, ctx.Err()
+	}
+}
+
+// requestCtx is a control request that gives up when ctx ends.
+func (c *Coordinator) requestCtx(ctx context.Context, ref StageRef, msg proto.Message) (proto.Message, error) {
+	select {
+	case r := <-c.request(ref, msg, c.cfg.Timeout):
+		return r.msg, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // request sends msg to a stage and yields its reply on a channel.

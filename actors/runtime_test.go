@@ -693,7 +693,7 @@ func TestHostCloseStopsItsStages(t *testing.T) {
 	}
 	c.stopStages(s, true)
 	start.Gen = 2
-	_, _, err := c.startStages(start)
+	_, _, err := c.startStages(context.Background(), start)
 	if err == nil || !strings.Contains(err.Error(), errHostClosing.Error()) {
 		t.Fatalf("stages on closed hosts: err %v, want %q", err, errHostClosing)
 	}
@@ -714,7 +714,7 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 	for k, sp := range plan.Stages {
 		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
 	}
-	s, _, err := c.startStages(start)
+	s, _, err := c.startStages(context.Background(), start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,5 +741,64 @@ func TestInmemReplicas(t *testing.T) {
 	}
 	if err := r.Replicate(&tensorio.Checkpoint{JobID: "../x"}); err == nil {
 		t.Error("a cut that cannot be written was kept")
+	}
+}
+
+// slowSpawn holds every spawn until release is closed, as a node whose
+// spawner never answers would, and reports the stops sent.
+type slowSpawn struct {
+	Control
+	release chan struct{}
+	stops   chan StageRef
+}
+
+func (s slowSpawn) Spawn(addr string, req *SpawnStage, timeout time.Duration) (StageRef, error) {
+	<-s.release
+	return s.Control.Spawn(addr, req, timeout)
+}
+
+func (s slowSpawn) Send(to StageRef, msg proto.Message) error {
+	if _, ok := msg.(*StopStage); ok {
+		s.stops <- to
+	}
+	return s.Control.Send(to, msg)
+}
+
+// Starting stages gives up when its operation is cancelled (a job
+// cancelled while it re-plans ends at once, not after the control
+// timeout); a stage whose spawn answers after that is stopped.
+func TestStartStagesFollowsItsContext(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition = "slow-spawn", "uniform"
+	cfg := tc.config(len(tc.nodes))
+	slow := slowSpawn{Control: cfg.Control, release: make(chan struct{}), stops: make(chan StageRef, 3)}
+	cfg.Control = slow
+	c, err := newCoordinator(spec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := c.Plan()
+	start := core.StartStages{Gen: 1, Plan: plan, Addrs: make([]string, len(plan.Stages))}
+	for k, sp := range plan.Stages {
+		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.startStages(ctx, start)
+		done <- err
+	}()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled start: %v", err)
+	}
+	close(slow.release)
+	for k := range plan.Stages { // each late stage is stopped
+		select {
+		case <-slow.stops:
+		case <-time.After(testTimeout):
+			t.Fatalf("%d of %d late stages stopped", k, len(plan.Stages))
+		}
 	}
 }

@@ -53,6 +53,8 @@ type Status struct {
 	// Loss is the last step's mean training loss (a finite one: a
 	// diverged job keeps the loss of the step before).
 	Loss float64 `json:"loss"`
+	// LossName names the loss (Spec.LossName).
+	LossName string `json:"loss_name,omitempty"`
 	// LossHistory is the training loss over the steps, downsampled to at
 	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...].
 	LossHistory   []LossPoint `json:"loss_history,omitempty"`

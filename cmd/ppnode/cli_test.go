@@ -13,6 +13,7 @@ import (
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/jobtest"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -437,5 +438,23 @@ func TestDemoAccuracyCheck(t *testing.T) {
 		if badErr || badNote {
 			t.Errorf("%+v min %v given %v: error %v, note %q; want error %q, note %q", *c.res, c.min, c.given, err, w.String(), c.err, c.note)
 		}
+	}
+}
+
+// status names a job's loss beside its value unless it is the
+// cross-entropy, and its result shows no accuracy under an error loss.
+func TestStatusNamesTheLoss(t *testing.T) {
+	js := nodes.JobStatus{Status: job.Status{ID: "j", Model: "dn.onnx", State: job.StateDone, Step: 3, Total: 3, Loss: 0.0112, LossName: nn.LossMSE,
+		Result: &job.Result{Loss: nn.LossMSE, TestLoss: 0.0113, WeightsSHA256: "ab"}}}
+	var b strings.Builder
+	printStatus(&b, &clusterStatus{Status: nodes.Status{Name: "a", Jobs: []nodes.JobStatus{js}}})
+	out := b.String()
+	for _, want := range []string{"loss 0.0112 (mse),", "result: loss mse, test loss 0.0113"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "accuracy") {
+		t.Errorf("an mse job's status shows an accuracy:\n%s", out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ppnode/ppnode/job"
+	"github.com/ppnode/ppnode/nn"
 	"github.com/ppnode/ppnode/nodes"
 )
 
@@ -106,8 +107,12 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 	for _, st := range all {
 		for _, j := range st.Jobs {
 			njobs++
-			fmt.Fprintf(w, "\njob %s on %s: %s %s, step %d/%d, loss %.4f, %.0f samples/s\n",
-				j.ID, st.Name, j.Model, j.State, j.Step, j.Total, j.Loss, j.SamplesPerSec)
+			loss := ""
+			if j.LossName != "" && j.LossName != nn.LossCE {
+				loss = " (" + j.LossName + ")"
+			}
+			fmt.Fprintf(w, "\njob %s on %s: %s %s, step %d/%d, loss %.4f%s, %.0f samples/s\n",
+				j.ID, st.Name, j.Model, j.State, j.Step, j.Total, j.Loss, loss, j.SamplesPerSec)
 			if j.Plan != "" {
 				fmt.Fprintf(w, "  plan %s, %s, M=%d, predicted %.1f ms/step, bubble %.0f%%\n", j.Plan, j.Schedule, j.MicroBatches, j.PredictedMS, 100*j.PredictedBubble)
 			}

@@ -143,7 +143,7 @@ func New(cfg Config) (*Core, error) {
 	for _, n := range cfg.Nodes {
 		c.nodes.members[n.Name] = n
 	}
-	c.status = job.Status{ID: j.Spec.ID, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now}
+	c.status = job.Status{ID: j.Spec.ID, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now, LossName: j.LossName()}
 	if r := cfg.Resume; r != nil {
 		if r.Step < 0 || r.Step > j.Total {
 			return nil, fmt.Errorf("checkpoint at step %d of a %d-step job", r.Step, j.Total)

@@ -196,7 +196,7 @@
     h += `<span class="kv">${esc(j.model)}</span>`;
     h += `<span class="kv"><svg class="progress" viewBox="0 0 100 8" preserveAspectRatio="none"><rect class="track" width="100" height="8"/>` +
       `<rect class="bar" width="${pct.toFixed(1)}" height="8"/></svg> step <b>${esc(j.step)}</b> / ${esc(j.total)}</span>`;
-    h += `<span class="kv">loss <b>${num(j.loss, 4)}</b></span>`;
+    h += `<span class="kv">loss <b>${num(j.loss, 4)}</b>${j.loss_name && j.loss_name !== 'ce' ? ' (' + esc(j.loss_name) + ')' : ''}</span>`;
     h += `<span class="kv"><b>${num(j.samples_per_sec)}</b> samples/s</span>`;
     const ev = j.evaluation;
     if (ev && ev.samples > 0) h += `<span class="kv">evaluating the weights after step ${esc(ev.step)}: <b>${esc(ev.done)}</b> / ${esc(ev.samples)} test samples</span>`;

@@ -703,9 +703,21 @@ func TestHostCloseStopsItsStages(t *testing.T) {
 // the plan's stages (generation 1) without running the job.
 func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stageSet, core.StartStages) {
 	t.Helper()
+	c, start := planUniform(t, tc, id, tc.config(len(tc.nodes)))
+	s, _, err := c.startStages(context.Background(), start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s, start
+}
+
+// planUniform plans mlp32 uniformly over tc's nodes as job id, with cfg,
+// and returns the coordinator and the start of the plan's stages.
+func planUniform(t *testing.T, tc *testCluster, id string, cfg CoordinatorConfig) (*Coordinator, core.StartStages) {
+	t.Helper()
 	spec := smallSpec("mlp32")
 	spec.ID, spec.Partition = id, "uniform"
-	c, err := newCoordinator(spec, tc.config(len(tc.nodes)))
+	c, err := newCoordinator(spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,11 +726,7 @@ func startUniform(t *testing.T, tc *testCluster, id string) (*Coordinator, *stag
 	for k, sp := range plan.Stages {
 		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
 	}
-	s, _, err := c.startStages(context.Background(), start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, s, start
+	return c, start
 }
 
 // The in-memory Replicator keeps what it is given as a checkpoint file
@@ -769,20 +777,11 @@ func (s slowSpawn) Send(to StageRef, msg proto.Message) error {
 // timeout); a stage whose spawn answers after that is stopped.
 func TestStartStagesFollowsItsContext(t *testing.T) {
 	tc := newInmemCluster(t, 3, nil)
-	spec := smallSpec("mlp32")
-	spec.ID, spec.Partition = "slow-spawn", "uniform"
 	cfg := tc.config(len(tc.nodes))
 	slow := slowSpawn{Control: cfg.Control, release: make(chan struct{}), stops: make(chan StageRef, 3)}
 	cfg.Control = slow
-	c, err := newCoordinator(spec, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := c.Plan()
-	start := core.StartStages{Gen: 1, Plan: plan, Addrs: make([]string, len(plan.Stages))}
-	for k, sp := range plan.Stages {
-		start.Addrs[k] = tc.nodes[slices.IndexFunc(tc.nodes, func(n job.NodeInfo) bool { return n.Name == sp.Node })].ActorAddr
-	}
+	c, start := planUniform(t, tc, "slow-spawn", cfg)
+	plan := start.Plan
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

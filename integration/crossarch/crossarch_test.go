@@ -6,7 +6,9 @@
 //
 // mlp32 (20 steps, width 64) takes 15-20 s under qemu on a 2-core machine
 // (about 40 s with the cross-compilation) and runs unless -short, as do
-// the GPT, LSTM, GRU and RNN of onnx/testdata (a second each); resnet50
+// the GPT, LSTM, GRU and RNN of onnx/testdata (a second each), and a tied
+// GPT with AdamW, clipping, label smoothing and ignored labels and a model
+// under the Huber error; resnet50
 // (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
 // PPNODE_CROSSARCH_RESNET=1.
 package crossarch
@@ -111,6 +113,64 @@ var cases = []trainCase{
 	onnxCase("lstm", sequences),
 	onnxCase("gru", sequences),
 	onnxCase("rnn", sequences),
+	// The training options of this wave's models: AdamW, clipped
+	// gradients (a tied tensor once), label smoothing, ignored labels; the
+	// Huber error against float targets.
+	withSpec(onnxCase("tiedgpt", paddedTokens), "tiedgpt-adamw", " --optimizer adamw --weight-decay 0.1 --clip-grad-norm 0.05 --label-smoothing 0.1", func(s *job.Spec) {
+		s.Optimizer, s.WeightDecay, s.ClipGradNorm, s.LabelSmoothing = "adamw", 0.1, 0.05, 0.1
+	}),
+	withSpec(onnxCase("towers", targets), "towers-huber", " --loss huber", func(s *job.Spec) { s.Loss = nn.LossHuber }),
+}
+
+// withSpec is c named name, its spec changed by f, as flags say.
+func withSpec(c trainCase, name, flags string, f func(*job.Spec)) trainCase {
+	spec := c.spec
+	c.name, c.flags = name, c.flags+flags
+	c.spec = func() job.Spec {
+		s := spec()
+		f(&s)
+		return s
+	}
+	return c
+}
+
+// paddedTokens is tokens with the labels of each window's tail from a
+// varying length on ignored (-100).
+func paddedTokens(dir string) (string, error) {
+	ids := make([]int64, 97*6)
+	for i := range ids {
+		ids[i] = int64(i*i%7) % 5
+	}
+	y := append([]int64(nil), ids[6:]...)
+	for w := range 96 {
+		for p := 1 + w%6; p < 6; p++ {
+			y[w*6+p] = nn.IgnoreLabel
+		}
+	}
+	path := filepath.Join(dir, "padded.safetensors")
+	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{
+		tensorio.I64Entry("x", ids[:96*6], 96, 6), tensorio.I64Entry("y", y, 96, 6)}, nil)
+}
+
+// targets writes 96 samples of 24 features and 5 float targets each.
+func targets(dir string) (string, error) {
+	x, y := nn.New(96, 24), nn.New(96, 5)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i) * 0.3))
+	}
+	for i := range nn.F32(y) {
+		nn.F32(y)[i] = 3 * float32(math.Cos(float64(i)*0.9))
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		return "", err
+	}
+	ye, err := tensorio.F32Entry("y", y)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "targets.safetensors")
+	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, ye}, nil)
 }
 
 // weightsSHA trains c as TrainLocal does, without the evaluation on the
@@ -141,7 +201,7 @@ func weightsSHA(c trainCase, threads int, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tr := nn.NewTrainer(j.Graph, opt, be, j.Spec.Seed)
+	tr := j.NewTrainer(opt, be)
 	for g := 0; g < j.Total; g++ {
 		opt.SetLR(j.LR.At(g))
 		r := tr.Step(j.Loader, g/j.StepsPerEpoch, g%j.StepsPerEpoch, g)

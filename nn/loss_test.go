@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/nn/zoo"
 )
 
 // Each loss's value against a float64 formula, its gradient against
@@ -268,4 +269,39 @@ func TestLabelSmoothing(t *testing.T) {
 	if l1 != l2 || !slices.Equal(nn.F32(g1), nn.F32(g2)) {
 		t.Fatal("smoothing 0 changed the bits")
 	}
+}
+
+// A step whose every label is ignored has loss 0 and no gradient, as the
+// loss stages of a pipeline report it, not the NaN of 0/0.
+func TestStepOfIgnoredLabelsOnly(t *testing.T) {
+	g, err := zoo.Build("mlp32", zoo.Options{Width: 8, Input: []int{4}, Classes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Init(1)
+	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := nn.NewBackend("ppnode-det", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := nn.WeightsSHA256(g.Params())
+	tr := nn.NewTrainer(g, opt, be, 1)
+	r := tr.Step(ignoredOnly{}, 0, 0, 0)
+	if r.Loss != 0 || r.Samples != 0 || nn.WeightsSHA256(g.Params()) != before {
+		t.Fatalf("loss %v over %d labels; weights changed: %v", r.Loss, r.Samples, nn.WeightsSHA256(g.Params()) != before)
+	}
+}
+
+// ignoredOnly is two micro-batches of 2 samples whose labels are all ignored.
+type ignoredOnly struct{}
+
+func (ignoredOnly) BatchSize() int     { return 4 }
+func (ignoredOnly) MicroBatches() int  { return 2 }
+func (ignoredOnly) StepsPerEpoch() int { return 1 }
+func (ignoredOnly) Fill(epoch, step, m int, b *nn.Batch) {
+	b.X = []*nn.Tensor{nn.FromData([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 2, 4)}
+	b.Y = []float32{nn.IgnoreLabel, nn.IgnoreLabel}
 }

@@ -85,8 +85,11 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		r.Samples += t.Loss.Count(t.bs[m].Y)
 	}
 	// The mean over the targets that count: 1/(batch × targets a sample)
-	// when all do.
-	scale := float32(1 / float64(r.Samples))
+	// when all do; a step whose every label is ignored learns nothing.
+	var scale float32
+	if r.Samples > 0 {
+		scale = float32(1 / float64(r.Samples))
+	}
 	t.Ctx.Train = true
 	t.Ctx.Step = global
 	for m := range M {
@@ -99,7 +102,7 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		t.dout[0] = grad
 		t.Stage.Backward(&t.Ctx, 0, t.dout)
 	}
-	r.Loss /= float64(r.Samples)
+	r.Loss /= float64(max(r.Samples, 1))
 	for _, g := range t.ties {
 		SumTies(g, nil)
 	}

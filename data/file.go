@@ -150,6 +150,9 @@ func fileSplit(path string, arrays map[string]*array, names []string, suffix str
 	for _, v := range s.Y {
 		s.Classes = max(s.Classes, int(v)+1)
 	}
+	if s.Classes == 0 {
+		return nil, corrupt(path, "every label of %s is %d: ignored", yn, nn.IgnoreLabel)
+	}
 	return s, nil
 }
 

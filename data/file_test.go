@@ -174,6 +174,7 @@ func TestBadDataFiles(t *testing.T) {
 		{"NaN sample", map[string]*array{"x": nanX, "y": y}, "is NaN"},
 		{"negative label", map[string]*array{"x": x, "y": negY}, "label -1"},
 		{"NaN target", map[string]*array{"x": x, "y": nanX}, "is NaN"},
+		{"every label ignored", map[string]*array{"x": x, "y": {dtype: "i8", shape: []int{10}, data: bytes.Repeat([]byte{0x9c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 10)}}, "every label of y is -100"},
 		{"targets and classes", map[string]*array{"x": x, "y": {dtype: "f4", shape: []int{10}, data: make([]byte, 40)}, "x_test": x, "y_test": y}, "one holds classes (integers), the other values (floats)"},
 		{"one class", map[string]*array{"x": x, "y": {dtype: "i8", shape: []int{10}, data: make([]byte, 80)}}, "at least two classes"},
 	} {

@@ -264,7 +264,7 @@ func TestArm64WeightsAreAmd64Weights(t *testing.T) {
 		t.Skip(err)
 	}
 	bin := filepath.Join(t.TempDir(), "crossarch.arm64.test")
-	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build := exec.Command("go", "test", "-c", "-trimpath", "-o", bin, ".")
 	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("GOARCH=arm64 go test -c: %v\n%s", err, out)

@@ -96,8 +96,11 @@ type Coordinator struct {
 	job     *job.Job
 	checked job.Checked // the spec the stages get
 	spec    job.Spec    // c.job.Spec
-	log     *slog.Logger
-	clk     clock.Clock
+	// clipOrder names, with gradient clipping, the model's trainable
+	// tensors (a tied one once) in the order their sums of squares add.
+	clipOrder []string
+	log       *slog.Logger
+	clk       clock.Clock
 
 	// The latest cut: the coordinator's model holds its weights, copt its
 	// optimizer state.
@@ -193,6 +196,13 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 		sets: map[uint64]*stageSet{}, notify: make(chan struct{}, 1), changed: make(chan struct{})}
 	if c.copt, err = c.spec.NewOptimizer(1); err != nil {
 		return nil, err
+	}
+	if c.spec.ClipGradNorm > 0 {
+		for _, p := range nn.Unique(jb.Graph.Params()) {
+			if p.Trainable() {
+				c.clipOrder = append(c.clipOrder, p.Name)
+			}
+		}
 	}
 	var resume *core.Cut
 	if cfg.Resume != nil {

@@ -101,10 +101,9 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 	credit := nn.New(1)
 	ins := make([]*nn.Tensor, len(e.st.Inputs))
 	var (
-		out    []*nn.Tensor
-		from   []int             // the peers the chunk in hand came from
-		ahead  = map[int][]int{} // per receiver: the chunks sent, not yet credited
-		labels []float32
+		out   []*nn.Tensor
+		from  []int             // the peers the chunk in hand came from
+		ahead = map[int][]int{} // per receiver: the chunks sent, not yet credited
 	)
 	wait := func(k boxKey) (*nn.Tensor, error) {
 		t0 := time.Now()
@@ -185,7 +184,7 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 					return res, err
 				}
 				logits := out[e.outIdx[e.g.Output]]
-				labels = append(labels[:0], nn.F32(y)...)
+				labels := nn.F32(y) // its key dropped: no receive writes it again
 				if err := loss.Check(logits.Shape(), labels); err != nil {
 					return res, fmt.Errorf("chunk %d: %w", c, err)
 				}

@@ -361,7 +361,10 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	}
 	ev.Timings = make([]core.StageTiming, len(s.refs))
 	losses := make([]*StepDone, len(s.refs)) // summed in stage order: replicas of the loss stage each have some
-	sumsq := map[string]float64{}            // with clipping: each parameter's, from whichever stage has it
+	var sumsq map[string]float64             // with clipping: each parameter's, from whichever stage has it
+	if c.clipOrder != nil {
+		sumsq = make(map[string]float64, len(c.clipOrder))
+	}
 	ev.Err = waitAll(ctx, dones, func(k int, r proto.Message) error {
 		d, ok := r.(*StepDone)
 		if !ok {
@@ -387,7 +390,7 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 		}
 		return nil
 	})
-	if ev.Err == nil && c.spec.ClipGradNorm > 0 {
+	if ev.Err == nil && sumsq != nil {
 		ev.Err = c.clip(ctx, s, a.Step, sumsq)
 	}
 	var loss float64
@@ -406,16 +409,13 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 // clipping: the norm over the model's trainable parameters, each once, in
 // the model's order, as nn.ClipGrads takes it in one process.
 func (c *Coordinator) clip(ctx context.Context, s *stageSet, step int, sumsq map[string]float64) error {
-	var ordered []float64
-	for _, p := range nn.Unique(c.job.Graph.Params()) {
-		if !p.Trainable() {
-			continue
-		}
-		v, ok := sumsq[p.Name]
+	ordered := make([]float64, len(c.clipOrder))
+	for i, name := range c.clipOrder {
+		v, ok := sumsq[name]
 		if !ok {
-			return fmt.Errorf("clipping: no stage sent the gradient of %s", p.Name)
+			return fmt.Errorf("clipping: no stage sent the gradient of %s", name)
 		}
-		ordered = append(ordered, v)
+		ordered[i] = v
 	}
 	scale := nn.ClipScale(ordered, c.spec.ClipGradNorm)
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}

@@ -81,7 +81,6 @@ type stageEngine struct {
 	opt    nn.Optimizer
 	params []*nn.Param
 	M      int
-	scale  float32
 	id     map[string]uint32
 
 	inIdx, outIdx map[string]int
@@ -94,7 +93,6 @@ type stageEngine struct {
 	dout     []*nn.Tensor
 	loss     []nn.Loss
 	lossGrad []*nn.Tensor
-	labels   [][]float32
 	zeros    map[string]*nn.Tensor
 
 	// slot is the nn.Stage slot of each micro-batch: a slot is taken at a
@@ -135,9 +133,13 @@ type stageEngine struct {
 	// turn, if set, is the executor of the node this stage shares with
 	// other stages of the plan: each instruction waits for its turn.
 	turn *turn
-	// clip says the job clips its gradients' norm: a step reports its
-	// gradients' sums of squares, and its update waits for the scale.
-	clip bool
+	// clip says the job clips its gradients' norm: a step reports the
+	// sums of squares of the gradients of normed (its trainable
+	// parameters, a tied tensor's copies once), named normNames, and its
+	// update waits for the scale.
+	clip      bool
+	normed    []*nn.Param
+	normNames []string
 }
 
 type pendingUpdate struct {
@@ -229,18 +231,23 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 	if p.Recompute {
 		e.slot, e.reused = sharedSlot(e.M)
 	}
-	e.clip = js.ClipGradNorm > 0
+	if e.clip = js.ClipGradNorm > 0; e.clip {
+		for _, p := range nn.Unique(e.params) {
+			if p.Trainable() {
+				e.normed, e.normNames = append(e.normed, p), append(e.normNames, p.Name)
+			}
+		}
+	}
 	if e.be, err = js.NewBackend(threads); err != nil {
 		return nil, err
 	}
 	if e.opt, err = js.NewOptimizer(e.be.Threads()); err != nil {
 		return nil, err
 	}
-	e.scale = nn.LossScale(js.Batch, nn.Size(spec.Data.Labels))
 	M := e.M
 	e.ins, e.outs, e.gin = make([][]*nn.Tensor, M), make([][]*nn.Tensor, M), make([][]*nn.Tensor, M)
 	e.grads, e.acc = make([][][]*nn.Tensor, M), make([][]*nn.Tensor, M)
-	e.loss, e.lossGrad, e.labels = make([]nn.Loss, M), make([]*nn.Tensor, M), make([][]float32, M)
+	e.loss, e.lossGrad = make([]nn.Loss, M), make([]*nn.Tensor, M)
 	for m := range e.loss {
 		e.loss[m] = js.NewLoss(spec.Data, e.be.Threads())
 	}
@@ -581,19 +588,19 @@ func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResu
 			}
 			t0 = time.Now()
 			logits := e.outs[m][e.outIdx[e.g.Output]]
-			e.labels[m] = append(e.labels[m][:0], nn.F32(y)...)
-			if err := e.loss[m].Check(logits.Shape(), e.labels[m]); err != nil {
+			labels := nn.F32(y) // the inbox keeps it until the step ends
+			if err := e.loss[m].Check(logits.Shape(), labels); err != nil {
 				return res, fmt.Errorf("micro-batch %d: %w", m, err)
 			}
-			scale := e.scale
+			var scale float32 // a step whose every label is ignored learns nothing
 			if targets > 0 {
 				scale = float32(1 / float64(targets))
 			}
-			l, c, grad := e.loss[m].Forward(logits, e.labels[m], scale)
+			l, c, grad := e.loss[m].Forward(logits, labels, scale)
 			e.lossGrad[m] = grad
 			res.loss += l
 			res.correct += int64(c)
-			res.samples += int64(e.loss[m].Count(e.labels[m]))
+			res.samples += int64(e.loss[m].Count(labels))
 			res.forwardNs += res.pass(in.Op, m, t0)
 		case balance.OpSendAct:
 			for _, name := range in.Tensors {
@@ -688,10 +695,9 @@ func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResu
 			e.pending = &pendingUpdate{step: global, lr: lr, scale: 1}
 			if e.clip {
 				e.pending.scale = 0
-				for _, p := range nn.Unique(e.params) {
-					if p.Trainable() {
-						res.gradNames, res.gradSumsq = append(res.gradNames, p.Name), append(res.gradSumsq, nn.SumSquares(p))
-					}
+				res.gradNames, res.gradSumsq = e.normNames, make([]float64, len(e.normed))
+				for i, p := range e.normed {
+					res.gradSumsq[i] = nn.SumSquares(p)
 				}
 			}
 		}

@@ -423,9 +423,8 @@ func (l *Pick) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need [
 	if !need[0] {
 		return g
 	}
-	dx := s.Buf(1, in[0].Shape()...)
+	dx := s.ZeroBuf(1, in[0].Shape()...)
 	d, dy, idx, w := F32(dx), F32(dout), F32(in[1]), l.inner
-	clear(d)
 	for k := range Rows(in[0]) {
 		r := l.row(idx[k])
 		copy(d[(k*l.rows+r)*w:(k*l.rows+r+1)*w], dy[k*w:(k+1)*w])

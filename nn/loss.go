@@ -10,7 +10,8 @@ import (
 // sample. Implementations must not be copied after their first Forward.
 type Loss interface {
 	// Check says why y cannot be the targets of an output of shape out
-	// (nil when it can); y comes from data a user or a peer sent.
+	// (nil when it can). Forward trusts what Check accepts: a caller
+	// checks targets from a peer, the data loader those of a file.
 	Check(out []int, y []float32) error
 	// Count is how many of the targets y count: the mean loss divides by
 	// them (the cross-entropy's ignored labels do not).
@@ -150,11 +151,11 @@ func (l *SoftmaxCE) Count(y []float32) int {
 // scale·(summed loss) with respect to the logits. Rows are summed in
 // order.
 func (l *SoftmaxCE) Forward(logits *Tensor, labels []float32, scale float32) (loss float64, correct int, grad *Tensor) {
-	if err := l.Check(logits.Shape(), labels); err != nil {
-		panic("nn: " + err.Error())
-	}
 	sh := logits.Shape()
 	a := ClassAxis(sh, len(labels))
+	if a < 0 {
+		panic(fmt.Sprintf("nn: %d labels for logits %v", len(labels), sh))
+	}
 	k, n := sh[a], len(labels)
 	z := F32(logits)
 	grad = l.s.Buf(0, sh...)
@@ -292,10 +293,10 @@ func (l *elementLoss) Check(out []int, y []float32) error {
 func (l *elementLoss) Count(y []float32) int { return len(y) }
 
 func (l *elementLoss) Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor) {
-	if err := l.Check(out.Shape(), y); err != nil {
-		panic("nn: " + err.Error())
-	}
 	n := len(y)
+	if n != Size(out.Shape()) {
+		panic(fmt.Sprintf("nn: %d targets for an output of shape %v", n, out.Shape()))
+	}
 	grad = l.s.Buf(0, out.Shape()...)
 	if cap(l.vals) < n {
 		l.vals, l.hits = make([]float64, n), make([]bool, n)

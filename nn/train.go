@@ -65,13 +65,6 @@ type StepResult struct {
 	Samples int
 }
 
-// LossScale is the factor of a micro-batch's summed loss that makes the
-// gradients of a mini-batch of batch samples, targets per sample each, add
-// up to the gradient of its mean loss.
-func LossScale(batch, targets int) float32 {
-	return float32(1 / float64(batch*targets))
-}
-
 // Step trains on mini-batch step of epoch; global numbers the step across
 // epochs (it seeds dropout).
 func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {

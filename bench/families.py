@@ -148,6 +148,7 @@ def main():
     ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="sgd")
     ap.add_argument("--lr", type=float, default=0, help="peak rate (0: ppnode's default for the optimizer)")
     ap.add_argument("--weight-decay", type=float, default=0)
+    ap.add_argument("--no-decay-1d", action="store_true", help="no decay for biases and norms (both sides)")
     ap.add_argument("--samples", type=int, default=2400, help="samples of each data set, 10%% of them for testing")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="families-")
@@ -163,7 +164,8 @@ def main():
             make_data(model, opts, data, n=a.samples)
             common = ["--model", os.path.join(d, "model.onnx"), "--data", data, "--steps", str(a.steps),
                       "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
-                      "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--deterministic", "--json"] + (["--loss", LOSS[model]] if model in LOSS else [])
+                      "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--deterministic", "--json"] + (["--loss", LOSS[model]] if model in LOSS else []) + \
+                (["--no-decay-1d"] if a.no_decay_1d else [])
             t0 = time.time()
             local = last_json(subprocess.run([a.ppnode, "train", "--local"] + common, capture_output=True, text=True, check=True).stdout)
             t1 = time.time()
@@ -186,7 +188,8 @@ def main():
             ref = last_json(subprocess.run([sys.executable, os.path.join(HERE, "torch_ref.py"), "--model", model,
                                             "--init", os.path.join(d, "init.safetensors"), "--data", data, "--steps", str(a.steps),
                                             "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
-                                            "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--threads", "1", "--loss", LOSS.get(model, "ce")] + opts,
+                                            "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--threads", "1", "--loss", LOSS.get(model, "ce")] + opts +
+                                           (["--no-decay-1d"] if a.no_decay_1d else []),
                                            capture_output=True, text=True, check=True).stdout)
             same = local["weights_sha256"] == via["weights_sha256"]
             dtrain = abs(via["train_loss"] - ref["train_loss"]) / ref["train_loss"]

@@ -340,6 +340,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0, help="peak rate (default: 3e-4 for adam, 0.005 for sgd)")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=0)
+    ap.add_argument("--no-decay-1d", action="store_true",
+                    help="ppnode's --no-decay-1d: parameter groups without decay for tensors of one axis")
     ap.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
     ap.add_argument("--warmup", "--warmup-steps", dest="warmup", type=int, default=-1,
                     help="steps of linear warm-up (-1: min(150, steps/5))")
@@ -431,13 +433,17 @@ def main():
     params = list(model.parameters())
     for p in params:
         p.grad = torch.zeros_like(p)
-    if a.ppnode_optim and a.optimizer == "adamw":
-        raise SystemExit("--ppnode-optim replays sgd and adam")
+    if a.ppnode_optim and (a.optimizer == "adamw" or a.no_decay_1d):
+        raise SystemExit("--ppnode-optim replays sgd and adam, without parameter groups")
     if a.ppnode_optim:
         opt = PpnodeSGD(params, a.lr, a.momentum, a.weight_decay, not a.float64) if a.optimizer == "sgd" else \
             PpnodeAdam(params, a.lr, a.weight_decay, not a.float64)
     else:
-        opt = TorchOptim(a.optimizer, params, a.lr, a.momentum, a.weight_decay)
+        groups = params
+        if a.no_decay_1d:  # nanoGPT's configure_optimizers
+            groups = [{"params": [p for p in params if p.dim() >= 2]},
+                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        opt = TorchOptim(a.optimizer, groups, a.lr, a.momentum, a.weight_decay)
 
     print(json.dumps({"model": a.model, "options": opts, "params": sum(p.numel() for p in params), "train": N,
                       "test": len(yt), "steps": total, "steps_per_epoch": spe, "warmup": warmup,

@@ -106,8 +106,8 @@ func TestONNXFamilies(t *testing.T) {
 				args = append(args, "--loss", "bce")
 			case "denoise", "segment": // (denoise's float images take mse unasked); the automatic plans keep them on one node
 				args = append(args, "--partition", "uniform")
-			case "tiedgpt": // gradients clipped by their norm over the stages (the tied tensor once)
-				args = append(args, "--clip-grad-norm", "0.05")
+			case "tiedgpt": // gradients clipped by their norm over the stages (the tied tensor once); AdamW, biases and norms not decayed
+				args = append(args, "--clip-grad-norm", "0.05", "--optimizer", "adamw", "--weight-decay", "0.1", "--no-decay-1d")
 			case "padlm": // ignored labels, and label smoothing on the loss stage
 				args = append(args, "--partition", "uniform", "--label-smoothing", "0.1")
 			}

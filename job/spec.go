@@ -67,7 +67,10 @@ type Spec struct {
 	LR          float64 `json:"lr,omitempty"` // 0: 3e-4 for adam, 0.005 for sgd
 	Momentum    float64 `json:"momentum"`
 	WeightDecay float64 `json:"weight_decay,omitempty"`
-	LRSchedule  string  `json:"lr_schedule"`
+	// NoDecay1D leaves biases and normalisation scales (the tensors of
+	// one axis) out of the weight decay (nn.OptimizerConfig).
+	NoDecay1D  bool   `json:"no_decay_1d,omitempty"`
+	LRSchedule string `json:"lr_schedule"`
 	// Warmup is the linear warm-up in steps; -1 means min(150, steps/5).
 	Warmup int `json:"warmup"`
 
@@ -344,6 +347,9 @@ func (s *Spec) normalize() error {
 	}
 	if !(s.LabelSmoothing >= 0 && s.LabelSmoothing < 1) {
 		return specErr("label smoothing %v: want a value in [0, 1)", s.LabelSmoothing)
+	}
+	if s.NoDecay1D && s.WeightDecay == 0 {
+		return specErr("leaving one-dimensional tensors out of the weight decay needs a weight decay (--weight-decay)")
 	}
 	if s.LabelSmoothing != 0 && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("label smoothing is the %s loss's; the loss is %s", nn.LossCE, s.Loss)
@@ -832,7 +838,8 @@ func list(names []string) string {
 
 // NewOptimizer returns the spec's optimizer at its base learning rate.
 func (s Spec) NewOptimizer(threads int) (nn.Optimizer, error) {
-	return nn.NewOptimizer(nn.OptimizerConfig{Name: s.Optimizer, LR: s.LR, Momentum: s.Momentum, WeightDecay: s.WeightDecay, Threads: threads})
+	return nn.NewOptimizer(nn.OptimizerConfig{Name: s.Optimizer, LR: s.LR, Momentum: s.Momentum, WeightDecay: s.WeightDecay,
+		NoDecay1D: s.NoDecay1D, Threads: threads})
 }
 
 // NewBackend returns the spec's GEMM backend with threads threads (0:
@@ -998,6 +1005,10 @@ func (j *Job) Perplexity(loss float64) float64 {
 
 // LossName is the loss the job minimises (Spec.LossName).
 func (j *Job) LossName() string { return j.Spec.LossName(SampleOf(j.Set)) }
+
+// ScoresAccuracy reports whether the job's loss counts predictions, so
+// that its evaluations give an accuracy (nn.LossScores).
+func (j *Job) ScoresAccuracy() bool { return nn.LossScores(j.LossName()) }
 
 // WeightsMeta is the metadata of a safetensors file of the job's final
 // weights (WeightsEntries): what a user needs to use them elsewhere (the

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ppnode/ppnode/nn"
 )
 
 // mustCheck is Check for a spec the test knows is good.
@@ -46,6 +48,21 @@ func TestSpecBackendNames(t *testing.T) {
 		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrSpec) {
 			t.Errorf("backend %q deterministic %v: %v, want ok=%v", tc.backend, tc.det, err, tc.ok)
 		}
+	}
+}
+
+// Leaving one-dimensional tensors out of the weight decay needs a decay;
+// the choice reaches the optimizer.
+func TestNoDecay1DSpec(t *testing.T) {
+	s := DefaultSpec()
+	s.NoDecay1D = true
+	if _, err := Check(s); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "needs a weight decay") {
+		t.Errorf("without a decay: %v", err)
+	}
+	s.WeightDecay, s.Optimizer = 0.1, "adamw"
+	opt, err := mustCheck(t, s).Spec().NewOptimizer(1)
+	if a, ok := opt.(*nn.Adam); err != nil || !ok || !a.NoDecay1D || !a.Decoupled {
+		t.Errorf("optimizer %#v, %v", opt, err)
 	}
 }
 

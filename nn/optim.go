@@ -30,9 +30,13 @@ type OptimizerConfig struct {
 	LR          float64
 	Momentum    float64 // sgd
 	WeightDecay float64
-	Beta1       float64 // adam; 0 means 0.9
-	Beta2       float64 // adam; 0 means 0.999
-	Eps         float64 // adam; 0 means 1e-8
+	// NoDecay1D leaves one-dimensional tensors (biases, normalisation
+	// scales) out of the weight decay, as nanoGPT's and Hugging Face's
+	// recipes do (PyTorch's parameter groups split by p.dim() >= 2).
+	NoDecay1D bool
+	Beta1     float64 // adam; 0 means 0.9
+	Beta2     float64 // adam; 0 means 0.999
+	Eps       float64 // adam; 0 means 1e-8
 	// Threads bounds the goroutines of an update (elementwise, so the bits
 	// do not depend on it); 0 means 1.
 	Threads int
@@ -45,10 +49,11 @@ func NewOptimizer(c OptimizerConfig) (Optimizer, error) {
 	}
 	switch c.Name {
 	case "sgd", "":
-		return &SGD{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay, threads: max(c.Threads, 1), state: map[*Param]*Tensor{}}, nil
+		return &SGD{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay, NoDecay1D: c.NoDecay1D,
+			threads: max(c.Threads, 1), state: map[*Param]*Tensor{}}, nil
 	case "adam", "adamw":
-		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Decoupled: c.Name == "adamw",
-			threads: max(c.Threads, 1), state: map[*Param][2]*Tensor{}}
+		a := &Adam{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, NoDecay1D: c.NoDecay1D,
+			Decoupled: c.Name == "adamw", threads: max(c.Threads, 1), state: map[*Param][2]*Tensor{}}
 		if a.Beta1 == 0 {
 			a.Beta1 = 0.9
 		}
@@ -108,6 +113,7 @@ type passParam struct {
 	start, end int
 	w, g       []float32 // value and gradient
 	a, b       []float32 // optimizer state (nil if unused)
+	keep       bool      // left out of the weight decay
 }
 
 func (p *pass) reset() {
@@ -115,8 +121,9 @@ func (p *pass) reset() {
 	p.params, p.n = p.params[:0], 0
 }
 
-// add appends a parameter. State arrays must be as long as w (or nil).
-func (p *pass) add(w, g, a, b []float32) {
+// add appends a parameter. State arrays must be as long as w (or nil);
+// keep leaves it out of the weight decay.
+func (p *pass) add(w, g, a, b []float32, keep bool) {
 	g = g[:len(w)]
 	if a != nil {
 		a = a[:len(w)]
@@ -124,7 +131,7 @@ func (p *pass) add(w, g, a, b []float32) {
 	if b != nil {
 		b = b[:len(w)]
 	}
-	p.params = append(p.params, passParam{start: p.n, end: p.n + len(w), w: w, g: g, a: a, b: b})
+	p.params = append(p.params, passParam{start: p.n, end: p.n + len(w), w: w, g: g, a: a, b: b, keep: keep})
 	p.n += len(w)
 }
 
@@ -142,6 +149,10 @@ func (p *pass) find(i int) int {
 	return lo
 }
 
+// decays reports whether a step with weight decay decays p: every
+// trainable tensor, or with noDecay1D those of two or more axes.
+func decays(p *Param, noDecay1D bool) bool { return !noDecay1D || len(p.Value.Shape()) >= 2 }
+
 // optimGrain is the fewest elements worth a thread of an update.
 const optimGrain = 1 << 15
 
@@ -150,12 +161,14 @@ const optimGrain = 1 << 15
 // g += wd·w; buf = g on the first step, else buf = μ·buf + g; w -= lr·buf.
 type SGD struct {
 	LR, Momentum, WeightDecay float64
+	NoDecay1D                 bool // see [OptimizerConfig]
 	steps, threads            int
 	state                     map[*Param]*Tensor
 
-	pass pass
-	k    sgdCoef
-	run  func(lo, hi int) // o.chunk, made once so that a step allocates nothing
+	pass  pass
+	k     sgdCoef
+	kKeep sgdCoef          // k without the decay, for the tensors it leaves out
+	run   func(lo, hi int) // o.chunk, made once so that a step allocates nothing
 }
 
 // sgdCoef is an SGD step's coefficients, in the layout sgdAVX2 reads
@@ -192,6 +205,8 @@ func (o *SGD) buf(p *Param) *Tensor {
 func (o *SGD) Step(ps []*Param) {
 	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
 	o.k = sgdCoef{lr: lr, mu: mu, wd: wd, decay: wd != 0, momentum: mu != 0, first: o.steps == 0}
+	o.kKeep = o.k
+	o.kKeep.decay = false
 	o.pass.reset()
 	for _, p := range ps {
 		if !p.Trainable() {
@@ -201,7 +216,7 @@ func (o *SGD) Step(ps []*Param) {
 		if o.k.momentum {
 			b = F32(o.buf(p))
 		}
-		o.pass.add(F32(p.Value), F32(p.Grad), b, nil)
+		o.pass.add(F32(p.Value), F32(p.Grad), b, nil, !decays(p, o.NoDecay1D))
 	}
 	if o.run == nil {
 		o.run = o.chunk
@@ -216,7 +231,11 @@ func (o *SGD) chunk(lo, hi int) {
 	for k := o.pass.find(lo); lo < hi; k++ {
 		s := &o.pass.params[k]
 		i, j := lo-s.start, min(hi, s.end)-s.start
-		sgdUpdate(s.w[i:j], s.g[i:j], sub(s.a, i, j), &o.k)
+		k := &o.k
+		if s.keep {
+			k = &o.kKeep
+		}
+		sgdUpdate(s.w[i:j], s.g[i:j], sub(s.a, i, j), k)
 		lo = s.end
 	}
 }
@@ -285,11 +304,13 @@ type Adam struct {
 	// Decoupled makes it AdamW: the weights shrink by 1 − lr·decay before
 	// the step instead of the decay joining the gradient (PyTorch's AdamW).
 	Decoupled      bool
+	NoDecay1D      bool // see [OptimizerConfig]
 	steps, threads int
 	state          map[*Param][2]*Tensor
 
 	pass   pass
 	k      adamCoef
+	kKeep  adamCoef         // k without the decay, for the tensors it leaves out
 	shrink float32          // AdamW's factor of the weights before a step (1: none)
 	run    func(lo, hi int) // o.chunk, made once so that a step allocates nothing
 }
@@ -336,6 +357,8 @@ func (o *Adam) Step(ps []*Param) {
 		bc2s: float32(math.Sqrt(bc2)), eps: float32(o.Eps), stepSize: float32(o.LR / bc1),
 		wd: wd, decay: wd != 0 && !o.Decoupled,
 	}
+	o.kKeep = o.k
+	o.kKeep.decay = false
 	o.shrink = 1
 	if o.Decoupled && wd != 0 {
 		o.shrink = float32(1 - o.LR*o.WeightDecay)
@@ -346,7 +369,7 @@ func (o *Adam) Step(ps []*Param) {
 			continue
 		}
 		mo := o.moments(p)
-		o.pass.add(F32(p.Value), F32(p.Grad), F32(mo[0]), F32(mo[1]))
+		o.pass.add(F32(p.Value), F32(p.Grad), F32(mo[0]), F32(mo[1]), !decays(p, o.NoDecay1D))
 	}
 	if o.run == nil {
 		o.run = o.chunk
@@ -360,13 +383,16 @@ func (o *Adam) chunk(lo, hi int) {
 	for k := o.pass.find(lo); lo < hi; k++ {
 		s := &o.pass.params[k]
 		i, j := lo-s.start, min(hi, s.end)-s.start
-		if o.shrink != 1 {
+		k := &o.k
+		if s.keep {
+			k = &o.kKeep
+		} else if o.shrink != 1 {
 			w := s.w[i:j]
 			for x := range w {
 				w[x] *= o.shrink
 			}
 		}
-		adamUpdate(s.w[i:j], s.g[i:j], s.a[i:j], s.b[i:j], &o.k)
+		adamUpdate(s.w[i:j], s.g[i:j], s.a[i:j], s.b[i:j], k)
 		lo = s.end
 	}
 }

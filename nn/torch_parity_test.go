@@ -149,6 +149,9 @@ func TestTorchParity(t *testing.T) {
 		{"conv-adam", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adam", LR: 1e-3, WeightDecay: 1e-4}, 0, 0},
 		// A decay large enough that shrinking the weights shows.
 		{"conv-adamw", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5}, 0, 0},
+		// Parameter groups: biases and BatchNorm's scales not decayed.
+		{"conv-adamw-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5, NoDecay1D: true}, 0, 0},
+		{"conv-sgd-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 0.5, NoDecay1D: true}, 0, 0},
 		{"resnet50", func() (*nn.Graph, error) {
 			return zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5})
 			// 53 layers of float32: PyTorch's own float32 gradients differ
@@ -279,7 +282,7 @@ func writeParityInputs(t *testing.T, dir string, g *nn.Graph, fb *fixedBatches, 
 	}
 	spec := map[string]any{
 		"nodes": describe(g), "input": g.InputNames[0], "output": g.Output, "micro_sizes": fb.sizes,
-		"optimizer": map[string]any{"name": oc.Name, "lr": oc.LR, "momentum": oc.Momentum, "weight_decay": oc.WeightDecay},
+		"optimizer": map[string]any{"name": oc.Name, "lr": oc.LR, "momentum": oc.Momentum, "weight_decay": oc.WeightDecay, "no_decay_1d": oc.NoDecay1D},
 		"float64":   os.Getenv("PPNODE_PARITY_FLOAT32") == "",
 	}
 	js, _ := json.Marshal(spec)

@@ -29,6 +29,7 @@ type trainFlags struct {
 	epochs, steps int
 	lr            float64
 	momentum, wd  float64
+	noDecay1D     bool
 	optimizer     string
 	loss          string
 	smoothing     float64
@@ -62,6 +63,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: 3e-4 for adam, 0.005 for sgd)")
 	fs.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&f.wd, "weight-decay", 0, "weight decay")
+	fs.BoolVar(&f.noDecay1D, "no-decay-1d", false, "leave one-dimensional tensors (biases, normalisation scales) out of the weight decay,\n"+
+		"as nanoGPT and Hugging Face's Trainer do (PyTorch parameter groups split by p.dim() >= 2)")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "adam, adamw (decoupled weight decay: give --weight-decay, PyTorch's AdamW default is 0.01) or sgd")
 	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse, l1 or huber\n"+
 		"(squared, absolute or Huber error against float targets of the output's shape) or bce (binary cross-entropy\n"+
@@ -99,7 +102,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
 		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
-		WeightDecay: f.wd, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
+		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
 	}

@@ -152,6 +152,10 @@ def run(inp, spec_path, out_path):
     y = torch.tensor(tensors["__y"]).long()
     o = spec["optimizer"]
     params = [g.params[k] for k in sorted(g.params)]
+    if o.get("no_decay_1d"):
+        # nanoGPT's parameter groups: no decay for tensors of one axis.
+        params = [{"params": [p for p in params if p.dim() >= 2]},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     if o["name"] == "sgd":
         opt = torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"], weight_decay=o["weight_decay"])
     elif o["name"] == "adamw":

@@ -316,7 +316,13 @@ func syntheticStatus(n, step int) nodes.Status {
 				Kinds: []job.LinkKind{{Kind: "activation", Codec: "zstd", Ratio: 1.8}, {Kind: "gradient", Codec: "raw", Ratio: 1}}})
 		}
 	}
-	st.Jobs = []nodes.JobStatus{{Status: js, Coordinator: name(0), Holders: []string{name(1)}, Replicas: 2}}
+	// A regression trained under mse: a test loss after each epoch, no accuracy.
+	reg := job.Status{ID: "reg", State: job.StateTraining, Model: "regressor.onnx", Step: 300, Total: 1000, Loss: 0.02,
+		LossName: "mse", NoAccuracy: true, Started: started}
+	for e := range 3 {
+		reg.Accuracy = append(reg.Accuracy, job.EpochAcc{Epoch: e + 1, TestLoss: 0.1 / float64(e+1)})
+	}
+	st.Jobs = []nodes.JobStatus{{Status: js, Coordinator: name(0), Holders: []string{name(1)}, Replicas: 2}, {Status: reg, Coordinator: name(0)}}
 	return st
 }
 
@@ -368,6 +374,12 @@ func TestDashboard64Nodes(t *testing.T) {
 	}
 	if !eval[bool](t, b, `document.querySelector('.job[data-job="big"]').textContent.includes('700 / 1997 test samples')`) {
 		t.Errorf("the page does not show the evaluation in progress")
+	}
+	// The regression's chart is its test loss after each epoch.
+	title := eval[string](t, b, `document.querySelector('.job[data-job="reg"] h3[data-title="acc"]').textContent`)
+	dots := eval[int](t, b, `document.querySelectorAll('.job[data-job="reg"] .accchart circle.accpt').length`)
+	if title != "Test loss (mse)" || dots != 3 {
+		t.Errorf("the mse job's second chart: %q with %d points, want \"Test loss (mse)\" with 3", title, dots)
 	}
 	elems := eval[int](t, b, `document.getElementsByTagName('*').length`)
 	st := eval[dashStats](t, b, statsJS)

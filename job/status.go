@@ -53,8 +53,11 @@ type Status struct {
 	// Loss is the last step's mean training loss (a finite one: a
 	// diverged job keeps the loss of the step before).
 	Loss float64 `json:"loss"`
-	// LossName names the loss (Spec.LossName).
-	LossName string `json:"loss_name,omitempty"`
+	// LossName names the loss (Spec.LossName); NoAccuracy says that it
+	// counts no predictions (mse, l1, huber): the evaluations give a test
+	// loss only.
+	LossName   string `json:"loss_name,omitempty"`
+	NoAccuracy bool   `json:"no_accuracy,omitempty"`
 	// LossHistory is the training loss over the steps, downsampled to at
 	// most MaxLossPoints (see LossHistory); JSON [[step, loss], ...].
 	LossHistory   []LossPoint `json:"loss_history,omitempty"`
@@ -173,10 +176,11 @@ type StageStatus struct {
 	WallMS float64 `json:"wall_ms"`
 }
 
-// EpochAcc is the test accuracy after an epoch.
+// EpochAcc is the test accuracy and loss after an epoch.
 type EpochAcc struct {
 	Epoch    int     `json:"epoch"`
 	Accuracy float64 `json:"accuracy"`
+	TestLoss float64 `json:"test_loss"`
 }
 
 // Recovery is one recovery of a job from a failure.

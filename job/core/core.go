@@ -143,7 +143,8 @@ func New(cfg Config) (*Core, error) {
 	for _, n := range cfg.Nodes {
 		c.nodes.members[n.Name] = n
 	}
-	c.status = job.Status{ID: j.Spec.ID, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now, LossName: j.LossName()}
+	c.status = job.Status{ID: j.Spec.ID, Model: j.Spec.Model, Total: j.Total, Started: cfg.Now, LossName: j.LossName(),
+		NoAccuracy: !j.ScoresAccuracy()}
 	if r := cfg.Resume; r != nil {
 		if r.Step < 0 || r.Step > j.Total {
 			return nil, fmt.Errorf("checkpoint at step %d of a %d-step job", r.Step, j.Total)
@@ -519,7 +520,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		}
 		c.runStep(now)
 	case st.next < c.job.Total:
-		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: st.next / c.job.StepsPerEpoch, Accuracy: e.Accuracy})
+		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: st.next / c.job.StepsPerEpoch, Accuracy: e.Accuracy, TestLoss: e.TestLoss})
 		c.boundary(now)
 	default:
 		c.finishTraining(e)
@@ -578,7 +579,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
-	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy})
+	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy, TestLoss: e.TestLoss})
 	c.stopAll(true)
 	c.finish(res, nil)
 }

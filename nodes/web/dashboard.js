@@ -163,7 +163,7 @@
       '<span><i class="wgt"></i>weight gradients</span><span><i class="rec"></i>recomputation</span><span><i class="upd"></i>update</span>' +
       '<span>per stage, the measured row above the simulated one; numbers are micro-batches</span></div></div>' +
       '<div><h3>Training loss</h3><div data-part="loss" class="losschart"></div></div>' +
-      '<div><h3>Test accuracy</h3><div data-part="acc" class="accchart"></div></div>' +
+      '<div><h3 data-title="acc">Test accuracy</h3><div data-part="acc" class="accchart"></div></div>' +
       '<div><h3>Samples/s</h3><div data-part="sps" class="spschart"></div></div>' +
       '<div class="wide"><h3>Timeline: re-plans, recoveries, cuts (by step)</h3><div data-part="timeline" class="timeline"></div>' +
       '<div class="legend"><span><i class="replan"></i>re-plan</span><span><i class="recovery"></i>recovery (and the steps replayed)</span>' +
@@ -466,9 +466,19 @@
     setPart(v, 'gantt', ganttSVG(j));
     setPart(v, 'passes', passesSVG(j));
     setPart(v, 'loss', chart([{ pts: lossHistory(j, v), cls: 'loss' }], { xLabel: 'step', label: 'training loss', empty: 'no step done yet', x0: 0 }));
-    const acc = (j.accuracy || []).map((a) => [a.epoch, a.accuracy]);
-    if (j.result && isNum(j.result.test_accuracy) && j.result.test_accuracy > 0) acc.push([j.result.epochs, j.result.test_accuracy]);
-    setPart(v, 'acc', chart([{ pts: acc, cls: 'acc', dots: 'accpt' }], { xLabel: 'epoch', label: 'test accuracy', empty: 'not measured yet (after each epoch, or at the end)', y0: 0, y1: 1 }));
+    // Under an error loss (mse, l1, huber) there is no accuracy: the test loss instead.
+    const title = j.no_accuracy ? `Test loss (${j.loss_name})` : 'Test accuracy';
+    const h3 = v.el.querySelector('[data-title="acc"]');
+    if (h3.textContent !== title) h3.textContent = title;
+    const empty = 'not measured yet (after each epoch, or at the end)';
+    if (j.no_accuracy) {
+      const tl = (j.accuracy || []).filter((a) => isNum(a.test_loss)).map((a) => [a.epoch, a.test_loss]);
+      setPart(v, 'acc', chart([{ pts: tl, cls: 'acc', dots: 'accpt' }], { xLabel: 'epoch', label: 'test loss', empty, y0: 0 }));
+    } else {
+      const acc = (j.accuracy || []).map((a) => [a.epoch, a.accuracy]);
+      if (j.result && isNum(j.result.test_accuracy) && j.result.test_accuracy > 0) acc.push([j.result.epochs, j.result.test_accuracy]);
+      setPart(v, 'acc', chart([{ pts: acc, cls: 'acc', dots: 'accpt' }], { xLabel: 'epoch', label: 'test accuracy', empty, y0: 0, y1: 1 }));
+    }
     setPart(v, 'sps', chart([{ pts: v.sps, cls: 'sps' }], { xLabel: 's watched', label: 'samples per second', empty: 'not training', y0: 0 }));
     setPart(v, 'timeline', timelineSVG(j, v));
     setPart(v, 'events', eventsTable(j));

@@ -283,12 +283,12 @@ class TorchOptim:
 # ---------------------------------------------------------------- training
 
 
-def forward_loss(model, xs, y, kind="ce", smoothing=0.0):
+def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0):
     """The micro-batch's summed loss over every target, the number of
     targets predicted right and the targets. kind is ppnode's --loss: ce
     (class labels), mse, l1 or huber (float targets of the output's shape) or bce
-    (logits against targets in [0, 1]; right when the sign agrees with the
-    target's side of 1/2)."""
+    (logits against targets in [0, 1], positives weighted by pos_weight if
+    given; right when the sign agrees with the target's side of 1/2)."""
     out = model(*xs)
     if kind in ("mse", "l1", "huber"):
         t = y.to(out.dtype).reshape(out.shape)
@@ -297,7 +297,8 @@ def forward_loss(model, xs, y, kind="ce", smoothing=0.0):
     if kind == "bce":
         t = y.to(out.dtype).reshape(out.shape)
         correct = int(((out.detach() > 0) == (t > 0.5)).sum())
-        return F.binary_cross_entropy_with_logits(out, t, reduction="sum"), correct, t.numel()
+        pw = torch.tensor(pos_weight, dtype=out.dtype) if pos_weight else None
+        return F.binary_cross_entropy_with_logits(out, t, reduction="sum", pos_weight=pw), correct, t.numel()
     if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]) and out.shape[1] != out.shape[-1]:
         out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
     logits = out.reshape(-1, out.shape[-1])
@@ -307,14 +308,14 @@ def forward_loss(model, xs, y, kind="ce", smoothing=0.0):
     return loss, correct, int((labels != -100).sum())
 
 
-def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0):
+def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight=0.0):
     """Mean loss and accuracy over the labels of a split, in eval mode, in
     stored order."""
     model.eval()
     total, correct, n = 0.0, 0, 0
     with torch.no_grad():
         for lo in range(0, len(y), batch):
-            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind, smoothing)
+            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind, smoothing, pos_weight)
             total += float(loss)
             correct += c
             n += k
@@ -353,6 +354,7 @@ def main():
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
+    ap.add_argument("--pos-weight", type=float, default=0.0, help="ppnode's --pos-weight (bce's pos_weight)")
     ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="ppnode's --clip-grad-norm (clip_grad_norm_ before each step)")
     ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
                     help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
@@ -461,7 +463,7 @@ def main():
                 scale = float(np.float32(scale))
         for idx in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g):
             i = torch.from_numpy(np.array(idx, dtype=np.int64))  # a writable copy
-            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss, a.label_smoothing)
+            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss, a.label_smoothing, a.pos_weight)
             (loss * scale).backward()
             step_loss += float(loss)
             step_correct += correct
@@ -487,7 +489,7 @@ def main():
            "train_accuracy": correct_all / max(seen, 1), "samples_per_sec": total * a.batch / seconds,
            "seconds": seconds}
     if not a.time_only:
-        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing)
+        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing, a.pos_weight)
         if y.ndim > 1 and a.loss == "ce":
             res["perplexity"] = math.exp(res["test_loss"])
     if a.out:

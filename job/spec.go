@@ -121,6 +121,9 @@ type Spec struct {
 	// LabelSmoothing ε in [0, 1), with the ce loss, takes each label's
 	// target as 1−ε on it and ε spread over the classes.
 	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
+	// PosWeight, with the bce loss, weighs each positive target's term
+	// (BCEWithLogitsLoss's pos_weight, one for every output); 0 means 1.
+	PosWeight float64 `json:"pos_weight,omitempty"`
 	// ClipGradNorm, if positive, scales each step's gradients so that their
 	// norm over the whole model is at most it (PyTorch's clip_grad_norm_).
 	ClipGradNorm float64 `json:"clip_grad_norm,omitempty"`
@@ -350,6 +353,12 @@ func (s *Spec) normalize() error {
 	}
 	if s.NoDecay1D && s.WeightDecay == 0 {
 		return specErr("leaving one-dimensional tensors out of the weight decay needs a weight decay (--weight-decay)")
+	}
+	if !(s.PosWeight >= 0) || math.IsInf(s.PosWeight, 0) {
+		return specErr("positive weight %v: want a positive number (0: none)", s.PosWeight)
+	}
+	if s.PosWeight != 0 && s.Loss != nn.LossBCE {
+		return specErr("a positive weight is the %s loss's (--loss %s)", nn.LossBCE, nn.LossBCE)
 	}
 	if s.LabelSmoothing != 0 && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("label smoothing is the %s loss's; the loss is %s", nn.LossCE, s.Loss)
@@ -643,6 +652,9 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 	}
 	if ce, ok := l.(*nn.SoftmaxCE); ok {
 		ce.Smoothing = float32(s.LabelSmoothing)
+	}
+	if s.PosWeight != 0 && s.PosWeight != 1 {
+		l = nn.NewBCE(threads, float32(s.PosWeight))
 	}
 	return l
 }

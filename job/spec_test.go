@@ -66,6 +66,24 @@ func TestNoDecay1DSpec(t *testing.T) {
 	}
 }
 
+// A positive weight is the bce loss's, and weighs its positive targets.
+func TestPosWeightSpec(t *testing.T) {
+	s := DefaultSpec()
+	s.PosWeight = 2
+	if _, err := Check(s); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "a positive weight is the bce loss's") {
+		t.Errorf("under ce: %v", err)
+	}
+	s.Loss, s.PosWeight = nn.LossBCE, -1
+	if _, err := Check(s); !errors.Is(err, ErrSpec) {
+		t.Errorf("a negative weight: %v", err)
+	}
+	s.PosWeight = 2
+	l := mustCheck(t, s).Spec().NewLoss(Sample{Classes: 2}, 1)
+	if sum, _, _ := l.Forward(nn.FromData([]float32{-200}, 1), []float32{1}, 1); sum != 400 {
+		t.Errorf("a missed positive's loss %v, want 400", sum)
+	}
+}
+
 // A checked spec travels as a Spec and is checked again where it is
 // decoded: defaults filled, a bad spec or an unknown field refused.
 func TestCheckedJSON(t *testing.T) {

@@ -68,9 +68,20 @@ func NewLoss(name string, threads int) (Loss, error) {
 	case LossHuber:
 		return &elementLoss{threads: threads, fn: huberElem}, nil
 	case LossBCE:
-		return &elementLoss{threads: threads, fn: bceElem, unit: true, scored: true}, nil
+		return NewBCE(threads, 1), nil
 	}
 	return nil, fmt.Errorf("nn: unknown loss %q (want %s)", name, strings.Join(LossNames(), ", "))
+}
+
+// NewBCE is the bce loss with each positive target's term weighted by
+// posWeight (BCEWithLogitsLoss's pos_weight, one for every output): above 1
+// it counts the positives of an imbalanced set (clicks, rare labels) more.
+func NewBCE(threads int, posWeight float32) Loss {
+	fn := bceElem
+	if posWeight != 1 {
+		fn = func(z, y float32) (float64, float32, bool) { return bceWeighted(z, y, posWeight) }
+	}
+	return &elementLoss{threads: threads, fn: fn, unit: true, scored: true}
 }
 
 // IgnoreLabel is a label the softmax cross-entropy skips (PyTorch's
@@ -360,4 +371,16 @@ func bceElem(z, y float32) (float64, float32, bool) {
 	zf := float64(z)
 	loss := max(zf, 0) - float64(zf*float64(y)) + logFast(1+expFast(-math.Abs(zf)))
 	return loss, float32(sigmoidFast(zf)) - y, (z > 0) == (y > 0.5)
+}
+
+// bceWeighted is −p·y·log σ(z) − (1 − y)·log(1 − σ(z)), as PyTorch computes
+// it: (1 − y)·z + w·(log(1 + e^−|z|) + max(−z, 0)) with w = 1 + (p − 1)·y,
+// of gradient w·σ(z) − p·y. Each product is rounded before it is added, so
+// that no machine fuses them.
+func bceWeighted(z, y, p float32) (float64, float32, bool) {
+	zf, yf, pf := float64(z), float64(y), float64(p)
+	w := 1 + float64((pf-1)*yf)
+	loss := float64((1-yf)*zf) + float64(w*(logFast(1+expFast(-math.Abs(zf)))+max(-zf, 0)))
+	grad := float64(w*sigmoidFast(zf)) - float64(pf*yf)
+	return loss, float32(grad), (z > 0) == (y > 0.5)
 }

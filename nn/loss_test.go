@@ -23,18 +23,22 @@ func TestLosses(t *testing.T) {
 		f       formula
 		targets func(r *rand.Rand) float32
 		hit     func(z, y float32) bool
-		kinks   []float64 // of the error z − y, where central differences do not hold
+		kinks   []float64         // of the error z − y, where central differences do not hold
+		loss    func(int) nn.Loss // nil: NewLoss(name)
 	}{
-		{nn.LossMSE, func(z, y float64) float64 { return (z - y) * (z - y) }, normal, nil, nil},
-		{nn.LossL1, func(z, y float64) float64 { return math.Abs(z - y) }, normal, nil, []float64{0}},
+		{nn.LossMSE, func(z, y float64) float64 { return (z - y) * (z - y) }, normal, nil, nil, nil},
+		{nn.LossL1, func(z, y float64) float64 { return math.Abs(z - y) }, normal, nil, []float64{0}, nil},
 		{nn.LossHuber, func(z, y float64) float64 {
 			if d := math.Abs(z - y); d >= 1 {
 				return d - 0.5
 			}
 			return (z - y) * (z - y) / 2
-		}, normal, nil, []float64{-1, 1}},
+		}, normal, nil, []float64{-1, 1}, nil},
 		{nn.LossBCE, func(z, y float64) float64 { return -y*math.Log(sigmoid(z)) - (1-y)*math.Log(1-sigmoid(z)) },
-			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }, nil},
+			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }, nil, nil},
+		{"bce, pos_weight 3", func(z, y float64) float64 { return -3*y*math.Log(sigmoid(z)) - (1-y)*math.Log(1-sigmoid(z)) },
+			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }, nil,
+			func(threads int) nn.Loss { return nn.NewBCE(threads, 3) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 2))
@@ -47,8 +51,11 @@ func TestLosses(t *testing.T) {
 			var bits []float32
 			var sums []float64
 			for _, threads := range []int{1, 2, 5} {
-				l, err := nn.NewLoss(tc.name, threads)
-				if err != nil {
+				var l nn.Loss
+				var err error
+				if tc.loss != nil {
+					l = tc.loss(threads)
+				} else if l, err = nn.NewLoss(tc.name, threads); err != nil {
 					t.Fatal(err)
 				}
 				sum, correct, grad := l.Forward(z, y, scale)
@@ -98,6 +105,14 @@ func TestBCEExtremeLogits(t *testing.T) {
 	}
 	if g := nn.F32(grad); g[0] != 0 || g[1] != 0 || g[2] != -1 || g[3] != 1 || g[4] != 0 {
 		t.Fatalf("gradient %v", g)
+	}
+	// A positive's term twice: the missed positive costs 400.
+	sum, correct, grad = nn.NewBCE(1, 2).Forward(z, []float32{0, 1, 1, 0, 0.5}, 1)
+	if want := 600 + 1.5*math.Ln2; math.Abs(sum-want) > 1e-12 || correct != 3 {
+		t.Fatalf("pos_weight 2: loss %v, correct %d; want %v, 3", sum, correct, want)
+	}
+	if g := nn.F32(grad); g[0] != 0 || g[1] != 0 || g[2] != -2 || g[3] != 1 || g[4] != -0.25 {
+		t.Fatalf("pos_weight 2: gradient %v", g)
 	}
 }
 

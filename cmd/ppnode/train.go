@@ -33,6 +33,7 @@ type trainFlags struct {
 	optimizer     string
 	loss          string
 	smoothing     float64
+	posWeight     float64
 	clip          float64
 	schedule      string
 	warmup        int
@@ -70,6 +71,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 		"(squared, absolute or Huber error against float targets of the output's shape) or bce (binary cross-entropy\n"+
 		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
+	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
+		"negatives/positives balances an imbalanced set; 0: none)")
 	fs.Float64Var(&f.smoothing, "label-smoothing", 0, "with the ce loss, take each label as 1-ε on it and ε spread over the classes (PyTorch's label_smoothing)")
 	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule: cosine (decays to 0 at the last step) or constant")
 	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
@@ -101,7 +104,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
-		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,

@@ -149,6 +149,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0, help="peak rate (0: ppnode's default for the optimizer)")
     ap.add_argument("--weight-decay", type=float, default=0)
     ap.add_argument("--no-decay-1d", action="store_true", help="no decay for biases and norms (both sides)")
+    ap.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"], default="cosine")
+    ap.add_argument("--min-lr", type=float, default=0, help="the rate the schedule decays to")
     ap.add_argument("--pos-weight", type=float, default=0, help="bce's positive weight, for the bce families (both sides)")
     ap.add_argument("--samples", type=int, default=2400, help="samples of each data set, 10%% of them for testing")
     a = ap.parse_args()
@@ -163,11 +165,12 @@ def main():
                            check=True, capture_output=True)
             data = os.path.join(d, "data.npz")
             make_data(model, opts, data, n=a.samples)
-            pos = ["--pos-weight", str(a.pos_weight)] if a.pos_weight and LOSS.get(model) == "bce" else []
+            extra = ["--pos-weight", str(a.pos_weight)] if a.pos_weight and LOSS.get(model) == "bce" else []
+            extra += ["--lr-schedule", a.lr_schedule, "--min-lr", str(a.min_lr)]
             common = ["--model", os.path.join(d, "model.onnx"), "--data", data, "--steps", str(a.steps),
                       "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
                       "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--deterministic", "--json"] + (["--loss", LOSS[model]] if model in LOSS else []) + \
-                (["--no-decay-1d"] if a.no_decay_1d else []) + pos
+                (["--no-decay-1d"] if a.no_decay_1d else []) + extra
             t0 = time.time()
             local = last_json(subprocess.run([a.ppnode, "train", "--local"] + common, capture_output=True, text=True, check=True).stdout)
             t1 = time.time()
@@ -191,7 +194,7 @@ def main():
                                             "--init", os.path.join(d, "init.safetensors"), "--data", data, "--steps", str(a.steps),
                                             "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
                                             "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--threads", "1", "--loss", LOSS.get(model, "ce")] + opts +
-                                           (["--no-decay-1d"] if a.no_decay_1d else []) + pos,
+                                           (["--no-decay-1d"] if a.no_decay_1d else []) + extra,
                                            capture_output=True, text=True, check=True).stdout)
             same = local["weights_sha256"] == via["weights_sha256"]
             dtrain = abs(via["train_loss"] - ref["train_loss"]) / ref["train_loss"]

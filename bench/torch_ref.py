@@ -100,17 +100,16 @@ def parse_bool(v):
     raise argparse.ArgumentTypeError("want true or false, got %r" % v)
 
 
-def lr_at(step, base, warmup, total, kind):
+def lr_at(step, base, warmup, total, kind, floor=0.0):
     """nn/schedule.go's Schedule.At."""
     if step < warmup:
         return base * float(step + 1) / float(warmup)
-    if kind != "cosine":
-        return base
     span = total - warmup
-    if span <= 0:
+    if kind == "constant" or span <= 0:
         return base
     t = min(float(step - warmup) / float(span), 1.0)
-    return base * 0.5 * (1 + math.cos(math.pi * t))
+    f = 0.5 * (1 + math.cos(math.pi * t)) if kind == "cosine" else 1 - t
+    return floor + (base - floor) * f
 
 
 def total_steps(epochs, steps, spe):
@@ -343,7 +342,8 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0)
     ap.add_argument("--no-decay-1d", action="store_true",
                     help="ppnode's --no-decay-1d: parameter groups without decay for tensors of one axis")
-    ap.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
+    ap.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"], default="cosine")
+    ap.add_argument("--min-lr", type=float, default=0.0, help="ppnode's --min-lr")
     ap.add_argument("--warmup", "--warmup-steps", dest="warmup", type=int, default=-1,
                     help="steps of linear warm-up (-1: min(150, steps/5))")
     ap.add_argument("--seed", type=int, default=1, help="ppnode's seed: the data order")
@@ -453,7 +453,7 @@ def main():
     start = time.time()
     train_loss, correct_all, seen = float("nan"), 0, 0
     for g in range(total):
-        lr = lr_at(g, a.lr, warmup, total, a.lr_schedule)
+        lr = lr_at(g, a.lr, warmup, total, a.lr_schedule, a.min_lr)
         opt.lr = lr
         step_loss, step_correct, step_labels = 0.0, 0, 0
         if ignored:  # the mean over the labels that count (-100 is ignored)

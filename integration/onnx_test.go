@@ -108,6 +108,8 @@ func TestONNXFamilies(t *testing.T) {
 				args = append(args, "--partition", "uniform")
 			case "tiedgpt": // gradients clipped by their norm over the stages (the tied tensor once); AdamW, biases and norms not decayed
 				args = append(args, "--clip-grad-norm", "0.05", "--optimizer", "adamw", "--weight-decay", "0.1", "--no-decay-1d")
+			case "transformer": // Hugging Face's linear decay, to a floor
+				args = append(args, "--lr-schedule", "linear", "--min-lr", "1e-4")
 			case "padlm": // ignored labels, and label smoothing on the loss stage
 				args = append(args, "--partition", "uniform", "--label-smoothing", "0.1")
 			}

@@ -71,6 +71,8 @@ type Spec struct {
 	// one axis) out of the weight decay (nn.OptimizerConfig).
 	NoDecay1D  bool   `json:"no_decay_1d,omitempty"`
 	LRSchedule string `json:"lr_schedule"`
+	// MinLR is the rate the cosine and linear schedules decay to (0: to 0).
+	MinLR float64 `json:"min_lr,omitempty"`
 	// Warmup is the linear warm-up in steps; -1 means min(150, steps/5).
 	Warmup int `json:"warmup"`
 
@@ -339,7 +341,7 @@ func (s *Spec) normalize() error {
 	if err := s.checkInterleaved(); err != nil {
 		return err
 	}
-	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, 0, 1); err != nil {
+	if _, err := nn.NewSchedule(s.LRSchedule, s.LR, s.MinLR, 0, 1); err != nil {
 		return specErr("%v", err)
 	}
 	if s.Loss != "" && !slices.Contains(nn.LossNames(), s.Loss) {
@@ -500,7 +502,7 @@ func (c Checked) prepare(memory int64, check func(Footprint, int64) error) (*Job
 	if s.Warmup < 0 {
 		s.Warmup = min(150, total/5)
 	}
-	sched, err := nn.NewSchedule(s.LRSchedule, s.LR, s.Warmup, total)
+	sched, err := nn.NewSchedule(s.LRSchedule, s.LR, s.MinLR, s.Warmup, total)
 	if err != nil {
 		return nil, specErr("%v", err)
 	}

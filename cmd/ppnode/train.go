@@ -30,6 +30,7 @@ type trainFlags struct {
 	lr            float64
 	momentum, wd  float64
 	noDecay1D     bool
+	minLR         float64
 	optimizer     string
 	loss          string
 	smoothing     float64
@@ -74,7 +75,9 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
 		"negatives/positives balances an imbalanced set; 0: none)")
 	fs.Float64Var(&f.smoothing, "label-smoothing", 0, "with the ce loss, take each label as 1-ε on it and ε spread over the classes (PyTorch's label_smoothing)")
-	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule: cosine (decays to 0 at the last step) or constant")
+	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule after the warm-up: cosine (half a cosine down to --min-lr at the last step,\n"+
+		"as nanoGPT's), linear (a straight line down to --min-lr, Hugging Face's default) or constant")
+	fs.Float64Var(&f.minLR, "min-lr", 0, "the rate cosine and linear decay to (nanoGPT sets a tenth of --lr)")
 	fs.IntVar(&f.warmup, "warmup-steps", -1, "steps of linear learning-rate warm-up (default: min(150, steps/5))")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of initialisation, data order and dropout")
 	fs.BoolVar(&f.deterministic, "deterministic", false, "same bits on every run and machine (pure-Go GEMM)")
@@ -105,7 +108,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
 		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
-		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, Warmup: f.warmup, Seed: f.seed,
+		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
 	}

@@ -344,7 +344,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		}
 		c.log.Info("evaluated on the stages", "step", step, "chunks", chunks, "samples", size, "s", c.clk.Now().Sub(t0).Seconds(), "stages", strings.Join(per, "; "))
 	}
-	return sumEval(s, results, chunks, M, c.job.Targets(test.Y))
+	return sumEval(s, results, chunks, M, c.job.Targets(test.Y), c.job.TestMass())
 }
 
 // feedEval sends the test split's chunks to the stages that read the
@@ -393,8 +393,8 @@ func (c *Coordinator) feedEval(s *stageSet, size, chunks int, credits map[int]ch
 
 // sumEval adds up the loss stages' results: the chunks' losses in chunk
 // order, as Job.Evaluate does, over the test split's labels (one a sample,
-// or one a position).
-func sumEval(s *stageSet, results []*StepDone, chunks, M, labels int) (accuracy, loss float64, err error) {
+// or one a position), the loss divided by their mass (Job.TestMass).
+func sumEval(s *stageSet, results []*StepDone, chunks, M, labels int, mass float64) (accuracy, loss float64, err error) {
 	next := make([]int, len(results)) // per loss stage: its next chunk's index in ChunkLoss
 	var correct, seen int64
 	for _, d := range results {
@@ -418,5 +418,5 @@ func sumEval(s *stageSet, results []*StepDone, chunks, M, labels int) (accuracy,
 	if seen != int64(labels) {
 		return 0, 0, fmt.Errorf("the loss stages saw %d test labels of %d", seen, labels)
 	}
-	return float64(correct) / float64(labels), loss / float64(labels), nil
+	return float64(correct) / float64(labels), loss / mass, nil
 }

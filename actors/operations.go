@@ -309,14 +309,14 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 	M := c.spec.MicroBatches
 	epoch, step := a.Step/j.StepsPerEpoch, a.Step%j.StepsPerEpoch
 	h := &Header{JobId: c.spec.ID, Generation: s.gen}
-	var targets int // the mini-batch's, for the loss stages' mean
+	var mass float64 // the mini-batch's, for the loss stages' mean (nn.Trainer's sum)
 	for m := range M {
 		j.Loader.Fill(epoch, step, m, &c.batches[m])
-		targets += j.Targets(c.batches[m].Y)
+		mass += j.Mass(c.batches[m].Y)
 	}
 	dones := make([]<-chan reply, len(s.refs))
 	for k, ref := range s.refs {
-		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}, Targets: uint64(targets)}
+		begin := &StepBegin{Header: h, Step: uint64(a.Step), MicroBatches: uint32(M), Lr: a.LR, LinkRates: map[int32]float64{}, Mass: mass}
 		for p, r := range a.Rates {
 			if p[0] == k {
 				begin.LinkRates[int32(p[1])] = r
@@ -401,7 +401,9 @@ func (c *Coordinator) step(ctx context.Context, s *stageSet, a core.RunStep) cor
 			ev.Seen += d.GetSamples()
 		}
 	}
-	ev.Loss = loss / float64(max(ev.Seen, 1))
+	if mass > 0 {
+		ev.Loss = loss / mass
+	}
 	return ev
 }
 

@@ -405,10 +405,11 @@ type StepBegin struct {
 	// The speed (bytes/s) of the stage's link to each peer stage (-1: the
 	// coordinator), as the job measures it; the link's codecs follow it.
 	LinkRates map[int32]float64 `protobuf:"bytes,5,rep,name=link_rates,json=linkRates,proto3" json:"link_rates,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	// The step's targets that count (labels not ignored), when some are
-	// ignored: the loss stage scales the loss by 1/targets; 0: by
-	// 1/(batch x targets a sample).
-	Targets       uint64 `protobuf:"varint,6,opt,name=targets,proto3" json:"targets,omitempty"`
+	// What the step's mean loss divides by (nn.Loss's Mass: the targets
+	// that count, or their class weights' sum): the loss stage scales the
+	// loss's gradient by 1/mass; 0: a step that learns nothing (every label
+	// ignored).
+	Mass          float64 `protobuf:"fixed64,7,opt,name=mass,proto3" json:"mass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,9 +479,9 @@ func (x *StepBegin) GetLinkRates() map[int32]float64 {
 	return nil
 }
 
-func (x *StepBegin) GetTargets() uint64 {
+func (x *StepBegin) GetMass() float64 {
 	if x != nil {
-		return x.Targets
+		return x.Mass
 	}
 	return 0
 }
@@ -1934,11 +1935,11 @@ const file_ppnode_proto_rawDesc = "" +
 	"\rmicro_batches\x18\x03 \x01(\rR\fmicroBatches\x12\x0e\n" +
 	"\x02lr\x18\x04 \x01(\x01R\x02lr\x12F\n" +
 	"\n" +
-	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x12\x18\n" +
-	"\atargets\x18\x06 \x01(\x04R\atargets\x1a<\n" +
+	"link_rates\x18\x05 \x03(\v2'.ppnode.actors.StepBegin.LinkRatesEntryR\tlinkRates\x12\x12\n" +
+	"\x04mass\x18\a \x01(\x01R\x04mass\x1a<\n" +
 	"\x0eLinkRatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"~\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01J\x04\b\x06\x10\a\"~\n" +
 	"\tEvalBegin\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.ppnode.actors.HeaderR\x06header\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x16\n" +

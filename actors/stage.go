@@ -486,10 +486,11 @@ func (r *stepResult) pass(op balance.Op, m int, t0 time.Time) int64 {
 }
 
 // step runs the program once: one training step with learning rate lr,
-// its mean loss over targets targets (0: batch × targets a sample). A panic
+// its loss's gradient scaled by 1/mass (the mini-batch's nn.Loss Mass; 0:
+// not at all, every label ignored). A panic
 // inside the model (a malformed tensor from a peer) becomes an error; the
 // stage is then unusable until it is set up again.
-func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResult, err error) {
+func (e *stageEngine) step(global int, lr, mass float64) (res stepResult, err error) {
 	// The tensors this step received are done with before the next step's
 	// arrive into the same buffers (inbox.buffer); that order comes through
 	// the coordinator, over the network, so the inbox marks it too.
@@ -593,8 +594,8 @@ func (e *stageEngine) step(global int, lr float64, targets uint64) (res stepResu
 				return res, fmt.Errorf("micro-batch %d: %w", m, err)
 			}
 			var scale float32 // a step whose every label is ignored learns nothing
-			if targets > 0 {
-				scale = float32(1 / float64(targets))
+			if mass > 0 {
+				scale = float32(1 / mass)
 			}
 			l, c, grad := e.loss[m].Forward(logits, labels, scale)
 			e.lossGrad[m] = grad

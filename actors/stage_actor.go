@@ -215,7 +215,7 @@ func (a *stageActor) handle(m any, reply func(proto.Message)) (stopped bool) {
 			}
 		}
 		a.runAsync(msg.GetHeader(), reply, func() proto.Message {
-			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr(), msg.GetTargets())
+			res, err := a.eng.step(int(msg.GetStep()), msg.GetLr(), msg.GetMass())
 			t := &StageTiming{Stage: int32(a.eng.spec.Plan.ID), ForwardNs: res.forwardNs, BackwardNs: res.backwardNs, UpdateNs: res.updateNs, WaitNs: res.waitNs, WallNs: res.wallNs,
 				Links: a.eng.sent(), Passes: res.passes}
 			if a.host.Capacity != nil {

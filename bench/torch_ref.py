@@ -282,7 +282,7 @@ class TorchOptim:
 # ---------------------------------------------------------------- training
 
 
-def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0):
+def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0, weight=None):
     """The micro-batch's summed loss over every target, the number of
     targets predicted right and the targets. kind is ppnode's --loss: ce
     (class labels), mse, l1 or huber (float targets of the output's shape) or bce
@@ -302,26 +302,36 @@ def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0):
         out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
     logits = out.reshape(-1, out.shape[-1])
     labels = y.reshape(-1)
-    loss = F.cross_entropy(logits, labels, reduction="sum", label_smoothing=smoothing)  # -100 is ignored
+    loss = F.cross_entropy(logits, labels, weight=weight, reduction="sum", label_smoothing=smoothing)  # -100 is ignored
     correct = int((logits.detach().argmax(dim=-1) == labels).sum())
     return loss, correct, int((labels != -100).sum())
 
 
-def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight=0.0):
+def mass(y, weight):
+    """What a mean over labels y divides by (ppnode's nn.Loss Mass): the
+    labels that count, or their class weights' sum."""
+    if weight is None:
+        return float((y != -100).sum())
+    y = y.reshape(-1)
+    return float(weight[y[y != -100]].double().sum())
+
+
+def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight=0.0, weight=None):
     """Mean loss and accuracy over the labels of a split, in eval mode, in
     stored order."""
     model.eval()
-    total, correct, n = 0.0, 0, 0
+    total, correct, n, m = 0.0, 0, 0, 0.0
     with torch.no_grad():
         for lo in range(0, len(y), batch):
-            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind, smoothing, pos_weight)
+            loss, c, k = forward_loss(model, [x[lo : lo + batch] for x in xs], y[lo : lo + batch], kind, smoothing, pos_weight, weight)
             total += float(loss)
             correct += c
             n += k
+            m += mass(y[lo : lo + batch], weight) if weight is not None else k
     model.train()
     if n == 0:
         return float("nan"), float("nan")
-    return total / n, correct / n
+    return total / m, correct / n
 
 
 def main():
@@ -355,6 +365,7 @@ def main():
     ap.add_argument("--float64", action="store_true", help="train in float64")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
     ap.add_argument("--pos-weight", type=float, default=0.0, help="ppnode's --pos-weight (bce's pos_weight)")
+    ap.add_argument("--class-weights", default="", help="ppnode's --class-weights (ce's weight=), comma-separated")
     ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="ppnode's --clip-grad-norm (clip_grad_norm_ before each step)")
     ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
                     help="ppnode's --loss (default: ce for integer labels, mse for float targets)")
@@ -430,6 +441,7 @@ def main():
         return t if arr.dtype == np.int64 else t.to(dtype)
 
     X, Y = [tensor(x) for x in xs], torch.from_numpy(y)
+    weight = torch.tensor([float(w) for w in a.class_weights.split(",")], dtype=dtype) if a.class_weights else None
     ignored = a.loss == "ce" and bool((Y == -100).any())
     XT, YT = [tensor(x) for x in xt], torch.from_numpy(yt)
     params = list(model.parameters())
@@ -455,23 +467,24 @@ def main():
     for g in range(total):
         lr = lr_at(g, a.lr, warmup, total, a.lr_schedule, a.min_lr)
         opt.lr = lr
-        step_loss, step_correct, step_labels = 0.0, 0, 0
-        if ignored:  # the mean over the labels that count (-100 is ignored)
+        step_loss, step_correct, step_labels, step_mass = 0.0, 0, 0, 0.0
+        if ignored or weight is not None:  # the mean over the labels that count (-100 is ignored), or their weights
             idx = np.concatenate([np.array(i, dtype=np.int64) for i in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g)])
-            scale = 1.0 / float((Y[torch.from_numpy(idx)] != -100).sum())
+            scale = 1.0 / mass(Y[torch.from_numpy(idx)], weight)
             if not a.float64:
                 scale = float(np.float32(scale))
         for idx in data_order.micro_batches(N, a.seed, a.batch, a.micro_batches, g):
             i = torch.from_numpy(np.array(idx, dtype=np.int64))  # a writable copy
-            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss, a.label_smoothing, a.pos_weight)
+            loss, correct, n = forward_loss(model, [x[i] for x in X], Y[i], a.loss, a.label_smoothing, a.pos_weight, weight)
             (loss * scale).backward()
             step_loss += float(loss)
             step_correct += correct
             step_labels += n
+            step_mass += mass(Y[i], weight) if weight is not None else n
         if a.clip_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(params, a.clip_grad_norm)
         opt.step()
-        train_loss = step_loss / step_labels
+        train_loss = step_loss / step_mass
         if not math.isfinite(train_loss):
             raise SystemExit("step %d: the loss is %r" % (g + 1, train_loss))
         correct_all += step_correct
@@ -489,7 +502,7 @@ def main():
            "train_accuracy": correct_all / max(seen, 1), "samples_per_sec": total * a.batch / seconds,
            "seconds": seconds}
     if not a.time_only:
-        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing, a.pos_weight)
+        res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing, a.pos_weight, weight)
         if y.ndim > 1 and a.loss == "ce":
             res["perplexity"] = math.exp(res["test_loss"])
     if a.out:

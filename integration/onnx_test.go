@@ -104,8 +104,10 @@ func TestONNXFamilies(t *testing.T) {
 			switch model {
 			case "ctr": // a click a sample: one logit against y of [N], the clicks weighted (the automatic plan keeps it on one node)
 				args = append(args, "--loss", "bce", "--pos-weight", "3")
-			case "denoise", "segment": // (denoise's float images take mse unasked); the automatic plans keep them on one node
+			case "denoise": // (its float images take mse unasked); the automatic plan keeps it on one node
 				args = append(args, "--partition", "uniform")
+			case "segment": // a class a pixel, the classes weighted; the automatic plan keeps it on one node
+				args = append(args, "--partition", "uniform", "--class-weights", "0.5,1,2,1,0.25")
 			case "tiedgpt": // gradients clipped by their norm over the stages (the tied tensor once); AdamW, biases and norms not decayed
 				args = append(args, "--clip-grad-norm", "0.05", "--optimizer", "adamw", "--weight-decay", "0.1", "--no-decay-1d")
 			case "transformer": // Hugging Face's linear decay, to a floor

@@ -126,6 +126,10 @@ type Spec struct {
 	// PosWeight, with the bce loss, weighs each positive target's term
 	// (BCEWithLogitsLoss's pos_weight, one for every output); 0 means 1.
 	PosWeight float64 `json:"pos_weight,omitempty"`
+	// ClassWeights, with the ce loss, weighs each label's loss by its
+	// class's weight, one a class (CrossEntropyLoss's weight=): the mean
+	// divides by the weights of the labels that count.
+	ClassWeights []float64 `json:"class_weights,omitempty"`
 	// ClipGradNorm, if positive, scales each step's gradients so that their
 	// norm over the whole model is at most it (PyTorch's clip_grad_norm_).
 	ClipGradNorm float64 `json:"clip_grad_norm,omitempty"`
@@ -362,6 +366,17 @@ func (s *Spec) normalize() error {
 	if s.PosWeight != 0 && s.Loss != nn.LossBCE {
 		return specErr("a positive weight is the %s loss's (--loss %s)", nn.LossBCE, nn.LossBCE)
 	}
+	for i, w := range s.ClassWeights {
+		if !(w >= 0 && w <= math.MaxFloat32) {
+			return specErr("class weight %d is %v: want a number from 0 up", i, w)
+		}
+	}
+	if s.ClassWeights != nil && s.LabelSmoothing != 0 {
+		return specErr("class weights do not combine with label smoothing here")
+	}
+	if s.ClassWeights != nil && s.Loss != "" && s.Loss != nn.LossCE {
+		return specErr("class weights are the %s loss's; the loss is %s", nn.LossCE, s.Loss)
+	}
 	if s.LabelSmoothing != 0 && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("label smoothing is the %s loss's; the loss is %s", nn.LossCE, s.Loss)
 	}
@@ -426,9 +441,25 @@ type Job struct {
 	loss nn.Loss // counts targets (Targets)
 }
 
-// Targets is how many of the targets y count in the job's mean loss: all
-// but the ignored labels (nn.IgnoreLabel).
+// Targets is how many of the targets y count: all but the ignored labels
+// (nn.IgnoreLabel).
 func (j *Job) Targets(y []float32) int { return j.loss.Count(y) }
+
+// Mass is what the job's mean loss over the targets y divides by: Targets,
+// or under class weights their labels' weights summed (nn.Loss).
+func (j *Job) Mass(y []float32) float64 { return j.loss.Mass(y) }
+
+// TestMass is what the mean loss over the test split divides by, summed
+// chunk by chunk as Evaluate sums it (nn.Trainer.Evaluate).
+func (j *Job) TestMass() float64 {
+	test, chunk := j.Set.Test, j.EvalChunk()
+	L := test.Labels()
+	var m float64
+	for i := range test.EvalChunks(chunk) {
+		m += j.Mass(test.Y[i*chunk*L : min((i+1)*chunk, test.N)*L])
+	}
+	return m
+}
 
 // Prepare checks that what this process allocates for the job fits this
 // machine's memory (see PrepareWithin), loads the data and builds the
@@ -658,6 +689,12 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 	if s.PosWeight != 0 && s.PosWeight != 1 {
 		l = nn.NewBCE(threads, float32(s.PosWeight))
 	}
+	if ce, ok := l.(*nn.SoftmaxCE); ok && s.ClassWeights != nil {
+		ce.Weights = make([]float32, len(s.ClassWeights))
+		for i, w := range s.ClassWeights {
+			ce.Weights[i] = float32(w)
+		}
+	}
 	return l
 }
 
@@ -672,17 +709,19 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 	switch {
 	case s.LabelSmoothing != 0 && loss != nn.LossCE:
 		return specErr("label smoothing is the %s loss's; float targets take %s", nn.LossCE, loss)
+	case s.ClassWeights != nil && loss != nn.LossCE:
+		return specErr("class weights are the %s loss's; float targets take %s", nn.LossCE, loss)
 	case loss == nn.LossCE && set.Classes == 0:
 		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s, %s, %s or %s)", loss, nn.LossMSE, nn.LossL1, nn.LossHuber, nn.LossBCE)
 	case loss == nn.LossCE && slices.Equal(md.labels, y):
-		return enoughClasses(md.output[len(md.output)-1], set.Classes)
+		return s.enoughClasses(md.output[len(md.output)-1], set.Classes)
 	case loss == nn.LossCE && len(md.output) > 1 && slices.Equal(md.output[1:], y):
 		// Classes on axis 1, a label a position (a segmentation's).
 		if c := md.output[0]; c == md.output[len(md.output)-1] {
 			return specErr("the model's logits %s could hold the %d classes on axis 1 or on the last axis; make them differ in size (the data's y is %s)",
 				batchShape(md.output), c, batchShape(y))
 		}
-		return enoughClasses(md.output[0], set.Classes)
+		return s.enoughClasses(md.output[0], set.Classes)
 	case loss == nn.LossCE:
 		return specErr("the model gives %v labels a sample (logits of shape [N, %s classes]); the data's y has %v",
 			orNone(md.labels), dimsPrefix(md.labels), orNone(y))
@@ -693,9 +732,14 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 	return nil
 }
 
-func enoughClasses(outputs, classes int) error {
+// enoughClasses requires logits for the data's classes, and a class weight
+// for each logit if there are weights.
+func (s Spec) enoughClasses(outputs, classes int) error {
 	if outputs < classes {
 		return specErr("the model has %d outputs; the data has %d classes", outputs, classes)
+	}
+	if s.ClassWeights != nil && len(s.ClassWeights) != outputs {
+		return specErr("%d class weights for a model of %d classes: want one a class", len(s.ClassWeights), outputs)
 	}
 	return nil
 }

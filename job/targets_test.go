@@ -192,3 +192,43 @@ func TestLabelSmoothingSpec(t *testing.T) {
 		}
 	}
 }
+
+// Class weights are the cross-entropy's, one a class of the model's
+// logits, from 0 up, not with label smoothing; under them the mean divides
+// by the labels' weights.
+func TestClassWeightsSpec(t *testing.T) {
+	for _, tc := range []struct {
+		weights   []float64
+		floats    bool
+		smoothing float64
+		err       string
+	}{
+		{[]float64{1, 3, 1, 1, 1}, false, 0, ""}, // the model has 5 logits
+		{[]float64{1, 2, 3}, false, 0, "3 class weights for a model of 5 classes"},
+		{[]float64{1, -3}, false, 0, "class weight 1 is -3"},
+		{[]float64{1, 3, 1, 1, 1}, false, 0.1, "do not combine with label smoothing"},
+		{[]float64{1, 3, 1, 1, 1}, true, 0, "class weights are the ce loss's; float targets take mse"},
+	} {
+		s := DefaultSpec()
+		s.Model, s.Data, s.ClassWeights, s.LabelSmoothing, s.Batch, s.MicroBatches, s.Steps, s.Epochs = "../onnx/testdata/towers.onnx", targetsFile(t, tc.floats, 2, 2), tc.weights, tc.smoothing, 8, 2, 3, 0
+		if !tc.floats {
+			s.Data = targetsFile(t, false, 2)
+		}
+		j, err := prepare(s)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("weights %v, smoothing %v: %v, want %q", tc.weights, tc.smoothing, err, tc.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		y := j.Set.Train.Y[:8]
+		var want float64
+		for _, c := range y {
+			want += tc.weights[int(c)]
+		}
+		if got := j.Mass(y); got != want || j.Targets(y) != 8 {
+			t.Errorf("mass %v of labels %v, want %v; %d targets", got, y, want, j.Targets(y))
+		}
+	}
+}

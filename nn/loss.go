@@ -13,13 +13,17 @@ type Loss interface {
 	// (nil when it can). Forward trusts what Check accepts: a caller
 	// checks targets from a peer, the data loader those of a file.
 	Check(out []int, y []float32) error
-	// Count is how many of the targets y count: the mean loss divides by
-	// them (the cross-entropy's ignored labels do not).
+	// Count is how many of the targets y count (the cross-entropy's
+	// ignored labels do not): the accuracy divides by them.
 	Count(y []float32) int
+	// Mass is what the mean loss divides by: Count, or under class
+	// weights the sum of the counted targets' weights (in float64, in
+	// order).
+	Mass(y []float32) float64
 	// Forward returns the sum of the per-target losses, how many targets
 	// were predicted right (0 for a loss without such a notion), and the
 	// gradient of scale·sum with respect to out, which belongs to the loss
-	// and stays valid until its next call. With scale 1/n, n the Count of
+	// and stays valid until its next call. With scale 1/m, m the Mass of
 	// a mini-batch's targets, the gradients of its micro-batches add up to
 	// the gradient of its mean loss. The sum runs in order, whatever the
 	// threads.
@@ -102,6 +106,10 @@ type SoftmaxCE struct {
 	// Smoothing ε in [0, 1) takes the target of a row as 1−ε on its label
 	// plus ε spread evenly over the classes (PyTorch's label_smoothing).
 	Smoothing float32
+	// Weights, if set, weigh each row's loss by its label's weight, one
+	// a class (PyTorch's weight=): the mean divides by the weights' sum
+	// (Mass). Not with Smoothing.
+	Weights []float32
 
 	s    Slot
 	rows []float64 // per row: its loss
@@ -138,6 +146,9 @@ func (l *SoftmaxCE) Check(out []int, y []float32) error {
 			len(y), out, Size(out)/max(out[len(out)-1], 1), Size(out)/max(out[min(1, len(out)-1)], 1))
 	}
 	k := out[a]
+	if l.Weights != nil && len(l.Weights) != k {
+		return fmt.Errorf("%d class weights for logits of %d classes", len(l.Weights), k)
+	}
 	for i, f := range y {
 		if (f != float32(int32(f)) || f < 0 || int(f) >= k) && f != IgnoreLabel {
 			return fmt.Errorf("label %d is %v, want a class in [0, %d) (or %d, ignored)", i, f, k, IgnoreLabel)
@@ -155,6 +166,20 @@ func (l *SoftmaxCE) Count(y []float32) int {
 		}
 	}
 	return n
+}
+
+// Mass is Count, or under Weights the sum of the counted labels' weights.
+func (l *SoftmaxCE) Mass(y []float32) float64 {
+	if l.Weights == nil {
+		return float64(l.Count(y))
+	}
+	var m float64
+	for _, f := range y {
+		if f != IgnoreLabel {
+			m += float64(l.Weights[int(f)])
+		}
+	}
+	return m
 }
 
 // Forward returns the sum over the micro-batch of the per-row losses, the
@@ -225,10 +250,16 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 			l.rows[i] = l.smoothRow(zs, gs, y, lse, l.rows[i], scale)
 			continue
 		}
-		for j := range gs {
-			gs[j] *= scale
+		s := scale
+		if l.Weights != nil {
+			w := l.Weights[y]
+			l.rows[i] *= float64(w)
+			s = scale * w
 		}
-		gs[y] -= scale
+		for j := range gs {
+			gs[j] *= s
+		}
+		gs[y] -= s
 	}
 }
 
@@ -302,6 +333,8 @@ func (l *elementLoss) Check(out []int, y []float32) error {
 }
 
 func (l *elementLoss) Count(y []float32) int { return len(y) }
+
+func (l *elementLoss) Mass(y []float32) float64 { return float64(len(y)) }
 
 func (l *elementLoss) Forward(out *Tensor, y []float32, scale float32) (loss float64, correct int, grad *Tensor) {
 	n := len(y)

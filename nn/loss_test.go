@@ -320,3 +320,71 @@ func (ignoredOnly) Fill(epoch, step, m int, b *nn.Batch) {
 	b.X = []*nn.Tensor{nn.FromData([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 2, 4)}
 	b.Y = []float32{nn.IgnoreLabel, nn.IgnoreLabel}
 }
+
+// Class weights scale each row's loss and gradient by its label's weight,
+// and the mean divides by the counted labels' weights (CrossEntropyLoss's
+// weight=); weights of 1 give the unweighted bits.
+func TestSoftmaxCEClassWeights(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n, k = 300, 4
+	w := []float32{0.5, 2, 1, 0.25}
+	z, y := nn.New(n, k), make([]float32, n)
+	for i := range nn.F32(z) {
+		nn.F32(z)[i] = float32(2 * r.NormFloat64())
+	}
+	var mass float64
+	for i := range y {
+		y[i] = float32(r.IntN(k))
+		if i%7 == 0 {
+			y[i] = nn.IgnoreLabel
+		} else {
+			mass += float64(w[int(y[i])])
+		}
+	}
+	scale := float32(1 / mass)
+	for _, threads := range []int{1, 3} {
+		l := &nn.SoftmaxCE{Threads: threads, Weights: w}
+		if err := l.Check(z.Shape(), y); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Mass(y); got != mass {
+			t.Fatalf("mass %v, want %v", got, mass)
+		}
+		sum, _, grad := l.Forward(z, y, scale)
+		var want float64
+		for i := range n {
+			if y[i] == nn.IgnoreLabel {
+				continue
+			}
+			row := nn.F32(z)[i*k : (i+1)*k]
+			var se float64
+			for _, v := range row {
+				se += math.Exp(float64(v))
+			}
+			c, wc := int(y[i]), float64(w[int(y[i])])
+			want += wc * (math.Log(se) - float64(row[c]))
+			for j, v := range row {
+				g := math.Exp(float64(v)) / se
+				if j == c {
+					g--
+				}
+				if got, want := float64(nn.F32(grad)[i*k+j]), g*wc*float64(scale); math.Abs(got-want) > 1e-6*float64(scale) {
+					t.Fatalf("threads %d: gradient [%d, %d] is %v, want %v", threads, i, j, got, want)
+				}
+			}
+		}
+		if math.Abs(sum-want) > 1e-9*want {
+			t.Fatalf("threads %d: loss %v, want %v", threads, sum, want)
+		}
+	}
+	ones := &nn.SoftmaxCE{Weights: []float32{1, 1, 1, 1}}
+	plain := &nn.SoftmaxCE{}
+	s1, c1, g1 := ones.Forward(z, y, 0.01)
+	s0, c0, g0 := plain.Forward(z, y, 0.01)
+	if s1 != s0 || c1 != c0 || !slices.Equal(nn.F32(g1), nn.F32(g0)) || ones.Mass(y) != float64(plain.Count(y)) {
+		t.Fatalf("weights of 1: loss %v, %d right; unweighted %v, %d", s1, c1, s0, c0)
+	}
+	if err := (&nn.SoftmaxCE{Weights: w[:3]}).Check(z.Shape(), y); err == nil || !strings.Contains(err.Error(), "3 class weights for logits of 4 classes") {
+		t.Fatalf("three weights for four classes: %v", err)
+	}
+}

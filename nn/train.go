@@ -73,15 +73,18 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		t.bs = append(t.bs, Batch{})
 	}
 	var r StepResult
+	var mass float64
 	for m := range M {
 		b.Fill(epoch, step, m, &t.bs[m])
 		r.Samples += t.Loss.Count(t.bs[m].Y)
+		mass += t.Loss.Mass(t.bs[m].Y)
 	}
 	// The mean over the targets that count: 1/(batch × targets a sample)
-	// when all do; a step whose every label is ignored learns nothing.
+	// when all do, unweighted; a step whose every label is ignored (or
+	// weighs 0) learns nothing.
 	var scale float32
-	if r.Samples > 0 {
-		scale = float32(1 / float64(r.Samples))
+	if mass > 0 {
+		scale = float32(1 / mass)
 	}
 	t.Ctx.Train = true
 	t.Ctx.Step = global
@@ -95,7 +98,9 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		t.dout[0] = grad
 		t.Stage.Backward(&t.Ctx, 0, t.dout)
 	}
-	r.Loss /= float64(max(r.Samples, 1))
+	if mass > 0 {
+		r.Loss /= mass
+	}
 	for _, g := range t.ties {
 		SumTies(g, nil)
 	}
@@ -113,18 +118,19 @@ func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
 	ctx := t.Ctx
 	ctx.Train = false
 	var b Batch
-	correct, n := 0, 0
+	correct, n, mass := 0, 0, 0.0
 	for next(&b) {
 		out := t.Stage.Forward(&ctx, 1, b.X)
 		l, c, _ := t.Loss.Forward(out[0], b.Y, 0)
 		loss += l
 		correct += c
 		n += t.Loss.Count(b.Y)
+		mass += t.Loss.Mass(b.Y)
 	}
 	if n == 0 {
 		return math.NaN(), math.NaN()
 	}
-	return float64(correct) / float64(n), loss / float64(n)
+	return float64(correct) / float64(n), loss / mass
 }
 
 // WeightsSHA256 hashes every parameter and buffer's little-endian float32

@@ -35,6 +35,7 @@ type trainFlags struct {
 	loss          string
 	smoothing     float64
 	posWeight     float64
+	classWeights  floatList
 	clip          float64
 	schedule      string
 	warmup        int
@@ -74,6 +75,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
 	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
 		"negatives/positives balances an imbalanced set; 0: none)")
+	fs.Var(&f.classWeights, "class-weights", "with the ce loss, weigh each label's loss by its class's weight: one number a class,\n"+
+		"comma-separated (PyTorch's CrossEntropyLoss weight=; the mean divides by the labels' weights)")
 	fs.Float64Var(&f.smoothing, "label-smoothing", 0, "with the ce loss, take each label as 1-ε on it and ε spread over the classes (PyTorch's label_smoothing)")
 	fs.StringVar(&f.schedule, "lr-schedule", "cosine", "learning-rate schedule after the warm-up: cosine (half a cosine down to --min-lr at the last step,\n"+
 		"as nanoGPT's), linear (a straight line down to --min-lr, Hugging Face's default) or constant")
@@ -107,11 +110,34 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
-		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
 	}
+}
+
+// floatList is a comma-separated list of numbers.
+type floatList []float64
+
+func (l *floatList) String() string {
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *floatList) Set(v string) error {
+	*l = nil
+	for _, f := range strings.Split(v, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", f)
+		}
+		*l = append(*l, x)
+	}
+	return nil
 }
 
 // microBatches is a number of micro-batches, or auto (0).

@@ -487,9 +487,9 @@ func (r *stepResult) pass(op balance.Op, m int, t0 time.Time) int64 {
 
 // step runs the program once: one training step with learning rate lr,
 // its loss's gradient scaled by 1/mass (the mini-batch's nn.Loss Mass; 0:
-// not at all, every label ignored). A panic
-// inside the model (a malformed tensor from a peer) becomes an error; the
-// stage is then unusable until it is set up again.
+// none, every label ignored). A panic inside the model (a malformed tensor
+// from a peer) becomes an error; the stage is then unusable until it is
+// set up again.
 func (e *stageEngine) step(global int, lr, mass float64) (res stepResult, err error) {
 	// The tensors this step received are done with before the next step's
 	// arrive into the same buffers (inbox.buffer); that order comes through

@@ -372,7 +372,7 @@ func (s *Spec) normalize() error {
 		}
 	}
 	if s.ClassWeights != nil && s.LabelSmoothing != 0 {
-		return specErr("class weights do not combine with label smoothing here")
+		return specErr("class weights and label smoothing together are not supported yet: give one of them")
 	}
 	if s.ClassWeights != nil && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("class weights are the %s loss's; the loss is %s", nn.LossCE, s.Loss)

@@ -7,8 +7,10 @@
 // mlp32 (20 steps, width 64) takes 15-20 s under qemu on a 2-core machine
 // (about 40 s with the cross-compilation) and runs unless -short, as do
 // the GPT, LSTM, GRU and RNN of onnx/testdata (a second each), and a tied
-// GPT with AdamW, clipping, label smoothing and ignored labels and a model
-// under the Huber error; resnet50
+// GPT with AdamW, clipping, label smoothing and ignored labels, a model
+// under the Huber error, an LSTM with class weights, AdamW without decay
+// for its biases and a linear decay, and a model under the binary
+// cross-entropy with a weight for its positives; resnet50
 // (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
 // PPNODE_CROSSARCH_RESNET=1.
 package crossarch
@@ -120,6 +122,13 @@ var cases = []trainCase{
 		s.Optimizer, s.WeightDecay, s.ClipGradNorm, s.LabelSmoothing = "adamw", 0.1, 0.05, 0.1
 	}),
 	withSpec(onnxCase("towers", targets), "towers-huber", " --loss huber", func(s *job.Spec) { s.Loss = nn.LossHuber }),
+	// Class weights, AdamW without decay for the biases, a linear decay to
+	// a floor; the binary cross-entropy with a weight for its positives.
+	withSpec(onnxCase("lstm", sequences), "lstm-weighted",
+		" --class-weights 0.5,2,1,0.25,1.5 --optimizer adamw --weight-decay 0.1 --no-decay-1d --lr-schedule linear --min-lr 1e-4", func(s *job.Spec) {
+			s.ClassWeights, s.Optimizer, s.WeightDecay, s.NoDecay1D, s.LRSchedule, s.MinLR = []float64{0.5, 2, 1, 0.25, 1.5}, "adamw", 0.1, true, "linear", 1e-4
+		}),
+	withSpec(onnxCase("towers", clicks), "towers-bce", " --loss bce --pos-weight 3", func(s *job.Spec) { s.Loss, s.PosWeight = nn.LossBCE, 3 }),
 }
 
 // withSpec is c named name, its spec changed by f, as flags say.
@@ -170,6 +179,30 @@ func targets(dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "targets.safetensors")
+	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, ye}, nil)
+}
+
+// clicks writes 96 samples of 24 features and 5 targets each of 0 or 1,
+// a quarter of them 1.
+func clicks(dir string) (string, error) {
+	x, y := nn.New(96, 24), nn.New(96, 5)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i) * 0.3))
+	}
+	for i := range nn.F32(y) {
+		if math.Cos(float64(i)*0.9) > 0.7 {
+			nn.F32(y)[i] = 1
+		}
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		return "", err
+	}
+	ye, err := tensorio.F32Entry("y", y)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "clicks.safetensors")
 	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, ye}, nil)
 }
 

@@ -202,3 +202,39 @@ func TestClippedGradientsAcrossStages(t *testing.T) {
 		})
 	}
 }
+
+// Frozen layers (fine-tuning) train across stages as in one process: a
+// first stage that holds only frozen layers runs no backward pass and
+// steps nothing (zero-bubble), a replicated one sums no gradient of them
+// (1F1B), with clipping and weight decay.
+func TestFrozenLayersAcrossStages(t *testing.T) {
+	tc := newInmemCluster(t, 4, nil)
+	spec := smallSpec("mlp32")
+	spec.Freeze = []string{"fc1.", "fc2.", "fc3.", "fc4.", "fc5.", "fc6.", "fc7.", "fc8.", "fc20.weight"}
+	spec.Optimizer, spec.WeightDecay, spec.ClipGradNorm = "adamw", 0.1, 0.5
+	local := jobtest.Local(t, spec)
+	unfrozen := spec
+	unfrozen.Freeze = nil
+	if jobtest.Local(t, unfrozen).WeightsSHA256 == local.WeightsSHA256 {
+		t.Fatal("freezing changed no weight")
+	}
+	for i, p := range []struct {
+		partition, schedule string
+		nodes               int
+	}{
+		{cutAt(t, spec, "a", "b", "c", "d"), "zb", 4}, // a holds fc1-relu8: frozen
+		{cutAt(t, spec, "a,b", "c", "d"), "1f1b", 4},
+	} {
+		if testing.Short() && i > 0 {
+			continue
+		}
+		t.Run(p.schedule+"/"+p.partition, func(t *testing.T) {
+			s := spec
+			s.Partition, s.Schedule, s.ID = p.partition, p.schedule, fmt.Sprintf("job-frozen-%d", i)
+			res, _ := tc.run(t, s, p.nodes)
+			if res.WeightsSHA256 != local.WeightsSHA256 {
+				t.Fatalf("plan %s: weights %.16s, one process %.16s", res.Plan, res.WeightsSHA256, local.WeightsSHA256)
+			}
+		})
+	}
+}

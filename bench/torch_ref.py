@@ -365,6 +365,7 @@ def main():
     ap.add_argument("--float64", action="store_true", help="train in float64")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
     ap.add_argument("--pos-weight", type=float, default=0.0, help="ppnode's --pos-weight (bce's pos_weight)")
+    ap.add_argument("--freeze", default="", help="ppnode's --freeze: comma-separated prefixes of parameter names")
     ap.add_argument("--class-weights", default="", help="ppnode's --class-weights (ce's weight=), comma-separated")
     ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="ppnode's --clip-grad-norm (clip_grad_norm_ before each step)")
     ap.add_argument("--loss", choices=["", "ce", "mse", "l1", "huber", "bce"], default="",
@@ -444,7 +445,11 @@ def main():
     weight = torch.tensor([float(w) for w in a.class_weights.split(",")], dtype=dtype) if a.class_weights else None
     ignored = a.loss == "ce" and bool((Y == -100).any())
     XT, YT = [tensor(x) for x in xt], torch.from_numpy(yt)
-    params = list(model.parameters())
+    frozen = tuple(f for f in a.freeze.split(",") if f)
+    for n, p in model.named_parameters():
+        if n.startswith(frozen):
+            p.requires_grad_(False)  # and out of the optimizer and the norm
+    params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.grad = torch.zeros_like(p)
     if a.ppnode_optim and (a.optimizer == "adamw" or a.no_decay_1d):

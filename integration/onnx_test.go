@@ -110,6 +110,8 @@ func TestONNXFamilies(t *testing.T) {
 				args = append(args, "--partition", "uniform", "--class-weights", "0.5,1,2,1,0.25")
 			case "tiedgpt": // gradients clipped by their norm over the stages (the tied tensor once); AdamW, biases and norms not decayed
 				args = append(args, "--clip-grad-norm", "0.05", "--optimizer", "adamw", "--weight-decay", "0.1", "--no-decay-1d")
+			case "mobilenet": // fine-tuning: the first blocks frozen, the stage that holds them trains nothing
+				args = append(args, "--freeze", "features.0.,features.1.,features.2.,features.3.,features.4.")
 			case "transformer": // Hugging Face's linear decay, to a floor
 				args = append(args, "--lr-schedule", "linear", "--min-lr", "1e-4")
 			case "padlm": // ignored labels, and label smoothing on the loss stage

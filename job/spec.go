@@ -130,6 +130,10 @@ type Spec struct {
 	// class's weight, one a class (CrossEntropyLoss's weight=): the mean
 	// divides by the weights of the labels that count.
 	ClassWeights []float64 `json:"class_weights,omitempty"`
+	// Freeze keeps the parameters whose state_dict names start with one of
+	// these prefixes out of training (requires_grad=False: fine-tuning a
+	// part of a model loaded with Init).
+	Freeze []string `json:"freeze,omitempty"`
 	// ClipGradNorm, if positive, scales each step's gradients so that their
 	// norm over the whole model is at most it (PyTorch's clip_grad_norm_).
 	ClipGradNorm float64 `json:"clip_grad_norm,omitempty"`
@@ -797,6 +801,11 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 	if s.Init != "" {
 		if err := s.giveWeights(g, s.Init); err != nil {
 			return nil, built{}, specErr("--init %s: %v", s.Init, err)
+		}
+	}
+	if s.Freeze != nil {
+		if err := g.Freeze(s.Freeze); err != nil {
+			return nil, built{}, specErr("--freeze: %v", err)
 		}
 	}
 	return g, b, nil

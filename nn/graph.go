@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -177,6 +178,42 @@ func (g *Graph) Params() []*Param {
 		ps = append(ps, n.Layer.Params()...)
 	}
 	return ps
+}
+
+// Freeze keeps out of training (Param.Frozen) every parameter whose name,
+// or one of its aliases, starts with one of prefixes (state_dict names:
+// "encoder." freezes the encoder), and then marks again which nodes need
+// a gradient: the layers before the first trainable one run no backward
+// pass. Each prefix must name a trainable parameter, and one must stay
+// trainable.
+func (g *Graph) Freeze(prefixes []string) error {
+	matched := make([]bool, len(prefixes))
+	for _, p := range g.Params() {
+		if !p.Trainable() {
+			continue
+		}
+		for i, pre := range prefixes {
+			if strings.HasPrefix(p.Name, pre) || slices.ContainsFunc(p.Aliases, func(a string) bool { return strings.HasPrefix(a, pre) }) {
+				p.Frozen, matched[i] = true, true
+			}
+		}
+	}
+	if i := slices.Index(matched, false); i >= 0 {
+		return fmt.Errorf("nn: no trainable parameter's name starts with %q", prefixes[i])
+	}
+	if g.ParamCount() == 0 {
+		return fmt.Errorf("nn: freezing %s leaves nothing to train", strings.Join(prefixes, ", "))
+	}
+	for _, n := range g.Nodes {
+		n.RequiresGrad = false
+		for _, in := range n.Inputs {
+			n.RequiresGrad = n.RequiresGrad || !g.IsInput(in) && g.Node(in).RequiresGrad
+		}
+		for _, p := range n.Layer.Params() {
+			n.RequiresGrad = n.RequiresGrad || p.Trainable()
+		}
+	}
+	return nil
 }
 
 // Init sets every parameter to its initial value for seed.

@@ -39,6 +39,10 @@ type Param struct {
 	// Running marks a buffer that training passes update (running
 	// statistics): replicas of a stage would each see other micro-batches.
 	Running bool
+	// Frozen keeps a parameter out of training (PyTorch's
+	// requires_grad=False): no update, no decay, no part in the gradients'
+	// norm or sums (Graph.Freeze). A layer may still fill its Grad.
+	Frozen bool
 }
 
 func newParam(shape []int, init Init, fanIn int) *Param {
@@ -50,7 +54,7 @@ func newBuffer(shape []int, init Init) *Param {
 }
 
 // Trainable reports whether the optimizer updates p.
-func (p *Param) Trainable() bool { return p.Grad != nil }
+func (p *Param) Trainable() bool { return p.Grad != nil && !p.Frozen }
 
 // Reset sets p to its initial value, drawn from a generator seeded by
 // (seed, p.Name) alone, so a parameter starts the same wherever it lives.

@@ -63,7 +63,7 @@ func describe(g *nn.Graph) []specNode {
 			s.Attrs["from"], s.Attrs["to"] = l.From, l.To
 		}
 		for _, p := range n.Layer.Params() {
-			if p.Trainable() {
+			if p.Trainable() || p.Frozen {
 				s.Params = append(s.Params, p.Name)
 			} else {
 				s.Buffers = append(s.Buffers, p.Name)
@@ -139,19 +139,23 @@ func TestTorchParity(t *testing.T) {
 		shape []int
 		opt   nn.OptimizerConfig
 		tol   float64
-		draw  uint64 // seeds the weights' noise and the batch; 0 means 4
+		draw  uint64   // seeds the weights' noise and the batch; 0 means 4
+		frz   []string // Graph.Freeze's prefixes
 	}{
 		{"mlp", func() (*nn.Graph, error) {
 			return zoo.Build("mlp32", zoo.Options{Width: 16, Input: []int{12}, Classes: 5})
 		}, []int{12},
-			nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0},
-		{"conv", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0},
-		{"conv-adam", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adam", LR: 1e-3, WeightDecay: 1e-4}, 0, 0},
+			nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0, nil},
+		{"conv", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4}, 0, 0, nil},
+		{"conv-adam", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adam", LR: 1e-3, WeightDecay: 1e-4}, 0, 0, nil},
 		// A decay large enough that shrinking the weights shows.
-		{"conv-adamw", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5}, 0, 0},
+		{"conv-adamw", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5}, 0, 0, nil},
 		// Parameter groups: biases and BatchNorm's scales not decayed.
-		{"conv-adamw-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5, NoDecay1D: true}, 0, 0},
-		{"conv-sgd-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 0.5, NoDecay1D: true}, 0, 0},
+		{"conv-adamw-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5, NoDecay1D: true}, 0, 0, nil},
+		{"conv-sgd-groups", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 0.5, NoDecay1D: true}, 0, 0, nil},
+		// The first convolution and its BatchNorm frozen (requires_grad=False),
+		// and the block's second convolution: no update, no decay.
+		{"conv-frozen", smallConv, []int{8, 8, 3}, nn.OptimizerConfig{Name: "adamw", LR: 1e-2, WeightDecay: 0.5}, 0, 0, []string{"conv1.", "bn1.", "block.conv2."}},
 		{"resnet50", func() (*nn.Graph, error) {
 			return zoo.Build("resnet50", zoo.Options{Width: 1.0 / 16, Input: []int{16, 16, 3}, Classes: 5})
 			// 53 layers of float32: PyTorch's own float32 gradients differ
@@ -165,11 +169,11 @@ func TestTorchParity(t *testing.T) {
 			// on the summation order (it does on draw 4 with oneDNN's
 			// kernels, and on draw 9 with the pure-Go ones), so the draw is
 			// one on which no backend's does.
-		}, []int{16, 16, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.001, Momentum: 0.9}, 3e-4, 5},
+		}, []int{16, 16, 3}, nn.OptimizerConfig{Name: "sgd", LR: 0.001, Momentum: 0.9}, 3e-4, 5, nil},
 		{"uno", func() (*nn.Graph, error) {
 			return zoo.Build("uno", zoo.Options{Width: 0.02, Input: []int{30}, Classes: 5})
 		}, []int{30},
-			nn.OptimizerConfig{Name: "adam", LR: 1e-3}, 0, 0},
+			nn.OptimizerConfig{Name: "adam", LR: 1e-3}, 0, 0, nil},
 	}
 	// Every backend: the deterministic one (the layers' own loops) and the
 	// default one (OpenBLAS, and oneDNN's layers when built with them).
@@ -200,11 +204,18 @@ func TestTorchParity(t *testing.T) {
 		root = filepath.Join(d, t.Name())
 	}
 	var args []string
-	for _, c := range cases {
-		g, err := c.build()
+	build := func(c int) *nn.Graph {
+		g, err := cases[c].build()
+		if err == nil && cases[c].frz != nil {
+			err = g.Freeze(cases[c].frz)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		return g
+	}
+	for i, c := range cases {
+		g := build(i)
 		fb := parityStart(g, c.shape, c.draw)
 		dir := filepath.Join(root, c.name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -217,7 +228,7 @@ func TestTorchParity(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("torch_step.py: %v\n%s", err, out)
 	}
-	for _, c := range cases {
+	for i, c := range cases {
 		ref, _, err := tensorio.LoadSafetensors(filepath.Join(root, c.name, "out.safetensors"))
 		if err != nil {
 			t.Fatal(err)
@@ -228,10 +239,7 @@ func TestTorchParity(t *testing.T) {
 		}
 		for _, b := range backends {
 			t.Run(c.name+"/"+b.name, func(t *testing.T) {
-				g, err := c.build()
-				if err != nil {
-					t.Fatal(err)
-				}
+				g := build(i)
 				parity(t, g, parityStart(g, c.shape, c.draw), c.opt, c.tol, want, b.be)
 			})
 		}
@@ -268,8 +276,12 @@ func parityStart(g *nn.Graph, shape []int, draw uint64) *fixedBatches {
 func writeParityInputs(t *testing.T, dir string, g *nn.Graph, fb *fixedBatches, oc nn.OptimizerConfig) {
 	t.Helper()
 	var in []tensorio.Named
+	var frozen []string
 	for _, p := range g.Params() {
 		in = append(in, tensorio.Named{Name: p.Name, T: nn.FromData(append([]float32(nil), nn.F32(p.Value)...), p.Value.Shape()...)})
+		if p.Frozen {
+			frozen = append(frozen, p.Name)
+		}
 	}
 	B := len(fb.y)
 	ys := make([]float32, B)
@@ -284,6 +296,7 @@ func writeParityInputs(t *testing.T, dir string, g *nn.Graph, fb *fixedBatches, 
 		"nodes": describe(g), "input": g.InputNames[0], "output": g.Output, "micro_sizes": fb.sizes,
 		"optimizer": map[string]any{"name": oc.Name, "lr": oc.LR, "momentum": oc.Momentum, "weight_decay": oc.WeightDecay, "no_decay_1d": oc.NoDecay1D},
 		"float64":   os.Getenv("PPNODE_PARITY_FLOAT32") == "",
+		"frozen":    frozen,
 	}
 	js, _ := json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(dir, "spec.json"), js, 0o644); err != nil {

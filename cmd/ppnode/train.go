@@ -36,6 +36,7 @@ type trainFlags struct {
 	smoothing     float64
 	posWeight     float64
 	classWeights  floatList
+	freeze        string
 	clip          float64
 	schedule      string
 	warmup        int
@@ -72,6 +73,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.loss, "loss", "", "what training minimises: ce (softmax cross-entropy against class labels), mse, l1 or huber\n"+
 		"(squared, absolute or Huber error against float targets of the output's shape) or bce (binary cross-entropy\n"+
 		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")
+	fs.StringVar(&f.freeze, "freeze", "", "train only part of the model: comma-separated prefixes of state_dict names (\"encoder.,embed.\")\n"+
+		"whose parameters stay as --init or the model file gives them (PyTorch's requires_grad=False)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
 	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
 		"negatives/positives balances an imbalanced set; 0: none)")
@@ -107,14 +110,29 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 		}
 		return path
 	}
+	var freeze []string
+	if f.freeze != "" {
+		freeze = strings.Split(f.freeze, ",")
+	}
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
-		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, Freeze: freeze, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
 	}
+}
+
+// frozenCount is the number of frozen scalars of g (a tied tensor's once).
+func frozenCount(g *nn.Graph) int {
+	n := 0
+	for _, p := range nn.Unique(g.Params()) {
+		if p.Frozen {
+			n += nn.Size(p.Value.Shape())
+		}
+	}
+	return n
 }
 
 // floatList is a comma-separated list of numbers.
@@ -197,8 +215,12 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	fmt.Fprintf(stderr, "training %s (%d parameters) on %s: %d steps of %d samples in %d micro-batches, %d threads\n",
-		f.model, jb.Graph.ParamCount(), f.data, jb.Total, f.batch, f.micro, threads)
+	params := fmt.Sprintf("%d parameters", jb.Graph.ParamCount())
+	if n := frozenCount(jb.Graph); n > 0 {
+		params = fmt.Sprintf("%d trainable parameters, %d frozen", jb.Graph.ParamCount(), n)
+	}
+	fmt.Fprintf(stderr, "training %s (%s) on %s: %d steps of %d samples in %d micro-batches, %d threads\n",
+		f.model, params, f.data, jb.Total, f.batch, f.micro, threads)
 	if note := stepsNote(spec, jb.Total); note != "" {
 		fmt.Fprintln(stderr, note)
 	}

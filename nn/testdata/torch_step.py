@@ -151,7 +151,9 @@ def run(inp, spec_path, out_path):
     x = torch.tensor(tensors["__x"])
     y = torch.tensor(tensors["__y"]).long()
     o = spec["optimizer"]
-    params = [g.params[k] for k in sorted(g.params)]
+    for k in spec.get("frozen") or []:
+        g.params[k].requires_grad_(False)  # and left out of the optimizer
+    params = [g.params[k] for k in sorted(g.params) if g.params[k].requires_grad]
     if o.get("no_decay_1d"):
         # nanoGPT's parameter groups: no decay for tensors of one axis.
         params = [{"params": [p for p in params if p.dim() >= 2]},
@@ -177,7 +179,8 @@ def run(inp, spec_path, out_path):
         if step == 1:
             out["loss1"] = np.array([total], dtype=np.float32)
             for k, p in g.params.items():
-                out["grad1/" + k] = p.grad.detach().numpy().copy()
+                if p.grad is not None:
+                    out["grad1/" + k] = p.grad.detach().numpy().copy()
         opt.step()
         for k, p in list(g.params.items()) + list(g.buffers.items()):
             out["value%d/%s" % (step, k)] = p.detach().numpy().copy()

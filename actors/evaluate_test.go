@@ -2,10 +2,12 @@ package actors
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/jobtest"
 	"google.golang.org/protobuf/proto"
 )
@@ -81,7 +83,35 @@ func TestEvaluationRunsOnTheStages(t *testing.T) {
 			if res.TestAccuracy != local.TestAccuracy || math.Float64bits(res.TestLoss) != math.Float64bits(local.TestLoss) || res.EvaluatedOn != "stages" {
 				t.Fatalf("test accuracy %v and loss %v on the %s, single process %v and %v", res.TestAccuracy, res.TestLoss, res.EvaluatedOn, local.TestAccuracy, local.TestLoss)
 			}
+			if len(res.Evaluations) != 2 || !slices.Equal(res.Evaluations, local.Evaluations) {
+				t.Fatalf("evaluations %+v, single process %+v", res.Evaluations, local.Evaluations)
+			}
 		})
+	}
+}
+
+// Evaluations every few steps (--eval-every) run on the stages between
+// steps and give one process's figures at the same steps, bit for bit,
+// without changing the weights.
+func TestEvaluationsEveryFewSteps(t *testing.T) {
+	tc := newInmemCluster(t, 3, nil)
+	spec := smallSpec("mlp32")
+	spec.ID, spec.Partition, spec.Steps, spec.Epochs = "job-eval-every", "uniform", 10, 0
+	plain := jobtest.Local(t, spec)
+	spec.EvalEvery = 4
+	local := jobtest.Local(t, spec)
+	res, _ := runJob(t, spec, tc.config(3), nil)
+	steps := func(es []job.EpochAcc) (s []int) {
+		for _, e := range es {
+			s = append(s, e.Step)
+		}
+		return s
+	}
+	if got := steps(local.Evaluations); !slices.Equal(got, []int{4, 8, 10}) || local.WeightsSHA256 != plain.WeightsSHA256 {
+		t.Fatalf("one process evaluated after steps %v, weights %.16s (without: %.16s)", got, local.WeightsSHA256, plain.WeightsSHA256)
+	}
+	if !slices.Equal(res.Evaluations, local.Evaluations) || res.WeightsSHA256 != local.WeightsSHA256 {
+		t.Fatalf("evaluations %+v, weights %.16s; one process %+v, %.16s", res.Evaluations, res.WeightsSHA256, local.Evaluations, local.WeightsSHA256)
 	}
 }
 

@@ -25,7 +25,7 @@ func BenchmarkPipelineStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		if _, err := j.TrainLocal(1, nil, nil); err != nil {
+		if _, err := j.TrainLocal(1, job.LocalHooks{}); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -439,7 +439,7 @@ func TestFastSumsTrainAsOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.TrainLocal(1, nil, nil); err != nil {
+	if _, err := j.TrainLocal(1, job.LocalHooks{}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]float32{}

@@ -810,7 +810,7 @@ func FaultFreeSHA(spec job.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := local.TrainLocal(1, nil, nil)
+	res, err := local.TrainLocal(1, job.LocalHooks{})
 	if err != nil {
 		return "", err
 	}

@@ -46,7 +46,7 @@ func TestTrainLocalDiverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last int
-	res, err := j.TrainLocal(1, func(step int, _, _ float64) { last = step }, nil)
+	res, err := j.TrainLocal(1, LocalHooks{Step: func(step int, _, _ float64) { last = step }})
 	if res != nil || !errors.Is(err, ErrDiverged) || !regexp.MustCompile(`^diverged at step \d+: loss (NaN|[+-]Inf)$`).MatchString(err.Error()) {
 		t.Fatalf("result %+v, error %v; want it diverged", res, err)
 	}

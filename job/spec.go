@@ -140,6 +140,9 @@ type Spec struct {
 	// EvalEachEpoch also measures test accuracy at every epoch's end, not
 	// just at the job's.
 	EvalEachEpoch bool `json:"eval_each_epoch,omitempty"`
+	// EvalEvery, if positive, also measures them after every EvalEvery
+	// steps (nanoGPT's eval_interval).
+	EvalEvery int `json:"eval_every,omitempty"`
 	// Wire is "" (lossless: each link picks its codec for its rate and
 	// what it carries), "raw" (no compression), or a lossy format for the
 	// activations and gradients between stages: "bf16" or "int8" (a scale
@@ -360,6 +363,9 @@ func (s *Spec) normalize() error {
 	}
 	if !(s.LabelSmoothing >= 0 && s.LabelSmoothing < 1) {
 		return specErr("label smoothing %v: want a value in [0, 1)", s.LabelSmoothing)
+	}
+	if s.EvalEvery < 0 {
+		return specErr("evaluating every %d steps: want a number of steps (0: at the end)", s.EvalEvery)
 	}
 	if s.NoDecay1D && s.WeightDecay == 0 {
 		return specErr("leaving one-dimensional tensors out of the weight decay needs a weight decay (--weight-decay)")
@@ -1006,15 +1012,33 @@ type Result struct {
 	// job taken over by another node has the steps since the cut it
 	// resumed from.
 	LossHistory []LossPoint `json:"loss_history,omitempty"`
+	// Evaluations are the test split's evaluations, the last one's
+	// included (Spec.EvalEachEpoch, Spec.EvalEvery).
+	Evaluations []EpochAcc `json:"evaluations,omitempty"`
+}
+
+// EvalDue reports whether the test split is evaluated after step next-1,
+// before step next (the job's last step aside, after which it always is).
+func (j *Job) EvalDue(next int) bool {
+	s := j.Spec
+	return next < j.Total && (s.EvalEachEpoch && next%j.StepsPerEpoch == 0 || s.EvalEvery > 0 && next%s.EvalEvery == 0)
+}
+
+// LocalHooks are what TrainLocal tells as it goes; each may be nil.
+type LocalHooks struct {
+	// Step follows every step: steps done, its loss, samples/s so far.
+	Step func(step int, loss, samplesPerSec float64)
+	// Evaluating follows every chunk of an evaluation (Evaluate);
+	// Evaluated each evaluation before the last (EvalDue).
+	Evaluating func(step, done, samples int)
+	Evaluated  func(EpochAcc)
 }
 
 // TrainLocal trains the job in this process with the single-process
 // reference trainer (`ppnode train --local`): the result a pipelined run of
-// the same spec must reproduce. progress, if set, is called after every
-// step, evaluated after every chunk of the final evaluation (Evaluate). A
-// loss that becomes NaN or infinite ends it with an error wrapping
-// ErrDiverged (see CheckLoss).
-func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSec float64), evaluated func(done, samples int)) (*Result, error) {
+// the same spec must reproduce. A loss that becomes NaN or infinite ends
+// it with an error wrapping ErrDiverged (see CheckLoss).
+func (j *Job) TrainLocal(threads int, hooks LocalHooks) (*Result, error) {
 	s := j.Spec
 	be, err := s.NewBackend(threads)
 	if err != nil {
@@ -1029,6 +1053,7 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 	var last nn.StepResult
 	var correct, seen int
 	var losses LossHistory
+	var evals []EpochAcc
 	steps := make([]float64, 0, min(j.Total, 1<<20))
 	for g := 0; g < j.Total; g++ {
 		t0 := time.Now()
@@ -1041,13 +1066,23 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		losses.Add(g+1, last.Loss)
 		correct += last.Correct
 		seen += last.Samples
-		if progress != nil {
-			progress(g+1, last.Loss, float64((g+1)*s.Batch)/time.Since(start).Seconds())
+		if hooks.Step != nil {
+			hooks.Step(g+1, last.Loss, float64((g+1)*s.Batch)/time.Since(start).Seconds())
+		}
+		if j.EvalDue(g + 1) {
+			t0 := time.Now()
+			e := j.evaluateAt(tr, g+1, hooks.Evaluating)
+			evals = append(evals, e)
+			start = start.Add(time.Since(t0)) // samples/s counts training
+			if hooks.Evaluated != nil {
+				hooks.Evaluated(e)
+			}
 		}
 	}
 	elapsed := time.Since(start).Seconds()
 	t0 := time.Now()
-	acc, testLoss := j.Evaluate(tr, evaluated)
+	final := j.evaluateAt(tr, j.Total, hooks.Evaluating)
+	acc, testLoss := final.Accuracy, final.TestLoss
 	evalSeconds := time.Since(t0).Seconds()
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
@@ -1057,9 +1092,23 @@ func (j *Job) TrainLocal(threads int, progress func(step int, loss, samplesPerSe
 		Perplexity: j.Perplexity(testLoss), Loss: j.LossName(),
 		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: evalSeconds, WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
-		LossHistory: losses.Points(),
+		LossHistory: losses.Points(), Evaluations: append(evals, final),
 	}, nil
 }
+
+// evaluateAt evaluates the weights after step on the test split.
+func (j *Job) evaluateAt(tr *nn.Trainer, step int, evaluating func(step, done, samples int)) EpochAcc {
+	var progress func(done, samples int)
+	if evaluating != nil {
+		progress = func(done, samples int) { evaluating(step, done, samples) }
+	}
+	acc, loss := j.Evaluate(tr, progress)
+	return EpochAcc{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss)}
+}
+
+// EpochOf is the epoch that steps done fall in, 1 for the first (a
+// partial epoch counts).
+func (j *Job) EpochOf(steps int) int { return (steps + j.StepsPerEpoch - 1) / j.StepsPerEpoch }
 
 // Perplexity is exp(loss) for a model with a class label a position (a
 // language model's), else 0.

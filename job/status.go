@@ -176,11 +176,16 @@ type StageStatus struct {
 	WallMS float64 `json:"wall_ms"`
 }
 
-// EpochAcc is the test accuracy and loss after an epoch.
+// EpochAcc is the test accuracy and loss after a step: an epoch's last
+// (Spec.EvalEachEpoch), every Spec.EvalEvery steps, or the job's last;
+// Epoch is the epoch that step ends or falls in (Job.EpochOf).
 type EpochAcc struct {
+	Step     int     `json:"step"`
 	Epoch    int     `json:"epoch"`
 	Accuracy float64 `json:"accuracy"`
 	TestLoss float64 `json:"test_loss"`
+	// Perplexity is exp(TestLoss) for a language model (Job.Perplexity).
+	Perplexity float64 `json:"perplexity,omitempty"`
 }
 
 // Recovery is one recovery of a job from a failure.

@@ -88,7 +88,7 @@ func TestLossOfTheData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := j.TrainLocal(1, nil, nil)
+			res, err := j.TrainLocal(1, LocalHooks{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestIgnoredLabels(t *testing.T) {
 	if got, want := j.Targets(j.Set.Test.Y), j.Set.Test.N-1; got != want { // the test samples are 36-39
 		t.Fatalf("%d test labels count, want %d", got, want)
 	}
-	res, err := j.TrainLocal(1, nil, nil)
+	res, err := j.TrainLocal(1, LocalHooks{})
 	if err != nil || math.IsNaN(res.TestLoss) {
 		t.Fatalf("%v, test loss %v", err, res.TestLoss)
 	}

@@ -245,11 +245,12 @@ func TestStepsOverEpochs(t *testing.T) {
 }
 
 // With stderr not a terminal, `ppnode train` prints its progress as plain
-// lines between the plan and the result: at least the last step's.
+// lines between the plan and the result: at least the last step's, and
+// the evaluations --eval-every asks for.
 func TestTrainPipedProgress(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--local", "--model", "mlp32", "--width", "8", "--data", "synthetic:8x8x1:4",
-		"--synthetic-samples", "96", "--batch", "24", "--micro-batches", "2", "--threads", "1", "--steps", "5"}, &out, &errb)
+		"--synthetic-samples", "96", "--batch", "24", "--micro-batches", "2", "--threads", "1", "--steps", "5", "--eval-every", "2"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -257,6 +258,10 @@ func TestTrainPipedProgress(t *testing.T) {
 	plan, step, done := strings.Index(s, "training mlp32"), strings.Index(s, "\n  step 5/5  loss "), strings.Index(s, "\ndone: 5 steps")
 	if plan < 0 || step < plan || done < step || strings.Contains(s, "\r") {
 		t.Errorf("stderr does not show the progress between the plan and the result as plain lines:\n%s", s)
+	}
+	two, four := strings.Index(s, "\ntest after step 2: loss "), strings.Index(s, "\ntest after step 4: loss ")
+	if two < plan || four < two || done < four || !strings.Contains(s[four:], ", accuracy ") {
+		t.Errorf("stderr does not show the evaluations after steps 2 and 4:\n%s", s)
 	}
 }
 

@@ -37,6 +37,7 @@ type trainFlags struct {
 	posWeight     float64
 	classWeights  floatList
 	freeze        string
+	evalEvery     int
 	clip          float64
 	schedule      string
 	warmup        int
@@ -75,6 +76,7 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")
 	fs.StringVar(&f.freeze, "freeze", "", "train only part of the model: comma-separated prefixes of state_dict names (\"encoder.,embed.\")\n"+
 		"whose parameters stay as --init or the model file gives them (PyTorch's requires_grad=False)")
+	fs.IntVar(&f.evalEvery, "eval-every", 0, "also evaluate the test split after every N steps, not only at the end (nanoGPT's eval_interval)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
 	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
 		"negatives/positives balances an imbalanced set; 0: none)")
@@ -120,8 +122,20 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, Freeze: freeze, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
-		SyntheticSamples: f.trainSamples, Standardize: f.standardize,
+		SyntheticSamples: f.trainSamples, Standardize: f.standardize, EvalEvery: f.evalEvery,
 	}
+}
+
+// evaluation describes an evaluation during training.
+func evaluation(scores bool, e job.EpochAcc) string {
+	s := fmt.Sprintf("test after step %d: loss %.4f", e.Step, e.TestLoss)
+	if e.Perplexity > 0 {
+		s += fmt.Sprintf(" (perplexity %.2f)", e.Perplexity)
+	}
+	if scores {
+		s += fmt.Sprintf(", accuracy %.4f", e.Accuracy)
+	}
+	return s
 }
 
 // frozenCount is the number of frozen scalars of g (a tied tensor's once).
@@ -225,8 +239,11 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	bar := newProgress(stderr, jb.Total, f.batch, f.json, time.Now())
-	res, err := jb.TrainLocal(threads, func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) },
-		func(done, samples int) { bar.evaluating(time.Now(), jb.Total, done, samples) })
+	res, err := jb.TrainLocal(threads, job.LocalHooks{
+		Step:       func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) },
+		Evaluating: func(step, done, samples int) { bar.evaluating(time.Now(), step, done, samples) },
+		Evaluated:  func(e job.EpochAcc) { bar.note(evaluation(jb.ScoresAccuracy(), e)) },
+	})
 	bar.done()
 	if err != nil {
 		return err

@@ -146,7 +146,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 	bar := newProgress(stderr, sub.Status.Total, spec.Batch, asJSON, time.Now())
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	failures, polls, seenRecoveries, seenReplans, seenMeasured := 0, 0, 0, 0, 0
+	failures, polls, seenRecoveries, seenReplans, seenMeasured, seenEvals := 0, 0, 0, 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,7 +192,7 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 				}
 				bar.note(msg)
 			}
-			seenRecoveries, seenReplans, seenMeasured = 0, 0, 0 // the new coordinator's own
+			seenRecoveries, seenReplans, seenMeasured, seenEvals = 0, 0, 0, 0 // the new coordinator's own
 		}
 		failures = 0
 		if polls++; polls%refreshEvery == 0 {
@@ -223,6 +223,11 @@ func followJobContext(ctx context.Context, via string, spec job.Spec, asJSON boo
 		}
 		if st.Step > 0 {
 			bar.update(time.Now(), st.Step, st.Loss, st.SamplesPerSec)
+		}
+		for ; seenEvals < len(st.Accuracy); seenEvals++ { // the last one is the result's
+			if e := st.Accuracy[seenEvals]; e.Step < st.Total {
+				bar.note(evaluation(!st.NoAccuracy, e))
+			}
 		}
 		if e := st.Evaluation; e != nil {
 			bar.evaluating(time.Now(), e.Step, e.Done, e.Samples)

@@ -492,7 +492,7 @@ func (c *Core) stepFinished(now time.Time, e StepFinished) {
 	if c.maybeRebalance(now) {
 		return
 	}
-	if c.job.Spec.EvalEachEpoch && st.next%c.job.StepsPerEpoch == 0 && st.next < c.job.Total {
+	if c.job.EvalDue(st.next) {
 		c.takeCut(now, opEvaluate)
 		return
 	}
@@ -520,7 +520,8 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		}
 		c.runStep(now)
 	case st.next < c.job.Total:
-		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: st.next / c.job.StepsPerEpoch, Accuracy: e.Accuracy, TestLoss: e.TestLoss})
+		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Step: st.next, Epoch: c.job.EpochOf(st.next), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
+			Perplexity: c.job.Perplexity(e.TestLoss)})
 		c.boundary(now)
 	default:
 		c.finishTraining(e)
@@ -579,7 +580,9 @@ func (c *Core) finishTraining(e CutTaken) {
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
-	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Epoch: (j.Total + j.StepsPerEpoch - 1) / j.StepsPerEpoch, Accuracy: e.Accuracy, TestLoss: e.TestLoss})
+	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Step: j.Total, Epoch: j.EpochOf(j.Total), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
+		Perplexity: j.Perplexity(e.TestLoss)})
+	res.Evaluations = slices.Clone(c.status.Accuracy)
 	c.stopAll(true)
 	c.finish(res, nil)
 }

@@ -32,7 +32,7 @@ func Local(t testing.TB, spec job.Spec) *job.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := j.TrainLocal(1, nil, nil)
+	res, err := j.TrainLocal(1, job.LocalHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@
     const ev = j.evaluation;
     if (ev && ev.samples > 0) h += `<span class="kv">evaluating the weights after step ${esc(ev.step)}: <b>${esc(ev.done)}</b> / ${esc(ev.samples)} test samples</span>`;
     if (r && isNum(r.test_accuracy) && r.test_accuracy > 0) h += `<span class="kv">test accuracy <b>${num(r.test_accuracy, 4)}</b></span>`;
-    else if (acc) h += `<span class="kv">accuracy <b>${num(acc.accuracy, 4)}</b> (epoch ${esc(acc.epoch)})</span>`;
+    else if (acc) h += `<span class="kv">accuracy <b>${num(acc.accuracy, 4)}</b> (after step ${esc(acc.step)})</span>`;
     if (r && r.loss && r.loss !== 'ce' && isNum(r.test_loss)) h += `<span class="kv">test loss (${esc(r.loss)}) <b>${num(r.test_loss, 4)}</b></span>`;
     h += `<span class="kv muted">coordinator ${esc(j.coordinator)}${(j.holders || []).length ? ', copies on ' + esc(j.holders.join(', ')) : ''}</span>`;
     if (j.takeover) h += `<span class="kv muted">taken over from ${esc(j.takeover.from)} at step ${esc(j.takeover.step)}</span>`;
@@ -470,14 +470,13 @@
     const title = j.no_accuracy ? `Test loss (${j.loss_name})` : 'Test accuracy';
     const h3 = v.el.querySelector('[data-title="acc"]');
     if (h3.textContent !== title) h3.textContent = title;
-    const empty = 'not measured yet (after each epoch, or at the end)';
+    const empty = 'not measured yet (at the end, or every --eval-every steps)';
     if (j.no_accuracy) {
-      const tl = (j.accuracy || []).filter((a) => isNum(a.test_loss)).map((a) => [a.epoch, a.test_loss]);
-      setPart(v, 'acc', chart([{ pts: tl, cls: 'acc', dots: 'accpt' }], { xLabel: 'epoch', label: 'test loss', empty, y0: 0 }));
+      const tl = (j.accuracy || []).filter((a) => isNum(a.test_loss)).map((a) => [a.step, a.test_loss]);
+      setPart(v, 'acc', chart([{ pts: tl, cls: 'acc', dots: 'accpt' }], { xLabel: 'step', label: 'test loss', empty, y0: 0 }));
     } else {
-      const acc = (j.accuracy || []).map((a) => [a.epoch, a.accuracy]);
-      if (j.result && isNum(j.result.test_accuracy) && j.result.test_accuracy > 0) acc.push([j.result.epochs, j.result.test_accuracy]);
-      setPart(v, 'acc', chart([{ pts: acc, cls: 'acc', dots: 'accpt' }], { xLabel: 'epoch', label: 'test accuracy', empty, y0: 0, y1: 1 }));
+      const acc = (j.accuracy || []).map((a) => [a.step, a.accuracy]);
+      setPart(v, 'acc', chart([{ pts: acc, cls: 'acc', dots: 'accpt' }], { xLabel: 'step', label: 'test accuracy', empty, y0: 0, y1: 1 }));
     }
     setPart(v, 'sps', chart([{ pts: v.sps, cls: 'sps' }], { xLabel: 's watched', label: 'samples per second', empty: 'not training', y0: 0 }));
     setPart(v, 'timeline', timelineSVG(j, v));

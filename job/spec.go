@@ -1017,8 +1017,8 @@ type Result struct {
 	Evaluations []EpochAcc `json:"evaluations,omitempty"`
 }
 
-// EvalDue reports whether the test split is evaluated after step next-1,
-// before step next (the job's last step aside, after which it always is).
+// EvalDue reports whether the test split is evaluated once next steps are
+// done and before the next one (after the job's last step it always is).
 func (j *Job) EvalDue(next int) bool {
 	s := j.Spec
 	return next < j.Total && (s.EvalEachEpoch && next%j.StepsPerEpoch == 0 || s.EvalEvery > 0 && next%s.EvalEvery == 0)

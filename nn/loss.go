@@ -10,8 +10,8 @@ import (
 // sample. Implementations must not be copied after their first Forward.
 type Loss interface {
 	// Check says why y cannot be the targets of an output of shape out
-	// (nil when it can). Forward trusts what Check accepts: a caller
-	// checks targets from a peer, the data loader those of a file.
+	// (nil when it can). Mass and Forward trust what Check accepts: a
+	// caller checks targets from a peer, the data loader those of a file.
 	Check(out []int, y []float32) error
 	// Count is how many of the targets y count (the cross-entropy's
 	// ignored labels do not): the accuracy divides by them.

@@ -151,6 +151,7 @@ def main():
     ap.add_argument("--no-decay-1d", action="store_true", help="no decay for biases and norms (both sides)")
     ap.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"], default="cosine")
     ap.add_argument("--min-lr", type=float, default=0, help="the rate the schedule decays to")
+    ap.add_argument("--label-smoothing", type=float, default=0, help="for the ce families (both sides)")
     ap.add_argument("--freeze", default="", help="prefixes of the parameters to freeze (both sides)")
     ap.add_argument("--class-weights", default="", help="ce's weight per class, comma-separated, for the ce families (both sides)")
     ap.add_argument("--pos-weight", type=float, default=0, help="bce's positive weight, for the bce families (both sides)")
@@ -171,6 +172,7 @@ def main():
             extra += ["--lr-schedule", a.lr_schedule, "--min-lr", str(a.min_lr)]
             extra += ["--class-weights", a.class_weights] if a.class_weights and LOSS.get(model, "ce") == "ce" else []
             extra += ["--freeze", a.freeze] if a.freeze else []
+            extra += ["--label-smoothing", str(a.label_smoothing)] if a.label_smoothing and LOSS.get(model, "ce") == "ce" else []
             common = ["--model", os.path.join(d, "model.onnx"), "--data", data, "--steps", str(a.steps),
                       "--batch", str(a.batch), "--micro-batches", str(a.micro_batches), "--optimizer", a.optimizer,
                       "--lr", str(a.lr), "--weight-decay", str(a.weight_decay), "--deterministic", "--json"] + (["--loss", LOSS[model]] if model in LOSS else []) + \

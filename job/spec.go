@@ -381,9 +381,6 @@ func (s *Spec) normalize() error {
 			return specErr("class weight %d is %v: want a number from 0 up", i, w)
 		}
 	}
-	if s.ClassWeights != nil && s.LabelSmoothing != 0 {
-		return specErr("class weights and label smoothing together are not supported yet: give one of them")
-	}
 	if s.ClassWeights != nil && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("class weights are the %s loss's; the loss is %s", nn.LossCE, s.Loss)
 	}

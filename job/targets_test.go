@@ -194,8 +194,8 @@ func TestLabelSmoothingSpec(t *testing.T) {
 }
 
 // Class weights are the cross-entropy's, one a class of the model's
-// logits, from 0 up, not with label smoothing; under them the mean divides
-// by the labels' weights.
+// logits, from 0 up (with label smoothing too); under them the mean
+// divides by the labels' weights.
 func TestClassWeightsSpec(t *testing.T) {
 	for _, tc := range []struct {
 		weights   []float64
@@ -206,7 +206,7 @@ func TestClassWeightsSpec(t *testing.T) {
 		{[]float64{1, 3, 1, 1, 1}, false, 0, ""}, // the model has 5 logits
 		{[]float64{1, 2, 3}, false, 0, "3 class weights for a model of 5 classes"},
 		{[]float64{1, -3}, false, 0, "class weight 1 is -3"},
-		{[]float64{1, 3, 1, 1, 1}, false, 0.1, "class weights and label smoothing together are not supported"},
+		{[]float64{1, 3, 1, 1, 1}, false, 0.1, ""}, // with label smoothing
 		{[]float64{1, 3, 1, 1, 1}, true, 0, "class weights are the ce loss's; float targets take mse"},
 	} {
 		s := DefaultSpec()

@@ -108,7 +108,8 @@ type SoftmaxCE struct {
 	Smoothing float32
 	// Weights, if set, weigh each row's loss by its label's weight, one
 	// a class (PyTorch's weight=): the mean divides by the weights' sum
-	// (Mass). Not with Smoothing.
+	// (Mass). With Smoothing, the smoothed terms are weighed by their
+	// classes' weights, as PyTorch does.
 	Weights []float32
 
 	s    Slot
@@ -246,6 +247,10 @@ func (l *SoftmaxCE) lossRows(lo, hi int) {
 		lse := float64(m) + logFast(expRow(zs, gs, float64(m)))
 		l.rows[i], l.hits[i] = lse-float64(zs[y]), arg == y
 		expRow(zs, gs, lse)
+		if l.Smoothing != 0 && l.Weights != nil {
+			l.rows[i] = l.smoothWeightedRow(zs, gs, y, lse, l.rows[i], scale)
+			continue
+		}
 		if l.Smoothing != 0 {
 			l.rows[i] = l.smoothRow(zs, gs, y, lse, l.rows[i], scale)
 			continue
@@ -279,6 +284,26 @@ func (l *SoftmaxCE) smoothRow(zs, gs []float32, y int, lse, nll float64, scale f
 	// Products rounded before they are added: never fused (see doc.go).
 	gs[y] -= float32(float32(1-eps) * scale)
 	return float64((1-eps)*nll) + float64(eps/k*float64(float64(k*lse)-sum))
+}
+
+// smoothWeightedRow is smoothRow under class weights w, as PyTorch weighs
+// both terms: (1−ε)·w_y·nll + ε/k·Σ_j w_j·(−log p_j), of gradient
+// scale·(p_j·((1−ε)·w_y + ε/k·Σw) − (1−ε)·w_y·[j = y] − ε/k·w_j).
+func (l *SoftmaxCE) smoothWeightedRow(zs, gs []float32, y int, lse, nll float64, scale float32) float64 {
+	eps, k, w := float64(l.Smoothing), float64(len(zs)), l.Weights
+	wy := float64(w[y])
+	var sum, wsum float64 // Σ_j w_j·(−log p_j), Σ_j w_j
+	for j, v := range zs {
+		sum += float64(float64(w[j]) * (lse - float64(v)))
+		wsum += float64(w[j])
+	}
+	// Products rounded before they are added: never fused (see doc.go).
+	a := float32(float64((1-eps)*wy) + float64(eps/k*wsum))
+	for j := range gs {
+		gs[j] = float32(float32(gs[j]*a)*scale) - float32(float32(eps/k*float64(w[j]))*scale)
+	}
+	gs[y] -= float32(float32((1-eps)*wy) * scale)
+	return float64(float64((1-eps)*wy)*nll) + float64(eps/k*sum)
 }
 
 // transposeClasses copies [n, k, inner] values a into [n, inner, k] rows b,

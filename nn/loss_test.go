@@ -377,6 +377,40 @@ func TestSoftmaxCEClassWeights(t *testing.T) {
 			t.Fatalf("threads %d: loss %v, want %v", threads, sum, want)
 		}
 	}
+	// With label smoothing ε, PyTorch weighs the smoothed terms too:
+	// (1−ε)·w_y·nll + ε/k·Σ_c w_c·(−log p_c), the mean still over Σ w_y.
+	const eps = 0.2
+	ls := &nn.SoftmaxCE{Weights: w, Smoothing: eps}
+	sum, _, grad := ls.Forward(z, y, scale)
+	var want, wsum float64
+	for _, v := range w {
+		wsum += float64(v)
+	}
+	for i := range n {
+		if y[i] == nn.IgnoreLabel {
+			continue
+		}
+		row := nn.F32(z)[i*k : (i+1)*k]
+		var se float64
+		for _, v := range row {
+			se += math.Exp(float64(v))
+		}
+		lse, c, wc := math.Log(se), int(y[i]), float64(w[int(y[i])])
+		want += (1 - eps) * wc * (lse - float64(row[c]))
+		for j, v := range row {
+			want += eps / k * float64(w[j]) * (lse - float64(v))
+			g := math.Exp(float64(v))/se*((1-eps)*wc+eps/k*wsum) - eps/k*float64(w[j])
+			if j == c {
+				g -= (1 - eps) * wc
+			}
+			if got := float64(nn.F32(grad)[i*k+j]); math.Abs(got-g*float64(scale)) > 1e-6*float64(scale) {
+				t.Fatalf("smoothed: gradient [%d, %d] is %v, want %v", i, j, got, g*float64(scale))
+			}
+		}
+	}
+	if math.Abs(sum-want) > 1e-9*want {
+		t.Fatalf("smoothed: loss %v, want %v", sum, want)
+	}
 	ones := &nn.SoftmaxCE{Weights: []float32{1, 1, 1, 1}}
 	plain := &nn.SoftmaxCE{}
 	s1, c1, g1 := ones.Forward(z, y, 0.01)

@@ -8,9 +8,9 @@
 // (about 40 s with the cross-compilation) and runs unless -short, as do
 // the GPT, LSTM, GRU and RNN of onnx/testdata (a second each), and a tied
 // GPT with AdamW, clipping, label smoothing and ignored labels, a model
-// under the Huber error, an LSTM with class weights, AdamW without decay
-// for its biases and a linear decay, and a model under the binary
-// cross-entropy with a weight for its positives; resnet50
+// under the Huber error, an LSTM with class weights and label smoothing,
+// AdamW without decay for its biases and a linear decay, and a model under
+// the binary cross-entropy with a weight for its positives; resnet50
 // (width 0.25, batch 16, 5 steps) takes 7-8 minutes there and runs with
 // PPNODE_CROSSARCH_RESNET=1.
 package crossarch
@@ -122,11 +122,13 @@ var cases = []trainCase{
 		s.Optimizer, s.WeightDecay, s.ClipGradNorm, s.LabelSmoothing = "adamw", 0.1, 0.05, 0.1
 	}),
 	withSpec(onnxCase("towers", targets), "towers-huber", " --loss huber", func(s *job.Spec) { s.Loss = nn.LossHuber }),
-	// Class weights, AdamW without decay for the biases, a linear decay to
-	// a floor; the binary cross-entropy with a weight for its positives.
+	// Class weights with label smoothing, AdamW without decay for the
+	// biases, a linear decay to a floor; the binary cross-entropy with a
+	// weight for its positives.
 	withSpec(onnxCase("lstm", sequences), "lstm-weighted",
-		" --class-weights 0.5,2,1,0.25,1.5 --optimizer adamw --weight-decay 0.1 --no-decay-1d --lr-schedule linear --min-lr 1e-4", func(s *job.Spec) {
-			s.ClassWeights, s.Optimizer, s.WeightDecay, s.NoDecay1D, s.LRSchedule, s.MinLR = []float64{0.5, 2, 1, 0.25, 1.5}, "adamw", 0.1, true, "linear", 1e-4
+		" --class-weights 0.5,2,1,0.25,1.5 --label-smoothing 0.1 --optimizer adamw --weight-decay 0.1 --no-decay-1d --lr-schedule linear --min-lr 1e-4", func(s *job.Spec) {
+			s.ClassWeights, s.LabelSmoothing = []float64{0.5, 2, 1, 0.25, 1.5}, 0.1
+			s.Optimizer, s.WeightDecay, s.NoDecay1D, s.LRSchedule, s.MinLR = "adamw", 0.1, true, "linear", 1e-4
 		}),
 	withSpec(onnxCase("towers", clicks), "towers-bce", " --loss bce --pos-weight 3", func(s *job.Spec) { s.Loss, s.PosWeight = nn.LossBCE, 3 }),
 }

@@ -154,7 +154,7 @@ def main():
     ap.add_argument("--label-smoothing", type=float, default=0, help="for the ce families (both sides)")
     ap.add_argument("--freeze", default="", help="prefixes of the parameters to freeze (both sides)")
     ap.add_argument("--class-weights", default="", help="ce's weight per class, comma-separated, for the ce families (both sides)")
-    ap.add_argument("--pos-weight", type=float, default=0, help="bce's positive weight, for the bce families (both sides)")
+    ap.add_argument("--pos-weight", default="", help="bce's positive weights, for the bce families (both sides): one, or one a label")
     ap.add_argument("--samples", type=int, default=2400, help="samples of each data set, 10%% of them for testing")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="families-")
@@ -168,7 +168,7 @@ def main():
                            check=True, capture_output=True)
             data = os.path.join(d, "data.npz")
             make_data(model, opts, data, n=a.samples)
-            extra = ["--pos-weight", str(a.pos_weight)] if a.pos_weight and LOSS.get(model) == "bce" else []
+            extra = ["--pos-weight", a.pos_weight] if a.pos_weight and LOSS.get(model) == "bce" else []
             extra += ["--lr-schedule", a.lr_schedule, "--min-lr", str(a.min_lr)]
             extra += ["--class-weights", a.class_weights] if a.class_weights and LOSS.get(model, "ce") == "ce" else []
             extra += ["--freeze", a.freeze] if a.freeze else []

@@ -282,7 +282,7 @@ class TorchOptim:
 # ---------------------------------------------------------------- training
 
 
-def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0, weight=None):
+def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight="", weight=None):
     """The micro-batch's summed loss over every target, the number of
     targets predicted right and the targets. kind is ppnode's --loss: ce
     (class labels), mse, l1 or huber (float targets of the output's shape) or bce
@@ -296,7 +296,7 @@ def forward_loss(model, xs, y, kind="ce", smoothing=0.0, pos_weight=0.0, weight=
     if kind == "bce":
         t = y.to(out.dtype).reshape(out.shape)
         correct = int(((out.detach() > 0) == (t > 0.5)).sum())
-        pw = torch.tensor(pos_weight, dtype=out.dtype) if pos_weight else None
+        pw = torch.tensor([float(w) for w in pos_weight.split(",")], dtype=out.dtype) if pos_weight else None
         return F.binary_cross_entropy_with_logits(out, t, reduction="sum", pos_weight=pw), correct, t.numel()
     if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]) and out.shape[1] != out.shape[-1]:
         out = out.movedim(1, -1)  # classes on axis 1, a label a position (a segmentation's)
@@ -316,7 +316,7 @@ def mass(y, weight):
     return float(weight[y[y != -100]].double().sum())
 
 
-def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight=0.0, weight=None):
+def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight="", weight=None):
     """Mean loss and accuracy over the labels of a split, in eval mode, in
     stored order."""
     model.eval()
@@ -364,7 +364,7 @@ def main():
     ap.add_argument("--ppnode-optim", action="store_true", help="replay nn/optim.go's float32 arithmetic")
     ap.add_argument("--float64", action="store_true", help="train in float64")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="ppnode's --label-smoothing (ce)")
-    ap.add_argument("--pos-weight", type=float, default=0.0, help="ppnode's --pos-weight (bce's pos_weight)")
+    ap.add_argument("--pos-weight", default="", help="ppnode's --pos-weight (bce's pos_weight): one number, or one a value of the last axis")
     ap.add_argument("--freeze", default="", help="ppnode's --freeze: comma-separated prefixes of parameter names")
     ap.add_argument("--class-weights", default="", help="ppnode's --class-weights (ce's weight=), comma-separated")
     ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="ppnode's --clip-grad-norm (clip_grad_norm_ before each step)")

@@ -124,8 +124,9 @@ type Spec struct {
 	// target as 1−ε on it and ε spread over the classes.
 	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
 	// PosWeight, with the bce loss, weighs each positive target's term
-	// (BCEWithLogitsLoss's pos_weight, one for every output); 0 means 1.
-	PosWeight float64 `json:"pos_weight,omitempty"`
+	// (BCEWithLogitsLoss's pos_weight): one weight for every output, or
+	// one for each along the output's last axis.
+	PosWeight []float64 `json:"pos_weight,omitempty"`
 	// ClassWeights, with the ce loss, weighs each label's loss by its
 	// class's weight, one a class (CrossEntropyLoss's weight=): the mean
 	// divides by the weights of the labels that count.
@@ -370,10 +371,12 @@ func (s *Spec) normalize() error {
 	if s.NoDecay1D && s.WeightDecay == 0 {
 		return specErr("leaving one-dimensional tensors out of the weight decay needs a weight decay (--weight-decay)")
 	}
-	if !(s.PosWeight >= 0) || math.IsInf(s.PosWeight, 0) {
-		return specErr("positive weight %v: want a positive number (0: none)", s.PosWeight)
+	for i, w := range s.PosWeight {
+		if !(w >= 0 && w <= math.MaxFloat32) {
+			return specErr("positive weight %d is %v: want a number from 0 up", i, w)
+		}
 	}
-	if s.PosWeight != 0 && s.Loss != nn.LossBCE {
+	if s.PosWeight != nil && s.Loss != nn.LossBCE {
 		return specErr("a positive weight is the %s loss's (--loss %s)", nn.LossBCE, nn.LossBCE)
 	}
 	for i, w := range s.ClassWeights {
@@ -693,16 +696,21 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 	if ce, ok := l.(*nn.SoftmaxCE); ok {
 		ce.Smoothing = float32(s.LabelSmoothing)
 	}
-	if s.PosWeight != 0 && s.PosWeight != 1 {
-		l = nn.NewBCE(threads, float32(s.PosWeight))
+	if s.PosWeight != nil {
+		l = nn.NewBCE(threads, float32s(s.PosWeight))
 	}
 	if ce, ok := l.(*nn.SoftmaxCE); ok && s.ClassWeights != nil {
-		ce.Weights = make([]float32, len(s.ClassWeights))
-		for i, w := range s.ClassWeights {
-			ce.Weights[i] = float32(w)
-		}
+		ce.Weights = float32s(s.ClassWeights)
 	}
 	return l
+}
+
+func float32s(v []float64) []float32 {
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = float32(x)
+	}
+	return f
 }
 
 // checkTargets refuses data whose targets the model's output cannot be
@@ -718,6 +726,8 @@ func (s Spec) checkTargets(set *data.Set, md built) error {
 		return specErr("label smoothing is the %s loss's; float targets take %s", nn.LossCE, loss)
 	case s.ClassWeights != nil && loss != nn.LossCE:
 		return specErr("class weights are the %s loss's; float targets take %s", nn.LossCE, loss)
+	case len(s.PosWeight) > 1 && (len(md.output) == 0 || md.output[len(md.output)-1] != len(s.PosWeight)):
+		return specErr("%d positive weights for the model's output %s: want one, or one a value of its last axis", len(s.PosWeight), batchShape(md.output))
 	case loss == nn.LossCE && set.Classes == 0:
 		return specErr("loss %s needs class labels (y of integers); the data's y holds floats: a regression's targets (loss %s, %s, %s or %s)", loss, nn.LossMSE, nn.LossL1, nn.LossHuber, nn.LossBCE)
 	case loss == nn.LossCE && slices.Equal(md.labels, y):

@@ -69,18 +69,27 @@ func TestNoDecay1DSpec(t *testing.T) {
 // A positive weight is the bce loss's, and weighs its positive targets.
 func TestPosWeightSpec(t *testing.T) {
 	s := DefaultSpec()
-	s.PosWeight = 2
+	s.PosWeight = []float64{2}
 	if _, err := Check(s); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "a positive weight is the bce loss's") {
 		t.Errorf("under ce: %v", err)
 	}
-	s.Loss, s.PosWeight = nn.LossBCE, -1
+	s.Loss, s.PosWeight = nn.LossBCE, []float64{-1}
 	if _, err := Check(s); !errors.Is(err, ErrSpec) {
 		t.Errorf("a negative weight: %v", err)
 	}
-	s.PosWeight = 2
+	s.PosWeight = []float64{2}
 	l := mustCheck(t, s).Spec().NewLoss(Sample{Classes: 2}, 1)
 	if sum, _, _ := l.Forward(nn.FromData([]float32{-200}, 1), []float32{1}, 1); sum != 400 {
 		t.Errorf("a missed positive's loss %v, want 400", sum)
+	}
+	// One weight a label: the second label's positives count three times.
+	s.PosWeight = []float64{1, 3}
+	l = mustCheck(t, s).Spec().NewLoss(Sample{Classes: 2}, 1)
+	if sum, _, _ := l.Forward(nn.FromData([]float32{-200, -200, -200, -200}, 2, 2), []float32{1, 1, 0, 1}, 1); sum != 200+600+600 {
+		t.Errorf("missed positives' loss %v, want 1400", sum)
+	}
+	if err := l.Check([]int{2, 3}, make([]float32, 6)); err == nil || !strings.Contains(err.Error(), "2 positive weights for an output of shape [2 3]") {
+		t.Errorf("two weights for three outputs: %v", err)
 	}
 }
 

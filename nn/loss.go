@@ -72,20 +72,23 @@ func NewLoss(name string, threads int) (Loss, error) {
 	case LossHuber:
 		return &elementLoss{threads: threads, fn: huberElem}, nil
 	case LossBCE:
-		return NewBCE(threads, 1), nil
+		return NewBCE(threads, nil), nil
 	}
 	return nil, fmt.Errorf("nn: unknown loss %q (want %s)", name, strings.Join(LossNames(), ", "))
 }
 
 // NewBCE is the bce loss with each positive target's term weighted by
-// posWeight (BCEWithLogitsLoss's pos_weight, one for every output): above 1
-// it counts the positives of an imbalanced set (clicks, rare labels) more.
-func NewBCE(threads int, posWeight float32) Loss {
-	fn := bceElem
-	if posWeight != 1 {
-		fn = func(z, y float32) (float64, float32, bool) { return bceWeighted(z, y, posWeight) }
+// posWeight (BCEWithLogitsLoss's pos_weight): one weight for every
+// output, or one for each along the output's last axis (a label's, in
+// multi-label classification). Above 1 a weight counts the positives of
+// an imbalanced set (clicks, rare labels) more; nil or a single 1 is the
+// plain bce.
+func NewBCE(threads int, posWeight []float32) Loss {
+	l := &elementLoss{threads: threads, fn: bceElem, unit: true, scored: true}
+	if len(posWeight) > 1 || len(posWeight) == 1 && posWeight[0] != 1 {
+		l.pw = posWeight
 	}
-	return &elementLoss{threads: threads, fn: fn, unit: true, scored: true}
+	return l
 }
 
 // IgnoreLabel is a label the softmax cross-entropy skips (PyTorch's
@@ -330,8 +333,9 @@ type elementLoss struct {
 	// fn returns the loss of output z against target y, its gradient with
 	// respect to z, and whether z predicts y right.
 	fn     func(z, y float32) (loss float64, grad float32, hit bool)
-	unit   bool // targets lie in [0, 1]
-	scored bool // hits count
+	unit   bool      // targets lie in [0, 1]
+	scored bool      // hits count
+	pw     []float32 // bce's positive weights, along the last axis (bceWeighted instead of fn)
 
 	s     Slot
 	vals  []float64
@@ -345,6 +349,9 @@ type elementLoss struct {
 func (l *elementLoss) Check(out []int, y []float32) error {
 	if n := Size(out); len(y) != n {
 		return fmt.Errorf("%d targets for an output of shape %v (%d values)", len(y), out, n)
+	}
+	if len(l.pw) > 1 && (len(out) == 0 || out[len(out)-1] != len(l.pw)) {
+		return fmt.Errorf("%d positive weights for an output of shape %v: want one, or one a value of its last axis", len(l.pw), out)
 	}
 	for i, v := range y {
 		switch {
@@ -385,6 +392,13 @@ func (l *elementLoss) Forward(out *Tensor, y []float32, scale float32) (loss flo
 }
 
 func (l *elementLoss) elements(lo, hi int) {
+	if l.pw != nil {
+		for i := lo; i < hi; i++ {
+			v, g, hit := bceWeighted(l.z[i], l.y[i], l.pw[i%len(l.pw)])
+			l.vals[i], l.g[i], l.hits[i] = v, g*l.scale, hit
+		}
+		return
+	}
 	for i := lo; i < hi; i++ {
 		v, g, hit := l.fn(l.z[i], l.y[i])
 		l.vals[i], l.g[i], l.hits[i] = v, g*l.scale, hit

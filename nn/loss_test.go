@@ -38,7 +38,7 @@ func TestLosses(t *testing.T) {
 			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }, nil, nil},
 		{"bce, pos_weight 3", func(z, y float64) float64 { return -3*y*math.Log(sigmoid(z)) - (1-y)*math.Log(1-sigmoid(z)) },
 			func(r *rand.Rand) float32 { return r.Float32() }, func(z, y float32) bool { return (z > 0) == (y > 0.5) }, nil,
-			func(threads int) nn.Loss { return nn.NewBCE(threads, 3) }},
+			func(threads int) nn.Loss { return nn.NewBCE(threads, []float32{3}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 2))
@@ -107,7 +107,7 @@ func TestBCEExtremeLogits(t *testing.T) {
 		t.Fatalf("gradient %v", g)
 	}
 	// A positive's term twice: the missed positive costs 400.
-	sum, correct, grad = nn.NewBCE(1, 2).Forward(z, []float32{0, 1, 1, 0, 0.5}, 1)
+	sum, correct, grad = nn.NewBCE(1, []float32{2}).Forward(z, []float32{0, 1, 1, 0, 0.5}, 1)
 	if want := 600 + 1.5*math.Ln2; math.Abs(sum-want) > 1e-12 || correct != 3 {
 		t.Fatalf("pos_weight 2: loss %v, correct %d; want %v, 3", sum, correct, want)
 	}

@@ -157,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "smooth", "tiedgpt", "clipgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
-		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "segment", "regressl1", "regresshuber"}
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "multilabelpw", "segment", "segmentcw", "regressl1", "regresshuber"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}
@@ -198,6 +198,12 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	}
 	if eps, ok := ref["__smoothing"]; ok && lossName == nn.LossCE {
 		tr.Loss.(*nn.SoftmaxCE).Smoothing = nn.F32(eps)[0]
+	}
+	if w, ok := ref["__class_weight"]; ok {
+		tr.Loss.(*nn.SoftmaxCE).Weights = nn.F32(w)
+	}
+	if pw, ok := ref["__pos_weight"]; ok {
+		tr.Loss = nn.NewBCE(be.Threads(), nn.F32(pw))
 	}
 	loss := firstStep(tr, data)
 	tol := 1e-4
@@ -247,16 +253,16 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 	tr.Ctx.Train = true
 	var total float64
 	mbs := make([]nn.Batch, b.MicroBatches())
-	targets := 0 // that count in the mean (not the ignored labels)
+	var mass float64 // what the mean divides by (the labels not ignored, or their weights)
 	for m := range mbs {
 		mbs[m] = *nn.MicroBatch(b, 0, 0, m)
-		targets += tr.Loss.Count(mbs[m].Y)
+		mass += tr.Loss.Mass(mbs[m].Y)
 	}
 	dout := make([]*nn.Tensor, 1)
 	for m, mb := range mbs {
 		tr.Ctx.Micro = m
 		out := tr.Stage.Forward(&tr.Ctx, 0, mb.X)
-		loss, _, grad := tr.Loss.Forward(out[0], mb.Y, float32(1/float64(targets)))
+		loss, _, grad := tr.Loss.Forward(out[0], mb.Y, float32(1/mass))
 		total += loss
 		dout[0] = grad
 		tr.Stage.Backward(&tr.Ctx, 0, dout)
@@ -264,7 +270,7 @@ func firstStep(tr *nn.Trainer, b nn.Batches) float64 {
 	for _, g := range nn.Ties(tr.Stage.Params()) {
 		nn.SumTies(g, nil)
 	}
-	return total / float64(targets)
+	return total / mass
 }
 
 // check compares within tol of the reference tensor's largest magnitude, or

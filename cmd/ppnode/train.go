@@ -34,7 +34,7 @@ type trainFlags struct {
 	optimizer     string
 	loss          string
 	smoothing     float64
-	posWeight     float64
+	posWeight     floatList
 	classWeights  floatList
 	freeze        string
 	evalEvery     int
@@ -78,8 +78,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 		"whose parameters stay as --init or the model file gives them (PyTorch's requires_grad=False)")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "also evaluate the test split after every N steps, not only at the end (nanoGPT's eval_interval)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
-	fs.Float64Var(&f.posWeight, "pos-weight", 0, "with the bce loss, weigh each positive target's term by this (PyTorch's pos_weight, one for all outputs:\n"+
-		"negatives/positives balances an imbalanced set; 0: none)")
+	fs.Var(&f.posWeight, "pos-weight", "with the bce loss, weigh each positive target's term (PyTorch's pos_weight): one number for every output,\n"+
+		"or one a value of the output's last axis, comma-separated (negatives/positives balances an imbalanced set)")
 	fs.Var(&f.classWeights, "class-weights", "with the ce loss, weigh each label's loss by its class's weight: one number a class,\n"+
 		"comma-separated (PyTorch's CrossEntropyLoss weight=; the mean divides by the labels' weights)")
 	fs.Float64Var(&f.smoothing, "label-smoothing", 0, "with the ce loss, take each label as 1-ε on it and ε spread over the classes (PyTorch's label_smoothing)")

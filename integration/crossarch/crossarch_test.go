@@ -130,7 +130,9 @@ var cases = []trainCase{
 			s.ClassWeights, s.LabelSmoothing = []float64{0.5, 2, 1, 0.25, 1.5}, 0.1
 			s.Optimizer, s.WeightDecay, s.NoDecay1D, s.LRSchedule, s.MinLR = "adamw", 0.1, true, "linear", 1e-4
 		}),
-	withSpec(onnxCase("towers", clicks), "towers-bce", " --loss bce --pos-weight 3", func(s *job.Spec) { s.Loss, s.PosWeight = nn.LossBCE, 3 }),
+	withSpec(onnxCase("towers", clicks), "towers-bce", " --loss bce --pos-weight 3,1,2,0.5,4", func(s *job.Spec) {
+		s.Loss, s.PosWeight = nn.LossBCE, []float64{3, 1, 2, 0.5, 4}
+	}),
 }
 
 // withSpec is c named name, its spec changed by f, as flags say.

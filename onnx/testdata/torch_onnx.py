@@ -259,8 +259,12 @@ def families():
         "denoise": (lambda: pm.DenoisingAutoencoder(channels=2, width=4), [("x", (2, 8, 8), None)], (2, 8, 8)),
         "ctr": (lambda: pm.DLRM(dense=5, tables=3, rows=7, dim=4, bottom=(8, 4), top=(8, 1)), [("x0", (5,), None), ("x1", (3,), 7)], ()),
         "multilabel": (lambda: pm.TransformerClassifier(vocab=11, T=6, d=8, heads=2, layers=1, classes=6), [("x", (6,), 11)], (6,)),
+        # The same with a positive weight a label (FAMILY_POS_WEIGHT).
+        "multilabelpw": (lambda: pm.TransformerClassifier(vocab=11, T=6, d=8, heads=2, layers=1, classes=6), [("x", (6,), 11)], (6,)),
         # A class a pixel, the classes on axis 1 of the logits [N, 5, 6, 6].
         "segment": (lambda: pm.UNet(channels=2, width=4, classes=CLASSES, image=6), [("x", (2, 6, 6), None)], (6, 6)),
+        # The same with class weights and label smoothing (FAMILY_CLASS_WEIGHT).
+        "segmentcw": (lambda: pm.UNet(channels=2, width=4, classes=CLASSES, image=6), [("x", (2, 6, 6), None)], (6, 6)),
     }
 
 
@@ -268,9 +272,13 @@ def families():
 # absolute or Huber error against float targets, binary cross-entropy of
 # logits against targets in [0, 1] (soft ones for multilabel, clicks for
 # ctr: one logit a sample against y of shape [N]).
-FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "regressl1": "l1", "regresshuber": "huber"}
+FAMILY_LOSS = {"regress": "mse", "denoise": "mse", "ctr": "bce", "multilabel": "bce", "multilabelpw": "bce", "regressl1": "l1",
+               "regresshuber": "huber"}
 LOSSES = ["ce", "mse", "bce", "l1", "huber"]  # FAMILY_LOSS's, numbered for ref.safetensors's __loss
-FAMILY_SMOOTHING = {"smooth": 0.1}
+FAMILY_SMOOTHING = {"smooth": 0.1, "segmentcw": 0.1}
+# bce's pos_weight, one a label; the cross-entropy's weight=, one a class.
+FAMILY_POS_WEIGHT = {"multilabelpw": [0.5, 1, 2, 4, 1, 3]}
+FAMILY_CLASS_WEIGHT = {"segmentcw": [0.5, 1, 2, 1, 0.25]}
 # Gradients clipped to this norm over the model before each step (the
 # tied GPT: its tied tensor counts once).
 FAMILY_CLIP = {"clipgpt": 0.05}
@@ -286,11 +294,13 @@ def loss_of(name, out, y):
     if kind == "huber":
         return F.huber_loss(out, y.reshape(out.shape), reduction="sum", delta=1.0)
     if kind == "bce":
-        return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum")
+        pw = torch.tensor(FAMILY_POS_WEIGHT[name], dtype=out.dtype) if name in FAMILY_POS_WEIGHT else None
+        return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape), reduction="sum", pos_weight=pw)
     eps = FAMILY_SMOOTHING.get(name, 0.0)
+    w = torch.tensor(FAMILY_CLASS_WEIGHT[name], dtype=out.dtype) if name in FAMILY_CLASS_WEIGHT else None
     if out.dim() > 2 and tuple(out.shape[2:]) == tuple(y.shape[1:]):  # classes on axis 1
-        return F.cross_entropy(out, y, reduction="sum", label_smoothing=eps)
-    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum", label_smoothing=eps)
+        return F.cross_entropy(out, y, weight=w, reduction="sum", label_smoothing=eps)
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), weight=w, reduction="sum", label_smoothing=eps)
 
 
 def targets(name, shape, g):
@@ -299,7 +309,7 @@ def targets(name, shape, g):
     if kind in ("mse", "l1", "huber"):  # some beyond huber's bend at 1
         return 2 * torch.randn(*shape, generator=g)
     if kind == "bce":
-        return torch.rand(*shape, generator=g) if name == "multilabel" else torch.randint(0, 2, shape, generator=g).float()
+        return torch.rand(*shape, generator=g) if name.startswith("multilabel") else torch.randint(0, 2, shape, generator=g).float()
     y = torch.randint(0, CLASSES, shape, generator=g)
     if name in ("padlm", "smooth"):  # each sequence's tail from a random length on is padding
         length = torch.randint(1, shape[-1] + 1, shape[:-1] + (1,), generator=g)
@@ -348,6 +358,10 @@ def family(name, outdir):
            "__loss": np.array([LOSSES.index(FAMILY_LOSS.get(name, "ce"))], dtype=np.float32),
            "__smoothing": np.array([FAMILY_SMOOTHING.get(name, 0.0)], dtype=np.float32),
            "__clip": np.array([FAMILY_CLIP.get(name, 0.0)])}
+    if name in FAMILY_POS_WEIGHT:
+        out["__pos_weight"] = np.array(FAMILY_POS_WEIGHT[name], dtype=np.float32)
+    if name in FAMILY_CLASS_WEIGHT:
+        out["__class_weight"] = np.array(FAMILY_CLASS_WEIGHT[name], dtype=np.float32)
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)
@@ -358,8 +372,12 @@ def family(name, outdir):
 
     def one(s):
         total, lo = 0.0, 0
-        # The mean over the labels that count (-100 is ignored).
+        # The mean over the labels that count (-100 is ignored), or their
+        # class weights.
         count = int((ys[s] != -100).sum()) if FAMILY_LOSS.get(name, "ce") == "ce" else BATCH * per
+        if name in FAMILY_CLASS_WEIGHT:
+            y = ys[s].reshape(-1)
+            count = float(torch.tensor(FAMILY_CLASS_WEIGHT[name], dtype=torch.float64)[y[y != -100]].sum())
         for n in micro:
             args = [x[s, lo:lo + n].double() if x.is_floating_point() else x[s, lo:lo + n] for x in xs]
             out_ = model(*args)

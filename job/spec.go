@@ -135,6 +135,10 @@ type Spec struct {
 	// these prefixes out of training (requires_grad=False: fine-tuning a
 	// part of a model loaded with Init).
 	Freeze []string `json:"freeze,omitempty"`
+	// PaddingIdx gives embedding tables (by state_dict name, "tok.weight")
+	// a row their lookups give no gradient (nn.Embedding's padding_idx,
+	// which an ONNX file does not hold).
+	PaddingIdx map[string]int `json:"padding_idx,omitempty"`
 	// ClipGradNorm, if positive, scales each step's gradients so that their
 	// norm over the whole model is at most it (PyTorch's clip_grad_norm_).
 	ClipGradNorm float64 `json:"clip_grad_norm,omitempty"`
@@ -819,6 +823,11 @@ func (s Spec) buildModel(d Sample) (*nn.Graph, built, error) {
 	if s.Freeze != nil {
 		if err := g.Freeze(s.Freeze); err != nil {
 			return nil, built{}, specErr("--freeze: %v", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.PaddingIdx)) {
+		if err := g.SetPadding(name, s.PaddingIdx[name]); err != nil {
+			return nil, built{}, specErr("--padding-idx: %v", err)
 		}
 	}
 	return g, b, nil

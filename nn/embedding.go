@@ -11,6 +11,10 @@ import "fmt"
 type Embedding struct {
 	Num, Dim int
 	W        *Param
+	// Padded makes row PaddingIdx take no gradient from the lookups
+	// (PyTorch's padding_idx): padding positions leave it as it is.
+	Padded     bool
+	PaddingIdx int
 }
 
 func (l *Embedding) Kind() string     { return "embedding" }
@@ -61,12 +65,20 @@ func (l *Embedding) Forward(c *Ctx, s *Slot, in []*Tensor) *Tensor {
 
 // Backward adds each position's output gradient to its id's row of the
 // weight gradient, positions in ascending order, each column chunk by one
-// goroutine; it touches only the rows of ids seen. The ids get no gradient.
+// goroutine; it touches only the rows of ids seen (not the padding row).
+// The ids get no gradient.
 func (l *Embedding) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need []bool) []*Tensor {
 	ids := s.Ints(0, len(F32(in[0])))
 	dy, dw, d := F32(dout), F32(l.W.Grad), l.Dim
+	pad := int32(-1)
+	if l.Padded {
+		pad = int32(l.PaddingIdx)
+	}
 	columnChunks(c, len(ids), d, func(lo, hi int) {
 		for i, id := range ids {
+			if id == pad {
+				continue
+			}
 			row := dw[int(id)*d+lo : int(id)*d+hi]
 			for j, v := range dy[i*d+lo : i*d+hi] {
 				row[j] += v

@@ -216,6 +216,27 @@ func (g *Graph) Freeze(prefixes []string) error {
 	return nil
 }
 
+// SetPadding gives the embedding whose table is named name (a state_dict
+// name, "tok.weight") the padding row idx, whose lookups give it no
+// gradient (PyTorch's padding_idx).
+func (g *Graph) SetPadding(name string, idx int) error {
+	found := false
+	for _, n := range g.Nodes {
+		e, ok := n.Layer.(*Embedding)
+		if !ok || e.W.Name != name && !slices.Contains(e.W.Aliases, name) {
+			continue
+		}
+		if idx < 0 || idx >= e.Num {
+			return fmt.Errorf("nn: padding row %d of %s, a table of %d rows", idx, name, e.Num)
+		}
+		e.Padded, e.PaddingIdx, found = true, idx, true
+	}
+	if !found {
+		return fmt.Errorf("nn: no embedding's table is named %q", name)
+	}
+	return nil
+}
+
 // Init sets every parameter to its initial value for seed.
 func (g *Graph) Init(seed uint64) {
 	for _, p := range g.Params() {

@@ -157,7 +157,7 @@ func TestTorchModels(t *testing.T) {
 	models := []string{"mlp", "resnet", "towers", "convnet", "gpt", "padlm", "smooth", "tiedgpt", "clipgpt", "albert", "siamese", "seq2seq", "tutorial",
 		"lasttoken", "eot", "t5bias", "attnvariants", "padmodes", "lstmcell", "grucell", "rnn", "rnnrelu", "llama", "dlrm",
 		"twotower", "transformer", "padmask", "maskpos", "einsum", "textcnn", "vit", "lstm", "gru", "bilstm", "bigru",
-		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "multilabelpw", "segment", "segmentcw", "regressl1", "regresshuber"}
+		"mobilenet", "mobilenetv3", "swin", "autoencoder", "normact", "misc", "regress", "denoise", "ctr", "multilabel", "multilabelpw", "paddingidx", "segment", "segmentcw", "regressl1", "regresshuber"}
 	if m := os.Getenv("PPNODE_TORCH_MODELS"); m != "" { // for example torch_onnx.py's tv_* sweep
 		models = strings.Split(m, ",")
 	}
@@ -185,6 +185,13 @@ func torchParity(t *testing.T, model, path string, ref map[string]*nn.Tensor, be
 	}
 	g := md.Graph
 	g.Init(1)
+	for k, v := range ref {
+		if table, ok := strings.CutPrefix(k, "__padding/"); ok {
+			if err := g.SetPadding(table, int(nn.F32(v)[0])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	opt, err := nn.NewOptimizer(nn.OptimizerConfig{Name: "sgd", LR: lr, Momentum: momentum})
 	if err != nil {
 		t.Fatal(err)

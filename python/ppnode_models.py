@@ -556,15 +556,17 @@ class TransformerClassifier(nn.Module):
     src_key_padding_mask hides it and the mean leaves it out; with
     positions="mask" too, the positions are counted over the tokens that are
     not padding, RoBERTa's way (cumsum of the mask, times the mask, padding
-    at position 0 of an nn.Embedding). Input: token ids int64 [N, T];
-    output: logits [N, classes]."""
+    at position 0 of an nn.Embedding). padding_idx is the token
+    embedding's (ppnode's --padding-idx emb.weight=ID). Input: token ids
+    int64 [N, T]; output: logits [N, classes]."""
 
-    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0, pad=None, positions="learned"):
+    def __init__(self, vocab=256, T=16, d=64, heads=4, layers=2, classes=10, dropout=0.0, pad=None, positions="learned",
+                 padding_idx=None):
         super().__init__()
         self.pad = pad
         if positions == "mask":
             self.positions = nn.Embedding(T + 1, d)
-        self.emb = nn.Embedding(vocab, d)
+        self.emb = nn.Embedding(vocab, d, padding_idx=padding_idx)
         if positions != "mask":
             self.pos = nn.Parameter(torch.zeros(1, T, d))
         layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=dropout, batch_first=True)

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,7 @@ type trainFlags struct {
 	posWeight     floatList
 	classWeights  floatList
 	freeze        string
+	padding       paddingRows
 	evalEvery     int
 	clip          float64
 	schedule      string
@@ -76,6 +79,8 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 		"of logits against targets in [0, 1]) (default: ce for integer labels, mse for float targets)")
 	fs.StringVar(&f.freeze, "freeze", "", "train only part of the model: comma-separated prefixes of state_dict names (\"encoder.,embed.\")\n"+
 		"whose parameters stay as --init or the model file gives them (PyTorch's requires_grad=False)")
+	fs.Var(&f.padding, "padding-idx", "embedding rows that take no gradient, as nn.Embedding's padding_idx (not in an ONNX file):\n"+
+		"TABLE=ROW, comma-separated, tables by state_dict name (\"tok.weight=0\")")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "also evaluate the test split after every N steps, not only at the end (nanoGPT's eval_interval)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
 	fs.Var(&f.posWeight, "pos-weight", "with the bce loss, weigh each positive target's term (PyTorch's pos_weight): one number for every output,\n"+
@@ -119,7 +124,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 	return job.Spec{
 		Model: abs(f.model, job.IsModelFile(f.model)), Data: abs(f.data, data.IsFile(f.data)),
 		Init: abs(f.init, f.init != ""), Width: f.width, Batch: f.batch, MicroBatches: int(f.micro),
-		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, Freeze: freeze, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
+		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, Freeze: freeze, PaddingIdx: f.padding, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
 		SyntheticSamples: f.trainSamples, Standardize: f.standardize, EvalEvery: f.evalEvery,
@@ -168,6 +173,30 @@ func (l *floatList) Set(v string) error {
 			return fmt.Errorf("%q is not a number", f)
 		}
 		*l = append(*l, x)
+	}
+	return nil
+}
+
+// paddingRows is --padding-idx: TABLE=ROW, comma-separated.
+type paddingRows map[string]int
+
+func (p *paddingRows) String() string {
+	var s []string
+	for _, k := range slices.Sorted(maps.Keys(*p)) {
+		s = append(s, fmt.Sprintf("%s=%d", k, (*p)[k]))
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *paddingRows) Set(v string) error {
+	*p = paddingRows{}
+	for _, kv := range strings.Split(v, ",") {
+		k, row, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(row)
+		if !ok || k == "" || err != nil {
+			return fmt.Errorf("%q: want TABLE=ROW (tok.weight=0)", kv)
+		}
+		(*p)[k] = n
 	}
 	return nil
 }

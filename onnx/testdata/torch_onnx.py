@@ -216,6 +216,11 @@ def families():
         # Token 0 is padding: a mask computed from the ids (Equal, Expand,
         # Where with a condition from the data) and a masked mean.
         "padmask": (lambda: pm.TransformerClassifier(vocab=4, T=6, d=8, heads=2, layers=2, classes=CLASSES, pad=0), [("x", (6,), 4)], ()),
+        # Token 0's row of the embedding kept out of training (nn.Embedding's
+        # padding_idx, FAMILY_PADDING); no mask hides the token, so without
+        # it the row would train.
+        "paddingidx": (lambda: pm.TransformerClassifier(vocab=4, T=6, d=8, heads=2, layers=2, classes=CLASSES, padding_idx=0),
+                       [("x", (6,), 4)], ()),
         # Positions counted over the tokens (CumSum of the mask, integer arithmetic).
         "maskpos": (lambda: pm.TransformerClassifier(vocab=4, T=6, d=8, heads=2, layers=1, classes=CLASSES, pad=0, positions="mask"),
                     [("x", (6,), 4)], ()),
@@ -278,6 +283,8 @@ LOSSES = ["ce", "mse", "bce", "l1", "huber"]  # FAMILY_LOSS's, numbered for ref.
 FAMILY_SMOOTHING = {"smooth": 0.1, "segmentcw": 0.1}
 # bce's pos_weight, one a label; the cross-entropy's weight=, one a class.
 FAMILY_POS_WEIGHT = {"multilabelpw": [0.5, 1, 2, 4, 1, 3]}
+# An embedding's padding_idx: its table's name and the row.
+FAMILY_PADDING = {"paddingidx": ("emb.weight", 0)}
 FAMILY_CLASS_WEIGHT = {"segmentcw": [0.5, 1, 2, 1, 0.25]}
 # Gradients clipped to this norm over the model before each step (the
 # tied GPT: its tied tensor counts once).
@@ -362,6 +369,9 @@ def family(name, outdir):
         out["__pos_weight"] = np.array(FAMILY_POS_WEIGHT[name], dtype=np.float32)
     if name in FAMILY_CLASS_WEIGHT:
         out["__class_weight"] = np.array(FAMILY_CLASS_WEIGHT[name], dtype=np.float32)
+    if name in FAMILY_PADDING:
+        table, row = FAMILY_PADDING[name]
+        out["__padding/" + table] = np.array([row], dtype=np.float32)
     for n, x in zip(names, xs):
         key = "__x" if len(names) == 1 else "__" + n
         out[key] = x.numpy().astype(np.float32)

@@ -62,6 +62,8 @@ func TestUsageErrorsAreShort(t *testing.T) {
 	}{
 		{[]string{"train", "--bogus"}, "ppnode train: flag provided but not defined: -bogus", "train"},
 		{[]string{"train", "--batch", "many"}, `invalid value "many" for flag -batch`, "train"},
+		{[]string{"train", "--class-weights", "1,x"}, `invalid value "1,x" for flag -class-weights: "x" is not a number`, "train"},
+		{[]string{"train", "--padding-idx", "tok.weight"}, `"tok.weight": want TABLE=ROW`, "train"},
 		{[]string{"train", "--local", "--epochs", "0", "--steps", "0", "--data", "synthetic:4x4x1"}, "need epochs >= 1, or steps >= 1", "train"},
 		{[]string{"status", "--via"}, "flag needs an argument: -via", "status"},
 		{[]string{"join", "--name", "a", "--log-format", "xml"}, `--log-format "xml": want text or json`, "join"},

@@ -505,8 +505,8 @@ func (e *stageEngine) step(global int, lr, mass float64) (res stepResult, err er
 			err = fmt.Errorf("stage %d step %d: %v\n%s", e.spec.Plan.ID, global, r, debug.Stack())
 		}
 	}()
-	if !(lr >= 0 && mass >= 0) || math.IsInf(lr, 0) || math.IsInf(mass, 0) {
-		return res, fmt.Errorf("stage %d step %d: learning rate %v and loss mass %v: want finite numbers from 0 up", e.spec.Plan.ID, global, lr, mass)
+	if !(mass >= 0) || math.IsInf(mass, 0) { // a rate that diverges is the job's own: its loss says so
+		return res, fmt.Errorf("stage %d step %d: loss mass %v: want a finite number from 0 up", e.spec.Plan.ID, global, mass)
 	}
 	res.start = time.Now()
 	cpu0 := processCPU()

@@ -102,7 +102,7 @@ func TestEvaluationsEveryFewSteps(t *testing.T) {
 	spec.EvalEvery = 4
 	local := jobtest.Local(t, spec)
 	res, _ := runJob(t, spec, tc.config(3), nil)
-	steps := func(es []job.EpochAcc) (s []int) {
+	steps := func(es []job.EvalResult) (s []int) {
 		for _, e := range es {
 			s = append(s, e.Step)
 		}

@@ -299,7 +299,7 @@ func syntheticStatus(n, step int) nodes.Status {
 		js.LossHistory = append(js.LossHistory, job.LossPoint{Step: s, Loss: 2.3*math.Exp(-float64(s)/3000) + 0.05*math.Sin(float64(i))})
 	}
 	for e := range 40 {
-		js.Accuracy = append(js.Accuracy, job.EpochAcc{Step: 1250 * (e + 1), Epoch: e + 1, Accuracy: 1 - 0.9*math.Exp(-float64(e)/8)})
+		js.Accuracy = append(js.Accuracy, job.EvalResult{Step: 1250 * (e + 1), Epoch: e + 1, Accuracy: 1 - 0.9*math.Exp(-float64(e)/8)})
 	}
 	js.Evaluation = &job.Evaluation{Step: step, Done: 700, Samples: 1997} // an epoch's end
 	for r := range 60 {
@@ -320,7 +320,7 @@ func syntheticStatus(n, step int) nodes.Status {
 	reg := job.Status{ID: "reg", State: job.StateTraining, Model: "regressor.onnx", Step: 300, Total: 1000, Loss: 0.02,
 		LossName: "mse", NoAccuracy: true, Started: started}
 	for e := range 3 {
-		reg.Accuracy = append(reg.Accuracy, job.EpochAcc{Step: 100 * (e + 1), Epoch: e + 1, TestLoss: 0.1 / float64(e+1)})
+		reg.Accuracy = append(reg.Accuracy, job.EvalResult{Step: 100 * (e + 1), Epoch: e + 1, TestLoss: 0.1 / float64(e+1)})
 	}
 	st.Jobs = []nodes.JobStatus{{Status: js, Coordinator: name(0), Holders: []string{name(1)}, Replicas: 2}, {Status: reg, Coordinator: name(0)}}
 	return st

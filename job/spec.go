@@ -1030,7 +1030,7 @@ type Result struct {
 	LossHistory []LossPoint `json:"loss_history,omitempty"`
 	// Evaluations are the test split's evaluations, the last one's
 	// included (Spec.EvalEachEpoch, Spec.EvalEvery).
-	Evaluations []EpochAcc `json:"evaluations,omitempty"`
+	Evaluations []EvalResult `json:"evaluations,omitempty"`
 }
 
 // EvalDue reports whether the test split is evaluated once next steps are
@@ -1047,7 +1047,7 @@ type LocalHooks struct {
 	// Evaluating follows every chunk of an evaluation (Evaluate);
 	// Evaluated each evaluation before the last (EvalDue).
 	Evaluating func(step, done, samples int)
-	Evaluated  func(EpochAcc)
+	Evaluated  func(EvalResult)
 }
 
 // TrainLocal trains the job in this process with the single-process
@@ -1069,7 +1069,7 @@ func (j *Job) TrainLocal(threads int, hooks LocalHooks) (*Result, error) {
 	var last nn.StepResult
 	var correct, seen int
 	var losses LossHistory
-	var evals []EpochAcc
+	var evals []EvalResult
 	steps := make([]float64, 0, min(j.Total, 1<<20))
 	for g := 0; g < j.Total; g++ {
 		t0 := time.Now()
@@ -1113,13 +1113,13 @@ func (j *Job) TrainLocal(threads int, hooks LocalHooks) (*Result, error) {
 }
 
 // evaluateAt evaluates the weights after step on the test split.
-func (j *Job) evaluateAt(tr *nn.Trainer, step int, evaluating func(step, done, samples int)) EpochAcc {
+func (j *Job) evaluateAt(tr *nn.Trainer, step int, evaluating func(step, done, samples int)) EvalResult {
 	var progress func(done, samples int)
 	if evaluating != nil {
 		progress = func(done, samples int) { evaluating(step, done, samples) }
 	}
 	acc, loss := j.Evaluate(tr, progress)
-	return EpochAcc{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss)}
+	return EvalResult{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss)}
 }
 
 // EpochOf is the epoch that steps done fall in, 1 for the first (a

@@ -78,7 +78,7 @@ type Status struct {
 	Passes          [][]PassTiming `json:"passes,omitempty"`
 	PredictedPasses [][]PassTiming `json:"predicted_passes,omitempty"`
 	Stages          []StageStatus  `json:"stages,omitempty"`
-	Accuracy        []EpochAcc     `json:"accuracy,omitempty"`
+	Accuracy        []EvalResult   `json:"accuracy,omitempty"`
 	// Evaluation is the test-split evaluation in progress (at an epoch's
 	// end or the job's), if one is.
 	Evaluation *Evaluation `json:"evaluation,omitempty"`
@@ -176,10 +176,11 @@ type StageStatus struct {
 	WallMS float64 `json:"wall_ms"`
 }
 
-// EpochAcc is the test accuracy and loss after a step: an epoch's last
-// (Spec.EvalEachEpoch), every Spec.EvalEvery steps, or the job's last;
-// Epoch is the epoch that step ends or falls in (Job.EpochOf).
-type EpochAcc struct {
+// EvalResult is an evaluation of the test split: the accuracy and loss of
+// the weights after a step: an epoch's last (Spec.EvalEachEpoch), every
+// Spec.EvalEvery steps, or the job's last; Epoch is the epoch that step
+// ends or falls in (Job.EpochOf).
+type EvalResult struct {
 	Step     int     `json:"step"`
 	Epoch    int     `json:"epoch"`
 	Accuracy float64 `json:"accuracy"`

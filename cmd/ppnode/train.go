@@ -132,7 +132,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 }
 
 // evaluation describes an evaluation during training.
-func evaluation(scores bool, e job.EpochAcc) string {
+func evaluation(scores bool, e job.EvalResult) string {
 	s := fmt.Sprintf("test after step %d: loss %.4f", e.Step, e.TestLoss)
 	if e.Perplexity > 0 {
 		s += fmt.Sprintf(" (perplexity %.2f)", e.Perplexity)
@@ -271,7 +271,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	res, err := jb.TrainLocal(threads, job.LocalHooks{
 		Step:       func(step int, loss, rate float64) { bar.update(time.Now(), step, loss, rate) },
 		Evaluating: func(step, done, samples int) { bar.evaluating(time.Now(), step, done, samples) },
-		Evaluated:  func(e job.EpochAcc) { bar.note(evaluation(jb.ScoresAccuracy(), e)) },
+		Evaluated:  func(e job.EvalResult) { bar.note(evaluation(jb.ScoresAccuracy(), e)) },
 	})
 	bar.done()
 	if err != nil {

@@ -520,7 +520,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		}
 		c.runStep(now)
 	case st.next < c.job.Total:
-		c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Step: st.next, Epoch: c.job.EpochOf(st.next), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
+		c.status.Accuracy = append(c.status.Accuracy, job.EvalResult{Step: st.next, Epoch: c.job.EpochOf(st.next), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
 			Perplexity: c.job.Perplexity(e.TestLoss)})
 		c.boundary(now)
 	default:
@@ -580,7 +580,7 @@ func (c *Core) finishTraining(e CutTaken) {
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
-	c.status.Accuracy = append(c.status.Accuracy, job.EpochAcc{Step: j.Total, Epoch: j.EpochOf(j.Total), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
+	c.status.Accuracy = append(c.status.Accuracy, job.EvalResult{Step: j.Total, Epoch: j.EpochOf(j.Total), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
 		Perplexity: j.Perplexity(e.TestLoss)})
 	res.Evaluations = slices.Clone(c.status.Accuracy)
 	c.stopAll(true)

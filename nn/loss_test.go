@@ -357,14 +357,11 @@ func TestSoftmaxCEClassWeights(t *testing.T) {
 				continue
 			}
 			row := nn.F32(z)[i*k : (i+1)*k]
-			var se float64
-			for _, v := range row {
-				se += math.Exp(float64(v))
-			}
+			lse := logSumExp(row)
 			c, wc := int(y[i]), float64(w[int(y[i])])
-			want += wc * (math.Log(se) - float64(row[c]))
+			want += wc * (lse - float64(row[c]))
 			for j, v := range row {
-				g := math.Exp(float64(v)) / se
+				g := math.Exp(float64(v) - lse)
 				if j == c {
 					g--
 				}
@@ -391,15 +388,11 @@ func TestSoftmaxCEClassWeights(t *testing.T) {
 			continue
 		}
 		row := nn.F32(z)[i*k : (i+1)*k]
-		var se float64
-		for _, v := range row {
-			se += math.Exp(float64(v))
-		}
-		lse, c, wc := math.Log(se), int(y[i]), float64(w[int(y[i])])
+		lse, c, wc := logSumExp(row), int(y[i]), float64(w[int(y[i])])
 		want += (1 - eps) * wc * (lse - float64(row[c]))
 		for j, v := range row {
 			want += eps / k * float64(w[j]) * (lse - float64(v))
-			g := math.Exp(float64(v))/se*((1-eps)*wc+eps/k*wsum) - eps/k*float64(w[j])
+			g := math.Exp(float64(v)-lse)*((1-eps)*wc+eps/k*wsum) - eps/k*float64(w[j])
 			if j == c {
 				g -= (1 - eps) * wc
 			}
@@ -421,4 +414,13 @@ func TestSoftmaxCEClassWeights(t *testing.T) {
 	if err := (&nn.SoftmaxCE{Weights: w[:3]}).Check(z.Shape(), y); err == nil || !strings.Contains(err.Error(), "3 class weights for logits of 4 classes") {
 		t.Fatalf("three weights for four classes: %v", err)
 	}
+}
+
+// logSumExp is log Σ e^v over row, in float64.
+func logSumExp(row []float32) float64 {
+	var se float64
+	for _, v := range row {
+		se += math.Exp(float64(v))
+	}
+	return math.Log(se)
 }

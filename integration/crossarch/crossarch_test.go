@@ -167,46 +167,39 @@ func paddedTokens(dir string) (string, error) {
 
 // targets writes 96 samples of 24 features and 5 float targets each.
 func targets(dir string) (string, error) {
-	x, y := nn.New(96, 24), nn.New(96, 5)
-	for i := range nn.F32(x) {
-		nn.F32(x)[i] = float32(math.Sin(float64(i) * 0.3))
-	}
-	for i := range nn.F32(y) {
-		nn.F32(y)[i] = 3 * float32(math.Cos(float64(i)*0.9))
-	}
-	xe, err := tensorio.F32Entry("x", x)
-	if err != nil {
-		return "", err
-	}
-	ye, err := tensorio.F32Entry("y", y)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "targets.safetensors")
-	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, ye}, nil)
+	return floatTargets(dir, "targets", func(i int) float32 { return 3 * float32(math.Cos(float64(i)*0.9)) })
 }
 
 // clicks writes 96 samples of 24 features and 5 targets each of 0 or 1,
 // a quarter of them 1.
 func clicks(dir string) (string, error) {
-	x, y := nn.New(96, 24), nn.New(96, 5)
+	return floatTargets(dir, "clicks", func(i int) float32 {
+		if math.Cos(float64(i)*0.9) > 0.7 {
+			return 1
+		}
+		return 0
+	})
+}
+
+// floatTargets writes dir/name.safetensors: 96 samples of 24 features,
+// and 5 float targets each, target i of them y(i).
+func floatTargets(dir, name string, y func(i int) float32) (string, error) {
+	x, t := nn.New(96, 24), nn.New(96, 5)
 	for i := range nn.F32(x) {
 		nn.F32(x)[i] = float32(math.Sin(float64(i) * 0.3))
 	}
-	for i := range nn.F32(y) {
-		if math.Cos(float64(i)*0.9) > 0.7 {
-			nn.F32(y)[i] = 1
-		}
+	for i := range nn.F32(t) {
+		nn.F32(t)[i] = y(i)
 	}
 	xe, err := tensorio.F32Entry("x", x)
 	if err != nil {
 		return "", err
 	}
-	ye, err := tensorio.F32Entry("y", y)
+	ye, err := tensorio.F32Entry("y", t)
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "clicks.safetensors")
+	path := filepath.Join(dir, name+".safetensors")
 	return path, tensorio.SaveSafetensorsEntries(path, []tensorio.Entry{xe, ye}, nil)
 }
 

@@ -248,11 +248,12 @@ func TestStepsOverEpochs(t *testing.T) {
 
 // With stderr not a terminal, `ppnode train` prints its progress as plain
 // lines between the plan and the result: at least the last step's, and
-// the evaluations --eval-every asks for.
+// the evaluations --eval-every and --eval-each-epoch ask for.
 func TestTrainPipedProgress(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--local", "--model", "mlp32", "--width", "8", "--data", "synthetic:8x8x1:4",
-		"--synthetic-samples", "96", "--batch", "24", "--micro-batches", "2", "--threads", "1", "--steps", "5", "--eval-every", "2"}, &out, &errb)
+		"--synthetic-samples", "96", "--batch", "24", "--micro-batches", "2", "--threads", "1", "--steps", "5", "--eval-every", "3",
+		"--eval-each-epoch"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -261,9 +262,10 @@ func TestTrainPipedProgress(t *testing.T) {
 	if plan < 0 || step < plan || done < step || strings.Contains(s, "\r") {
 		t.Errorf("stderr does not show the progress between the plan and the result as plain lines:\n%s", s)
 	}
-	two, four := strings.Index(s, "\ntest after step 2: loss "), strings.Index(s, "\ntest after step 4: loss ")
-	if two < plan || four < two || done < four || !strings.Contains(s[four:], ", accuracy ") {
-		t.Errorf("stderr does not show the evaluations after steps 2 and 4:\n%s", s)
+	// 96 training samples: an epoch is 4 steps of 24.
+	three, four := strings.Index(s, "\ntest after step 3: loss "), strings.Index(s, "\ntest after step 4: loss ")
+	if three < plan || four < three || done < four || strings.Count(s, "test after step") != 2 || !strings.Contains(s[four:], ", accuracy ") {
+		t.Errorf("stderr does not show the evaluations after step 3 (--eval-every) and 4 (the epoch's end) alone:\n%s", s)
 	}
 }
 

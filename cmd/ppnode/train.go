@@ -41,6 +41,7 @@ type trainFlags struct {
 	freeze        string
 	padding       paddingRows
 	evalEvery     int
+	evalEpoch     bool
 	clip          float64
 	schedule      string
 	warmup        int
@@ -82,6 +83,7 @@ func (f *trainFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.padding, "padding-idx", "embedding rows that take no gradient, as nn.Embedding's padding_idx (not in an ONNX file):\n"+
 		"TABLE=ROW, comma-separated, tables by state_dict name (\"tok.weight=0\")")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "also evaluate the test split after every N steps, not only at the end (nanoGPT's eval_interval)")
+	fs.BoolVar(&f.evalEpoch, "eval-each-epoch", false, "also evaluate the test split at every epoch's end")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "scale each step's gradients so that their norm over the model is at most this (PyTorch's clip_grad_norm_; 0: none)")
 	fs.Var(&f.posWeight, "pos-weight", "with the bce loss, weigh each positive target's term (PyTorch's pos_weight): one number for every output,\n"+
 		"or one a value of the output's last axis, comma-separated (negatives/positives balances an imbalanced set)")
@@ -127,7 +129,7 @@ func (f *trainFlags) spec(set map[string]bool) job.Spec {
 		Epochs: epochs, Steps: f.steps, Optimizer: f.optimizer, Loss: f.loss, LabelSmoothing: f.smoothing, PosWeight: f.posWeight, ClassWeights: f.classWeights, Freeze: freeze, PaddingIdx: f.padding, ClipGradNorm: f.clip, LR: f.lr, Momentum: f.momentum,
 		WeightDecay: f.wd, NoDecay1D: f.noDecay1D, LRSchedule: f.schedule, MinLR: f.minLR, Warmup: f.warmup, Seed: f.seed,
 		Deterministic: f.deterministic, Backend: f.backend, Threads: f.threads,
-		SyntheticSamples: f.trainSamples, Standardize: f.standardize, EvalEvery: f.evalEvery,
+		SyntheticSamples: f.trainSamples, Standardize: f.standardize, EvalEvery: f.evalEvery, EvalEachEpoch: f.evalEpoch,
 	}
 }
 

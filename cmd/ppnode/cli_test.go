@@ -451,7 +451,8 @@ func TestDemoAccuracyCheck(t *testing.T) {
 }
 
 // status names a job's loss beside its value unless it is the
-// cross-entropy, and its result shows no accuracy under an error loss.
+// cross-entropy, and its result shows no accuracy under an error loss;
+// a job in training shows its newest evaluation.
 func TestStatusNamesTheLoss(t *testing.T) {
 	js := nodes.JobStatus{Status: job.Status{ID: "j", Model: "dn.onnx", State: job.StateDone, Step: 3, Total: 3, Loss: 0.0112, LossName: nn.LossMSE,
 		Result: &job.Result{Loss: nn.LossMSE, TestLoss: 0.0113, WeightsSHA256: "ab"}}}
@@ -465,5 +466,13 @@ func TestStatusNamesTheLoss(t *testing.T) {
 	}
 	if strings.Contains(out, "accuracy") {
 		t.Errorf("an mse job's status shows an accuracy:\n%s", out)
+	}
+	// While it trains, the newest evaluation (--eval-every).
+	js.State, js.Step, js.Total, js.Result, js.NoAccuracy = job.StateTraining, 250, 1000, nil, true
+	js.Accuracy = []job.EvalResult{{Step: 100, TestLoss: 0.02}, {Step: 200, TestLoss: 0.015}}
+	b.Reset()
+	printStatus(&b, &clusterStatus{Status: nodes.Status{Name: "a", Jobs: []nodes.JobStatus{js}}})
+	if out := b.String(); !strings.Contains(out, "\n  test after step 200: loss 0.0150\n") || strings.Contains(out, "accuracy") {
+		t.Errorf("a training job's status lacks its newest evaluation, or shows an accuracy under mse:\n%s", out)
 	}
 }

@@ -136,6 +136,8 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 			}
 			if j.Result != nil {
 				fmt.Fprintf(w, "  result: %stest loss %.4f%s%s, weights %s\n", accuracy(j.Result, ", "), j.Result.TestLoss, perplexity(j.Result), evaluated(j.Result), j.Result.WeightsSHA256)
+			} else if n := len(j.Accuracy); n > 0 { // the newest evaluation while it trains
+				fmt.Fprintf(w, "  %s\n", evaluation(!j.NoAccuracy, j.Accuracy[n-1]))
 			}
 			if j.Cuts > 0 {
 				fmt.Fprintf(w, "  latest consistent cut: step %d (%d cuts, every %d steps; the last paused the pipeline %.0f ms, written and copied in %.0f ms",

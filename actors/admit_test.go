@@ -70,6 +70,9 @@ func TestStaleRequestAnswered(t *testing.T) {
 		{&EvalBegin{Header: &Header{JobId: cs.ID(), Generation: 2}}, "*actors.StepDone"},
 		{&StepBegin{Header: &Header{JobId: cs.ID(), Generation: 1}}, "*actors.StepDone"},
 		{&ConnectStage{Header: &Header{JobId: cs.ID(), Generation: 2}}, "*actors.Ack"},
+		{&ClipGrads{Header: &Header{JobId: cs.ID(), Generation: 2}}, "*actors.Ack"},
+		{&SendState{Header: &Header{JobId: cs.ID(), Generation: 2}}, "*actors.StateMoved"},
+		{&GatherWeights{Header: &Header{JobId: cs.ID(), Generation: 2}}, "*actors.StepDone"},
 		{&EvalBegin{Header: &Header{JobId: "another", Generation: 2}}, ""},
 	} {
 		var got proto.Message

@@ -198,10 +198,8 @@ func NewCoordinator(spec job.Checked, cfg CoordinatorConfig) (*Coordinator, erro
 		return nil, err
 	}
 	if c.spec.ClipGradNorm > 0 {
-		for _, p := range nn.Unique(jb.Graph.Params()) {
-			if p.Trainable() {
-				c.clipOrder = append(c.clipOrder, p.Name)
-			}
+		for _, p := range nn.Normed(jb.Graph.Params()) {
+			c.clipOrder = append(c.clipOrder, p.Name)
 		}
 	}
 	var resume *core.Cut

@@ -232,10 +232,9 @@ func newStageEngine(spec StageSpec, threads int) (*stageEngine, error) {
 		e.slot, e.reused = sharedSlot(e.M)
 	}
 	if e.clip = js.ClipGradNorm > 0; e.clip {
-		for _, p := range nn.Unique(e.params) {
-			if p.Trainable() {
-				e.normed, e.normNames = append(e.normed, p), append(e.normNames, p.Name)
-			}
+		e.normed = nn.Normed(e.params)
+		for _, p := range e.normed {
+			e.normNames = append(e.normNames, p.Name)
 		}
 	}
 	if e.be, err = js.NewBackend(threads); err != nil {
@@ -508,6 +507,10 @@ func (e *stageEngine) step(global int, lr, mass float64) (res stepResult, err er
 	if !(mass >= 0) || math.IsInf(mass, 0) { // a rate that diverges is the job's own: its loss says so
 		return res, fmt.Errorf("stage %d step %d: loss mass %v: want a finite number from 0 up", e.spec.Plan.ID, global, mass)
 	}
+	var scale float32 // a step whose every label is ignored learns nothing
+	if mass > 0 {
+		scale = float32(1 / mass)
+	}
 	res.start = time.Now()
 	cpu0 := processCPU()
 	defer func() {
@@ -595,10 +598,6 @@ func (e *stageEngine) step(global int, lr, mass float64) (res stepResult, err er
 			labels := nn.F32(y) // the inbox keeps it until the step ends
 			if err := e.loss[m].Check(logits.Shape(), labels); err != nil {
 				return res, fmt.Errorf("micro-batch %d: %w", m, err)
-			}
-			var scale float32 // a step whose every label is ignored learns nothing
-			if mass > 0 {
-				scale = float32(1 / mass)
 			}
 			l, c, grad := e.loss[m].Forward(logits, labels, scale)
 			e.lossGrad[m] = grad

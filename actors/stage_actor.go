@@ -347,10 +347,13 @@ func (a *stageActor) admit(msg JobMessage, reply func(proto.Message)) bool {
 // refusal is the reply to a request the stage does not run, of the type
 // its sender waits for.
 func refusal(msg JobMessage, why string) proto.Message {
-	if _, ok := msg.(*ConnectStage); ok {
+	switch msg.(type) {
+	case *ConnectStage, *ClipGrads:
 		return &Ack{Header: msg.GetHeader(), Error: why}
+	case *SendState, *ReceiveState:
+		return stateMoved(msg.GetHeader(), nil, errors.New(why))
 	}
-	return &StepDone{Header: msg.GetHeader(), Error: why}
+	return &StepDone{Header: msg.GetHeader(), Error: why} // StepBegin, EvalBegin, GatherWeights, RestoreStage
 }
 
 func ack(h *Header, err error) *Ack {

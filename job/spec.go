@@ -375,18 +375,14 @@ func (s *Spec) normalize() error {
 	if s.NoDecay1D && s.WeightDecay == 0 {
 		return specErr("leaving one-dimensional tensors out of the weight decay needs a weight decay (--weight-decay)")
 	}
-	for i, w := range s.PosWeight {
-		if !(w >= 0 && w <= math.MaxFloat32) {
-			return specErr("positive weight %d is %v: want a number from 0 up", i, w)
-		}
+	if err := checkWeights("positive weight", s.PosWeight); err != nil {
+		return err
 	}
 	if s.PosWeight != nil && s.Loss != nn.LossBCE {
 		return specErr("a positive weight is the %s loss's (--loss %s)", nn.LossBCE, nn.LossBCE)
 	}
-	for i, w := range s.ClassWeights {
-		if !(w >= 0 && w <= math.MaxFloat32) {
-			return specErr("class weight %d is %v: want a number from 0 up", i, w)
-		}
+	if err := checkWeights("class weight", s.ClassWeights); err != nil {
+		return err
 	}
 	if s.ClassWeights != nil && s.Loss != "" && s.Loss != nn.LossCE {
 		return specErr("class weights are the %s loss's; the loss is %s", nn.LossCE, s.Loss)
@@ -699,14 +695,24 @@ func (s Spec) NewLoss(d Sample, threads int) nn.Loss {
 	}
 	if ce, ok := l.(*nn.SoftmaxCE); ok {
 		ce.Smoothing = float32(s.LabelSmoothing)
+		if s.ClassWeights != nil {
+			ce.Weights = float32s(s.ClassWeights)
+		}
 	}
 	if s.PosWeight != nil {
 		l = nn.NewBCE(threads, float32s(s.PosWeight))
 	}
-	if ce, ok := l.(*nn.SoftmaxCE); ok && s.ClassWeights != nil {
-		ce.Weights = float32s(s.ClassWeights)
-	}
 	return l
+}
+
+// checkWeights refuses a weight that is not a float32 from 0 up.
+func checkWeights(what string, ws []float64) error {
+	for i, w := range ws {
+		if !(w >= 0 && w <= math.MaxFloat32) {
+			return specErr("%s %d is %v: want a number from 0 up", what, i, w)
+		}
+	}
+	return nil
 }
 
 func float32s(v []float64) []float32 {

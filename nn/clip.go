@@ -21,7 +21,24 @@ func ClipScale(sumsq []float64, maxNorm float64) float32 {
 	for _, s := range sumsq {
 		total += s
 	}
+	return clipScale(total, maxNorm)
+}
+
+func clipScale(total, maxNorm float64) float32 {
 	return float32(min(maxNorm/(math.Sqrt(total)+1e-6), 1))
+}
+
+// Normed is the trainable tensors of ps the gradients' norm runs over, in
+// ps's order, each tied tensor once (the first of its copies, whose
+// gradients SumTies made equal).
+func Normed(ps []*Param) []*Param {
+	var out []*Param
+	for _, p := range Unique(ps) {
+		if p.Trainable() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ScaleGrads multiplies the gradients of the trainable params by scale.
@@ -39,14 +56,15 @@ func ScaleGrads(ps []*Param, scale float32) {
 }
 
 // ClipGrads scales the gradients of ps as clip_grad_norm_(ps, maxNorm)
-// does, counting each tied tensor once (the first of its copies, whose
-// gradients SumTies made equal).
-func ClipGrads(ps []*Param, maxNorm float64) {
-	var sumsq []float64
-	for _, p := range Unique(ps) {
-		if p.Trainable() {
-			sumsq = append(sumsq, SumSquares(p))
-		}
+// does, counting each tied tensor once.
+func ClipGrads(ps []*Param, maxNorm float64) { ClipNormed(Normed(ps), ps, maxNorm) }
+
+// ClipNormed is ClipGrads with the norm's tensors, Normed(ps), known: the
+// squares summed in normed's order, as ClipScale sums them.
+func ClipNormed(normed, ps []*Param, maxNorm float64) {
+	var total float64
+	for _, p := range normed {
+		total += SumSquares(p)
 	}
-	ScaleGrads(ps, ClipScale(sumsq, maxNorm))
+	ScaleGrads(ps, clipScale(total, maxNorm))
 }

@@ -125,6 +125,7 @@ type SoftmaxCE struct {
 	labels []float32
 	k      int
 	scale  float32
+	wsum   float64 // Σ Weights, for smoothWeightedRow
 	fn     func(lo, hi int)
 }
 
@@ -211,7 +212,10 @@ func (l *SoftmaxCE) Forward(logits *Tensor, labels []float32, scale float32) (lo
 	if cap(l.rows) < n {
 		l.rows, l.hits = make([]float64, n), make([]bool, n)
 	}
-	l.z, l.g, l.labels, l.k, l.scale = z, g, labels, k, scale
+	l.z, l.g, l.labels, l.k, l.scale, l.wsum = z, g, labels, k, scale, 0
+	for _, w := range l.Weights {
+		l.wsum += float64(w)
+	}
 	if l.fn == nil {
 		l.fn = l.lossRows
 	}
@@ -295,13 +299,12 @@ func (l *SoftmaxCE) smoothRow(zs, gs []float32, y int, lse, nll float64, scale f
 func (l *SoftmaxCE) smoothWeightedRow(zs, gs []float32, y int, lse, nll float64, scale float32) float64 {
 	eps, k, w := float64(l.Smoothing), float64(len(zs)), l.Weights
 	wy := float64(w[y])
-	var sum, wsum float64 // Σ_j w_j·(−log p_j), Σ_j w_j
+	var sum float64 // Σ_j w_j·(−log p_j)
 	for j, v := range zs {
 		sum += float64(float64(w[j]) * (lse - float64(v)))
-		wsum += float64(w[j])
 	}
 	// Products rounded before they are added: never fused (see doc.go).
-	a := float32(float64((1-eps)*wy) + float64(eps/k*wsum))
+	a := float32(float64((1-eps)*wy) + float64(eps/k*l.wsum))
 	for j := range gs {
 		gs[j] = float32(float32(gs[j]*a)*scale) - float32(float32(eps/k*float64(w[j]))*scale)
 	}

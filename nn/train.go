@@ -43,16 +43,19 @@ type Trainer struct {
 	// before each step (PyTorch's clip_grad_norm_).
 	ClipNorm float64
 
-	bs   []Batch
-	dout []*Tensor
-	ties [][]*Param
+	bs     []Batch
+	dout   []*Tensor
+	params []*Param // Stage's
+	ties   [][]*Param
+	normed []*Param // the tensors clipping's norm runs over (Normed), once ClipNorm is used
 }
 
 // NewTrainer returns a trainer over the whole graph g.
 func NewTrainer(g *Graph, opt Optimizer, be Backend, seed uint64) *Trainer {
 	st := g.Whole()
+	ps := st.Params()
 	return &Trainer{Graph: g, Stage: st, Opt: opt, Ctx: Ctx{Backend: be, Seed: seed}, dout: make([]*Tensor, 1),
-		Loss: &SoftmaxCE{Threads: be.Threads()}, ties: Ties(st.Params())}
+		Loss: &SoftmaxCE{Threads: be.Threads()}, params: ps, ties: Ties(ps)}
 }
 
 // StepResult is one step's loss (mean over the mini-batch's targets) and
@@ -105,9 +108,12 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 		SumTies(g, nil)
 	}
 	if t.ClipNorm > 0 {
-		ClipGrads(t.Stage.Params(), t.ClipNorm)
+		if t.normed == nil {
+			t.normed = Normed(t.params)
+		}
+		ClipNormed(t.normed, t.params, t.ClipNorm)
 	}
-	t.Opt.Step(t.Stage.Params())
+	t.Opt.Step(t.params)
 	return r
 }
 

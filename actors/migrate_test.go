@@ -200,8 +200,8 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 	}
 	// Asked after step 2, fc17-fc20 go from b to c after step 3;
 	// everything else stays. After step 4 the new stages refuse a message
-	// of the old plan generation (a refusal, at once) and answer one of
-	// theirs.
+	// of the old plan generation (a refusal, at once, of the type a
+	// SendState's sender reads) and answer one of theirs.
 	fenced := 0
 	res, c := runMoves(t, tc, spec, 3, map[int]string{2: "fc1-fc10@a; fc11-fc16@b; fc17-fc32@c"}, false, func(c *Coordinator, step int) {
 		if step != 4 {
@@ -210,7 +210,7 @@ func TestMoveSendsOnlyTheLayersThatChangeNode(t *testing.T) {
 		gen := c.core.Generation()
 		for k, ref := range c.sets[gen].refs {
 			r, err := tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen - 1}}, 10*time.Second)
-			if d, ok := r.(*StepDone); err != nil || !ok || !strings.Contains(d.GetError(), "a newer plan") {
+			if d, ok := r.(*StateMoved); err != nil || !ok || !strings.Contains(d.GetError(), "a newer plan") {
 				t.Errorf("stage %d of generation %d answered a message of generation %d with %v, %v", k, gen, gen-1, r, err)
 			}
 			r, err = tc.ctl.Request(ref, &SendState{Header: &Header{JobId: spec.ID, Generation: gen}, Steps: int64(step)}, 10*time.Second)

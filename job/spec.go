@@ -148,8 +148,8 @@ type Spec struct {
 	// EvalEvery, if positive, also measures them after every EvalEvery
 	// steps (nanoGPT's eval_interval).
 	EvalEvery int `json:"eval_every,omitempty"`
-	// Wire is "" (lossless: each link picks its codec for its rate and
-	// what it carries), "raw" (no compression), or a lossy format for the
+	// Wire is "" or "lossless" (each link picks its lossless codec for its
+	// rate and what it carries), "raw" (no compression), or a lossy format for the
 	// activations and gradients between stages: "bf16" or "int8" (a scale
 	// per 64 values). Inputs, state moves and checkpoints stay lossless.
 	Wire string `json:"wire,omitempty"`
@@ -391,9 +391,9 @@ func (s *Spec) normalize() error {
 		return specErr("label smoothing is the %s loss's; the loss is %s", nn.LossCE, s.Loss)
 	}
 	switch s.Wire {
-	case "", "raw", "bf16", "int8":
+	case "", "lossless", "raw", "bf16", "int8":
 	default:
-		return specErr("unknown wire format %q (have raw, bf16, int8; none: lossless, chosen per link)", s.Wire)
+		return specErr("unknown wire format %q (have lossless, the default: each link chooses its codec; raw; bf16; int8)", s.Wire)
 	}
 	if s.WireCodec() != tensorio.CodecRaw && s.Deterministic {
 		return specErr("wire format %s is lossy: a deterministic run would not give the weights of --local", s.Wire)

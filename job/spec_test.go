@@ -51,6 +51,34 @@ func TestSpecBackendNames(t *testing.T) {
 	}
 }
 
+// The wire formats `train --help` names are accepted; "lossless" is the
+// default's name: links choose their codecs and nothing is lossy.
+func TestWireFormats(t *testing.T) {
+	for _, tc := range []struct {
+		wire     string
+		ok, auto bool
+		codec    string
+	}{
+		{"", true, true, "raw"},
+		{"lossless", true, true, "raw"},
+		{"raw", true, false, "raw"},
+		{"bf16", true, true, "bf16"},
+		{"int8", true, true, "int8"},
+		{"zstd", false, false, ""},
+	} {
+		s := DefaultSpec()
+		s.Wire = tc.wire
+		c, err := Check(s)
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrSpec) {
+			t.Errorf("wire %q: %v, want ok=%v", tc.wire, err, tc.ok)
+			continue
+		}
+		if err == nil && (c.Spec().AutoCodecs() != tc.auto || c.Spec().WireCodec().String() != tc.codec) {
+			t.Errorf("wire %q: links choose %v, codec %v; want %v, %s", tc.wire, c.Spec().AutoCodecs(), c.Spec().WireCodec(), tc.auto, tc.codec)
+		}
+	}
+}
+
 // Leaving one-dimensional tensors out of the weight decay needs a decay;
 // the choice reaches the optimizer.
 func TestNoDecay1DSpec(t *testing.T) {

@@ -2,9 +2,11 @@
 schedule per round (A B C A B C ...), then per schedule the median step and
 bubble, measured against predicted, its step over 1F1B's per round against
 the simulator's ratio, and in how many runs the prediction was within 15%.
-"CPU wait" is the most any node's threads waited for a CPU, as a share of
-its CPU time over its life (schedules.sh's last lines): more than a few
-percent, and the nodes were not each on a core of their own.
+"Compute measured / predicted" is, per node, its stages' passes over the
+simulated ones (the lowest and the highest node). "CPU wait" is the most
+any node's threads waited for a CPU, as a share of its CPU time over its
+life (schedules.sh's last lines): more than a few percent, and the nodes
+were not each on a core of their own.
 
 Run as root (after `make build`):
   /usr/bin/python3 bench/schedule_rounds.py --rounds 5 --nodes 2 --pin \\
@@ -32,7 +34,8 @@ def run(binary, port, nodes, flags, schedule, pin):
         sys.exit(f"{schedule}: no result:\n{out.stdout}{out.stderr}")
     plan = next((l for l in out.stdout.splitlines() if l.startswith("plan ")), "plan ?")
     waits = [int(w) for w in re.findall(r"waiting for one \((\d+)%\)", out.stdout)]
-    return dict(pred=float(m[1]), meas=float(m[2]), pbub=float(m[3]), mbub=float(m[4]), plan=plan[5:].replace(", recomputing: none", ""),
+    busy = [float(x) for x in re.findall(r" x([\d.]+)", next((l for l in out.stdout.splitlines() if l.startswith("compute ")), ""))]
+    return dict(busy=f"{min(busy):.2f}-{max(busy):.2f}" if busy else "?", pred=float(m[1]), meas=float(m[2]), pbub=float(m[3]), mbub=float(m[4]), plan=plan[5:].replace(", recomputing: none", ""),
                 wait=max(waits, default=-1))
 
 
@@ -49,13 +52,13 @@ def main():
     flags = [f for f in a.flags if f != "--"]
     scheds = a.schedules.split(";")
     res = {s: [] for s in scheds}
-    print("| round | schedule | step measured (predicted) | bubble measured (predicted) | CPU wait | plan |")
-    print("|---|---|---|---|---|---|")
+    print("| round | schedule | step measured (predicted) | bubble measured (predicted) | compute measured / predicted | CPU wait | plan |")
+    print("|---|---|---|---|---|---|---|")
     for r in range(a.rounds):
         for s in scheds:
             x = run(a.binary, a.port, a.nodes, flags, s, a.pin)
             res[s].append(x)
-            print(f"| {r + 1} | {s} | {x['meas']:.1f} ms ({x['pred']:.1f}) | {x['mbub']:.1f}% ({x['pbub']:.1f}%) | {x['wait']}% | `{x['plan']}` |", flush=True)
+            print(f"| {r + 1} | {s} | {x['meas']:.1f} ms ({x['pred']:.1f}) | {x['mbub']:.1f}% ({x['pbub']:.1f}%) | {x['busy']} | {x['wait']}% | `{x['plan']}` |", flush=True)
     base = scheds[0]
     for s in scheds:
         xs = res[s]

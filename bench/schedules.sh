@@ -100,11 +100,28 @@ for s in st.get("last_steps", []):
     # Per node: an interleaved node's chunks share its time.
     nodes = len({x["node"] for x in st["stages"]}) or len(s["stages"])
     bub.append(1 - busy / (nodes * s["wall_ms"]))
+# Per node, its stages' measured compute (median over the last steps) over
+# the simulated: how much of a missed step is the passes' speed.
+node_of = [x["node"] for x in st.get("stages", [])]
+pred_busy, meas_busy = {}, {}
+for k, ps in enumerate(st.get("predicted_passes") or []):
+    if k < len(node_of):
+        pred_busy[node_of[k]] = pred_busy.get(node_of[k], 0) + sum(p["ms"] for p in ps)
+for s in st.get("last_steps", []):
+    per = {}
+    for k, x in enumerate(s["stages"]):
+        if k < len(node_of):
+            per[node_of[k]] = per.get(node_of[k], 0) + x["forward_ms"] + x["backward_ms"] + x["update_ms"]
+    for n, v in per.items():
+        meas_busy.setdefault(n, []).append(v)
 rec = [("s%d" % s["id"]) for s in st.get("stages", []) if s.get("recompute")]
 print("plan %s (%s, M=%d), recomputing: %s" % (res["plan"], res["schedule"], res["micro_batches"], ", ".join(rec) or "none"))
 print("step: predicted %.1f ms, measured %.1f ms (x%.2f); bubble: predicted %.1f%%, measured %.1f%%; %.1f samples/s"
       % (res["predicted_step_ms"], res["measured_step_ms"], res["measured_step_ms"] / res["predicted_step_ms"],
          100 * st.get("predicted_bubble", 0), 100 * statistics.median(bub) if bub else float("nan"), res["samples_per_sec"]))
+if pred_busy and meas_busy:
+    print("compute measured / predicted: " + ", ".join("%s x%.2f" % (n, statistics.median(meas_busy[n]) / pred_busy[n])
+                                                     for n in sorted(pred_busy) if n in meas_busy and pred_busy[n] > 0))
 PY
 # Each node's CPU time and its threads' waits for a CPU over its life
 # (/proc/PID/task/*/schedstat: nanoseconds on a CPU, on a run queue).

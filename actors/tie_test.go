@@ -205,12 +205,13 @@ func TestClippedGradientsAcrossStages(t *testing.T) {
 
 // Frozen layers (fine-tuning) train across stages as in one process: a
 // first stage that holds only frozen layers runs no backward pass and
-// steps nothing (zero-bubble), a replicated one sums no gradient of them
+// steps nothing (zero-bubble), a frozen layer after trainable ones passes
+// input gradients only, a replicated stage sums no gradient of them
 // (1F1B), with clipping and weight decay.
 func TestFrozenLayersAcrossStages(t *testing.T) {
 	tc := newInmemCluster(t, 4, nil)
 	spec := smallSpec("mlp32")
-	spec.Freeze = []string{"fc1.", "fc2.", "fc3.", "fc4.", "fc5.", "fc6.", "fc7.", "fc8.", "fc20.weight"}
+	spec.Freeze = []string{"fc1.", "fc2.", "fc3.", "fc4.", "fc5.", "fc6.", "fc7.", "fc8.", "fc20.weight", "fc24."}
 	spec.Optimizer, spec.WeightDecay, spec.ClipGradNorm = "adamw", 0.1, 0.5
 	local := jobtest.Local(t, spec)
 	unfrozen := spec

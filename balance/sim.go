@@ -274,9 +274,10 @@ func simulate(p *Plan, l *layout, net *network, slots int) (*Report, error) {
 			lp := &prof.Layers[j]
 			f += lp.Forward.At(b)
 			bw += lp.Backward.At(b)
-			if _, ok := g.Nodes[j].Layer.(nn.SplitLayer); ok {
+			if _, ok := g.Nodes[j].Layer.(nn.SplitLayer); ok && !nn.Frozen(g.Nodes[j].Layer) {
 				// Weight and input gradients: a product each of the
-				// same size.
+				// same size. A frozen layer's backward pass (as profiled)
+				// is its input gradients only.
 				wg += lp.Backward.At(b) / 2
 			}
 			u += lp.Update

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Init says how a parameter starts.
@@ -55,6 +56,13 @@ func newBuffer(shape []int, init Init) *Param {
 
 // Trainable reports whether the optimizer updates p.
 func (p *Param) Trainable() bool { return p.Grad != nil && !p.Frozen }
+
+// Frozen reports whether l has parameters and none of them trains: its
+// backward pass needs no parameter gradients, only its input gradients.
+func Frozen(l Layer) bool {
+	ps := l.Params()
+	return len(ps) > 0 && !slices.ContainsFunc(ps, (*Param).Trainable)
+}
 
 // Reset sets p to its initial value, drawn from a generator seeded by
 // (seed, p.Name) alone, so a parameter starts the same wherever it lives.

@@ -30,8 +30,8 @@ type Stage struct {
 	team  bool
 	slots []*stageSlot
 	// shared, per local node: its layer shares a parameter with another
-	// layer of the graph.
-	shared []bool
+	// layer of the graph; frozen: it has parameters and none trains.
+	shared, frozen []bool
 }
 
 // ref names a tensor inside a stage: a local node's output or a stage input.
@@ -122,11 +122,12 @@ func (g *Graph) Stage(names []string) (*Stage, error) {
 			owners[p]++
 		}
 	}
-	s.shared = make([]bool, len(s.nodes))
+	s.shared, s.frozen = make([]bool, len(s.nodes)), make([]bool, len(s.nodes))
 	for k, n := range s.nodes {
 		for _, p := range n.Layer.Params() {
 			s.shared[k] = s.shared[k] || owners[p] > 1
 		}
+		s.frozen[k] = Frozen(n.Layer)
 	}
 	for _, n := range s.nodes {
 		switch n.Layer.(type) {
@@ -348,11 +349,11 @@ func (s *Stage) Splits(c *Ctx) bool {
 }
 
 // splits reports whether node k's layer splits its backward pass: it can,
-// and no other layer of the graph shares its parameters (whose gradients
-// would then be added in another order).
+// it has a parameter to train, and no other layer of the graph shares its
+// parameters (whose gradients would then be added in another order).
 func (s *Stage) splits(c *Ctx, k int) bool {
 	l, ok := s.nodes[k].Layer.(SplitLayer)
-	return ok && !s.shared[k] && l.Splits(c)
+	return ok && !s.shared[k] && !s.frozen[k] && l.Splits(c)
 }
 
 func (s *Stage) backward(c *Ctx, slot int, dout []*Tensor) []*Tensor {
@@ -401,10 +402,15 @@ func (s *Stage) backwardPass(c *Ctx, slot int, dout []*Tensor, split bool) []*Te
 			continue
 		}
 		var din []*Tensor
-		if split && s.splits(c, k) {
-			din = n.Layer.(SplitLayer).BackwardInput(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+		switch sl, ok := n.Layer.(SplitLayer); {
+		case ok && sl.Splits(c) && s.frozen[k]:
+			// Nothing reads a frozen parameter's gradient: the input
+			// gradients only.
+			din = sl.BackwardInput(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
+		case split && s.splits(c, k):
+			din = sl.BackwardInput(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
 			ss.split[k] = true
-		} else {
+		default:
 			din = n.Layer.Backward(c, &ss.layer[k], ss.argv[k], ss.vals[k], g, s.need[k])
 		}
 		for i, r := range s.args[k] {

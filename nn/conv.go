@@ -177,7 +177,9 @@ func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 			dx = s.Buf(2, x.Shape()...)
 			dxd = F32(dx)
 		}
-		if l.dnnl.backward(c, l, F32(x), F32(dout), dxd, n) {
+		// A frozen convolution's weight gradients are not computed (as
+		// off this path, where its stage runs BackwardInput only).
+		if l.dnnl.backward(c, l, F32(x), F32(dout), dxd, n, l.trains()) {
 			g := s.Grads(1)
 			g[0] = dx
 			return g
@@ -186,6 +188,9 @@ func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 	l.BackwardWeight(c, s, in, out, dout)
 	return l.BackwardInput(c, s, in, out, dout, need)
 }
+
+// trains reports whether a parameter of l trains (see Frozen).
+func (l *Conv2D) trains() bool { return l.W.Trainable() || l.Bias && l.B.Trainable() }
 
 // Splits: a convolution splits its backward pass (SplitLayer) but on the
 // fast path, where oneDNN computes both halves at once.

@@ -163,6 +163,7 @@ type dnnlConv struct {
 	x, y, dy, dx []float32
 	w, b, dw, db []float32
 	in, out, omp int
+	weights      bool // the backward pass computes the weight gradients
 	fwdFn, bwdFn func(lo, hi int)
 }
 
@@ -216,22 +217,25 @@ func (d *dnnlConv) forwardParts(lo, hi int) {
 	}
 }
 
-// backward adds the weight (and bias) gradients and, unless dx is nil,
-// writes the input gradient. The parts' weight gradients are added in part
-// order once all are computed. A failure before that leaves the gradients
-// as they were, for the layer's own loops; a failure while adding them
-// would leave part of a sum, and panics.
-func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int) bool {
+// backward adds the weight (and bias) gradients if weights is set and,
+// unless dx is nil, writes the input gradient. The parts' weight gradients
+// are added in part order once all are computed. A failure before that
+// leaves the gradients as they were, for the layer's own loops; a failure
+// while adding them would leave part of a sum, and panics.
+func (d *dnnlConv) backward(c *Ctx, l *Conv2D, x, dy, dx []float32, n int, weights bool) bool {
 	p := d.plan(l, n, c)
 	if p == nil {
 		return false
 	}
 	d.begin(l, p)
 	defer d.end()
-	d.x, d.dy, d.dx = x, dy, dx
+	d.x, d.dy, d.dx, d.weights = x, dy, dx, weights
 	p.each(d.bwdFn)
 	if !p.ok() {
 		return false
+	}
+	if !weights {
+		return true
 	}
 	for i := range p.parts {
 		if err := p.parts[i].p.AddGrads(p.omp, d.dw, d.db); err != nil {
@@ -246,7 +250,10 @@ func (d *dnnlConv) backwardParts(lo, hi int) {
 		pt := &d.cur.parts[i]
 		a, b := pt.lo, pt.lo+pt.n
 		xs, dys := d.x[a*d.in:b*d.in], d.dy[a*d.out:b*d.out]
-		err := pt.p.BackwardWeights(d.omp, xs, dys)
+		var err error
+		if d.weights {
+			err = pt.p.BackwardWeights(d.omp, xs, dys)
+		}
 		if err == nil && d.dx != nil {
 			err = pt.p.BackwardData(d.omp, dys, d.w, d.dx[a*d.in:b*d.in])
 		}

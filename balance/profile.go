@@ -596,7 +596,10 @@ func countLayer(g *nn.Graph, n *nn.Node) layerCount {
 	switch l := n.Layer.(type) {
 	case *nn.Linear:
 		f := 2 * float64(l.In) * float64(l.Out) * out / float64(l.Out) // per position
-		c.gemmF, c.gemmB = f, f
+		c.gemmF = f
+		if !nn.Frozen(l) {
+			c.gemmB = f
+		}
 		if inNeed {
 			c.gemmB += f
 		}
@@ -633,7 +636,10 @@ func countLayer(g *nn.Graph, n *nn.Node) layerCount {
 		ho, wo := float64(n.Shape[0]), float64(n.Shape[1])
 		kc := float64(l.KH * l.KW * l.In / l.Groups)
 		f := 2 * kc * float64(l.Out) * ho * wo
-		c.gemmF, c.gemmB = f, f
+		c.gemmF = f
+		if !nn.Frozen(l) {
+			c.gemmB = f
+		}
 		if inNeed {
 			c.gemmB += f
 		}

@@ -81,6 +81,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "write the full plan (stages and programs) to this JSON file")
 	compare := fs.Bool("compare", false, "plan with every partitioner on the same profile and compare them")
 	replicas := fs.Bool("replicas", false, "let a stage run on several nodes (replicas), each on a share of the micro-batches, as a job's plans may")
+	freeze := fs.String("freeze", "", "plan a fine-tuning: comma-separated prefixes of the parameters that do not train, as train's --freeze")
 	deterministic := fs.Bool("deterministic", false, "replicas sum their gradients in the order of one process, as a --deterministic job must (their backward passes then run one after the other)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -136,6 +137,9 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		g, err = spec.BuildModel(d)
 	} else {
 		g, err = zoo.Build(*model, zo)
+	}
+	if err == nil && *freeze != "" {
+		err = g.Freeze(strings.Split(*freeze, ","))
 	}
 	if err != nil {
 		return usageError{err}

@@ -98,6 +98,9 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 	const slot = 0
 	defer e.st.ReleaseSlot(slot)
 	loss := e.spec.Job.Spec().NewLoss(e.spec.Data, e.be.Threads())
+	// Under the binary cross-entropy the coordinator ranks the outputs
+	// (the AUC): a chunk's credit for its labels is its outputs.
+	ranks := e.spec.Job.Spec().LossName(e.spec.Data) == nn.LossBCE
 	credit := nn.New(1)
 	ins := make([]*nn.Tensor, len(e.st.Inputs))
 	var (
@@ -194,7 +197,11 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 				res.losses = append(res.losses, l)
 				res.correct += int64(n)
 				res.samples += int64(loss.Count(labels))
-				if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindGradient, MicroBatch: tag, Tensor: labelsTensor}, credit); err != nil {
+				back := credit
+				if ranks {
+					back = logits
+				}
+				if err := e.send(balance.Coordinator, dataplane.Tag{Kind: dataplane.KindGradient, MicroBatch: tag, Tensor: labelsTensor}, back); err != nil {
 					return res, err
 				}
 			}
@@ -216,19 +223,26 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 // if set, hears how many test samples the loss stages have done. A
 // failure closes the coordinator's links: the stages stop waiting (and
 // stop), and the job's next step fails over.
-func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progress func(done, samples int)) (accuracy, loss float64, err error) {
+func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progress func(done, samples int)) (accuracy, loss, auc float64, err error) {
 	if s == nil {
-		return 0, 0, errors.New("no stages")
+		return 0, 0, 0, errors.New("no stages")
 	}
 	test := c.job.Set.Test
 	size := c.job.EvalChunk()
 	chunks := test.EvalChunks(size)
 	if chunks == 0 {
-		return math.NaN(), math.NaN(), nil
+		return math.NaN(), math.NaN(), 0, nil
 	}
 	if chunks >= evalTag {
-		return 0, 0, fmt.Errorf("%d chunks of test samples", chunks)
+		return 0, 0, 0, fmt.Errorf("%d chunks of test samples", chunks)
 	}
+	// Under the binary cross-entropy each chunk's labels come back as its
+	// outputs, one a target, for the AUC (Job.AUC).
+	var scores [][]float32
+	if c.job.RanksScores() {
+		scores = make([][]float32, chunks)
+	}
+	L := test.Labels()
 	M, t0 := c.spec.MicroBatches, c.clk.Now()
 	// The credits each link brings back: one a chunk for the inputs its
 	// stage reads, one a chunk for the labels.
@@ -268,7 +282,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		readers.Go(func() {
 			buf := nn.New(1)
 			for range n {
-				tag, _, err := lk.Recv(buf)
+				tag, t, err := lk.Recv(buf)
 				ch := int(tag.MicroBatch &^ evalTag)
 				switch {
 				case err != nil:
@@ -280,7 +294,15 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 				case tag.Tensor == evalCredit:
 					credits[k] <- struct{}{}
 				case tag.Tensor == labelsTensor:
-					done <- min(size, test.N-ch*size)
+					rows := min(size, test.N-ch*size)
+					if scores != nil {
+						if got := len(nn.F32(t)); got != rows*L {
+							abort(fmt.Errorf("stage %d sent %d outputs for chunk %d of %d targets", k, got, ch, rows*L))
+							return
+						}
+						scores[ch] = slices.Clone(nn.F32(t))
+					}
+					done <- rows
 				}
 			}
 		})
@@ -331,7 +353,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 	wg.Wait()
 	select {
 	case <-aborted: // closed after first is set
-		return 0, 0, first
+		return 0, 0, 0, first
 	default:
 	}
 	if c.log.Enabled(ctx, slog.LevelInfo) {
@@ -344,7 +366,10 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		}
 		c.log.Info("evaluated on the stages", "step", step, "chunks", chunks, "samples", size, "s", c.clk.Now().Sub(t0).Seconds(), "stages", strings.Join(per, "; "))
 	}
-	return sumEval(s, results, chunks, M, c.job.Targets(test.Y), c.job.TestMass())
+	if accuracy, loss, err = sumEval(s, results, chunks, M, c.job.Targets(test.Y), c.job.TestMass()); err != nil || scores == nil {
+		return accuracy, loss, 0, err
+	}
+	return accuracy, loss, c.job.AUC(slices.Concat(scores...)), nil
 }
 
 // feedEval sends the test split's chunks to the stages that read the

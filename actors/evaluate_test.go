@@ -2,6 +2,7 @@ package actors
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/ppnode/ppnode/job"
 	"github.com/ppnode/ppnode/job/jobtest"
+	"github.com/ppnode/ppnode/nn"
+	"github.com/ppnode/ppnode/tensorio"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -155,7 +158,7 @@ func TestEvaluationRefusesBadRequests(t *testing.T) {
 			t.Errorf("EvalBegin %v: reply %v, %v; want an error", bad, r, err)
 		}
 	}
-	if _, _, err := c.evaluate(t.Context(), s, 0, nil); err != nil {
+	if _, _, _, err := c.evaluate(t.Context(), s, 0, nil); err != nil {
 		t.Fatalf("an evaluation after the bad requests: %v", err)
 	}
 }
@@ -178,7 +181,45 @@ func TestStepRefusesBadNumbers(t *testing.T) {
 			t.Errorf("StepBegin mass %v: reply %v, %v; want an error", bad.Mass, r, err)
 		}
 	}
-	if _, _, err := c.evaluate(t.Context(), s, 0, nil); err != nil {
+	if _, _, _, err := c.evaluate(t.Context(), s, 0, nil); err != nil {
 		t.Fatalf("an evaluation after the bad requests: %v", err)
+	}
+}
+
+// Under the binary cross-entropy the loss stage sends each chunk's outputs
+// back with its credit, and the coordinator's AUC of them is one
+// process's, bit for bit, at every evaluation.
+func TestEvaluationRanksScores(t *testing.T) {
+	const n = 240
+	x, y := nn.New(n, 24), make([]int64, n*5)
+	for i := range nn.F32(x) {
+		nn.F32(x)[i] = float32(math.Sin(float64(i) * 0.7))
+	}
+	for i := range y {
+		if nn.F32(x)[i/5*24+i%5] > 0 { // a label follows a feature
+			y[i] = 1
+		}
+	}
+	xe, err := tensorio.F32Entry("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), "clicks.safetensors")
+	if err := tensorio.SaveSafetensorsEntries(data, []tensorio.Entry{xe, tensorio.I64Entry("y", y, n, 5)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec := jobtest.SmallSpec()
+	spec.ID, spec.Model, spec.Data, spec.Width, spec.SyntheticSamples = "job-eval-auc", "../onnx/testdata/towers.onnx", data, 0, 0
+	spec.Loss, spec.Batch, spec.MicroBatches, spec.Steps, spec.Epochs, spec.EvalEvery = nn.LossBCE, 16, 2, 6, 0, 3
+	spec.Optimizer, spec.LR = "adam", 0.01
+	spec.Partition = cutAt(t, spec, "a", "b")
+	local := jobtest.Local(t, spec)
+	tc := newInmemCluster(t, 2, nil)
+	res, _ := runJob(t, spec, tc.config(2), nil)
+	if len(local.Evaluations) != 2 || local.TestAUC != local.Evaluations[1].AUC || local.TestAUC <= 0.5 || local.TestAUC > 1 {
+		t.Fatalf("one process: AUC %v, evaluations %+v", local.TestAUC, local.Evaluations)
+	}
+	if !slices.Equal(res.Evaluations, local.Evaluations) || math.Float64bits(res.TestAUC) != math.Float64bits(local.TestAUC) || res.EvaluatedOn != "stages" {
+		t.Fatalf("evaluations %+v (on the %s), one process %+v", res.Evaluations, res.EvaluatedOn, local.Evaluations)
 	}
 }

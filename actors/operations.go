@@ -521,7 +521,7 @@ func (c *Coordinator) takeCut(ctx context.Context, s *stageSet, a core.TakeCut) 
 		}
 		t0 := c.clk.Now()
 		var err error
-		ev.Accuracy, ev.TestLoss, err = c.evaluate(ctx, s, a.Step, progress)
+		ev.Accuracy, ev.TestLoss, ev.AUC, err = c.evaluate(ctx, s, a.Step, progress)
 		if ev.OnStages = err == nil; err != nil {
 			if ctx.Err() != nil {
 				ev.Err = err
@@ -535,7 +535,7 @@ func (c *Coordinator) takeCut(ctx context.Context, s *stageSet, a core.TakeCut) 
 				return ev
 			}
 			opt, _ := c.spec.NewOptimizer(1)
-			ev.Accuracy, ev.TestLoss = c.job.Evaluate(c.job.NewTrainer(opt, be), progress)
+			ev.Accuracy, ev.TestLoss, ev.AUC = c.job.Evaluate(c.job.NewTrainer(opt, be), progress)
 		}
 		ev.Evaluated = c.clk.Now().Sub(t0)
 		ev.WeightsSHA256 = nn.WeightsSHA256(c.job.Graph.Params())

@@ -334,6 +334,29 @@ def evaluate(model, xs, y, batch, kind="ce", smoothing=0.0, pos_weight="", weigh
     return total / m, correct / n
 
 
+def auc(model, xs, y, batch):
+    """The ROC AUC of the model's outputs (eval mode) against the split's
+    0/1 targets, over every value, ties at their mean rank (the
+    Mann-Whitney statistic, as scikit-learn's roc_auc_score)."""
+    model.eval()
+    with torch.no_grad():
+        out = torch.cat([model(*[x[lo : lo + batch] for x in xs]).reshape(-1) for lo in range(0, len(y), batch)])
+    model.train()
+    s, t = out.double().numpy(), y.reshape(-1).double().numpy()
+    order = np.argsort(s, kind="stable")
+    ranks = np.empty(len(s))
+    i = 0
+    while i < len(s):
+        j = i
+        while j < len(s) and s[order[j]] == s[order[i]]:
+            j += 1
+        ranks[order[i:j]] = (i + j + 1) / 2
+        i = j
+    pos = float((t == 1).sum())
+    neg = len(t) - pos
+    return float((ranks[t == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False,
                                  epilog="Further --key=value options are the model's (python/export_models.py); "
@@ -508,6 +531,8 @@ def main():
            "seconds": seconds}
     if not a.time_only:
         res["test_loss"], res["test_accuracy"] = evaluate(model, XT, YT, a.eval_batch, a.loss, a.label_smoothing, a.pos_weight, weight)
+        if a.loss == "bce":
+            res["test_auc"] = auc(model, XT, YT, a.eval_batch)
         if y.ndim > 1 and a.loss == "ce":
             res["perplexity"] = math.exp(res["test_loss"])
     if a.out:

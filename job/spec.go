@@ -959,13 +959,21 @@ func (j *Job) NewTrainer(opt nn.Optimizer, be nn.Backend) *nn.Trainer {
 }
 
 // Evaluate returns the accuracy and the mean loss of tr's model on the
-// job's test split (per label: per sample, or per position). progress, if
-// set, hears after each chunk how many of the split's samples are done.
-func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accuracy, loss float64) {
+// job's test split (per label: per sample, or per position), and under the
+// binary cross-entropy the AUC of its outputs (Job.AUC; 0 otherwise).
+// progress, if set, hears after each chunk how many of the split's samples
+// are done.
+func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accuracy, loss, auc float64) {
 	test := j.Set.Test
 	chunk := j.EvalChunk()
+	var scores []float32
+	var keep func(out *nn.Tensor)
+	if j.RanksScores() {
+		scores = make([]float32, 0, len(test.Y))
+		keep = func(out *nn.Tensor) { scores = append(scores, nn.F32(out)...) }
+	}
 	i := 0
-	return tr.Evaluate(func(b *nn.Batch) bool {
+	accuracy, loss = tr.Evaluate(func(b *nn.Batch) bool {
 		if progress != nil && i > 0 {
 			progress(min(i*chunk, test.N), test.N)
 		}
@@ -975,7 +983,28 @@ func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accura
 		test.EvalChunk(i, chunk, b)
 		i++
 		return true
-	})
+	}, keep)
+	return accuracy, loss, j.AUC(scores)
+}
+
+// RanksScores reports whether the job's evaluations give an AUC: its loss
+// is the binary cross-entropy, whose outputs are scores of 0/1 targets.
+func (j *Job) RanksScores() bool { return j.LossName() == nn.LossBCE }
+
+// AUC is the area under the ROC curve of the test split's outputs, in
+// sample order, against its targets (nn.AUC over every value, as
+// scikit-learn's roc_auc_score of the flattened arrays), or 0 where there
+// is none: not a job that RanksScores, targets that are not all 0 or 1 or
+// are of one class, or outputs not one a target.
+func (j *Job) AUC(scores []float32) float64 {
+	y := j.Set.Test.Y
+	if !j.RanksScores() || len(scores) != len(y) {
+		return 0
+	}
+	if a := nn.AUC(scores, y); !math.IsNaN(a) {
+		return a
+	}
+	return 0
 }
 
 // EvalChunk is how many test samples Evaluate runs at a time, as Estimate
@@ -1008,6 +1037,9 @@ type Result struct {
 	// models).
 	TestLoss   float64 `json:"test_loss"`
 	Perplexity float64 `json:"perplexity,omitempty"`
+	// TestAUC is the final weights' AUC under the binary cross-entropy
+	// (Job.AUC).
+	TestAUC float64 `json:"test_auc,omitempty"`
 	// Loss names the loss (Spec.LossName); under mse, l1 and huber there
 	// is no accuracy (nn.LossScores), and both accuracies are 0.
 	Loss          string  `json:"loss,omitempty"`
@@ -1104,14 +1136,14 @@ func (j *Job) TrainLocal(threads int, hooks LocalHooks) (*Result, error) {
 	elapsed := time.Since(start).Seconds()
 	t0 := time.Now()
 	final := j.evaluateAt(tr, j.Total, hooks.Evaluating)
-	acc, testLoss := final.Accuracy, final.TestLoss
+	acc, testLoss, auc := final.Accuracy, final.TestLoss, final.AUC
 	evalSeconds := time.Since(t0).Seconds()
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
 		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc, TestLoss: testLoss,
-		Perplexity: j.Perplexity(testLoss), Loss: j.LossName(),
+		Perplexity: j.Perplexity(testLoss), TestAUC: auc, Loss: j.LossName(),
 		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: evalSeconds, WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(), Evaluations: append(evals, final),
@@ -1124,8 +1156,8 @@ func (j *Job) evaluateAt(tr *nn.Trainer, step int, evaluating func(step, done, s
 	if evaluating != nil {
 		progress = func(done, samples int) { evaluating(step, done, samples) }
 	}
-	acc, loss := j.Evaluate(tr, progress)
-	return EvalResult{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss)}
+	acc, loss, auc := j.Evaluate(tr, progress)
+	return EvalResult{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss), AUC: auc}
 }
 
 // EpochOf is the epoch that steps done fall in, 1 for the first (a

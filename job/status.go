@@ -185,8 +185,10 @@ type EvalResult struct {
 	Epoch    int     `json:"epoch"`
 	Accuracy float64 `json:"accuracy"`
 	TestLoss float64 `json:"test_loss"`
-	// Perplexity is exp(TestLoss) for a language model (Job.Perplexity).
+	// Perplexity is exp(TestLoss) for a language model (Job.Perplexity);
+	// AUC the outputs' under the binary cross-entropy (Job.AUC).
 	Perplexity float64 `json:"perplexity,omitempty"`
+	AUC        float64 `json:"auc,omitempty"`
 }
 
 // Recovery is one recovery of a job from a failure.

@@ -119,14 +119,17 @@ func (t *Trainer) Step(b Batches, epoch, step, global int) StepResult {
 
 // Evaluate returns the accuracy and the mean loss of the model in
 // evaluation mode over the targets of the batches next fills (it returns
-// false when done).
-func (t *Trainer) Evaluate(next func(b *Batch) bool) (accuracy, loss float64) {
+// false when done). outputs, if set, sees each batch's output.
+func (t *Trainer) Evaluate(next func(b *Batch) bool, outputs func(out *Tensor)) (accuracy, loss float64) {
 	ctx := t.Ctx
 	ctx.Train = false
 	var b Batch
 	correct, n, mass := 0, 0, 0.0
 	for next(&b) {
 		out := t.Stage.Forward(&ctx, 1, b.X)
+		if outputs != nil {
+			outputs(out[0])
+		}
 		l, c, _ := t.Loss.Forward(out[0], b.Y, 0)
 		loss += l
 		correct += c

@@ -142,6 +142,9 @@ func evaluation(scores bool, e job.EvalResult) string {
 	if scores {
 		s += fmt.Sprintf(", accuracy %.4f", e.Accuracy)
 	}
+	if e.AUC > 0 {
+		s += fmt.Sprintf(", AUC %.4f", e.AUC)
+	}
 	return s
 }
 
@@ -291,7 +294,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 // object as the last line of stdout.
 func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, %stest loss %.4f%s%s\n",
-		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, accuracy(res, ", "), res.TestLoss, perplexity(res), evaluated(res))
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, accuracy(res, ", "), res.TestLoss, testNotes(res), evaluated(res))
 	if asJSON {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -301,7 +304,7 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  %stest loss %.4f%s  weights %s\n",
-		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, accuracy(res, "  "), res.TestLoss, perplexity(res), res.WeightsSHA256[:16])
+		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, accuracy(res, "  "), res.TestLoss, testNotes(res), res.WeightsSHA256[:16])
 	return nil
 }
 
@@ -322,12 +325,17 @@ func accuracy(res *job.Result, sep string) string {
 	return fmt.Sprintf("test accuracy %.4f%s", res.TestAccuracy, sep)
 }
 
-// perplexity shows a language model's test perplexity.
-func perplexity(res *job.Result) string {
-	if res.Perplexity == 0 {
-		return ""
+// testNotes shows a language model's test perplexity, a binary
+// cross-entropy's AUC.
+func testNotes(res *job.Result) string {
+	s := ""
+	if res.Perplexity > 0 {
+		s += fmt.Sprintf(" (perplexity %.2f)", res.Perplexity)
 	}
-	return fmt.Sprintf(" (perplexity %.2f)", res.Perplexity)
+	if res.TestAUC > 0 {
+		s += fmt.Sprintf(", AUC %.4f", res.TestAUC)
+	}
+	return s
 }
 
 // stepsNote says which of a spec's bounds, epochs or steps, ends a job of

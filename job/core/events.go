@@ -60,6 +60,7 @@ type (
 		Op            Op
 		Accuracy      float64
 		TestLoss      float64
+		AUC           float64 // under the binary cross-entropy (job.Job.AUC)
 		WeightsSHA256 string
 		Evaluated     time.Duration
 		OnStages      bool

@@ -149,9 +149,10 @@ type Spec struct {
 	// steps (nanoGPT's eval_interval).
 	EvalEvery int `json:"eval_every,omitempty"`
 	// Wire is "" or "lossless" (each link picks its lossless codec for its
-	// rate and what it carries), "raw" (no compression), or a lossy format for the
-	// activations and gradients between stages: "bf16" or "int8" (a scale
-	// per 64 values). Inputs, state moves and checkpoints stay lossless.
+	// rate and what it carries), "raw" (no compression), or a lossy format
+	// for the activations and gradients between stages: "bf16" or "int8" (a
+	// scale per 64 values). Inputs, state moves and checkpoints stay
+	// lossless.
 	Wire string `json:"wire,omitempty"`
 	// NoProbe plans every link as balance.DefaultLink (1 Gbit/s) without
 	// measuring any.

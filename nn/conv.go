@@ -177,15 +177,16 @@ func (l *Conv2D) Backward(c *Ctx, s *Slot, in []*Tensor, out, dout *Tensor, need
 			dx = s.Buf(2, x.Shape()...)
 			dxd = F32(dx)
 		}
-		// A frozen convolution's weight gradients are not computed (as
-		// off this path, where its stage runs BackwardInput only).
+		// A frozen convolution's weight gradients are not computed.
 		if l.dnnl.backward(c, l, F32(x), F32(dout), dxd, n, l.trains()) {
 			g := s.Grads(1)
 			g[0] = dx
 			return g
 		}
 	}
-	l.BackwardWeight(c, s, in, out, dout)
+	if l.trains() {
+		l.BackwardWeight(c, s, in, out, dout)
+	}
 	return l.BackwardInput(c, s, in, out, dout, need)
 }
 

@@ -322,7 +322,14 @@ func syntheticStatus(n, step int) nodes.Status {
 	for e := range 3 {
 		reg.Accuracy = append(reg.Accuracy, job.EvalResult{Step: 100 * (e + 1), Epoch: e + 1, TestLoss: 0.1 / float64(e+1)})
 	}
-	st.Jobs = []nodes.JobStatus{{Status: js, Coordinator: name(0), Holders: []string{name(1)}, Replicas: 2}, {Status: reg, Coordinator: name(0)}}
+	// A click model under bce: an AUC after each epoch.
+	clicks := job.Status{ID: "clicks", State: job.StateTraining, Model: "dlrm.onnx", Step: 200, Total: 1000, Loss: 0.5,
+		LossName: "bce", Started: started}
+	for e := range 2 {
+		clicks.Accuracy = append(clicks.Accuracy, job.EvalResult{Step: 100 * (e + 1), Epoch: e + 1, Accuracy: 0.7, TestLoss: 0.5, AUC: 0.7 + 0.05*float64(e)})
+	}
+	st.Jobs = []nodes.JobStatus{{Status: js, Coordinator: name(0), Holders: []string{name(1)}, Replicas: 2}, {Status: reg, Coordinator: name(0)},
+		{Status: clicks, Coordinator: name(0)}}
 	return st
 }
 
@@ -380,6 +387,12 @@ func TestDashboard64Nodes(t *testing.T) {
 	dots := eval[int](t, b, `document.querySelectorAll('.job[data-job="reg"] .accchart circle.accpt').length`)
 	if title != "Test loss (mse)" || dots != 3 {
 		t.Errorf("the mse job's second chart: %q with %d points, want \"Test loss (mse)\" with 3", title, dots)
+	}
+	// The click model's is its AUC, the newest in its heading.
+	title = eval[string](t, b, `document.querySelector('.job[data-job="clicks"] h3[data-title="acc"]').textContent`)
+	dots = eval[int](t, b, `document.querySelectorAll('.job[data-job="clicks"] .accchart circle.accpt').length`)
+	if title != "Test AUC" || dots != 2 || !eval[bool](t, b, `document.querySelector('.job[data-job="clicks"]').textContent.includes('AUC 0.7500 (after step 200)')`) {
+		t.Errorf("the bce job's second chart: %q with %d points, want \"Test AUC\" with 2, and the newest AUC shown", title, dots)
 	}
 	elems := eval[int](t, b, `document.getElementsByTagName('*').length`)
 	st := eval[dashStats](t, b, statsJS)

@@ -203,6 +203,8 @@
     if (r && isNum(r.test_accuracy) && r.test_accuracy > 0) h += `<span class="kv">test accuracy <b>${num(r.test_accuracy, 4)}</b></span>`;
     else if (acc) h += `<span class="kv">accuracy <b>${num(acc.accuracy, 4)}</b> (after step ${esc(acc.step)})</span>`;
     if (r && r.loss && r.loss !== 'ce' && isNum(r.test_loss)) h += `<span class="kv">test loss (${esc(r.loss)}) <b>${num(r.test_loss, 4)}</b></span>`;
+    if (r && r.test_auc > 0) h += `<span class="kv">test AUC <b>${num(r.test_auc, 4)}</b></span>`;
+    else if (acc && acc.auc > 0) h += `<span class="kv">AUC <b>${num(acc.auc, 4)}</b> (after step ${esc(acc.step)})</span>`;
     h += `<span class="kv muted">coordinator ${esc(j.coordinator)}${(j.holders || []).length ? ', copies on ' + esc(j.holders.join(', ')) : ''}</span>`;
     if (j.takeover) h += `<span class="kv muted">taken over from ${esc(j.takeover.from)} at step ${esc(j.takeover.step)}</span>`;
     if (j.moved_to) h += `<span class="kv error">moved to ${esc(j.moved_to)}</span>`;
@@ -466,14 +468,18 @@
     setPart(v, 'gantt', ganttSVG(j));
     setPart(v, 'passes', passesSVG(j));
     setPart(v, 'loss', chart([{ pts: lossHistory(j, v), cls: 'loss' }], { xLabel: 'step', label: 'training loss', empty: 'no step done yet', x0: 0 }));
-    // Under an error loss (mse, l1, huber) there is no accuracy: the test loss instead.
-    const title = j.no_accuracy ? `Test loss (${j.loss_name})` : 'Test accuracy';
+    // Under an error loss (mse, l1, huber) there is no accuracy: the test loss instead;
+    // under the binary cross-entropy the AUC.
+    const auc = (j.accuracy || []).filter((a) => a.auc > 0).map((a) => [a.step, a.auc]);
+    const title = j.no_accuracy ? `Test loss (${j.loss_name})` : auc.length ? 'Test AUC' : 'Test accuracy';
     const h3 = v.el.querySelector('[data-title="acc"]');
     if (h3.textContent !== title) h3.textContent = title;
     const empty = 'not measured yet (at the end, or every --eval-every steps)';
     if (j.no_accuracy) {
       const tl = (j.accuracy || []).filter((a) => isNum(a.test_loss)).map((a) => [a.step, a.test_loss]);
       setPart(v, 'acc', chart([{ pts: tl, cls: 'acc', dots: 'accpt' }], { xLabel: 'step', label: 'test loss', empty, y0: 0 }));
+    } else if (auc.length) {
+      setPart(v, 'acc', chart([{ pts: auc, cls: 'acc', dots: 'accpt' }], { xLabel: 'step', label: 'test AUC', empty, y0: 0, y1: 1 }));
     } else {
       const acc = (j.accuracy || []).map((a) => [a.step, a.accuracy]);
       setPart(v, 'acc', chart([{ pts: acc, cls: 'acc', dots: 'accpt' }], { xLabel: 'step', label: 'test accuracy', empty, y0: 0, y1: 1 }));

@@ -135,7 +135,7 @@ func printStatus(w io.Writer, cs *clusterStatus) {
 				fmt.Fprintf(w, "  error: %s\n", j.Error)
 			}
 			if j.Result != nil {
-				fmt.Fprintf(w, "  result: %stest loss %.4f%s%s, weights %s\n", accuracy(j.Result, ", "), j.Result.TestLoss, testNotes(j.Result), evaluated(j.Result), j.Result.WeightsSHA256)
+				fmt.Fprintf(w, "  result: %stest loss %.4f%s%s, weights %s\n", accuracy(j.Result, ", "), j.Result.TestLoss, testNotes(j.Result, ", "), evaluated(j.Result), j.Result.WeightsSHA256)
 			} else if n := len(j.Accuracy); n > 0 { // the newest evaluation while it trains
 				fmt.Fprintf(w, "  %s\n", evaluation(!j.NoAccuracy, j.Accuracy[n-1]))
 			}

@@ -294,7 +294,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 // object as the last line of stdout.
 func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "done: %d steps in %.1f s, %.0f samples/s, last loss %.4f, %stest loss %.4f%s%s\n",
-		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, accuracy(res, ", "), res.TestLoss, testNotes(res), evaluated(res))
+		res.Steps, res.Seconds, res.SamplesPerSec, res.TrainLoss, accuracy(res, ", "), res.TestLoss, testNotes(res, ", "), evaluated(res))
 	if asJSON {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -304,7 +304,7 @@ func printResult(res *job.Result, asJSON bool, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "model %s  steps %d  samples/s %.0f  train loss %.4f  %stest loss %.4f%s  weights %s\n",
-		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, accuracy(res, "  "), res.TestLoss, testNotes(res), res.WeightsSHA256[:16])
+		res.Model, res.Steps, res.SamplesPerSec, res.TrainLoss, accuracy(res, "  "), res.TestLoss, testNotes(res, "  "), res.WeightsSHA256[:16])
 	return nil
 }
 
@@ -326,14 +326,14 @@ func accuracy(res *job.Result, sep string) string {
 }
 
 // testNotes shows a language model's test perplexity, a binary
-// cross-entropy's AUC.
-func testNotes(res *job.Result) string {
+// cross-entropy's AUC after sep.
+func testNotes(res *job.Result, sep string) string {
 	s := ""
 	if res.Perplexity > 0 {
 		s += fmt.Sprintf(" (perplexity %.2f)", res.Perplexity)
 	}
 	if res.TestAUC > 0 {
-		s += fmt.Sprintf(", AUC %.4f", res.TestAUC)
+		s += fmt.Sprintf("%sAUC %.4f", sep, res.TestAUC)
 	}
 	return s
 }

@@ -156,9 +156,9 @@ func TestJoinDuringJob(t *testing.T) {
 	spec := job.DefaultSpec()
 	spec.ID = "join-during"
 	spec.Model, spec.Width, spec.Data, spec.SyntheticSamples = "mlp32", 64, "synthetic:8x8x1:4", 1024
-	// About 60 steps a second here: long enough for a node to join
-	// (about half a second) while it trains.
-	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 32, 4, 10, 300
+	// 60 to 310 steps a second here, loaded or idle: 3 s or more, long
+	// enough for a node to join (one to two seconds) while it trains.
+	spec.Batch, spec.MicroBatches, spec.Epochs, spec.Steps = 32, 4, 40, 1000
 	spec.Deterministic, spec.Threads = true, 1
 	spec.Partition, spec.Schedule = "fc1-fc16@a; fc17-fc32@b", "1f1b"
 	rep, err := c.Node("a").Submit(spec)

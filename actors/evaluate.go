@@ -100,7 +100,7 @@ func (e *stageEngine) evaluate(step, chunks, window int) (res evalResult, err er
 	loss := e.spec.Job.Spec().NewLoss(e.spec.Data, e.be.Threads())
 	// Under the binary cross-entropy the coordinator ranks the outputs
 	// (the AUC): a chunk's credit for its labels is its outputs.
-	ranks := e.spec.Job.Spec().LossName(e.spec.Data) == nn.LossBCE
+	ranks := e.spec.Job.Spec().RanksScores(e.spec.Data)
 	credit := nn.New(1)
 	ins := make([]*nn.Tensor, len(e.st.Inputs))
 	var (
@@ -237,12 +237,13 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		return 0, 0, 0, fmt.Errorf("%d chunks of test samples", chunks)
 	}
 	// Under the binary cross-entropy each chunk's labels come back as its
-	// outputs, one a target, for the AUC (Job.AUC).
-	var scores [][]float32
-	if c.job.RanksScores() {
-		scores = make([][]float32, chunks)
-	}
+	// outputs, one a target, into the split's place for them: the AUC
+	// (Job.AUC).
+	var scores []float32
 	L := test.Labels()
+	if c.job.RanksScores() {
+		scores = make([]float32, len(test.Y))
+	}
 	M, t0 := c.spec.MicroBatches, c.clk.Now()
 	// The credits each link brings back: one a chunk for the inputs its
 	// stage reads, one a chunk for the labels.
@@ -281,8 +282,18 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 		lk := s.links[k]
 		readers.Go(func() {
 			buf := nn.New(1)
+			var outs *nn.Tensor // a chunk's outputs, read into one buffer
+			if scores != nil {
+				outs = nn.New(size * L)
+			}
+			pick := func(tag dataplane.Tag) *nn.Tensor {
+				if outs != nil && tag.Tensor == labelsTensor {
+					return outs
+				}
+				return buf
+			}
 			for range n {
-				tag, t, err := lk.Recv(buf)
+				tag, t, err := lk.RecvTo(pick)
 				ch := int(tag.MicroBatch &^ evalTag)
 				switch {
 				case err != nil:
@@ -300,7 +311,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 							abort(fmt.Errorf("stage %d sent %d outputs for chunk %d of %d targets", k, got, ch, rows*L))
 							return
 						}
-						scores[ch] = slices.Clone(nn.F32(t))
+						copy(scores[ch*size*L:], nn.F32(t))
 					}
 					done <- rows
 				}
@@ -369,7 +380,7 @@ func (c *Coordinator) evaluate(ctx context.Context, s *stageSet, step int, progr
 	if accuracy, loss, err = sumEval(s, results, chunks, M, c.job.Targets(test.Y), c.job.TestMass()); err != nil || scores == nil {
 		return accuracy, loss, 0, err
 	}
-	return accuracy, loss, c.job.AUC(slices.Concat(scores...)), nil
+	return accuracy, loss, c.job.AUC(scores), nil
 }
 
 // feedEval sends the test split's chunks to the stages that read the

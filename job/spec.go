@@ -988,9 +988,13 @@ func (j *Job) Evaluate(tr *nn.Trainer, progress func(done, samples int)) (accura
 	return accuracy, loss, j.AUC(scores)
 }
 
-// RanksScores reports whether the job's evaluations give an AUC: its loss
-// is the binary cross-entropy, whose outputs are scores of 0/1 targets.
-func (j *Job) RanksScores() bool { return j.LossName() == nn.LossBCE }
+// RanksScores reports whether the evaluations of a job on data like d give
+// an AUC: its loss is the binary cross-entropy, whose outputs are scores
+// of 0/1 targets.
+func (s Spec) RanksScores(d Sample) bool { return s.LossName(d) == nn.LossBCE }
+
+// RanksScores is Spec.RanksScores for the job's data.
+func (j *Job) RanksScores() bool { return j.Spec.RanksScores(SampleOf(j.Set)) }
 
 // AUC is the area under the ROC curve of the test split's outputs, in
 // sample order, against its targets (nn.AUC over every value, as
@@ -1137,14 +1141,13 @@ func (j *Job) TrainLocal(threads int, hooks LocalHooks) (*Result, error) {
 	elapsed := time.Since(start).Seconds()
 	t0 := time.Now()
 	final := j.evaluateAt(tr, j.Total, hooks.Evaluating)
-	acc, testLoss, auc := final.Accuracy, final.TestLoss, final.AUC
 	evalSeconds := time.Since(t0).Seconds()
 	return &Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: last.Loss,
-		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: acc, TestLoss: testLoss,
-		Perplexity: j.Perplexity(testLoss), TestAUC: auc, Loss: j.LossName(),
+		TrainAccuracy: float64(correct) / float64(max(seen, 1)), TestAccuracy: final.Accuracy, TestLoss: final.TestLoss,
+		Perplexity: final.Perplexity, TestAUC: final.AUC, Loss: j.LossName(),
 		Backend: nn.Describe(be), Threads: be.Threads(), Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: evalSeconds, WeightsSHA256: nn.WeightsSHA256(j.Graph.Params()), MeasuredStepMS: balance.Median(steps) * 1e3,
 		LossHistory: losses.Points(), Evaluations: append(evals, final),
@@ -1158,7 +1161,13 @@ func (j *Job) evaluateAt(tr *nn.Trainer, step int, evaluating func(step, done, s
 		progress = func(done, samples int) { evaluating(step, done, samples) }
 	}
 	acc, loss, auc := j.Evaluate(tr, progress)
-	return EvalResult{Step: step, Epoch: j.EpochOf(step), Accuracy: acc, TestLoss: loss, Perplexity: j.Perplexity(loss), AUC: auc}
+	return j.EvalResult(step, acc, loss, auc)
+}
+
+// EvalResult is the record of an evaluation of the weights after step;
+// its epoch and perplexity follow from the step and the loss.
+func (j *Job) EvalResult(step int, accuracy, loss, auc float64) EvalResult {
+	return EvalResult{Step: step, Epoch: j.EpochOf(step), Accuracy: accuracy, TestLoss: loss, Perplexity: j.Perplexity(loss), AUC: auc}
 }
 
 // EpochOf is the epoch that steps done fall in, 1 for the first (a

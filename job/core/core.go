@@ -520,8 +520,7 @@ func (c *Core) cutTaken(now time.Time, kind opKind, e CutTaken) {
 		}
 		c.runStep(now)
 	case st.next < c.job.Total:
-		c.status.Accuracy = append(c.status.Accuracy, job.EvalResult{Step: st.next, Epoch: c.job.EpochOf(st.next), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
-			Perplexity: c.job.Perplexity(e.TestLoss), AUC: e.AUC})
+		c.status.Accuracy = append(c.status.Accuracy, c.job.EvalResult(st.next, e.Accuracy, e.TestLoss, e.AUC))
 		c.boundary(now)
 	default:
 		c.finishTraining(e)
@@ -569,19 +568,19 @@ func (c *Core) finishTraining(e CutTaken) {
 			nodes = append(nodes, sp.Node)
 		}
 	}
+	final := j.EvalResult(j.Total, e.Accuracy, e.TestLoss, e.AUC)
 	res := &job.Result{
 		ID: s.ID, Model: s.Model, Data: s.Data, Params: j.Graph.ParamCount(), Steps: j.Total,
 		Epochs: float64(j.Total) / float64(j.StepsPerEpoch), Batch: s.Batch, MicroBatches: s.MicroBatches,
 		SamplesPerSec: float64(j.Total*s.Batch) / elapsed, TrainLoss: st.acc.Loss,
-		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: e.Accuracy,
-		TestLoss: e.TestLoss, Perplexity: j.Perplexity(e.TestLoss), TestAUC: e.AUC, Loss: j.LossName(),
+		TrainAccuracy: float64(st.acc.Correct) / float64(max(st.acc.Seen, 1)), TestAccuracy: final.Accuracy,
+		TestLoss: final.TestLoss, Perplexity: final.Perplexity, TestAUC: final.AUC, Loss: j.LossName(),
 		Backend: c.cfg.Backend, Threads: s.Threads, Deterministic: s.Deterministic, Seconds: elapsed,
 		EvalSeconds: e.Evaluated.Seconds(), EvaluatedOn: evaluatedOn(e.OnStages), WeightsSHA256: e.WeightsSHA256, Plan: c.plan.text, Schedule: c.plan.ScheduleText(),
 		Nodes: nodes, PredictedStepMS: c.plan.report.StepTime * 1e3, MeasuredStepMS: balance.Median(st.times) * 1e3,
 		LossHistory: st.losses.Points(),
 	}
-	c.status.Accuracy = append(c.status.Accuracy, job.EvalResult{Step: j.Total, Epoch: j.EpochOf(j.Total), Accuracy: e.Accuracy, TestLoss: e.TestLoss,
-		Perplexity: j.Perplexity(e.TestLoss), AUC: e.AUC})
+	c.status.Accuracy = append(c.status.Accuracy, final)
 	res.Evaluations = slices.Clone(c.status.Accuracy)
 	c.stopAll(true)
 	c.finish(res, nil)
